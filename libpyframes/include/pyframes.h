@@ -1,0 +1,119 @@
+/*
+ * pyframes.h - the Python stacks of another, running process, read from outside.
+ *
+ * libpyframes finds the CPython runtime in a target process from its ELF files, picks the
+ * layout of its version (3.6-3.13), and reads interpreters, threads, frames and locals with
+ * process_vm_readv() only: the target is never stopped, traced or written to.
+ *
+ *   struct pyf_target *t;  struct pyf_err err;
+ *   pyf_target_open(pid, &t, &err);                  who: root or the target's owner
+ *   pyf_target__threads(t, threads, cap, &n, &err);  every thread of every interpreter
+ *   pyf_target__stack(t, &threads[i], &stack, &err); innermost frame first
+ *   pyf_target_free(t);
+ *
+ * Threads: a pyf_target is used by one thread at a time; distinct targets are independent.
+ * Memory:  pyf_target_open() sizes every buffer; reading a stack allocates only when it
+ *          meets a code object it has not seen before. Strings in a pyf_frame are borrowed
+ *          from the target's code cache: valid until the next pyf_target__stack() call.
+ * Failure: functions return 0 or a negative errno and fill a caller-owned struct pyf_err.
+ *          The target changes under us, so a torn read (PYF_TORN) is normal: drop the sample
+ *          and read again. PYF_GONE and PYF_DENIED mean stop; the rest mean "cannot read
+ *          this process at all" and come from pyf_target_open().
+ */
+#ifndef PYFRAMES_H
+#define PYFRAMES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+enum pyf_err_kind {
+    PYF_OK = 0,
+    PYF_TORN,        /* the target changed while we read it: drop this sample, retry */
+    PYF_GONE,        /* the process (or thread) no longer exists */
+    PYF_DENIED,      /* no permission to read the process */
+    PYF_NOT_PYTHON,  /* no CPython runtime in the process */
+    PYF_UNSUPPORTED, /* a CPython we do not read (2.7, < 3.6, an unknown layout) */
+    PYF_INVALID,     /* bad argument or corrupt file */
+};
+
+struct pyf_err {
+    enum pyf_err_kind kind;
+    int sys;        /* errno of the failing call, or 0 */
+    uint64_t raddr; /* target address being read, or 0 */
+    char msg[240];  /* what failed and why, for a person; formatted without allocating */
+};
+
+/* Stops reading: the process is gone, or we may not read it. */
+bool pyf_err_fatal(const struct pyf_err *e);
+const char *pyf_err_kind_name(enum pyf_err_kind kind);
+
+#define PYF_VERSION_MAJOR(v) ((v) >> 8)
+#define PYF_VERSION_MINOR(v) ((v)&0xff)
+#define PYF_DEPTH_MAX 1024 /* deepest stack pyf_target__stack() reads; deeper is truncated */
+
+struct pyf_target_info {
+    pid_t pid;
+    uint32_t version;       /* (major << 8) | minor */
+    char version_str[32];   /* "3.11.7", or "3.11" when the patch level is not found */
+    char runtime_file[512]; /* the ELF file that holds the runtime (executable or libpython) */
+    uint64_t runtime_raddr; /* _PyRuntime, or interp_head on 3.6 */
+    bool debug_offsets;     /* the layout was read from the target's _Py_DebugOffsets */
+};
+
+struct pyf_target;
+
+int pyf_target_open(pid_t pid, struct pyf_target **ret_target, struct pyf_err *reterr);
+void pyf_target_free(struct pyf_target *t); /* NULL is a no-op */
+/* Borrowed: valid until pyf_target_free(t). */
+const struct pyf_target_info *pyf_target__info(const struct pyf_target *t);
+
+struct pyf_thread {
+    uint64_t tstate_raddr; /* PyThreadState in the target */
+    int64_t interp_id;     /* 0 for the main interpreter; -1 where the version has no ids */
+    pid_t tid;             /* kernel thread id; 0 if the thread has no OS thread (yet) */
+    bool holds_gil;
+    bool on_cpu; /* running or runnable now (state R), not sleeping or blocked */
+};
+
+/* Every thread of every interpreter, newest first within an interpreter. Writes at most
+ * @cap threads; *ret_n is the number written. */
+int pyf_target__threads(struct pyf_target *t, struct pyf_thread *ret_threads, size_t cap,
+                        size_t *ret_n, struct pyf_err *reterr);
+
+struct pyf_frame {
+    const char *func; /* qualified name where the version has one (3.11+), else the name */
+    const char *file;
+    int32_t line;       /* line being executed; -1 when the line table has none for it */
+    int32_t first_line; /* line of the def */
+    uint64_t frame_raddr;
+    uint64_t code_raddr;
+};
+
+/* Caller-owned. Reuse one pyf_stack per thread across samples: the frames of the previous
+ * sample are read speculatively in the same syscall as the thread state, so a stack that
+ * changed only at the top costs one or two syscalls instead of one per frame. */
+struct pyf_stack {
+    struct pyf_frame *frames; /* array of @cap, owned by the caller */
+    size_t cap;
+    size_t n_frames;
+    bool truncated; /* deeper than cap (or PYF_DEPTH_MAX): the outermost frames are missing */
+};
+
+/* The frames of @th, innermost first. On error @st is left empty. */
+int pyf_target__stack(struct pyf_target *t, const struct pyf_thread *th, struct pyf_stack *st,
+                      struct pyf_err *reterr);
+
+/* Calls @fn once per bound local variable of @fr (from the latest pyf_target__stack()), in
+ * definition order, with the value rendered: None, True, 42, 1.5, 'text', b'bytes' (long ones
+ * truncated with ...), or <TypeName at 0x7f...> for other objects. A non-zero return from
+ * @fn stops the walk and is returned. */
+typedef int (*pyf_local_fn)(void *ctx, const char *name, const char *value);
+int pyf_target__locals(struct pyf_target *t, const struct pyf_frame *fr, pyf_local_fn fn, void *ctx,
+                       struct pyf_err *reterr);
+
+/* The thread's name from /proc (comm); "" when it cannot be read. */
+void pyf_thread_name(pid_t pid, pid_t tid, char *buf, size_t size);
+
+#endif

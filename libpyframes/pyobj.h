@@ -1,0 +1,39 @@
+/*
+ * pyobj.h - reading Python objects (str, bytes, tuple, simple values) out of the target.
+ *
+ * Every object is checked against the type object we expect (by address, which is exact)
+ * before its fields are trusted, and every length is bounded, so a pointer that went stale
+ * under us becomes PYF_TORN rather than garbage.
+ * Threads: the target's owner. Memory: as stated per function. Failure: -errno + pyf_err.
+ */
+#ifndef PYF_PYOBJ_H
+#define PYF_PYOBJ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "target.h"
+
+#define PYOBJ_NAME_MAX 4096 /* code points of a name or file name we keep */
+
+/* A str as UTF-8, at most @max_chars code points; *ret_utf8 is malloc'd, caller frees. */
+int pyobj_str(const struct pyf_target *t, uint64_t raddr, size_t max_chars, char **ret_utf8,
+              struct pyf_err *reterr);
+
+/* The contents of a bytes object, at most @max bytes; *ret_data is malloc'd, caller frees. */
+int pyobj_bytes(const struct pyf_target *t, uint64_t raddr, size_t max, uint8_t **ret_data,
+                size_t *ret_len, struct pyf_err *reterr);
+
+/* The item pointers of a tuple, at most @cap of them. */
+int pyobj_tuple(const struct pyf_target *t, uint64_t raddr, uint64_t *items, size_t cap,
+                size_t *ret_n, struct pyf_err *reterr);
+
+/* repr() for None/bool/int/float/str/bytes, "<TypeName at 0x...>" for anything else. */
+int pyobj_repr(const struct pyf_target *t, uint64_t raddr, char *buf, size_t size,
+               struct pyf_err *reterr);
+
+/* The address of the object's type. */
+int pyobj_type(const struct pyf_target *t, uint64_t raddr, uint64_t *ret_type,
+               struct pyf_err *reterr);
+
+#endif

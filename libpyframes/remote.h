@@ -1,0 +1,42 @@
+/*
+ * remote.h - reading another process's memory with process_vm_readv(), nothing else.
+ *
+ * A read is all or nothing: a short read (the target unmapped a page under us) is -EFAULT.
+ * remote_readv() batches many ranges into as few syscalls as possible; that is what keeps a
+ * sample cheap and what makes it near-atomic (one syscall gives the target one chance to
+ * change the data under us, not one per frame).
+ *
+ * Threads: any. Memory: none. Failure: -errno (ESRCH: gone, EPERM: denied, EFAULT: torn).
+ * In a PYF_FAULTS build, tests arm remote_faults to make the Nth read fail.
+ */
+#ifndef PYF_REMOTE_H
+#define PYF_REMOTE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+/* Addresses a 64-bit user-space pointer can hold; anything else is not a pointer. */
+static inline int remote_plausible(uint64_t raddr)
+{
+    return raddr >= 4096 && raddr < (1ULL << 47);
+}
+
+int remote_read(pid_t pid, uint64_t raddr, void *buf, size_t size);
+/* @n ranges; local[i] and remote[i] have the same length. */
+int remote_readv(pid_t pid, const struct iovec *local, const struct iovec *remote, size_t n);
+int remote_read_u64(pid_t pid, uint64_t raddr, uint64_t *ret_value);
+
+#ifdef PYF_FAULTS
+/* Fault injection for tests/fault: the @countdown-th read from now fails with -@err, or
+ * (err == 0) returns a short read. */
+struct remote_faults {
+    long countdown;
+    int err;
+    unsigned long n_reads; /* reads seen, so a test can sweep every position */
+};
+extern struct remote_faults remote_faults;
+#endif
+
+#endif

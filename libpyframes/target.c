@@ -1,0 +1,439 @@
+/*
+ * target.c - pyf_target_open(): from a pid to a readable CPython runtime.
+ *
+ * The runtime lives in one ELF file mapped by the target: libpython (pyenv, conda: shared
+ * builds) or the executable itself (Debian's python3.11). We look at the mapped files whose
+ * name says python, in the target's own mount namespace (/proc/PID/root), for the runtime's
+ * symbol (.symtab first, .dynsym when stripped), place it in the target's address space with
+ * the load bias of that file's first segment, then learn the version (Py_Version, or the
+ * PY_VERSION string in .rodata) and pick the layout.
+ */
+#define _GNU_SOURCE
+#include "target.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "elfimg.h"
+#include "err.h"
+#include "procmaps.h"
+#include "remote.h"
+
+#define CODECACHE_SETS 1024
+#define DEBUG_OFFSETS_BYTES 1024
+
+/* How the runtime showed itself in a candidate file. */
+enum runtime_kind { RUNTIME_NONE, RUNTIME_3, RUNTIME_36, RUNTIME_2 };
+
+struct runtime_file {
+    const char *path; /* as in /proc/PID/maps; borrowed from the maps list */
+    struct elfimg *img;
+    enum runtime_kind kind;
+    uint64_t bias; /* add to a link-time address to get the target address */
+};
+
+static const char *base_name(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+static enum runtime_kind runtime_kind_of(const struct elfimg *img)
+{
+    uint64_t v;
+
+    if (elfimg__symbol(img, "_PyRuntime", &v) == 0)
+        return RUNTIME_3;
+    if (elfimg__symbol(img, "interp_head", &v) == 0 ||
+        elfimg__symbol(img, "_PyThreadState_Current", &v) == 0)
+        return RUNTIME_36;
+    if (elfimg__symbol(img, "Py_InitModule4_64", &v) == 0 ||
+        elfimg__symbol(img, "Py_InitModule4", &v) == 0)
+        return RUNTIME_2;
+    return RUNTIME_NONE;
+}
+
+/* Candidates, best first: libpython*, then the executable, then anything named *python*. */
+static int candidate_rank(const char *path, const char *exe)
+{
+    const char *b = base_name(path);
+
+    if (strncmp(b, "libpython", 9) == 0)
+        return 0;
+    if (exe[0] && strcmp(path, exe) == 0)
+        return 1;
+    if (strstr(b, "python"))
+        return 2;
+    return -1;
+}
+
+static int open_candidate(pid_t pid, const struct procmaps *pm, const char *path,
+                          struct runtime_file *rf, struct pyf_err *e)
+{
+    char full[PATH_MAX + 32];
+    uint64_t vaddr, off, at;
+    int r;
+
+    snprintf(full, sizeof(full), "/proc/%d/root%s", (int)pid, path);
+    r = elfimg_open(full, &rf->img, e);
+    if (r < 0)
+        return r;
+    rf->path = path;
+    rf->kind = runtime_kind_of(rf->img);
+    if (rf->kind == RUNTIME_NONE)
+        return 0;
+    r = elfimg__first_load(rf->img, &vaddr, &off);
+    at = r == 0 ? procmaps__addr_of_offset(pm, path, off) : 0;
+    if (!at)
+        return pyf_fail(e, PYF_INVALID, ENOENT, 0, "%s: first segment is not mapped in pid %d",
+                        path, (int)pid);
+    rf->bias = at - vaddr;
+    return 0;
+}
+
+static int find_runtime_file(pid_t pid, const struct procmaps *pm, struct runtime_file *ret_rf,
+                             struct pyf_err *e)
+{
+    char exe_link[64], exe[PATH_MAX] = "";
+    ssize_t n;
+    bool saw_py2 = false;
+
+    snprintf(exe_link, sizeof(exe_link), "/proc/%d/exe", (int)pid);
+    n = readlink(exe_link, exe, sizeof(exe) - 1);
+    exe[n > 0 ? n : 0] = '\0';
+    if (n > 10 && strcmp(exe + n - 10, " (deleted)") == 0)
+        exe[n - 10] = '\0';
+    for (int rank = 0; rank <= 2; rank++) {
+        for (size_t i = 0; i < pm->n; i++) {
+            const char *path = pm->maps[i].path;
+            struct runtime_file rf = {0};
+            bool dup = false;
+
+            if (path[0] != '/' || pm->maps[i].offset != 0 || candidate_rank(path, exe) != rank)
+                continue;
+            for (size_t j = 0; j < i && !dup; j++)
+                dup = pm->maps[j].offset == 0 && strcmp(pm->maps[j].path, path) == 0;
+            if (dup)
+                continue;
+            if (open_candidate(pid, pm, path, &rf, NULL) < 0 || rf.kind == RUNTIME_NONE ||
+                rf.kind == RUNTIME_2) {
+                saw_py2 |= rf.kind == RUNTIME_2;
+                elfimg_free(rf.img);
+                continue;
+            }
+            *ret_rf = rf;
+            return 0;
+        }
+    }
+    if (saw_py2)
+        return pyf_fail(e, PYF_UNSUPPORTED, ENOTSUP, 0,
+                        "pid %d runs Python 2, which is not supported (probed reads CPython "
+                        "3.6 to 3.13)",
+                        (int)pid);
+    return pyf_fail(e, PYF_NOT_PYTHON, ENOENT, 0,
+                    "pid %d (%s) is not a CPython 3 process: none of its mapped files holds "
+                    "a Python runtime",
+                    (int)pid, exe[0] ? base_name(exe) : "?");
+}
+
+static int symbol_raddr(const struct runtime_file *rf, const char *name, uint64_t *ret)
+{
+    uint64_t v;
+    int r = elfimg__symbol(rf->img, name, &v);
+
+    if (r == 0)
+        *ret = v + rf->bias;
+    return r;
+}
+
+/* "3.11.7" from PY_VERSION_HEX 0x030b07f0, with a1/b2/rc3 for pre-releases. */
+static void version_from_hex(uint64_t hex, char *buf, size_t size)
+{
+    static const char *const level[] = {"a", "a", "a", "a", "a",  "a", "a", "a",
+                                        "a", "a", "a", "b", "rc", "",  "",  ""};
+    unsigned lvl = (hex >> 4) & 0xf, serial = hex & 0xf;
+
+    if (lvl == 0xf)
+        snprintf(buf, size, "%u.%u.%u", (unsigned)(hex >> 24) & 0xff, (unsigned)(hex >> 16) & 0xff,
+                 (unsigned)(hex >> 8) & 0xff);
+    else
+        snprintf(buf, size, "%u.%u.%u%s%u", (unsigned)(hex >> 24) & 0xff,
+                 (unsigned)(hex >> 16) & 0xff, (unsigned)(hex >> 8) & 0xff, level[lvl], serial);
+}
+
+/* The minor version named in a file name like libpython3.9.so or python3.11, or -1. */
+static int minor_from_name(const char *path)
+{
+    const char *p = strstr(base_name(path), "python3.");
+
+    if (!p || !isdigit((unsigned char)p[8]))
+        return -1;
+    return atoi(p + 8);
+}
+
+static int find_version(struct pyf_target *t, const struct runtime_file *rf, struct pyf_err *e)
+{
+    uint64_t raddr, hex;
+    int minor;
+
+    if (symbol_raddr(rf, "Py_Version", &raddr) == 0 &&
+        remote_read(t->info.pid, raddr, &hex, 4) == 0) {
+        hex &= 0xffffffffu;
+        if ((hex >> 24) == 3) {
+            t->info.version = PYF_VER(3, (uint32_t)(hex >> 16) & 0xff);
+            version_from_hex(hex, t->info.version_str, sizeof(t->info.version_str));
+            return 0;
+        }
+    }
+    minor = rf->kind == RUNTIME_36 ? 6 : minor_from_name(rf->path);
+    if (elfimg__find_version(rf->img, 3, minor, t->info.version_str, sizeof(t->info.version_str)) ==
+        0) {
+        minor = atoi(strchr(t->info.version_str, '.') + 1);
+    } else if (minor >= 0) {
+        snprintf(t->info.version_str, sizeof(t->info.version_str), "3.%d", minor);
+    } else {
+        return pyf_fail(e, PYF_UNSUPPORTED, ENOENT, 0,
+                        "pid %d: cannot tell the Python version of %s", t->info.pid, rf->path);
+    }
+    t->info.version = PYF_VER(3, (uint32_t)minor);
+    return 0;
+}
+
+/* The layout: our table, overlaid (3.13+) with the offsets the target publishes. */
+static int choose_layout(struct pyf_target *t, struct pyf_err *e)
+{
+    const struct pyf_layout *table = layout_for_version(t->info.version);
+    uint8_t raw[DEBUG_OFFSETS_BYTES];
+
+    if (PYF_VERSION_MINOR(t->info.version) >= 13 &&
+        remote_read(t->info.pid, t->info.runtime_raddr, raw, sizeof(raw)) == 0 &&
+        layout_from_debug_offsets(raw, sizeof(raw), t->info.version, &t->lay) == 0) {
+        t->info.debug_offsets = true;
+        return 0;
+    }
+    if (!table)
+        return pyf_fail(e, PYF_UNSUPPORTED, ENOTSUP, 0,
+                        "pid %d runs Python %s, which this probed does not read (it reads "
+                        "CPython 3.6 to 3.13)",
+                        t->info.pid, t->info.version_str);
+    t->lay = *table;
+    return 0;
+}
+
+static size_t max_plus(size_t size, const int32_t *offs, size_t n)
+{
+    size_t m = 0;
+
+    for (size_t i = 0; i < n; i++)
+        if (offs[i] >= 0 && (size_t)offs[i] + size > m)
+            m = (size_t)offs[i] + size;
+    return (m + 7) & ~(size_t)7;
+}
+
+static void size_reads(struct pyf_target *t)
+{
+    const struct pyf_layout *l = &t->lay;
+    int32_t ts[] = {l->ts_next, l->ts_interp, l->ts_frame, l->ts_thread_id, l->ts_native_thread_id};
+    int32_t fr[] = {l->fr_back, l->fr_code, l->fr_lasti, l->fr_owner};
+    int32_t co[] = {l->ob_type,     l->co_filename,  l->co_name,
+                    l->co_qualname, l->co_linetable, l->co_firstlineno};
+
+    t->ts_read = max_plus(8, ts, sizeof(ts) / sizeof(ts[0]));
+    t->fr_read = max_plus(8, fr, sizeof(fr) / sizeof(fr[0]));
+    t->co_read = max_plus(8, co, sizeof(co) / sizeof(co[0]));
+}
+
+static int find_addresses(struct pyf_target *t, const struct runtime_file *rf, struct pyf_err *e)
+{
+    static const struct {
+        const char *name;
+        size_t at;
+    } types[] = {
+        {"PyCode_Type", offsetof(struct pyf_types, code)},
+        {"PyUnicode_Type", offsetof(struct pyf_types, str)},
+        {"PyBytes_Type", offsetof(struct pyf_types, bytes)},
+        {"PyLong_Type", offsetof(struct pyf_types, long_)},
+        {"PyBool_Type", offsetof(struct pyf_types, bool_)},
+        {"PyFloat_Type", offsetof(struct pyf_types, float_)},
+        {"_Py_NoneStruct", offsetof(struct pyf_types, none)},
+        {"PyCell_Type", offsetof(struct pyf_types, cell)},
+        {"PyTuple_Type", offsetof(struct pyf_types, tuple)},
+    };
+
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+        symbol_raddr(rf, types[i].name, (uint64_t *)((char *)&t->types + types[i].at));
+    if (rf->kind == RUNTIME_36) {
+        /* interp_head is static (.symtab only); stripped 3.6 falls back, in walk.c, to the
+         * interpreter of the thread holding the GIL. */
+        if (symbol_raddr(rf, "interp_head", &t->interp_head_raddr) < 0)
+            t->interp_head_raddr = 0;
+        symbol_raddr(rf, "_PyThreadState_Current", &t->tstate_current_raddr);
+        t->info.runtime_raddr = t->interp_head_raddr;
+    } else {
+        if (symbol_raddr(rf, "_PyRuntime", &t->info.runtime_raddr) < 0)
+            return pyf_fail(e, PYF_NOT_PYTHON, ENOENT, 0, "%s: no _PyRuntime", rf->path);
+    }
+    return 0;
+}
+
+static int finish_addresses(struct pyf_target *t)
+{
+    const struct pyf_layout *l = &t->lay;
+
+    if (l->rt_interp_head >= 0)
+        t->interp_head_raddr = t->info.runtime_raddr + (uint64_t)l->rt_interp_head;
+    if (l->gil_model == PYF_GIL_RUNTIME)
+        t->tstate_current_raddr = t->info.runtime_raddr + (uint64_t)l->rt_tstate_current;
+    return 0;
+}
+
+static int alloc_scratch(struct pyf_target *t)
+{
+    size_t n = PYF_DEPTH_MAX + 1;
+
+    t->frame_buf = calloc(n, t->fr_read > t->ts_read ? t->fr_read : t->ts_read);
+    t->frame_raddr = calloc(n, sizeof(*t->frame_raddr));
+    t->liov = calloc(n, sizeof(*t->liov));
+    t->riov = calloc(n, sizeof(*t->riov));
+    t->code_buf = calloc(n, t->co_read);
+    t->raw = calloc(n, sizeof(*t->raw));
+    t->codes = codecache_new(CODECACHE_SETS);
+    if (!t->frame_buf || !t->frame_raddr || !t->liov || !t->riov || !t->code_buf || !t->raw ||
+        !t->codes)
+        return -ENOMEM;
+    return 0;
+}
+
+/* A read that fails here fails for a reason worth telling: permission, or gone. */
+static int check_readable(struct pyf_target *t, struct pyf_err *e)
+{
+    uint64_t word;
+    uint64_t at = t->info.runtime_raddr ? t->info.runtime_raddr : t->tstate_current_raddr;
+    int r = remote_read(t->info.pid, at, &word, sizeof(word));
+
+    if (r == -EPERM || r == -EACCES)
+        return pyf_fail(e, PYF_DENIED, -r, at,
+                        "pid %d: cannot read its memory (run as root or as the process's "
+                        "owner; the process may also be non-dumpable)",
+                        t->info.pid);
+    if (r < 0)
+        return pyf_fail(e, pyf_read_err_kind(-r), -r, at, "pid %d: read the runtime at 0x%" PRIx64,
+                        t->info.pid, at);
+    return 0;
+}
+
+static int open_procmaps(pid_t pid, struct procmaps *pm, struct pyf_err *e)
+{
+    int r = procmaps_read(pid, pm);
+
+    if (r == -ENOENT || r == -ESRCH)
+        return pyf_fail(e, PYF_GONE, ESRCH, 0, "pid %d does not exist (or has exited)", (int)pid);
+    if (r == -EACCES || r == -EPERM)
+        return pyf_fail(e, PYF_DENIED, -r, 0,
+                        "pid %d: cannot read /proc/%d/maps (run as root or as the process's "
+                        "owner)",
+                        (int)pid, (int)pid);
+    if (r < 0)
+        return pyf_fail(e, PYF_INVALID, -r, 0, "pid %d: read /proc/%d/maps", (int)pid, (int)pid);
+    return 0;
+}
+
+int pyf_target_open(pid_t pid, struct pyf_target **ret_target, struct pyf_err *reterr)
+{
+    struct procmaps pm = {0};
+    struct runtime_file rf = {0};
+    struct pyf_target *t = NULL;
+    int r;
+
+    if (pid <= 0)
+        return pyf_fail(reterr, PYF_INVALID, EINVAL, 0, "invalid pid %d", (int)pid);
+    r = open_procmaps(pid, &pm, reterr);
+    if (r < 0)
+        return r;
+    r = find_runtime_file(pid, &pm, &rf, reterr);
+    if (r < 0)
+        goto out;
+    t = calloc(1, sizeof(*t));
+    if (!t) {
+        r = pyf_fail(reterr, PYF_INVALID, ENOMEM, 0, "pyf_target");
+        goto out;
+    }
+    t->info.pid = pid;
+    t->pthread_tid_off = -1;
+    snprintf(t->info.runtime_file, sizeof(t->info.runtime_file), "%s", rf.path);
+    r = find_addresses(t, &rf, reterr);
+    if (r == 0)
+        r = check_readable(t, reterr);
+    if (r == 0)
+        r = find_version(t, &rf, reterr);
+    if (r == 0 && PYF_VERSION_MINOR(t->info.version) < 6)
+        r = pyf_fail(reterr, PYF_UNSUPPORTED, ENOTSUP, 0,
+                     "pid %d runs Python %s; probed reads CPython 3.6 to 3.13", (int)pid,
+                     t->info.version_str);
+    if (r == 0)
+        r = choose_layout(t, reterr);
+    if (r < 0)
+        goto out;
+    finish_addresses(t);
+    size_reads(t);
+    if (alloc_scratch(t) < 0) {
+        r = pyf_fail(reterr, PYF_INVALID, ENOMEM, 0, "pid %d: sample buffers", (int)pid);
+        goto out;
+    }
+    *ret_target = t;
+    t = NULL;
+out:
+    pyf_target_free(t);
+    elfimg_free(rf.img);
+    procmaps_free(&pm);
+    return r;
+}
+
+void pyf_target_free(struct pyf_target *t)
+{
+    if (!t)
+        return;
+    for (int i = 0; i < STATFD_SLOTS; i++)
+        if (t->statfds[i].tid)
+            close(t->statfds[i].fd);
+    codecache_free(t->codes);
+    free(t->frame_buf);
+    free(t->frame_raddr);
+    free(t->liov);
+    free(t->riov);
+    free(t->code_buf);
+    free(t->raw);
+    free(t);
+}
+
+const struct pyf_target_info *pyf_target__info(const struct pyf_target *t)
+{
+    return &t->info;
+}
+
+void pyf_thread_name(pid_t pid, pid_t tid, char *buf, size_t size)
+{
+    char path[64];
+    ssize_t n = -1;
+    int fd;
+
+    if (size == 0)
+        return;
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/comm", (int)pid, (int)tid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        n = read(fd, buf, size - 1);
+        close(fd);
+    }
+    if (n < 0)
+        n = 0;
+    buf[n] = '\0';
+    buf[strcspn(buf, "\n")] = '\0';
+}

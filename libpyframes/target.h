@@ -1,0 +1,77 @@
+/*
+ * target.h - struct pyf_target, shared by the modules that read one target process.
+ *
+ * target.c fills it once in pyf_target_open(): where the runtime is, which layout applies,
+ * the addresses of the type objects we compare against, and every buffer a sample needs.
+ * walk.c (threads, stacks), pyobj.c (objects) and locals.c only read it, except for the
+ * caches and scratch buffers, which belong to whichever call is running (one at a time).
+ */
+#ifndef PYF_TARGET_H
+#define PYF_TARGET_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "codecache.h"
+#include "layout.h"
+#include "pyframes.h"
+
+/* Addresses of the type objects (and None) in the target; 0 when not exported. */
+struct pyf_types {
+    uint64_t code, str, bytes, long_, bool_, float_, none, cell, tuple;
+};
+
+/* What walk.c keeps of one frame between reading it and resolving its code object. */
+struct raw_frame {
+    uint64_t raddr, code, back;
+    int64_t lasti; /* byte offset of the instruction in the code; < 0: not started */
+    bool skip;     /* an interpreter shim frame, not Python code */
+};
+
+#define STATFD_SLOTS 64 /* threads whose /proc stat file we keep open */
+
+struct statfd {
+    pid_t tid; /* 0: free */
+    int fd;
+};
+
+struct pyf_target {
+    struct pyf_target_info info;
+    struct pyf_layout lay;
+    uint64_t interp_head_raddr;    /* where the first PyInterpreterState pointer lives */
+    uint64_t tstate_current_raddr; /* where the GIL holder's PyThreadState* lives, or 0 */
+    struct pyf_types types;
+    int pthread_tid_off; /* <= 3.10: offset of tid in glibc's struct pthread; -1: unknown */
+
+    /* bytes to read of each struct: up to the last field we use */
+    size_t ts_read, fr_read, co_read;
+
+    /* scratch for one stack, PYF_DEPTH_MAX + 1 entries each (the +1 is the tstate) */
+    uint8_t *frame_buf;
+    uint64_t *frame_raddr;
+    struct iovec *liov, *riov;
+    uint8_t *code_buf;
+    struct raw_frame *raw;
+
+    struct codecache *codes;
+    struct statfd statfds[STATFD_SLOTS];
+};
+
+/* A field of @size bytes at @off in a buffer read from the target (memcpy: no alignment or
+ * aliasing assumptions about target data). */
+static inline uint64_t field_u64(const uint8_t *buf, int32_t off)
+{
+    uint64_t v;
+    __builtin_memcpy(&v, buf + off, sizeof(v));
+    return v;
+}
+
+static inline int32_t field_i32(const uint8_t *buf, int32_t off)
+{
+    int32_t v;
+    __builtin_memcpy(&v, buf + off, sizeof(v));
+    return v;
+}
+
+#endif

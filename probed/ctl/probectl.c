@@ -1,0 +1,53 @@
+/*
+ * probectl.c - the command-line client of probed: `probectl <command> [args]`.
+ *
+ * Each command lives in its own file with a <command>_main(); this file only dispatches.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "backtrace.h"
+
+#define PROBED_VERSION "0.1.0"
+
+struct command {
+    const char *name;
+    int (*main)(int argc, char **argv);
+    const char *help;
+};
+
+static const struct command commands[] = {
+    {"backtrace", backtrace_main, "print every thread's Python stack of a running process"},
+    {"dump", backtrace_main, "alias of backtrace"},
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: probectl <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].help);
+    fprintf(out, "\nRun `probectl <command> --help` for a command's options.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("probectl %s\n", PROBED_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        if (strcmp(argv[1], commands[i].name) == 0)
+            return commands[i].main(argc - 1, argv + 1);
+    fprintf(stderr, "probectl: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
