@@ -87,6 +87,7 @@ static int calibrate_pthread_tid(struct pyf_target *t, const uint64_t *pthreads,
     pid_t tids[THREADS_MAX];
     size_t n_tids = task_tids(t->info.pid, tids, THREADS_MAX);
     uint8_t *bufs;
+    size_t best_matches = 0;
     int best = -1;
 
     if (n == 0 || n_tids == 0)
@@ -98,15 +99,21 @@ static int calibrate_pthread_tid(struct pyf_target *t, const uint64_t *pthreads,
         if (remote_read(t->info.pid, pthreads[i], bufs + i * PTHREAD_SCAN_BYTES,
                         PTHREAD_SCAN_BYTES) < 0)
             memset(bufs + i * PTHREAD_SCAN_BYTES, 0, PTHREAD_SCAN_BYTES);
-    for (int off = 0; off + 4 <= PTHREAD_SCAN_BYTES && best < 0; off += 4) {
-        bool all = true;
-        for (size_t i = 0; i < n && all; i++) {
+    /* A thread that is exiting may already be gone from /proc while its thread state is
+     * still listed, so take the offset that matches the most threads, among those at which
+     * some thread (the main one) holds the pid itself. */
+    for (int off = 0; off + 4 <= PTHREAD_SCAN_BYTES; off += 4) {
+        size_t matches = 0;
+        bool has_pid = false;
+        for (size_t i = 0; i < n; i++) {
             int32_t v = field_i32(bufs + i * PTHREAD_SCAN_BYTES, off);
-            all = v > 0 && tid_in(v, tids, n_tids);
+            matches += v > 0 && tid_in(v, tids, n_tids);
+            has_pid |= v == t->info.pid;
         }
-        /* One thread alone could match by chance (any small int); insist on the pid. */
-        if (all && (n > 1 || field_i32(bufs, off) == t->info.pid))
+        if (has_pid && matches * 2 > n && matches > best_matches) {
             best = off;
+            best_matches = matches;
+        }
     }
     free(bufs);
     if (best < 0)

@@ -116,7 +116,7 @@ def asyncio_thread():
 def big_body_thread(path):
     sys.path.insert(0, os.path.dirname(path))
     mod = __import__(os.path.basename(path)[:-3])
-    mod.big(report, forever)
+    mod.big(report, forever)  # MARK:big_caller
 
 
 def unicode_thread(path):

@@ -1,0 +1,24 @@
+#!/bin/sh
+# Installs every Debian package probed needs to build, test and demo. Idempotent; run as root.
+set -eu
+if [ "$(id -u)" -ne 0 ]; then
+    echo "setup.sh: run as root (it installs Debian packages with apt-get)" >&2
+    exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+packages="
+  build-essential cmake pkg-config git clang llvm clang-format libclang-rt-14-dev
+  libelf-dev libdw-dev libunwind-dev libbpf-dev linux-libc-dev
+  libsqlite3-dev sqlite3 libevent-dev libjansson-dev libcurl4-openssl-dev libedit-dev
+  python3 python3-pytest python3-torch procps util-linux
+"
+missing=""
+for p in $packages; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+    apt-get update -q
+    # shellcheck disable=SC2086
+    apt-get install -y -q --no-install-recommends $missing
+fi
+echo "setup.sh: all packages present"

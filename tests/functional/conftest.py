@@ -1,0 +1,115 @@
+"""Shared fixtures for the functional tests: real interpreters, real targets, real binaries.
+
+The interpreters are every pyenv CPython 3.6-3.13 plus Debian's /usr/bin/python3. One that is
+not installed is reported as a skip with its reason (pytest -rs prints it), never dropped.
+"""
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
+BUILD = os.environ.get('PROBED_BUILD', os.path.join(ROOT, 'build'))
+PROBECTL = os.path.join(BUILD, 'probed', 'probectl')
+TARGETS = os.path.join(ROOT, 'tests', 'targets')
+PYENV = os.environ.get('PYENV_ROOT', os.path.expanduser('~/.pyenv'))
+MINORS = ['3.6', '3.7', '3.8', '3.9', '3.10', '3.11', '3.12', '3.13']
+
+
+def find_interpreters():
+    """[(id, path or None)]: one pyenv build per minor, then Debian's python3."""
+    found = []
+    for minor in MINORS:
+        builds = sorted(glob.glob(os.path.join(PYENV, 'versions', minor + '.*', 'bin', 'python' + minor)))
+        found.append(('pyenv-' + minor, builds[-1] if builds else None))
+    found.append(('debian-python3', '/usr/bin/python3' if os.path.exists('/usr/bin/python3') else None))
+    return found
+
+
+INTERPRETERS = find_interpreters()
+
+
+def interpreter_params():
+    return [pytest.param(path, id=name) for name, path in INTERPRETERS]
+
+
+def require(path):
+    if path is None:
+        pytest.skip('interpreter not installed on this machine')
+
+
+def marks(path):
+    """{name: line} from the '# MARK:name' comments of a target file."""
+    out = {}
+    with open(path, encoding='utf-8') as f:
+        for i, line in enumerate(f, 1):
+            m = re.search(r'# MARK:(\w+)', line)
+            if m:
+                out[m.group(1)] = i
+    return out
+
+
+class Target:
+    """A running target script; killed (and reaped) on close."""
+
+    def __init__(self, python, script, *args, env=None, ready=True):
+        self.proc = subprocess.Popen([python, os.path.join(TARGETS, script)] + list(args),
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env=env, universal_newlines=True)
+        self.pid = self.proc.pid
+        self.info = None
+        if ready:
+            self.info = self.wait_ready()
+
+    def wait_ready(self, timeout=60):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            line = self.proc.stdout.readline()
+            if line.startswith('READY'):
+                return json.loads(line[5:])
+            if not line and self.proc.poll() is not None:
+                raise RuntimeError('target exited: %s' % self.proc.stderr.read())
+        raise RuntimeError('target not ready in %ds' % timeout)
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for f in (self.proc.stdout, self.proc.stderr):
+            f.close()
+
+
+@pytest.fixture
+def target_factory():
+    made = []
+
+    def make(*args, **kw):
+        t = Target(*args, **kw)
+        made.append(t)
+        return t
+    yield make
+    for t in made:
+        t.close()
+
+
+def probectl(*args, user=None, check=False):
+    cmd = [PROBECTL] + [str(a) for a in args]
+    if user:
+        cmd = ['setpriv', '--reuid=' + user, '--regid=' + user, '--clear-groups'] + cmd
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True, timeout=120)
+    if check and r.returncode != 0:
+        raise AssertionError('probectl %s failed (%d): %s' % (args, r.returncode, r.stderr))
+    return r
+
+
+def pytest_report_header(config):
+    lines = ['probectl: %s' % PROBECTL]
+    for name, path in INTERPRETERS:
+        lines.append('interpreter %-15s %s' % (name, path or 'NOT INSTALLED (its tests are skipped)'))
+    return lines

@@ -1,0 +1,141 @@
+"""probectl backtrace against tests/targets/shapes.py on every interpreter.
+
+Checks the exact function, file and line of every frame the target owns, per thread, plus
+the locals of the innermost frame, the GIL holder and the idle flags.
+"""
+import json
+import os
+import re
+
+import pytest
+
+from conftest import TARGETS, interpreter_params, marks, probectl, require
+
+SHAPES = os.path.join(TARGETS, 'shapes.py')
+M = marks(SHAPES)
+
+
+def version_of(python):
+    m = re.search(r'python(3\.\d+)$', python)
+    return tuple(int(x) for x in m.group(1).split('.')) if m else (3, 11)
+
+
+def qual(python, qualname):
+    """The name libpyframes reports: qualified from 3.11 (co_qualname), bare before."""
+    return qualname if version_of(python) >= (3, 11) else qualname.split('.')[-1]
+
+
+def own_frames(thread, files):
+    """(function, basename, line) of the frames in @files, innermost first."""
+    names = [os.path.basename(x) for x in files]
+    return [(f['function'], os.path.basename(f['file']), f['line'])
+            for f in thread['frames'] if os.path.basename(f['file']) in names]
+
+
+def expected_shapes(python):
+    s = 'shapes.py'
+    return {
+        'main': [('leaf', s, M['leaf']), ('recurse', s, M['recurse_base'])] +
+                [('recurse', s, M['recurse'])] * 50 +
+                [('level_b', s, M['level_b']), ('level_a', s, M['level_a']),
+                 ('main', s, M['main']), ('<module>', s, M['module'])],
+        'sleeper': [('sleeper', s, M['sleeper'])],
+        'blocked': [('blocked', s, M['blocked'])],
+        'method': [(qual(python, 'Worker.run'), s, M['method'])],
+        'generator': [('gen_body', s, M['generator']),
+                      ('generator_thread', s, M['generator_caller'])],
+        'lambda': [(qual(python, 'lambda_thread.<locals>.<lambda>'), s, M['lambda']),
+                   ('lambda_thread', s, M['lambda_caller'])],
+        'coroutine': [('coro_body', s, M['coroutine']),
+                      ('asyncio_thread', s, M['coroutine_caller'])],
+        # The 10 000-line body: def at 1, report at 2, 10 000 assignments, then the wait.
+        'big': [('big', 'bigbody.py', 10003), ('big_body_thread', s, M['big_caller'])],
+        'unicode': [('\u00fcberfunktion_\u65e5\u672c', 'mod\u00fcl_\u30c6\u30b9\u30c8.py', 4),
+                    ('unicode_thread', s, M['unicode_caller'])],
+    }
+
+
+def read_json(pid, *extra):
+    r = probectl('backtrace', pid, '--json', *extra, check=True)
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize('python', interpreter_params())
+def test_every_thread_exact_frames(python, target_factory):
+    require(python)
+    t = target_factory(python, 'shapes.py')
+    data = read_json(t.pid)
+    assert data['pid'] == t.pid
+    assert data['python_version'].startswith('%d.%d.' % version_of(python))
+    assert 'shapes.py' in data['command']
+    by_tid = {th['tid']: th for th in data['threads']}
+    tids = t.info['tids']
+    files = [SHAPES, os.path.join(t.info['tmp'], 'bigbody.py'),
+             os.path.join(t.info['tmp'], 'mod\u00fcl_\u30c6\u30b9\u30c8.py')]
+    for name, want in expected_shapes(python).items():
+        assert tids[name] in by_tid, 'thread %s (tid %d) missing' % (name, tids[name])
+        th = by_tid[tids[name]]
+        got = own_frames(th, files)
+        assert got == want, 'thread %s' % name
+        assert not th['truncated'] and 'error' not in th
+        # The innermost frame is the stdlib's wait/acquire (or ours), never garbage.
+        assert th['frames'][0]['line'] > 0
+        assert th['frames'][-1]['first_line'] > 0
+
+
+@pytest.mark.parametrize('python', interpreter_params())
+def test_locals_of_innermost_frames(python, target_factory):
+    require(python)
+    t = target_factory(python, 'shapes.py')
+    data = read_json(t.pid, '--locals')
+    main = next(th for th in data['threads'] if th['tid'] == t.info['tids']['main'])
+    leaf = next(f for f in main['frames'] if f['function'] == 'leaf')
+    got = {l['name']: l['value'] for l in leaf['locals']}
+    for name, value in t.info['locals'].items():
+        assert got[name] == value, name
+    assert re.match(r'^<list at 0x[0-9a-f]+>$', got['items'])
+    assert re.match(r'^<list at 0x[0-9a-f]+>$', got['started'])
+    recurse = [f for f in main['frames'] if f['function'] == 'recurse']
+    assert [{l['name']: l['value'] for l in f['locals']}['n'] for f in recurse] == \
+        [str(i) for i in range(51)]
+    # --locals=1: only the innermost frame of each thread has them.
+    one = read_json(t.pid, '--locals=1')
+    for th in one['threads']:
+        assert 'locals' in th['frames'][0]
+        assert all('locals' not in f for f in th['frames'][1:])
+
+
+@pytest.mark.parametrize('python', interpreter_params())
+def test_gil_and_idle_flags(python, target_factory):
+    require(python)
+    t = target_factory(python, 'shapes.py')
+    tids = t.info['tids']
+    busy_on_cpu = busy_gil = 0
+    for _ in range(20):
+        data = read_json(t.pid)
+        by_tid = {th['tid']: th for th in data['threads']}
+        assert sum(th['holds_gil'] for th in data['threads']) <= 1
+        for name in ('sleeper', 'blocked', 'method', 'main'):
+            assert not by_tid[tids[name]]['on_cpu'], name
+            assert not by_tid[tids[name]]['holds_gil'], name
+        busy_on_cpu += by_tid[tids['busy']]['on_cpu']
+        busy_gil += by_tid[tids['busy']]['holds_gil']
+    assert busy_on_cpu >= 10, 'the busy thread should mostly be seen running'
+    assert busy_gil >= 5, 'the busy thread should mostly be seen holding the GIL'
+
+
+@pytest.mark.parametrize('python', interpreter_params())
+def test_text_output(python, target_factory):
+    require(python)
+    t = target_factory(python, 'shapes.py')
+    r = probectl('backtrace', t.pid, check=True)
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith('Process %d: ' % t.pid) and 'shapes.py' in lines[0]
+    assert re.match(r'^Python 3\.\d+\.\d+ \(/', lines[1])
+    main_hdr = [l for l in lines if l.startswith('Thread %d ' % t.info['tids']['main'])]
+    assert main_hdr and '(idle)' in main_hdr[0]
+    busy_hdr = [l for l in lines if l.startswith('Thread %d ' % t.info['tids']['busy'])][0]
+    assert '(active)' in busy_hdr or '(idle)' in busy_hdr
+    assert '    leaf (%s:%d)' % (SHAPES, M['leaf']) in r.stdout
+    # dump is an alias
+    assert probectl('dump', t.pid, check=True).stdout.splitlines()[0] == lines[0]
