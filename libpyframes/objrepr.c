@@ -102,9 +102,14 @@ void objrepr_long(const uint32_t *digits, size_t n, unsigned bits, bool negative
             carry /= 1000000000u;
         }
     }
+    if (n_chunks == 0) { /* digits with only bits above @bits set: a corrupt zero */
+        puts_(&o, "0");
+        free(chunks);
+        return;
+    }
     if (negative)
         puts_(&o, "-");
-    snprintf(tmp, sizeof(tmp), "%u", n_chunks ? chunks[n_chunks - 1] : 0);
+    snprintf(tmp, sizeof(tmp), "%u", chunks[n_chunks - 1]);
     puts_(&o, tmp);
     for (size_t j = n_chunks - 1; j-- > 0;) {
         snprintf(tmp, sizeof(tmp), "%09u", chunks[j]);

@@ -100,7 +100,7 @@ def target_factory():
 def probectl(*args, user=None, check=False):
     cmd = [PROBECTL] + [str(a) for a in args]
     if user:
-        cmd = ['setpriv', '--reuid=' + user, '--regid=' + user, '--clear-groups'] + cmd
+        cmd = ['setpriv', '--reuid=' + user, '--regid=nogroup', '--clear-groups'] + cmd
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        universal_newlines=True, timeout=120)
     if check and r.returncode != 0:

@@ -1,0 +1,129 @@
+/*
+ * bench_sample.c - samples a bench/targets/deep.py process at a fixed rate and prints figures.
+ *
+ * usage: bench_sample <pid> <rate_hz|0> <seconds> <file> <base_line> <depth>
+ * rate 0 samples back to back (the maximum sustained rate). A sample is what the daemon's
+ * sampler does per tick: list the threads, then read every thread's stack. The main thread's
+ * stack is checked against the shape deep.py generates: lvl_k ... lvl_0 with each caller at
+ * its call line. Prints one JSON object.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "pyframes.h"
+
+#define THREADS_CAP 16
+#define DEPTH_CAP 128
+
+struct shape {
+    const char *file;
+    int base, depth;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static double cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+/* True when @st is a stack deep.py really has: lvl_k innermost ... lvl_0, then its callers,
+ * every non-innermost lvl_j at its call line, the innermost anywhere in its body. */
+static bool consistent(const struct pyf_stack *st, const struct shape *sh)
+{
+    int k = -1;
+    size_t i;
+
+    for (i = 0; i < st->n_frames; i++) {
+        const struct pyf_frame *f = &st->frames[i];
+        int j;
+        if (strcmp(f->file, sh->file) != 0 || sscanf(f->func, "lvl_%d", &j) != 1)
+            break;
+        if (k >= 0 && j != k - 1)
+            return false;
+        if (f->first_line != sh->base + 6 * j)
+            return false;
+        if (i > 0 && f->line != sh->base + 6 * j + 2)
+            return false;
+        if (i == 0 && (f->line < f->first_line || f->line > f->first_line + 3))
+            return false;
+        k = j;
+    }
+    return k == 0 && i < st->n_frames; /* reached lvl_0, and its caller (main) follows */
+}
+
+int main(int argc, char **argv)
+{
+    static struct pyf_thread threads[THREADS_CAP];
+    static struct pyf_frame frames[THREADS_CAP][DEPTH_CAP];
+    struct pyf_stack stacks[THREADS_CAP];
+    unsigned long n = 0, ok = 0, torn = 0, good = 0, checked = 0;
+    struct shape sh;
+    struct pyf_target *t;
+    struct pyf_err e;
+    double rate, secs, t0, cpu0, next, cpu;
+    pid_t pid;
+
+    if (argc != 7)
+        return fprintf(stderr, "usage: bench_sample <pid> <hz|0> <s> <file> <base> <depth>\n"), 2;
+    pid = atoi(argv[1]);
+    rate = atof(argv[2]);
+    secs = atof(argv[3]);
+    sh = (struct shape){argv[4], atoi(argv[5]), atoi(argv[6])};
+    if (pyf_target_open(pid, &t, &e) < 0)
+        return fprintf(stderr, "bench_sample: %s\n", e.msg), 1;
+    for (int i = 0; i < THREADS_CAP; i++)
+        stacks[i] = (struct pyf_stack){.frames = frames[i], .cap = DEPTH_CAP};
+    t0 = next = now_s();
+    cpu0 = cpu_s();
+    while (now_s() - t0 < secs) {
+        size_t nt = 0;
+        bool sample_ok;
+
+        if (rate > 0) {
+            struct timespec ts;
+            next += 1.0 / rate;
+            ts.tv_sec = (time_t)next;
+            ts.tv_nsec = (long)((next - (double)ts.tv_sec) * 1e9);
+            clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+        }
+        n++;
+        sample_ok = pyf_target__threads(t, threads, THREADS_CAP, &nt, &e) == 0;
+        for (size_t i = 0; sample_ok && i < nt; i++) {
+            if (pyf_target__stack(t, &threads[i], &stacks[i], &e) < 0) {
+                sample_ok = false;
+                break;
+            }
+            if (threads[i].tid == pid) {
+                checked++;
+                good += consistent(&stacks[i], &sh);
+            }
+        }
+        if (sample_ok)
+            ok++;
+        else if (e.kind == PYF_TORN)
+            torn++;
+        else
+            return fprintf(stderr, "bench_sample: %s\n", e.msg), 1;
+    }
+    secs = now_s() - t0;
+    cpu = cpu_s() - cpu0;
+    printf("{\"requested_hz\": %.0f, \"achieved_hz\": %.1f, \"samples\": %lu, \"torn\": %lu, "
+           "\"cpu_us_per_sample\": %.2f, \"consistent\": %lu, \"checked\": %lu}\n",
+           rate, (double)n / secs, n, torn, cpu * 1e6 / (double)(n ? n : 1), good, checked);
+    pyf_target_free(t);
+    return 0;
+}

@@ -1,0 +1,121 @@
+/*
+ * fault_test.c - every remote read in libpyframes, made to fail in turn.
+ *
+ * Built against pyframes_faults (PYF_FAULTS): remote_faults makes the Nth read from now fail
+ * with EFAULT, ESRCH or EPERM. For each N until a whole open+threads+stacks+locals pass
+ * completes without reaching the fault, the pass must end in a clean error (right kind,
+ * message set) and free everything: run under ASan, a leak or overflow fails the test.
+ * usage: fault_test <python> <target.py>
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "pyframes.h"
+#include "remote.h"
+
+#define THREADS_CAP 64
+
+static int on_local(void *ctx, const char *name, const char *value)
+{
+    (void)ctx, (void)name, (void)value;
+    return 0;
+}
+
+/* One full pass; returns 0 on success, the error otherwise. */
+static int pass(pid_t pid, struct pyf_err *e)
+{
+    static struct pyf_thread threads[THREADS_CAP];
+    static struct pyf_frame frames[PYF_DEPTH_MAX];
+    struct pyf_stack st = {.frames = frames, .cap = PYF_DEPTH_MAX};
+    struct pyf_target *t;
+    size_t n;
+    int r = pyf_target_open(pid, &t, e);
+
+    if (r < 0)
+        return r;
+    r = pyf_target__threads(t, threads, THREADS_CAP, &n, e);
+    for (size_t i = 0; r == 0 && i < n; i++) {
+        st.n_frames = 0;
+        r = pyf_target__stack(t, &threads[i], &st, e);
+        for (size_t f = 0; r == 0 && f < st.n_frames && f < 3; f++)
+            r = pyf_target__locals(t, &st.frames[f], on_local, NULL, e);
+    }
+    pyf_target_free(t);
+    return r;
+}
+
+static pid_t start_target(const char *python, const char *script)
+{
+    int fds[2];
+    char buf[4096];
+    pid_t pid;
+    FILE *f;
+
+    if (pipe(fds) < 0)
+        return -1;
+    pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        close(fds[0]);
+        execl(python, python, script, (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    f = fdopen(fds[0], "r");
+    while (f && fgets(buf, sizeof(buf), f))
+        if (strncmp(buf, "READY", 5) == 0)
+            return pid; /* the pipe stays open: the target may print more */
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    static const int errs[] = {EFAULT, ESRCH, EPERM};
+    unsigned long passed = 0, failed = 0;
+    pid_t pid;
+
+    if (argc != 3)
+        return fprintf(stderr, "usage: fault_test <python> <target.py>\n"), 2;
+    if (access(argv[1], X_OK) != 0) {
+        printf("fault_test: %s is not installed on this machine: skipped\n", argv[1]);
+        return 77; /* CTest SKIP_RETURN_CODE: reported as skipped, with this line */
+    }
+    pid = start_target(argv[1], argv[2]);
+    if (pid < 0)
+        return fprintf(stderr, "fault_test: target did not start\n"), 2;
+    for (size_t k = 0; k < sizeof(errs) / sizeof(errs[0]); k++) {
+        for (long nth = 1;; nth++) {
+            struct pyf_err e;
+            int r;
+
+            memset(&e, 0, sizeof(e));
+            remote_faults = (struct remote_faults){.countdown = nth, .err = errs[k]};
+            r = pass(pid, &e);
+            if (remote_faults.countdown > 0) /* the fault was never reached: swept them all */
+                break;
+            if (r < 0 && e.msg[0] && e.kind != PYF_OK) {
+                passed++;
+            } else if (r == 0) {
+                passed++; /* a failed read that the library legitimately retries around */
+            } else {
+                failed++;
+                fprintf(stderr, "read %ld (%s): r=%d kind=%d msg='%s'\n", nth, strerror(errs[k]), r,
+                        e.kind, e.msg);
+            }
+            if (errs[k] == ESRCH && r < 0 && e.kind != PYF_GONE && e.kind != PYF_TORN) {
+                failed++;
+                fprintf(stderr, "read %ld: ESRCH gave kind %d\n", nth, e.kind);
+            }
+        }
+    }
+    remote_faults = (struct remote_faults){0};
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    printf("%lu passed, %lu failed\n", passed, failed);
+    return failed != 0 || passed == 0;
+}

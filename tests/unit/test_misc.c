@@ -1,0 +1,115 @@
+/* Unit tests: codecache.c, the version scanner in elfimg.c, and the layout tables. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "codecache.h"
+#include "elfimg.h"
+#include "layout.h"
+#include "unit.h"
+
+int test_codecache_pins_entries_of_the_walk(void);
+int test_version_scan(void);
+int test_layout_tables(void);
+int test_debug_offsets(void);
+
+int test_codecache_pins_entries_of_the_walk(void)
+{
+    struct codecache *cc = codecache_new(1); /* one set of 4 ways: forces collisions */
+    uint64_t key[CODE_KEY_WORDS] = {1, 2, 3, 4, 5};
+    struct code_info *e[6];
+    struct codecache_stats st;
+
+    CHECK(cc);
+    codecache__begin(cc);
+    for (int i = 0; i < 6; i++) {
+        e[i] = codecache__insert(cc, 0x1000 + 16 * i, key);
+        CHECK(e[i]);
+        e[i]->func = strdup("f");
+    }
+    /* Six live entries in a 4-way cache during one walk: none was evicted under us. */
+    for (int i = 0; i < 6; i++)
+        CHECK(codecache__find(cc, 0x1000 + 16 * i, key) == e[i]);
+    key[0] = 99; /* same address, another object: a miss */
+    CHECK(codecache__find(cc, 0x1000, key) == NULL);
+    codecache__begin(cc); /* the next walk frees the overflow */
+    key[0] = 1;
+    CHECK(codecache__find(cc, 0x1000, key) != NULL);
+    codecache__stats(cc, &st);
+    CHECK(st.hits == 7 && st.misses == 1);
+    codecache_free(cc);
+    codecache_free(NULL);
+    return 0;
+}
+
+int test_version_scan(void)
+{
+    static const char data[] = "\0junk\0/tmp/python-build/Python-3.9.18\0"
+                               "3.9\0"
+                               "2.7.18\0";
+    char buf[32];
+
+    CHECK(elfimg_scan_version((const unsigned char *)data, sizeof(data), 3, 9, buf, sizeof(buf)) ==
+          0);
+    CHECK_STR(buf, "3.9.18");
+    CHECK(elfimg_scan_version((const unsigned char *)data, sizeof(data), 2, -1, buf, sizeof(buf)) ==
+          0);
+    CHECK_STR(buf, "2.7.18");
+    CHECK(elfimg_scan_version((const unsigned char *)data, sizeof(data), 3, 10, buf, sizeof(buf)) <
+          0);
+    CHECK(elfimg_scan_version((const unsigned char *)"3.12.0rc1", 10, 3, 12, buf, sizeof(buf)) ==
+          0);
+    CHECK_STR(buf, "3.12.0rc1");
+    return 0;
+}
+
+int test_layout_tables(void)
+{
+    for (uint32_t minor = 6; minor <= 13; minor++) {
+        const struct pyf_layout *l = layout_for_version(PYF_VER(3, minor));
+        CHECK(l && l->version == PYF_VER(3, minor));
+        CHECK(l->ts_next > 0 && l->fr_back >= 0 && l->co_filename > 0 && l->co_name > 0);
+        CHECK(l->frame_model == (minor < 11 ? PYF_FRAME_OBJECT : PYF_FRAME_INTERP));
+        CHECK(l->long_digit_bits == 30);
+    }
+    CHECK(layout_for_version(PYF_VER(3, 5)) == NULL);
+    CHECK(layout_for_version(PYF_VER(2, 7)) == NULL);
+    return 0;
+}
+
+/* A _Py_DebugOffsets built from our own 3.13 table reads back as that table. */
+int test_debug_offsets(void)
+{
+    const struct pyf_layout *l = layout_for_version(PYF_VER(3, 13));
+    uint64_t w[128] = {0};
+    struct pyf_layout got;
+
+    memcpy(w, LAYOUT_DEBUG_COOKIE, 8);
+    w[1] = 0x030d00f0;
+    w[5] = (uint64_t)l->rt_interp_head;
+    w[7] = (uint64_t)l->is_id, w[8] = (uint64_t)l->is_next, w[9] = (uint64_t)l->is_tstate_head;
+    w[14] = (uint64_t)l->is_gil, w[15] = 1000;
+    w[17] = 1000 + (uint64_t)l->gil_locked, w[18] = 1000 + (uint64_t)l->gil_last_holder;
+    w[19] = (uint64_t)l->ts_size, w[21] = (uint64_t)l->ts_next, w[22] = (uint64_t)l->ts_interp;
+    w[23] = (uint64_t)l->ts_frame, w[24] = (uint64_t)l->ts_thread_id;
+    w[25] = (uint64_t)l->ts_native_thread_id;
+    w[29] = (uint64_t)l->fr_back, w[30] = (uint64_t)l->fr_code, w[31] = (uint64_t)l->fr_lasti;
+    w[32] = (uint64_t)l->fr_localsplus, w[33] = (uint64_t)l->fr_owner;
+    w[35] = (uint64_t)l->co_filename, w[36] = (uint64_t)l->co_name;
+    w[37] = (uint64_t)l->co_qualname, w[38] = (uint64_t)l->co_linetable;
+    w[39] = (uint64_t)l->co_firstlineno, w[40] = (uint64_t)l->co_argcount;
+    w[41] = (uint64_t)l->co_localsplusnames, w[42] = (uint64_t)l->co_localspluskinds;
+    w[43] = (uint64_t)l->co_code_adaptive, w[45] = (uint64_t)l->ob_type;
+    w[47] = (uint64_t)l->tp_name, w[49] = (uint64_t)l->tp_flags;
+    w[51] = (uint64_t)l->tuple_items, w[60] = (uint64_t)l->float_value;
+    w[63] = (uint64_t)l->long_digits, w[66] = (uint64_t)l->bytes_data;
+    w[68] = (uint64_t)l->str_state, w[69] = (uint64_t)l->str_length;
+    w[70] = (uint64_t)l->str_ascii_data;
+    CHECK(layout_from_debug_offsets(w, sizeof(w), PYF_VER(3, 13), &got) == 0);
+    CHECK(memcmp(&got, l, sizeof(got)) == 0);
+    CHECK(layout_from_debug_offsets(w, sizeof(w), PYF_VER(3, 14), &got) < 0);
+    w[2] = 1; /* free-threaded */
+    CHECK(layout_from_debug_offsets(w, sizeof(w), PYF_VER(3, 13), &got) < 0);
+    w[2] = 0, w[0] = 0; /* no cookie */
+    CHECK(layout_from_debug_offsets(w, sizeof(w), PYF_VER(3, 13), &got) < 0);
+    return 0;
+}

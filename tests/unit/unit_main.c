@@ -1,0 +1,45 @@
+/* unit_main.c - runs the unit-test cases: `unit` runs all, `unit NAME` runs one. */
+#include <stdio.h>
+#include <string.h>
+
+#define CASES(X)                                                                                   \
+    X(test_float_repr)                                                                             \
+    X(test_long_repr)                                                                              \
+    X(test_str_repr)                                                                               \
+    X(test_bytes_repr)                                                                             \
+    X(test_lnotab)                                                                                 \
+    X(test_linetable310)                                                                           \
+    X(test_locations)                                                                              \
+    X(test_linetable_hostile)                                                                      \
+    X(test_codecache_pins_entries_of_the_walk)                                                     \
+    X(test_version_scan)                                                                           \
+    X(test_layout_tables)                                                                          \
+    X(test_debug_offsets)
+
+#define DECLARE(name) int name(void);
+CASES(DECLARE)
+
+static const struct {
+    const char *name;
+    int (*fn)(void);
+} cases[] = {
+#define ENTRY(name) {#name, name},
+    CASES(ENTRY)};
+
+int main(int argc, char **argv)
+{
+    int passed = 0, failed = 0;
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        if (argc > 1 && strcmp(argv[1], cases[i].name) != 0)
+            continue;
+        if (cases[i].fn() == 0) {
+            passed++;
+        } else {
+            failed++;
+            fprintf(stderr, "FAIL %s\n", cases[i].name);
+        }
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed || passed == 0;
+}
