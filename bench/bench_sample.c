@@ -65,8 +65,17 @@ static bool consistent(const struct pyf_stack *st, const struct shape *sh)
     return k == 0 && i < st->n_frames; /* reached lvl_0, and its caller (main) follows */
 }
 
+/* BENCH_SHOW=1: print the first inconsistent stacks to stderr, to see how they are torn. */
+static void show(const struct pyf_stack *st)
+{
+    for (size_t i = 0; i < st->n_frames && i < 4; i++)
+        fprintf(stderr, "%s:%d@%llx%s", st->frames[i].func, st->frames[i].line,
+                (unsigned long long)st->frames[i].frame_raddr, i < 3 ? " < " : "\n");
+}
+
 int main(int argc, char **argv)
 {
+    int shown = 0;
     static struct pyf_thread threads[THREADS_CAP];
     static struct pyf_frame frames[THREADS_CAP][DEPTH_CAP];
     struct pyf_stack stacks[THREADS_CAP];
@@ -108,8 +117,11 @@ int main(int argc, char **argv)
                 break;
             }
             if (threads[i].tid == pid) {
+                bool c = consistent(&stacks[i], &sh);
                 checked++;
-                good += consistent(&stacks[i], &sh);
+                good += c;
+                if (!c && getenv("BENCH_SHOW") && shown++ < 8)
+                    show(&stacks[i]);
             }
         }
         if (sample_ok)

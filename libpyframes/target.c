@@ -28,6 +28,7 @@
 
 #define CODECACHE_SETS 1024
 #define DEBUG_OFFSETS_BYTES 1024
+#define BATCH_BYTES (1u << 20)
 
 /* How the runtime showed itself in a candidate file. */
 enum runtime_kind { RUNTIME_NONE, RUNTIME_3, RUNTIME_36, RUNTIME_2 };
@@ -242,7 +243,7 @@ static void size_reads(struct pyf_target *t)
 {
     const struct pyf_layout *l = &t->lay;
     int32_t ts[] = {l->ts_next, l->ts_interp, l->ts_frame, l->ts_thread_id, l->ts_native_thread_id};
-    int32_t fr[] = {l->fr_back, l->fr_code, l->fr_lasti, l->fr_owner};
+    int32_t fr[] = {l->fr_back, l->fr_code, l->fr_lasti, l->fr_owner, l->fr_state};
     int32_t co[] = {l->ob_type,     l->co_filename,  l->co_name,
                     l->co_qualname, l->co_linetable, l->co_firstlineno};
 
@@ -271,7 +272,7 @@ static int find_addresses(struct pyf_target *t, const struct runtime_file *rf, s
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
         symbol_raddr(rf, types[i].name, (uint64_t *)((char *)&t->types + types[i].at));
     if (rf->kind == RUNTIME_36) {
-        /* interp_head is static (.symtab only); stripped 3.6 falls back, in walk.c, to the
+        /* interp_head is static (.symtab only); stripped 3.6 falls back, in threads.c, to the
          * interpreter of the thread holding the GIL. */
         if (symbol_raddr(rf, "interp_head", &t->interp_head_raddr) < 0)
             t->interp_head_raddr = 0;
@@ -297,17 +298,22 @@ static int finish_addresses(struct pyf_target *t)
 
 static int alloc_scratch(struct pyf_target *t)
 {
-    size_t n = PYF_DEPTH_MAX + 1;
+    size_t n = SCRATCH_SLOTS;
 
-    t->frame_buf = calloc(n, t->fr_read > t->ts_read ? t->fr_read : t->ts_read);
-    t->frame_raddr = calloc(n, sizeof(*t->frame_raddr));
+    /* Frames, code heads and thread states of one sample, with room for merged gaps. */
+    if (batch_init(&t->batch, BATCH_BYTES, 2 * n + GUESS_THREADS_MAX + 8) < 0)
+        return -ENOMEM;
+    t->guess_u64 = calloc(n, sizeof(*t->guess_u64));
+    t->scratch_u64 = calloc(n, sizeof(*t->scratch_u64));
     t->liov = calloc(n, sizeof(*t->liov));
     t->riov = calloc(n, sizeof(*t->riov));
     t->code_buf = calloc(n, t->co_read);
+    t->heads = calloc(n, sizeof(*t->heads));
     t->raw = calloc(n, sizeof(*t->raw));
+    t->ts_buf = calloc(1, t->ts_read);
     t->codes = codecache_new(CODECACHE_SETS);
-    if (!t->frame_buf || !t->frame_raddr || !t->liov || !t->riov || !t->code_buf || !t->raw ||
-        !t->codes)
+    if (!t->guess_u64 || !t->scratch_u64 || !t->liov || !t->riov || !t->code_buf || !t->heads ||
+        !t->raw || !t->ts_buf || !t->codes)
         return -ENOMEM;
     return 0;
 }
@@ -405,13 +411,35 @@ void pyf_target_free(struct pyf_target *t)
         if (t->statfds[i].tid)
             close(t->statfds[i].fd);
     codecache_free(t->codes);
-    free(t->frame_buf);
-    free(t->frame_raddr);
+    batch_free(&t->batch);
+    free(t->guess_u64);
+    free(t->scratch_u64);
     free(t->liov);
     free(t->riov);
     free(t->code_buf);
+    free(t->heads);
     free(t->raw);
+    free(t->ts_buf);
     free(t);
+}
+
+int target_fail_read(const struct pyf_target *t, struct pyf_err *e, int r, uint64_t raddr,
+                     const char *what)
+{
+    return pyf_fail(e, pyf_read_err_kind(-r), -r, raddr, "pid %d: read %s at 0x%" PRIx64,
+                    t->info.pid, what, raddr);
+}
+
+int target_read_u64(const struct pyf_target *t, uint64_t raddr, uint64_t *ret_value,
+                    struct pyf_err *e, const char *what)
+{
+    int r;
+
+    if (!remote_plausible(raddr))
+        return pyf_fail(e, PYF_TORN, EFAULT, raddr, "pid %d: %s: bad pointer 0x%" PRIx64,
+                        t->info.pid, what, raddr);
+    r = remote_read_u64(t->info.pid, raddr, ret_value);
+    return r < 0 ? target_fail_read(t, e, r, raddr, what) : 0;
 }
 
 const struct pyf_target_info *pyf_target__info(const struct pyf_target *t)

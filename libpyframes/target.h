@@ -3,7 +3,7 @@
  *
  * target.c fills it once in pyf_target_open(): where the runtime is, which layout applies,
  * the addresses of the type objects we compare against, and every buffer a sample needs.
- * walk.c (threads, stacks), pyobj.c (objects) and locals.c only read it, except for the
+ * threads.c, stack.c, pyobj.c (objects) and locals.c only read it, except for the
  * caches and scratch buffers, which belong to whichever call is running (one at a time).
  */
 #ifndef PYF_TARGET_H
@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "batch.h"
 #include "codecache.h"
 #include "layout.h"
 #include "pyframes.h"
@@ -22,14 +23,17 @@ struct pyf_types {
     uint64_t code, str, bytes, long_, bool_, float_, none, cell, tuple;
 };
 
-/* What walk.c keeps of one frame between reading it and resolving its code object. */
+/* What stack.c keeps of one frame between reading it and resolving its code object. */
 struct raw_frame {
     uint64_t raddr, code, back;
     int64_t lasti; /* byte offset of the instruction in the code; < 0: not started */
+    int64_t state; /* the layout's fr_state field (refcount or stacktop); 0 when none */
     bool skip;     /* an interpreter shim frame, not Python code */
 };
 
-#define STATFD_SLOTS 64 /* threads whose /proc stat file we keep open */
+#define STATFD_SLOTS 64      /* threads whose /proc stat file we keep open */
+#define GUESS_THREADS_MAX 64 /* thread lists up to this long are read in one syscall */
+#define SCRATCH_SLOTS (PYF_DEPTH_MAX + PYF_HIDDEN_MAX + 1)
 
 struct statfd {
     pid_t tid; /* 0: free */
@@ -47,16 +51,30 @@ struct pyf_target {
     /* bytes to read of each struct: up to the last field we use */
     size_t ts_read, fr_read, co_read;
 
-    /* scratch for one stack, PYF_DEPTH_MAX + 1 entries each (the +1 is the tstate) */
-    uint8_t *frame_buf;
-    uint64_t *frame_raddr;
+    /* scratch for one sample (see stack.c, threads.c); SCRATCH_SLOTS entries each */
+    struct batch batch;
+    uint64_t *guess_u64, *scratch_u64;
     struct iovec *liov, *riov;
-    uint8_t *code_buf;
+    uint8_t *code_buf; /* co_read bytes per frame: code heads the batch did not have */
+    const uint8_t **heads;
     struct raw_frame *raw;
+    uint8_t *ts_buf; /* ts_read bytes */
+
+    /* the thread list of the last pyf_target__threads(), the guess for the next one */
+    uint64_t guess_interp, guess_gil;
+    uint64_t guess_tstates[GUESS_THREADS_MAX];
+    size_t n_guess_tstates; /* 0: no guess */
 
     struct codecache *codes;
     struct statfd statfds[STATFD_SLOTS];
 };
+
+/* Reads a pointer-sized word, checking the pointer first; errors name @what. */
+int target_read_u64(const struct pyf_target *t, uint64_t raddr, uint64_t *ret_value,
+                    struct pyf_err *e, const char *what);
+/* Turns a -errno from remote.h into a pyf_err naming @what at @raddr. */
+int target_fail_read(const struct pyf_target *t, struct pyf_err *e, int r, uint64_t raddr,
+                     const char *what);
 
 /* A field of @size bytes at @off in a buffer read from the target (memcpy: no alignment or
  * aliasing assumptions about target data). */

@@ -133,6 +133,8 @@ int main(void)
     F("fr_size", offsetof(PyFrameObject, f_localsplus));
     F("fr_lasti_scale", PY_VERSION_HEX < 0x030a0000 ? 1 : 2);
     F("fr_owner_cstack", -1);
+    F("fr_state", offsetof(PyObject, ob_refcnt)); /* 0: returned (a zombie or free frame) */
+    FS("fr_state_model", "PYF_STATE_REFCNT");
 #else
     F("fr_back", offsetof(_PyInterpreterFrame, previous));
 #if PY_VERSION_HEX < 0x030d0000
@@ -148,8 +150,12 @@ int main(void)
     F("fr_lasti_scale", 2);
 #if PY_VERSION_HEX < 0x030c0000
     F("fr_owner_cstack", -1);
+    F("fr_state", -1); /* 3.11 leaves stacktop as last saved: no executing marker */
+    FS("fr_state_model", "PYF_STATE_NONE");
 #else
     F("fr_owner_cstack", FRAME_OWNED_BY_CSTACK);
+    F("fr_state", offsetof(_PyInterpreterFrame, stacktop)); /* -1: executing */
+    FS("fr_state_model", "PYF_STATE_STACKTOP");
 #endif
 #endif
 

@@ -52,6 +52,7 @@ const char *pyf_err_kind_name(enum pyf_err_kind kind);
 #define PYF_VERSION_MAJOR(v) ((v) >> 8)
 #define PYF_VERSION_MINOR(v) ((v)&0xff)
 #define PYF_DEPTH_MAX 1024 /* deepest stack pyf_target__stack() reads; deeper is truncated */
+#define PYF_HIDDEN_MAX 16  /* interpreter shim frames remembered per stack */
 
 struct pyf_target_info {
     pid_t pid;
@@ -99,6 +100,13 @@ struct pyf_stack {
     size_t cap;
     size_t n_frames;
     bool truncated; /* deeper than cap (or PYF_DEPTH_MAX): the outermost frames are missing */
+
+    /* Private to libpyframes: what the next call on this stack guesses it will find (the
+     * frames above, the interpreter's shim frames that are not shown, the 3.11/3.12 cframe).
+     * Zero-initialise the struct and reuse it for the same thread. */
+    uint64_t hidden[PYF_HIDDEN_MAX];
+    size_t n_hidden;
+    uint64_t cframe_hint;
 };
 
 /* The frames of @th, innermost first. On error @st is left empty. */

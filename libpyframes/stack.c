@@ -1,0 +1,495 @@
+/*
+ * stack.c - pyf_target__stack(): one thread's frames, read as one snapshot.
+ *
+ * The innermost frames of a busy thread change every few hundred nanoseconds, faster than
+ * a read frame by frame can follow, so a stack is read as a snapshot: the previous sample's
+ * frames and code objects are the guess for this one, and one process_vm_readv() (batch.h)
+ * copies, in this order, the thread state (whose current-frame pointer starts the chain),
+ * the guessed frames (merged into a few contiguous spans: on 3.11+ they sit side by side on
+ * the data stack, so the copy is one memcpy), the current-frame pointer again, and the heads
+ * of the guessed code objects. The snapshot is accepted when the chain lies entirely in the
+ * spans and the pointer read after them is the one read before; otherwise the chain just
+ * read becomes the guess and the read is repeated, a few times at most.
+ *
+ * Everything read can change or be freed between two reads, so every pointer is checked,
+ * every loop is bounded, cycles are detected and each code object is checked to still be one.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+#include "linetable.h"
+#include "pyobj.h"
+#include "remote.h"
+#include "target.h"
+
+#define LINETABLE_MAX (1u << 20)
+#define SNAPSHOT_ATTEMPTS 6
+
+/* What one attempt read; raw[] holds its frames. */
+struct snapshot {
+    size_t n;        /* frames in the chain */
+    bool more;       /* the chain goes on past the depth limit */
+    bool settled;    /* read in one copy, and the current frame did not change meanwhile */
+    uint64_t cframe; /* 3.11/3.12: the _PyCFrame the thread state pointed at */
+};
+
+static void parse_frame(const struct pyf_target *t, const uint8_t *buf, uint64_t raddr,
+                        struct raw_frame *f)
+{
+    const struct pyf_layout *l = &t->lay;
+
+    f->raddr = raddr;
+    f->code = field_u64(buf, l->fr_code);
+    f->back = field_u64(buf, l->fr_back);
+    f->state = l->fr_state_model == PYF_STATE_REFCNT     ? (int64_t)field_u64(buf, l->fr_state)
+               : l->fr_state_model == PYF_STATE_STACKTOP ? field_i32(buf, l->fr_state)
+                                                         : 0;
+    f->skip = l->fr_owner >= 0 && l->fr_owner_cstack >= 0 &&
+              (int8_t)buf[l->fr_owner] == l->fr_owner_cstack;
+    if (l->frame_model == PYF_FRAME_OBJECT) {
+        f->lasti = (int64_t)field_i32(buf, l->fr_lasti) * l->fr_lasti_scale;
+    } else {
+        /* prev_instr / instr_ptr points into co_code_adaptive, which is inside the code
+         * object; one before the start means "not started". */
+        uint64_t ip = field_u64(buf, l->fr_lasti);
+        uint64_t start = f->code + (uint64_t)l->co_code_adaptive;
+        f->lasti = ip >= start ? (int64_t)(ip - start) : -2;
+        if (f->lasti > (1 << 26))
+            f->lasti = -2; /* not in this code object: torn; reported as the def line */
+    }
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Adds @n remote structs of @len bytes, in address order so that neighbours merge. */
+static void add_sorted(struct pyf_target *t, const uint64_t *raddrs, size_t n, size_t len)
+{
+    uint64_t *sorted = t->scratch_u64;
+
+    memcpy(sorted, raddrs, n * sizeof(*sorted));
+    qsort(sorted, n, sizeof(*sorted), cmp_u64);
+    for (size_t i = 0; i < n; i++)
+        if (remote_plausible(sorted[i]) && (i == 0 || sorted[i] != sorted[i - 1]))
+            batch_add(&t->batch, sorted[i], len);
+}
+
+/* Where the word naming the innermost frame lives: tstate->frame / current_frame, or on
+ * 3.11/3.12 cframe->current_frame (0 when the cframe is not known yet). */
+static uint64_t current_word(const struct pyf_target *t, uint64_t tstate, uint64_t cframe)
+{
+    if (t->lay.ts_cframe_frame >= 0)
+        return remote_plausible(cframe) ? cframe + (uint64_t)t->lay.ts_cframe_frame : 0;
+    return tstate + (uint64_t)t->lay.ts_frame;
+}
+
+/* The guessed frames: the stack's frames, then its hidden shim frames. */
+static size_t frame_guesses(struct pyf_target *t, const struct pyf_stack *guess)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < guess->n_frames; i++)
+        t->guess_u64[n++] = guess->frames[i].frame_raddr;
+    for (size_t i = 0; i < guess->n_hidden && i < PYF_HIDDEN_MAX; i++)
+        t->guess_u64[n++] = guess->hidden[i];
+    return n;
+}
+
+/* The one syscall of an attempt; sets *before and *after to the spans holding the current-frame
+ * word read before and after the frames (-1: not read). */
+static int read_batch(struct pyf_target *t, uint64_t tstate, const struct pyf_stack *guess,
+                      int *before, int *after, struct pyf_err *e)
+{
+    struct batch *b = &t->batch;
+    uint64_t word = current_word(t, tstate, guess->cframe_hint);
+    size_t n_codes = 0;
+    int r;
+
+    batch_reset(b);
+    batch_add_alone(b, tstate, t->ts_read); /* span 0 */
+    *before = *after = -1;
+    if (word && t->lay.ts_cframe_frame >= 0)
+        *before = batch_add_alone(b, word, sizeof(uint64_t));
+    add_sorted(t, t->guess_u64, frame_guesses(t, guess), t->fr_read);
+    if (word)
+        *after = batch_add_alone(b, word, sizeof(uint64_t));
+    for (size_t i = 0; i < guess->n_frames; i++)
+        if (guess->frames[i].code_raddr)
+            t->guess_u64[n_codes++] = guess->frames[i].code_raddr;
+    add_sorted(t, t->guess_u64, n_codes, t->co_read);
+    r = batch_read(b, t->info.pid);
+    if (r == -EFAULT && b->n > 1) { /* a guessed struct was freed and unmapped */
+        batch_reset(b);
+        batch_add_alone(b, tstate, t->ts_read);
+        *before = *after = -1;
+        r = batch_read(b, t->info.pid);
+    }
+    return r < 0 ? target_fail_read(t, e, r, tstate, "thread state") : 0;
+}
+
+/*
+ * The innermost frame to start the chain from. The thread state names it before the frames
+ * are copied and the word read after them names it again. With a frame state to check the
+ * copy against (returned_inner_frames), the later word is the better start: if the stack
+ * shrank after the copy, the copy shows that frame at its call, a state it really had; if
+ * it grew, the copy shows a returned frame, which the trim steps over. Without one (3.11),
+ * start from the deepest frame on both words' chains (common_frame).
+ */
+/*
+ * The deepest frame on both the chain from @before and the chain from @after, as copied.
+ * The copy was made between the two reads, and that frame was on the stack throughout:
+ * either executing (then it was the innermost) or calling (then it was the innermost at
+ * the instant of the call), so the stack from there is one the thread had. 0 when the
+ * chains do not meet in the copy.
+ */
+static uint64_t common_frame(struct pyf_target *t, uint64_t before, uint64_t after)
+{
+    uint64_t *later = t->scratch_u64;
+    size_t n = 0;
+
+    for (uint64_t f = after; f && n < PYF_DEPTH_MAX; n++) {
+        const uint8_t *buf = batch_find(&t->batch, f, t->fr_read);
+        if (!buf)
+            break;
+        later[n] = f;
+        f = field_u64(buf, t->lay.fr_back);
+    }
+    qsort(later, n, sizeof(*later), cmp_u64);
+    for (size_t depth = 0; before && depth < PYF_DEPTH_MAX; depth++) {
+        const uint8_t *buf;
+        if (bsearch(&before, later, n, sizeof(*later), cmp_u64))
+            return before;
+        buf = batch_find(&t->batch, before, t->fr_read);
+        if (!buf)
+            break;
+        before = field_u64(buf, t->lay.fr_back);
+    }
+    return 0;
+}
+
+static int innermost(struct pyf_target *t, uint64_t cframe_guess, int before, int after,
+                     uint64_t *ret_frame, struct snapshot *s, struct pyf_err *e)
+{
+    const struct pyf_layout *l = &t->lay;
+    uint64_t f = field_u64(batch_span_data(&t->batch, 0), l->ts_frame), later;
+    int r;
+
+    s->cframe = 0;
+    s->settled = true;
+    if (l->ts_cframe_frame >= 0 && f) { /* 3.11/3.12: f is the cframe */
+        s->cframe = f;
+        if (f == cframe_guess && before >= 0) {
+            f = field_u64(batch_span_data(&t->batch, before), 0);
+        } else {
+            r = target_read_u64(t, f + (uint64_t)l->ts_cframe_frame, &f, e, "cframe");
+            if (r < 0)
+                return r;
+            s->settled = false;
+            after = -1; /* it was read at the old cframe */
+        }
+    } else if (l->ts_cframe_frame >= 0) {
+        *ret_frame = 0; /* no cframe: no Python frames, as of the one word read */
+        return 0;
+    }
+    if (after < 0) {
+        s->settled = false;
+        *ret_frame = f;
+        return 0;
+    }
+    later = field_u64(batch_span_data(&t->batch, after), 0);
+    if (l->fr_state_model == PYF_STATE_NONE && later != f) {
+        later = common_frame(t, f, later);
+        if (!later) { /* the chains do not meet in the copy: read again */
+            s->settled = false;
+            later = f;
+        }
+    }
+    *ret_frame = later;
+    return 0;
+}
+
+/* Follows the chain through the batch; frames it lacks are read one by one (and leave the
+ * snapshot unsettled). */
+static int chain(struct pyf_target *t, uint64_t f, size_t limit, struct snapshot *s,
+                 struct pyf_err *e)
+{
+    uint8_t one[512];
+    int r;
+
+    s->n = 0;
+    while (f && s->n < limit) {
+        struct raw_frame *raw = &t->raw[s->n];
+        const uint8_t *buf;
+
+        if (!remote_plausible(f) || (f & 7))
+            return pyf_fail(e, PYF_TORN, EFAULT, f, "pid %d: bad frame pointer 0x%" PRIx64,
+                            t->info.pid, f);
+        buf = batch_find(&t->batch, f, t->fr_read);
+        if (!buf) {
+            if (t->fr_read > sizeof(one))
+                return pyf_fail(e, PYF_INVALID, ENOBUFS, f, "frame larger than expected");
+            r = remote_read(t->info.pid, f, one, t->fr_read);
+            if (r < 0)
+                return target_fail_read(t, e, r, f, "frame");
+            buf = one;
+            s->settled = false;
+        }
+        parse_frame(t, buf, f, raw);
+        if (raw->back == f)
+            return pyf_fail(e, PYF_TORN, ELOOP, f, "pid %d: frame 0x%" PRIx64 " is its own caller",
+                            t->info.pid, f);
+        f = raw->back;
+        s->n++;
+    }
+    s->more = f != 0;
+    return 0;
+}
+
+/*
+ * How many of the chain's innermost frames had already returned when the batch copied them.
+ * The chain starts at the current-frame pointer, read a few hundred nanoseconds before the
+ * frames; a leaf call can return in less. Its frame memory is still there, so it still
+ * links to its caller, and the caller, copied after it returned, is no longer at the call.
+ * The copy itself tells: <= 3.10, a returned frame has no references left; >= 3.12, the
+ * frame executing is the innermost one whose stacktop is -1 (callers and returned frames
+ * saved theirs), and so is one not started yet (just pushed: 3.13 clears a returned frame's
+ * stacktop to 0 and initialises a new one to its local count). Only inline calls are looked
+ * through: at a shim frame (a call through C) the walk stops.
+ */
+static size_t returned_inner_frames(const struct pyf_target *t, size_t n)
+{
+    const struct raw_frame *raw = t->raw;
+    size_t i = 0;
+
+    switch (t->lay.fr_state_model) {
+    case PYF_STATE_REFCNT:
+        while (i < n && raw[i].state == 0)
+            i++;
+        return i < n ? i : 0;
+    case PYF_STATE_STACKTOP: /* a frame at its first instruction has no inline callee */
+        for (i = 0; i < n && !raw[i].skip; i++)
+            if (raw[i].state == -1 || raw[i].lasti <= 0)
+                return i;
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+/* A chain that hit the depth limit is either deep or a cycle: tell which. */
+static bool chain_has_cycle(struct pyf_target *t, size_t n)
+{
+    uint64_t *scratch = t->scratch_u64;
+
+    for (size_t i = 0; i < n; i++)
+        scratch[i] = t->raw[i].raddr;
+    qsort(scratch, n, sizeof(*scratch), cmp_u64);
+    for (size_t i = 1; i < n; i++)
+        if (scratch[i] == scratch[i - 1])
+            return true;
+    return false;
+}
+
+/* Points t->heads[i] at the head of frame i's code object: from the batch when it was
+ * guessed, else read now (code objects do not change, so a later read is as good). */
+static int find_code_heads(struct pyf_target *t, size_t n, struct pyf_err *e)
+{
+    size_t m = 0;
+    int r;
+
+    for (size_t i = 0; i < n; i++) {
+        const struct raw_frame *raw = &t->raw[i];
+
+        t->heads[i] = NULL;
+        if (raw->skip)
+            continue;
+        if (!remote_plausible(raw->code))
+            return pyf_fail(e, PYF_TORN, EFAULT, raw->code,
+                            "pid %d: frame 0x%" PRIx64 " has a bad code pointer", t->info.pid,
+                            raw->raddr);
+        t->heads[i] = batch_find(&t->batch, raw->code, t->co_read);
+        if (t->heads[i])
+            continue;
+        t->heads[i] = t->code_buf + i * t->co_read;
+        t->liov[m] =
+            (struct iovec){.iov_base = t->code_buf + i * t->co_read, .iov_len = t->co_read};
+        t->riov[m++] =
+            (struct iovec){.iov_base = (void *)(uintptr_t)raw->code, .iov_len = t->co_read};
+    }
+    r = remote_readv(t->info.pid, t->liov, t->riov, m);
+    return r < 0 ? target_fail_read(t, e, r, 0, "code objects") : 0;
+}
+
+static void code_key(const struct pyf_target *t, const uint8_t *head, uint64_t *key)
+{
+    const struct pyf_layout *l = &t->lay;
+
+    key[0] = field_u64(head, l->ob_type);
+    key[1] = field_u64(head, l->co_filename);
+    key[2] = field_u64(head, l->co_qualname >= 0 ? l->co_qualname : l->co_name);
+    key[3] = field_u64(head, l->co_linetable);
+    key[4] = (uint64_t)(uint32_t)field_i32(head, l->co_firstlineno);
+}
+
+/* A code object met for the first time: its names and line table, into the cache. */
+static int load_code(struct pyf_target *t, uint64_t raddr, const uint64_t *key,
+                     struct code_info **ret, struct pyf_err *e)
+{
+    struct code_info *ci;
+    char *func = NULL, *file = NULL;
+    uint8_t *lines = NULL;
+    size_t n_lines = 0;
+    int r;
+
+    r = pyobj_str(t, key[2], PYOBJ_NAME_MAX, &func, e);
+    if (r == 0)
+        r = pyobj_str(t, key[1], PYOBJ_NAME_MAX, &file, e);
+    if (r == 0)
+        r = pyobj_bytes(t, key[3], LINETABLE_MAX, &lines, &n_lines, e);
+    if (r == 0 && n_lines > LINETABLE_MAX)
+        n_lines = LINETABLE_MAX; /* lines past 1 MiB of table are reported as -1 */
+    ci = r == 0 ? codecache__insert(t->codes, raddr, key) : NULL;
+    if (!ci) {
+        free(func);
+        free(file);
+        free(lines);
+        return r < 0 ? r : pyf_fail(e, PYF_INVALID, ENOMEM, 0, "code cache");
+    }
+    ci->func = func;
+    ci->file = file;
+    ci->lines = lines;
+    ci->n_lines = n_lines;
+    ci->first_line = (int32_t)key[4];
+    *ret = ci;
+    return 0;
+}
+
+static int32_t code_line(const struct pyf_target *t, struct code_info *ci, int64_t lasti)
+{
+    if (ci->memo_addr != lasti) {
+        ci->memo_line =
+            linetable_line(t->lay.line_format, ci->lines, ci->n_lines, ci->first_line, lasti);
+        ci->memo_addr = lasti;
+    }
+    return ci->memo_line;
+}
+
+static int resolve_frames(struct pyf_target *t, size_t n, struct pyf_stack *st, struct pyf_err *e)
+{
+    int r = find_code_heads(t, n, e);
+
+    if (r < 0)
+        return r;
+    for (size_t i = 0; i < n; i++) {
+        const struct raw_frame *raw = &t->raw[i];
+        uint64_t key[CODE_KEY_WORDS];
+        struct code_info *ci;
+
+        if (raw->skip) {
+            if (st->n_hidden < PYF_HIDDEN_MAX)
+                st->hidden[st->n_hidden++] = raw->raddr;
+            continue;
+        }
+        code_key(t, t->heads[i], key);
+        if (t->types.code && key[0] != t->types.code) {
+            if (t->lay.frame_model == PYF_FRAME_INTERP && t->lay.fr_owner_cstack >= 0) {
+                /* 3.13: a frame whose f_executable is not code (a shim) */
+                if (st->n_hidden < PYF_HIDDEN_MAX)
+                    st->hidden[st->n_hidden++] = raw->raddr;
+                continue;
+            }
+            return pyf_fail(e, PYF_TORN, EFAULT, raw->code,
+                            "pid %d: 0x%" PRIx64 " is no longer a code object", t->info.pid,
+                            raw->code);
+        }
+        ci = codecache__find(t->codes, raw->code, key);
+        if (!ci) {
+            r = load_code(t, raw->code, key, &ci, e);
+            if (r < 0)
+                return r;
+        }
+        st->frames[st->n_frames++] = (struct pyf_frame){
+            .func = ci->func,
+            .file = ci->file,
+            .line = code_line(t, ci, raw->lasti),
+            .first_line = ci->first_line,
+            .frame_raddr = raw->raddr,
+            .code_raddr = raw->code,
+        };
+    }
+    return 0;
+}
+
+/* The chain of this attempt becomes the guess of the next: frames and code pointers. */
+static void guess_from_chain(struct pyf_target *t, const struct snapshot *s, struct pyf_stack *st)
+{
+    size_t n = s->n < st->cap ? s->n : st->cap;
+
+    for (size_t i = 0; i < n; i++)
+        st->frames[i] = (struct pyf_frame){.frame_raddr = t->raw[i].raddr,
+                                           .code_raddr = t->raw[i].skip ? 0 : t->raw[i].code};
+    st->n_frames = n;
+    st->n_hidden = 0;
+    st->cframe_hint = s->cframe;
+}
+
+int pyf_target__stack(struct pyf_target *t, const struct pyf_thread *th, struct pyf_stack *st,
+                      struct pyf_err *reterr)
+{
+    size_t limit = st->cap < PYF_DEPTH_MAX ? st->cap : PYF_DEPTH_MAX;
+    struct snapshot s = {0};
+    int r = 0;
+
+    codecache__begin(t->codes);
+    st->truncated = false;
+    if (!remote_plausible(th->tstate_raddr)) {
+        st->n_frames = 0;
+        return pyf_fail(reterr, PYF_INVALID, EINVAL, th->tstate_raddr, "bad thread state");
+    }
+    if (st->n_frames > limit)
+        st->n_frames = limit;
+    for (int attempt = 0; attempt < SNAPSHOT_ATTEMPTS; attempt++) {
+        int before, after;
+
+        /* st still holds the previous sample (or attempt): that is the guess. */
+        uint64_t f = 0;
+
+        r = read_batch(t, th->tstate_raddr, st, &before, &after, reterr);
+        if (r == 0)
+            r = innermost(t, st->cframe_hint, before, after, &f, &s, reterr);
+        if (r == 0)
+            r = chain(t, f, limit, &s, reterr);
+        if (r < 0 || s.settled)
+            break;
+        guess_from_chain(t, &s, st);
+    }
+    if (r == 0 && s.settled) {
+        size_t gone = returned_inner_frames(t, s.n);
+        memmove(t->raw, t->raw + gone, (s.n - gone) * sizeof(*t->raw));
+        s.n -= gone;
+    }
+    if (r == 0 && !s.settled)
+        r = pyf_fail(reterr, PYF_TORN, EAGAIN, th->tstate_raddr,
+                     "pid %d: stack kept changing while read", t->info.pid);
+    if (r == 0 && s.more && s.n == PYF_DEPTH_MAX && chain_has_cycle(t, s.n))
+        r = pyf_fail(reterr, PYF_TORN, ELOOP, th->tstate_raddr, "pid %d: frame chain loops",
+                     t->info.pid);
+    st->n_frames = 0;
+    st->n_hidden = 0;
+    st->cframe_hint = s.cframe;
+    if (r == 0)
+        r = resolve_frames(t, s.n, st, reterr);
+    if (r < 0) {
+        st->n_frames = 0;
+        return r;
+    }
+    st->truncated = s.more;
+    return 0;
+}

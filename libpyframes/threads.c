@@ -1,0 +1,421 @@
+/*
+ * threads.c - pyf_target__threads(): interpreters -> thread states -> OS threads.
+ *
+ * The list changes rarely, so the previous call's list is the guess for this one: the
+ * interpreter's fields, the GIL word and every guessed thread state come in one
+ * process_vm_readv(), and the links read are checked against the guess. A mismatch (a thread
+ * started or ended, a second interpreter) falls back to following the list struct by struct,
+ * which then becomes the new guess. Every loop is bounded; a list that changes under us is a
+ * torn read, not a crash.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "err.h"
+#include "remote.h"
+#include "target.h"
+
+#define INTERPS_MAX 256
+#define THREADS_MAX 4096
+#define PTHREAD_SCAN_BYTES 2048
+
+/* The tids of the process, from /proc/PID/task; at most @cap. */
+static size_t task_tids(pid_t pid, pid_t *tids, size_t cap)
+{
+    char path[64];
+    struct dirent *d;
+    size_t n = 0;
+    DIR *dir;
+
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+    dir = opendir(path);
+    if (!dir)
+        return 0;
+    while (n < cap && (d = readdir(dir)) != NULL)
+        if (d->d_name[0] >= '0' && d->d_name[0] <= '9')
+            tids[n++] = (pid_t)atoi(d->d_name);
+    closedir(dir);
+    return n;
+}
+
+static bool tid_in(pid_t tid, const pid_t *tids, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (tids[i] == tid)
+            return true;
+    return false;
+}
+
+/*
+ * Before 3.11 a PyThreadState knows only its pthread_t, which in glibc is the address of
+ * the thread's struct pthread, where the kernel tid is kept at an offset private to glibc.
+ * Rather than hard-code one glibc, find the offset at which every thread's struct holds one
+ * of the process's tids (the main thread's holds the pid), once per target.
+ */
+static int calibrate_pthread_tid(struct pyf_target *t, const uint64_t *pthreads, size_t n)
+{
+    pid_t tids[THREADS_MAX];
+    size_t n_tids = task_tids(t->info.pid, tids, THREADS_MAX);
+    uint8_t *bufs;
+    size_t best_matches = 0;
+    int best = -1;
+
+    if (n == 0 || n_tids == 0)
+        return -ENOENT;
+    bufs = malloc(n * PTHREAD_SCAN_BYTES);
+    if (!bufs)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        if (remote_read(t->info.pid, pthreads[i], bufs + i * PTHREAD_SCAN_BYTES,
+                        PTHREAD_SCAN_BYTES) < 0)
+            memset(bufs + i * PTHREAD_SCAN_BYTES, 0, PTHREAD_SCAN_BYTES);
+    /* A thread that is exiting may already be gone from /proc while its thread state is
+     * still listed, so take the offset that matches the most threads, among those at which
+     * some thread (the main one) holds the pid itself. */
+    for (int off = 0; off + 4 <= PTHREAD_SCAN_BYTES; off += 4) {
+        size_t matches = 0;
+        bool has_pid = false;
+        for (size_t i = 0; i < n; i++) {
+            int32_t v = field_i32(bufs + i * PTHREAD_SCAN_BYTES, off);
+            matches += v > 0 && tid_in(v, tids, n_tids);
+            has_pid |= v == t->info.pid;
+        }
+        if (has_pid && matches * 2 > n && matches > best_matches) {
+            best = off;
+            best_matches = matches;
+        }
+    }
+    free(bufs);
+    if (best < 0)
+        return -ENOENT;
+    t->pthread_tid_off = best;
+    return 0;
+}
+
+/* Fills th[i].tid for threads known only by pthread_t (stashed in tid_raddr[i]). */
+static void tids_from_pthreads(struct pyf_target *t, struct pyf_thread *th, const uint64_t *pt,
+                               size_t n)
+{
+    size_t m = 0;
+
+    if (t->pthread_tid_off < 0 && calibrate_pthread_tid(t, pt, n) < 0)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        if (!remote_plausible(pt[i]))
+            continue;
+        t->liov[m] = (struct iovec){.iov_base = &th[i].tid, .iov_len = sizeof(th[i].tid)};
+        t->riov[m] =
+            (struct iovec){.iov_base = (void *)(uintptr_t)(pt[i] + (uint64_t)t->pthread_tid_off),
+                           .iov_len = sizeof(th[i].tid)};
+        m++;
+    }
+    if (m && remote_readv(t->info.pid, t->liov, t->riov, m) < 0)
+        for (size_t i = 0; i < n; i++)
+            th[i].tid = 0;
+}
+
+/* /proc/PID/task/TID/stat stays open per thread: one pread() per sample, not three calls. */
+static int stat_fd(struct pyf_target *t, pid_t tid)
+{
+    struct statfd *free_slot = NULL;
+    char path[64];
+    int fd;
+
+    for (int i = 0; i < STATFD_SLOTS; i++) {
+        if (t->statfds[i].tid == tid)
+            return t->statfds[i].fd;
+        if (!t->statfds[i].tid && !free_slot)
+            free_slot = &t->statfds[i];
+    }
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)t->info.pid, (int)tid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    if (!free_slot) { /* full: recycle a slot (cheap enough, and bounded) */
+        free_slot = &t->statfds[tid % STATFD_SLOTS];
+        close(free_slot->fd);
+    }
+    free_slot->tid = tid;
+    free_slot->fd = fd;
+    return fd;
+}
+
+static bool thread_on_cpu(struct pyf_target *t, pid_t tid)
+{
+    char buf[512];
+    const char *paren;
+    ssize_t n;
+    int fd = tid > 0 ? stat_fd(t, tid) : -1;
+
+    if (fd < 0)
+        return false;
+    n = pread(fd, buf, sizeof(buf) - 1, 0);
+    if (n <= 0) { /* the thread ended: forget its fd */
+        for (int i = 0; i < STATFD_SLOTS; i++)
+            if (t->statfds[i].tid == tid) {
+                close(t->statfds[i].fd);
+                t->statfds[i].tid = 0;
+            }
+        return false;
+    }
+    buf[n] = '\0';
+    paren = strrchr(buf, ')'); /* comm may contain spaces and parentheses */
+    return paren && paren[1] == ' ' && paren[2] == 'R';
+}
+
+/* Where the words naming the GIL holder live: the current-thread-state word, or (3.12+)
+ * the interpreter's struct _gil_runtime_state at @gil. 0 when unknown. */
+static uint64_t gil_range(const struct pyf_target *t, uint64_t gil, size_t *ret_len)
+{
+    const struct pyf_layout *l = &t->lay;
+
+    if (l->gil_model != PYF_GIL_INTERP) {
+        *ret_len = sizeof(uint64_t);
+        return t->tstate_current_raddr;
+    }
+    *ret_len =
+        (size_t)(l->gil_locked > l->gil_last_holder ? l->gil_locked + 4 : l->gil_last_holder + 8);
+    return remote_plausible(gil) && l->gil_locked >= 0 && l->gil_last_holder >= 0 ? gil : 0;
+}
+
+/* The PyThreadState that holds the GIL, from the words gil_range() named. */
+static uint64_t gil_holder_in(const struct pyf_target *t, const uint8_t *buf)
+{
+    const struct pyf_layout *l = &t->lay;
+
+    if (!buf)
+        return 0;
+    if (l->gil_model != PYF_GIL_INTERP)
+        return field_u64(buf, 0);
+    return field_i32(buf, l->gil_locked) == 1 ? field_u64(buf, l->gil_last_holder) : 0;
+}
+
+static uint64_t gil_holder(const struct pyf_target *t, uint64_t gil)
+{
+    size_t len;
+    uint64_t at = gil_range(t, gil, &len);
+    uint8_t g[64];
+
+    if (!at || len > sizeof(g) || remote_read(t->info.pid, at, g, len) < 0)
+        return 0;
+    return gil_holder_in(t, g);
+}
+
+/* The first interpreter; on a stripped 3.6, the one of the thread holding the GIL. */
+static int first_interp(const struct pyf_target *t, uint64_t *ret, struct pyf_err *e)
+{
+    uint64_t ts;
+    int r;
+
+    if (t->interp_head_raddr)
+        return target_read_u64(t, t->interp_head_raddr, ret, e, "interpreter list head");
+    r = target_read_u64(t, t->tstate_current_raddr, &ts, e, "current thread state");
+    if (r < 0 || ts == 0) {
+        *ret = 0;
+        return r;
+    }
+    return target_read_u64(t, ts + (uint64_t)t->lay.ts_interp, ret, e, "thread's interpreter");
+}
+
+/* The fields of a PyInterpreterState we use; they can sit kilobytes apart (3.13). */
+struct interp_fields {
+    uint64_t next, id, tstate_head, gil;
+};
+
+static int read_interp(const struct pyf_target *t, uint64_t interp, struct interp_fields *f,
+                       struct pyf_err *e)
+{
+    const struct pyf_layout *l = &t->lay;
+    const int32_t offs[] = {l->is_next, l->is_id, l->is_tstate_head, l->is_gil};
+    uint64_t *dst[] = {&f->next, &f->id, &f->tstate_head, &f->gil};
+    struct iovec liov[4], riov[4];
+    size_t n = 0;
+    int r;
+
+    *f = (struct interp_fields){.id = (uint64_t)-1};
+    if (!remote_plausible(interp))
+        return pyf_fail(e, PYF_TORN, EFAULT, interp, "pid %d: bad interpreter pointer 0x%" PRIx64,
+                        t->info.pid, interp);
+    for (size_t i = 0; i < 4; i++) {
+        if (offs[i] < 0)
+            continue;
+        liov[n] = (struct iovec){.iov_base = dst[i], .iov_len = 8};
+        riov[n++] = (struct iovec){.iov_base = (void *)(uintptr_t)(interp + (uint64_t)offs[i]),
+                                   .iov_len = 8};
+    }
+    r = remote_readv(t->info.pid, liov, riov, n);
+    return r < 0 ? target_fail_read(t, e, r, interp, "interpreter") : 0;
+}
+
+/* What a thread state says of its thread; its pthread_t goes to *pthread (<= 3.10). */
+static void thread_from_tstate(const struct pyf_target *t, const uint8_t *tsbuf, uint64_t ts,
+                               const struct interp_fields *is, uint64_t holder,
+                               struct pyf_thread *th, uint64_t *pthread)
+{
+    const struct pyf_layout *l = &t->lay;
+
+    *th = (struct pyf_thread){
+        .tstate_raddr = ts,
+        .interp_id = (int64_t)is->id,
+        .holds_gil = holder && holder == ts,
+    };
+    if (l->ts_native_thread_id >= 0)
+        th->tid = (pid_t)field_u64(tsbuf, l->ts_native_thread_id);
+    *pthread = field_u64(tsbuf, l->ts_thread_id);
+}
+
+/* A word of the interpreter as the batch read it; *ok = false when it did not. */
+static uint64_t batch_word(const struct batch *b, uint64_t base, int32_t off, bool *ok)
+{
+    const uint8_t *p;
+
+    if (off < 0)
+        return 0;
+    p = batch_find(b, base + (uint64_t)off, sizeof(uint64_t));
+    if (!p)
+        *ok = false;
+    return p ? field_u64(p, 0) : 0;
+}
+
+/*
+ * The fast path: the guessed list in one syscall. Returns 1 and fills @th when the links read
+ * match the guess, 0 when they do not (the caller walks the list), or a negative error.
+ */
+static int threads_as_guessed(struct pyf_target *t, struct pyf_thread *th, size_t cap,
+                              size_t *ret_n, struct pyf_err *e)
+{
+    const struct pyf_layout *l = &t->lay;
+    const int32_t offs[] = {l->is_next, l->is_id, l->is_tstate_head, l->is_gil};
+    struct batch *b = &t->batch;
+    uint64_t interp = t->guess_interp, gil_at, holder;
+    size_t n = t->n_guess_tstates, gil_len;
+    struct interp_fields is;
+    bool ok = true;
+    int r;
+
+    if (n == 0 || n > cap || !t->interp_head_raddr)
+        return 0;
+    batch_reset(b);
+    batch_add_alone(b, t->interp_head_raddr, sizeof(uint64_t));
+    for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); i++)
+        if (offs[i] >= 0)
+            batch_add(b, interp + (uint64_t)offs[i], sizeof(uint64_t));
+    gil_at = gil_range(t, t->guess_gil, &gil_len);
+    if (gil_at)
+        batch_add_alone(b, gil_at, gil_len);
+    for (size_t i = 0; i < n; i++)
+        batch_add_alone(b, t->guess_tstates[i], t->ts_read);
+    r = batch_read(b, t->info.pid);
+    if (r == -EFAULT)
+        return 0; /* something guessed was freed */
+    if (r < 0)
+        return target_fail_read(t, e, r, interp, "interpreter and thread states");
+    if (field_u64(batch_span_data(b, 0), 0) != interp)
+        return 0;
+    is = (struct interp_fields){
+        .next = batch_word(b, interp, l->is_next, &ok),
+        .id = batch_word(b, interp, l->is_id, &ok),
+        .tstate_head = batch_word(b, interp, l->is_tstate_head, &ok),
+        .gil = batch_word(b, interp, l->is_gil, &ok),
+    };
+    if (!ok || is.next != 0 || is.tstate_head != t->guess_tstates[0] ||
+        (l->gil_model == PYF_GIL_INTERP && is.gil != t->guess_gil))
+        return 0;
+    holder = gil_at ? gil_holder_in(t, batch_find(b, gil_at, gil_len)) : 0;
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *tsbuf = batch_find(b, t->guess_tstates[i], t->ts_read);
+        uint64_t next = i + 1 < n ? t->guess_tstates[i + 1] : 0;
+
+        if (!tsbuf || field_u64(tsbuf, l->ts_interp) != interp ||
+            field_u64(tsbuf, l->ts_next) != next)
+            return 0;
+        thread_from_tstate(t, tsbuf, t->guess_tstates[i], &is, holder, &th[i], &t->scratch_u64[i]);
+    }
+    *ret_n = n;
+    return 1;
+}
+
+/* The slow path: every interpreter, every thread state, one read each. */
+static int threads_walked(struct pyf_target *t, struct pyf_thread *ret_threads, size_t cap,
+                          size_t *ret_n, struct pyf_err *reterr)
+{
+    const struct pyf_layout *l = &t->lay;
+    size_t n = 0, n_interps = 0;
+    uint64_t interp, gil = 0;
+    struct interp_fields is;
+    int r;
+
+    t->n_guess_tstates = 0;
+    r = first_interp(t, &interp, reterr);
+    if (r < 0)
+        return r;
+    t->guess_interp = interp;
+    while (interp) {
+        uint64_t ts, head, holder;
+
+        if (++n_interps > INTERPS_MAX)
+            return pyf_fail(reterr, PYF_TORN, ELOOP, interp, "pid %d: interpreter list loops",
+                            t->info.pid);
+        r = read_interp(t, interp, &is, reterr);
+        if (r < 0)
+            return r;
+        gil = is.gil;
+        holder = gil_holder(t, is.gil);
+        head = ts = is.tstate_head;
+        for (size_t k = 0; ts && n < cap; k++) {
+            if (k == THREADS_MAX || (k > 0 && ts == head) || !remote_plausible(ts))
+                return pyf_fail(reterr, PYF_TORN, EFAULT, ts,
+                                "pid %d: thread list broken at 0x%" PRIx64, t->info.pid, ts);
+            r = remote_read(t->info.pid, ts, t->ts_buf, t->ts_read);
+            if (r < 0)
+                return target_fail_read(t, reterr, r, ts, "thread state");
+            if (field_u64(t->ts_buf, l->ts_interp) != interp)
+                return pyf_fail(reterr, PYF_TORN, EFAULT, ts,
+                                "pid %d: thread state 0x%" PRIx64 " changed while read",
+                                t->info.pid, ts);
+            thread_from_tstate(t, t->ts_buf, ts, &is, holder, &ret_threads[n], &t->scratch_u64[n]);
+            ts = field_u64(t->ts_buf, l->ts_next);
+            n++;
+        }
+        interp = is.next;
+        if (n == cap)
+            break;
+    }
+    /* One interpreter whose list we read whole: the guess for next time. */
+    if (n_interps == 1 && interp == 0 && n > 0 && n < cap && n <= GUESS_THREADS_MAX) {
+        for (size_t i = 0; i < n; i++)
+            t->guess_tstates[i] = ret_threads[i].tstate_raddr;
+        t->guess_gil = gil;
+        t->n_guess_tstates = n;
+    }
+    *ret_n = n;
+    return 0;
+}
+
+int pyf_target__threads(struct pyf_target *t, struct pyf_thread *ret_threads, size_t cap,
+                        size_t *ret_n, struct pyf_err *reterr)
+{
+    size_t n = 0;
+    int r;
+
+    if (cap > PYF_DEPTH_MAX)
+        cap = PYF_DEPTH_MAX; /* the pthread_t scratch */
+    r = threads_as_guessed(t, ret_threads, cap, &n, reterr);
+    if (r == 0)
+        r = threads_walked(t, ret_threads, cap, &n, reterr);
+    if (r < 0)
+        return r;
+    if (t->lay.ts_native_thread_id < 0)
+        tids_from_pthreads(t, ret_threads, t->scratch_u64, n);
+    for (size_t i = 0; i < n; i++)
+        ret_threads[i].on_cpu = thread_on_cpu(t, ret_threads[i].tid);
+    *ret_n = n;
+    return 0;
+}

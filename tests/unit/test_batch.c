@@ -1,0 +1,71 @@
+/* test_batch.c - batch.c: merging, order, capacity and lookups, on real reads of ourselves. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "batch.h"
+#include "unit.h"
+
+int test_batch_merges_and_finds(void);
+int test_batch_capacity_and_faults(void);
+
+static uint64_t at(const void *p)
+{
+    return (uint64_t)(uintptr_t)p;
+}
+
+int test_batch_merges_and_finds(void)
+{
+    static uint8_t mem[8192];
+    struct batch b;
+
+    for (size_t i = 0; i < sizeof(mem); i++)
+        mem[i] = (uint8_t)(i * 7);
+    CHECK(batch_init(&b, 4096, 8) == 0);
+    /* Close ranges in address order merge; a range inside the last span adds nothing. */
+    CHECK(batch_add(&b, at(mem + 100), 16) == 0);
+    CHECK(batch_add(&b, at(mem + 300), 16) == 0);
+    CHECK(batch_add(&b, at(mem + 104), 8) == 0);
+    CHECK(b.n == 1 && b.used == 216);
+    /* Farther than BATCH_GAP: a new span. Alone: never merged, even when adjacent. */
+    CHECK(batch_add(&b, at(mem + 300 + 16 + BATCH_GAP + 1), 8) == 1);
+    CHECK(batch_add_alone(&b, at(mem + 2000), 8) == 2);
+    CHECK(batch_add(&b, at(mem + 2008), 8) == 2); /* but later ranges may join it */
+    CHECK(batch_add(&b, at(mem + 50), 8) == 3);   /* lower than the last span: new */
+    CHECK(batch_read(&b, getpid()) == 0);
+    CHECK(batch_find(&b, at(mem + 200), 4) != NULL); /* in the merged gap */
+    CHECK(*batch_find(&b, at(mem + 200), 1) == mem[200]);
+    CHECK(*batch_find(&b, at(mem + 2009), 1) == mem[2009]);
+    CHECK(*batch_span_data(&b, 3) == mem[50]);
+    CHECK(batch_find(&b, at(mem + 310), 16) == NULL); /* runs past the span */
+    CHECK(batch_find(&b, at(mem + 5000), 1) == NULL);
+    batch_reset(&b);
+    CHECK(b.n == 0 && b.used == 0 && batch_find(&b, at(mem + 100), 1) == NULL);
+    batch_free(&b);
+    return 0;
+}
+
+int test_batch_capacity_and_faults(void)
+{
+    static uint8_t mem[256];
+    long page = sysconf(_SC_PAGESIZE);
+    uint8_t *gone = mmap(NULL, (size_t)page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    struct batch b;
+
+    CHECK(gone != MAP_FAILED);
+    CHECK(munmap(gone, (size_t)page) == 0);
+    CHECK(batch_init(&b, 64, 2) == 0);
+    CHECK(batch_add(&b, at(mem), 48) == 0);
+    CHECK(batch_add(&b, at(mem + 40), 32) == -1); /* would grow past the buffer */
+    CHECK(batch_add_alone(&b, at(mem + 100), 16) == 1);
+    CHECK(batch_add_alone(&b, at(mem + 200), 8) == -1); /* out of spans */
+    CHECK(batch_read(&b, getpid()) == 0);
+    batch_reset(&b);
+    CHECK(batch_add(&b, at(mem), 8) == 0);
+    CHECK(batch_add_alone(&b, at(gone), 8) == 1);
+    CHECK(batch_read(&b, getpid()) == -EFAULT); /* a range that is not mapped */
+    batch_free(&b);
+    return 0;
+}
