@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Sampling benchmark for libpyframes; prints figures, asserts nothing.
 
-usage: bench/run.py [--build DIR] [--versions 3.9,3.11,3.12,3.13] [--window S]
+usage: bench/run.py [--build DIR] [--versions 3.9,3.11,3.12,3.13] [--window S] [--no-pin]
 
 For each CPython: starts bench/targets/deep.py (a 30-frame CPU-bound stack that changes every
 microsecond or so), then with build/bench/bench_sample measures
@@ -10,6 +10,12 @@ microsecond or so), then with build/bench/bench_sample measures
   - the share of samples whose main-thread stack is one the target really had,
   - the target's slowdown at 100 Hz and 1 kHz: its work rate in windows with and without
     sampling, alternating, in the same run (ratio sampled/unsampled).
+CPU per sample is given twice: the sampler process's CPU over the run per sample (timer
+wakeups included) and the CPU of the sampling calls alone. By default the target runs on CPU 0
+and the sampler on CPU 1, as on a real node where they do not share a core; then the target
+changes its stack while it is being read, the hard case for consistency. --no-pin lets the
+scheduler place them (on 2 cores it often puts them on one, and a descheduled target cannot
+tear a read).
 """
 import argparse
 import glob
@@ -22,11 +28,16 @@ import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..'))
 PYENV = os.environ.get('PYENV_ROOT', os.path.expanduser('~/.pyenv'))
+PIN = True
+
+
+def pinned(cpu, argv):
+    return ['taskset', '-c', str(cpu)] + argv if PIN and os.cpu_count() >= 2 else argv
 
 
 class Target:
     def __init__(self, python):
-        self.proc = subprocess.Popen([python, os.path.join(ROOT, 'bench', 'targets', 'deep.py')],
+        self.proc = subprocess.Popen(pinned(0, [python, os.path.join(ROOT, 'bench', 'targets', 'deep.py')]),
                                      stdout=subprocess.PIPE, universal_newlines=True)
         ready = self.proc.stdout.readline().split()
         self.file, self.base, self.depth = ready[1], ready[2], ready[3]
@@ -50,8 +61,8 @@ class Target:
 
 
 def sample(build, t, hz, secs):
-    out = subprocess.run([os.path.join(build, 'bench', 'bench_sample'), str(t.proc.pid), str(hz),
-                          str(secs), t.file, t.base, t.depth],
+    out = subprocess.run(pinned(1, [os.path.join(build, 'bench', 'bench_sample'), str(t.proc.pid),
+                                    str(hz), str(secs), t.file, t.base, t.depth]),
                          stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout
     return json.loads(out)
 
@@ -73,9 +84,12 @@ def main():
     ap.add_argument('--build', default=os.path.join(ROOT, 'build'))
     ap.add_argument('--versions', default='3.9,3.11,3.12,3.13')
     ap.add_argument('--window', type=float, default=2.0)
+    ap.add_argument('--no-pin', action='store_true')
     args = ap.parse_args()
-    print('%-6s %-14s %9s %9s %9s %9s %11s' % ('python', 'mode', 'req Hz', 'got Hz', 'us/sample',
-                                                'torn', 'consistent'))
+    global PIN
+    PIN = not args.no_pin
+    print('%-6s %-14s %9s %9s %9s %9s %9s %11s' % ('python', 'mode', 'req Hz', 'got Hz', 'cpu us',
+                                                     'work us', 'torn', 'consistent'))
     for v in args.versions.split(','):
         builds = sorted(glob.glob(os.path.join(PYENV, 'versions', v + '.*', 'bin', 'python' + v)))
         if not builds:
@@ -86,8 +100,9 @@ def main():
             time.sleep(1.0)
             for hz, label in ((0, 'max rate'), (100, 'fixed'), (1000, 'fixed'), (10000, 'fixed')):
                 r = sample(args.build, t, hz, args.window)
-                print('%-6s %-14s %9s %9.0f %9.2f %9d %10.2f%%' % (
-                    v, label, hz or '-', r['achieved_hz'], r['cpu_us_per_sample'], r['torn'],
+                print('%-6s %-14s %9s %9.0f %9.2f %9.2f %9d %10.2f%%' % (
+                    v, label, hz or '-', r['achieved_hz'], r['cpu_us_per_sample'],
+                    r['work_us_per_sample'], r['torn'],
                     100.0 * r['consistent'] / max(1, r['checked'])))
             for hz in (100, 1000):
                 print('%-6s %-14s %9d  target work rate sampled/unsampled: %.3f' % (

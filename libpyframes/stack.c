@@ -69,16 +69,35 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Adds @n remote structs of @len bytes, in address order so that neighbours merge. */
-static void add_sorted(struct pyf_target *t, const uint64_t *raddrs, size_t n, size_t len)
+/* Adds @n remote structs of @len bytes, in address order so that neighbours merge; the one
+ * at @grow_at is read for @grow_len bytes instead (when larger). */
+static void add_sorted(struct pyf_target *t, const uint64_t *raddrs, size_t n, size_t len,
+                       uint64_t grow_at, size_t grow_len)
 {
     uint64_t *sorted = t->scratch_u64;
+    bool descending = true;
 
-    memcpy(sorted, raddrs, n * sizeof(*sorted));
-    qsort(sorted, n, sizeof(*sorted), cmp_u64);
+    /* Innermost first: on 3.11+ the data stack makes that descending already. */
+    for (size_t i = 1; i < n && descending; i++)
+        descending = raddrs[i] <= raddrs[i - 1];
+    for (size_t i = 0; i < n; i++)
+        sorted[i] = descending ? raddrs[n - 1 - i] : raddrs[i];
+    if (!descending)
+        qsort(sorted, n, sizeof(*sorted), cmp_u64);
     for (size_t i = 0; i < n; i++)
         if (remote_plausible(sorted[i]) && (i == 0 || sorted[i] != sorted[i - 1]))
-            batch_add(&t->batch, sorted[i], len);
+            batch_add(&t->batch, sorted[i],
+                      sorted[i] == grow_at && grow_len > len ? grow_len : len);
+}
+
+/* How far to read past the innermost guessed frame: a deeper call's frame goes right after it
+ * on the data stack (3.11+), so the rest of its page comes in the same copy (never more than
+ * that page, which is mapped, and at most GROW_BYTES). */
+#define GROW_BYTES 2048
+static size_t grow_len(uint64_t innermost)
+{
+    uint64_t page_end = (innermost | 4095) + 1;
+    return page_end - innermost < GROW_BYTES ? (size_t)(page_end - innermost) : GROW_BYTES;
 }
 
 /* Where the word naming the innermost frame lives: tstate->frame / current_frame, or on
@@ -102,46 +121,57 @@ static size_t frame_guesses(struct pyf_target *t, const struct pyf_stack *guess)
     return n;
 }
 
-/* The one syscall of an attempt; sets *before and *after to the spans holding the current-frame
- * word read before and after the frames (-1: not read). */
-static int read_batch(struct pyf_target *t, uint64_t tstate, const struct pyf_stack *guess,
-                      int *before, int *after, struct pyf_err *e)
+/* Adds a thread's thread state, current-frame words and guessed frames to the batch. */
+static void add_thread(struct pyf_target *t, uint64_t tstate, const struct pyf_stack *guess,
+                       struct thread_spans *sp)
 {
     struct batch *b = &t->batch;
     uint64_t word = current_word(t, tstate, guess->cframe_hint);
+
+    sp->ts = batch_add_alone(b, tstate, t->ts_read);
+    sp->before = sp->after = -1;
+    if (sp->ts < 0)
+        return;
+    if (word && t->lay.ts_cframe_frame >= 0)
+        sp->before = batch_add_alone(b, word, sizeof(uint64_t));
+    add_sorted(t, t->guess_u64, frame_guesses(t, guess), t->fr_read,
+               guess->n_frames ? guess->frames[0].frame_raddr : 0,
+               guess->n_frames ? grow_len(guess->frames[0].frame_raddr) : 0);
+    if (word)
+        sp->after = batch_add_alone(b, word, sizeof(uint64_t));
+}
+
+/* Adds the heads of the guessed code objects of @n stacks (immutable: read last). */
+static void add_codes(struct pyf_target *t, const struct pyf_stack *guesses, size_t n)
+{
     size_t n_codes = 0;
+
+    for (size_t k = 0; k < n; k++)
+        for (size_t i = 0; i < guesses[k].n_frames && n_codes < SCRATCH_SLOTS; i++)
+            if (guesses[k].frames[i].code_raddr)
+                t->guess_u64[n_codes++] = guesses[k].frames[i].code_raddr;
+    add_sorted(t, t->guess_u64, n_codes, t->co_read, 0, 0);
+}
+
+/* The one syscall of an attempt for one thread. */
+static int read_one(struct pyf_target *t, uint64_t tstate, const struct pyf_stack *guess,
+                    struct thread_spans *sp, struct pyf_err *e)
+{
+    struct batch *b = &t->batch;
     int r;
 
     batch_reset(b);
-    batch_add_alone(b, tstate, t->ts_read); /* span 0 */
-    *before = *after = -1;
-    if (word && t->lay.ts_cframe_frame >= 0)
-        *before = batch_add_alone(b, word, sizeof(uint64_t));
-    add_sorted(t, t->guess_u64, frame_guesses(t, guess), t->fr_read);
-    if (word)
-        *after = batch_add_alone(b, word, sizeof(uint64_t));
-    for (size_t i = 0; i < guess->n_frames; i++)
-        if (guess->frames[i].code_raddr)
-            t->guess_u64[n_codes++] = guess->frames[i].code_raddr;
-    add_sorted(t, t->guess_u64, n_codes, t->co_read);
+    add_thread(t, tstate, guess, sp);
+    add_codes(t, guess, 1);
     r = batch_read(b, t->info.pid);
     if (r == -EFAULT && b->n > 1) { /* a guessed struct was freed and unmapped */
         batch_reset(b);
-        batch_add_alone(b, tstate, t->ts_read);
-        *before = *after = -1;
+        *sp = (struct thread_spans){.ts = batch_add_alone(b, tstate, t->ts_read), -1, -1};
         r = batch_read(b, t->info.pid);
     }
     return r < 0 ? target_fail_read(t, e, r, tstate, "thread state") : 0;
 }
 
-/*
- * The innermost frame to start the chain from. The thread state names it before the frames
- * are copied and the word read after them names it again. With a frame state to check the
- * copy against (returned_inner_frames), the later word is the better start: if the stack
- * shrank after the copy, the copy shows that frame at its call, a state it really had; if
- * it grew, the copy shows a returned frame, which the trim steps over. Without one (3.11),
- * start from the deepest frame on both words' chains (common_frame).
- */
 /*
  * The deepest frame on both the chain from @before and the chain from @after, as copied.
  * The copy was made between the two reads, and that frame was on the stack throughout:
@@ -174,11 +204,12 @@ static uint64_t common_frame(struct pyf_target *t, uint64_t before, uint64_t aft
     return 0;
 }
 
-static int innermost(struct pyf_target *t, uint64_t cframe_guess, int before, int after,
+static int innermost(struct pyf_target *t, uint64_t cframe_guess, const struct thread_spans *sp,
                      uint64_t *ret_frame, struct snapshot *s, struct pyf_err *e)
 {
     const struct pyf_layout *l = &t->lay;
-    uint64_t f = field_u64(batch_span_data(&t->batch, 0), l->ts_frame), later;
+    uint64_t f = field_u64(batch_span_data(&t->batch, sp->ts), l->ts_frame), later;
+    int before = sp->before, after = sp->after;
     int r;
 
     s->cframe = 0;
@@ -440,56 +471,136 @@ static void guess_from_chain(struct pyf_target *t, const struct snapshot *s, str
     st->cframe_hint = s->cframe;
 }
 
-int pyf_target__stack(struct pyf_target *t, const struct pyf_thread *th, struct pyf_stack *st,
-                      struct pyf_err *reterr)
+/* One attempt, from what the batch read for this thread. */
+static int take_snapshot(struct pyf_target *t, const struct pyf_stack *st,
+                         const struct thread_spans *sp, size_t limit, struct snapshot *s,
+                         struct pyf_err *e)
 {
-    size_t limit = st->cap < PYF_DEPTH_MAX ? st->cap : PYF_DEPTH_MAX;
-    struct snapshot s = {0};
+    uint64_t f = 0;
+    int r = innermost(t, st->cframe_hint, sp, &f, s, e);
+
+    return r < 0 ? r : chain(t, f, limit, s, e);
+}
+
+static size_t stack_limit(const struct pyf_stack *st)
+{
+    return st->cap < PYF_DEPTH_MAX ? st->cap : PYF_DEPTH_MAX;
+}
+
+/* From a settled snapshot to @st: trim, check, resolve the code objects. */
+static int finish(struct pyf_target *t, uint64_t tstate, struct snapshot *s, struct pyf_stack *st,
+                  struct pyf_err *e)
+{
+    size_t gone = returned_inner_frames(t, s->n);
     int r = 0;
 
-    codecache__begin(t->codes);
-    st->truncated = false;
-    if (!remote_plausible(th->tstate_raddr)) {
-        st->n_frames = 0;
-        return pyf_fail(reterr, PYF_INVALID, EINVAL, th->tstate_raddr, "bad thread state");
-    }
-    if (st->n_frames > limit)
-        st->n_frames = limit;
-    for (int attempt = 0; attempt < SNAPSHOT_ATTEMPTS; attempt++) {
-        int before, after;
-
-        /* st still holds the previous sample (or attempt): that is the guess. */
-        uint64_t f = 0;
-
-        r = read_batch(t, th->tstate_raddr, st, &before, &after, reterr);
-        if (r == 0)
-            r = innermost(t, st->cframe_hint, before, after, &f, &s, reterr);
-        if (r == 0)
-            r = chain(t, f, limit, &s, reterr);
-        if (r < 0 || s.settled)
-            break;
-        guess_from_chain(t, &s, st);
-    }
-    if (r == 0 && s.settled) {
-        size_t gone = returned_inner_frames(t, s.n);
-        memmove(t->raw, t->raw + gone, (s.n - gone) * sizeof(*t->raw));
-        s.n -= gone;
-    }
-    if (r == 0 && !s.settled)
-        r = pyf_fail(reterr, PYF_TORN, EAGAIN, th->tstate_raddr,
-                     "pid %d: stack kept changing while read", t->info.pid);
-    if (r == 0 && s.more && s.n == PYF_DEPTH_MAX && chain_has_cycle(t, s.n))
-        r = pyf_fail(reterr, PYF_TORN, ELOOP, th->tstate_raddr, "pid %d: frame chain loops",
-                     t->info.pid);
+    memmove(t->raw, t->raw + gone, (s->n - gone) * sizeof(*t->raw));
+    s->n -= gone;
+    if (s->more && s->n == PYF_DEPTH_MAX && chain_has_cycle(t, s->n))
+        r = pyf_fail(e, PYF_TORN, ELOOP, tstate, "pid %d: frame chain loops", t->info.pid);
     st->n_frames = 0;
     st->n_hidden = 0;
-    st->cframe_hint = s.cframe;
+    st->cframe_hint = s->cframe;
     if (r == 0)
-        r = resolve_frames(t, s.n, st, reterr);
+        r = resolve_frames(t, s->n, st, e);
     if (r < 0) {
         st->n_frames = 0;
         return r;
     }
-    st->truncated = s.more;
+    st->truncated = s->more;
+    return 0;
+}
+
+/* Starts a call on @st: its previous content stays as the guess. */
+static int begin(const struct pyf_thread *th, struct pyf_stack *st, struct pyf_err *e)
+{
+    st->truncated = false;
+    st->torn = false;
+    if (!remote_plausible(th->tstate_raddr)) {
+        st->n_frames = 0;
+        return pyf_fail(e, PYF_INVALID, EINVAL, th->tstate_raddr, "bad thread state");
+    }
+    if (st->n_frames > stack_limit(st))
+        st->n_frames = stack_limit(st);
+    return 0;
+}
+
+/* The stack of one thread, codecache__begin() already called. */
+static int stack_of(struct pyf_target *t, const struct pyf_thread *th, struct pyf_stack *st,
+                    struct pyf_err *e)
+{
+    struct snapshot s = {0};
+    int r = begin(th, st, e);
+
+    for (int attempt = 0; r == 0 && attempt < SNAPSHOT_ATTEMPTS; attempt++) {
+        struct thread_spans sp;
+
+        /* st still holds the previous sample (or attempt): that is the guess. */
+        r = read_one(t, th->tstate_raddr, st, &sp, e);
+        if (r == 0)
+            r = take_snapshot(t, st, &sp, stack_limit(st), &s, e);
+        if (r < 0 || s.settled)
+            break;
+        guess_from_chain(t, &s, st);
+    }
+    if (r == 0 && !s.settled)
+        r = pyf_fail(e, PYF_TORN, EAGAIN, th->tstate_raddr,
+                     "pid %d: stack kept changing while read", t->info.pid);
+    if (r < 0) {
+        st->n_frames = 0;
+        st->torn = e->kind == PYF_TORN;
+        return r;
+    }
+    return finish(t, th->tstate_raddr, &s, st, e);
+}
+
+int pyf_target__stack(struct pyf_target *t, const struct pyf_thread *th, struct pyf_stack *st,
+                      struct pyf_err *reterr)
+{
+    codecache__begin(t->codes);
+    return stack_of(t, th, st, reterr);
+}
+
+int pyf_target__sample(struct pyf_target *t, struct pyf_thread *ret_threads,
+                       struct pyf_stack *stacks, size_t cap, size_t *ret_n, struct pyf_err *reterr)
+{
+    struct thread_spans *sp = t->thread_spans;
+    size_t n = 0;
+    int r;
+
+    if (cap > THREAD_SPANS_MAX)
+        cap = THREAD_SPANS_MAX;
+    r = pyf_target__threads(t, ret_threads, cap, &n, reterr);
+    if (r < 0)
+        return r;
+    *ret_n = n;
+    codecache__begin(t->codes);
+    /* Every thread's snapshot in one syscall; a thread whose snapshot does not settle (or
+     * a batch that faults) is read again on its own. */
+    batch_reset(&t->batch);
+    for (size_t i = 0; i < n; i++) {
+        sp[i] = (struct thread_spans){-1, -1, -1};
+        if (begin(&ret_threads[i], &stacks[i], reterr) == 0)
+            add_thread(t, ret_threads[i].tstate_raddr, &stacks[i], &sp[i]);
+    }
+    add_codes(t, stacks, n);
+    r = batch_read(&t->batch, t->info.pid);
+    if (r < 0 && r != -EFAULT)
+        return target_fail_read(t, reterr, r, 0, "thread states and frames");
+    for (size_t i = 0; i < n; i++) {
+        struct snapshot s = {0};
+        struct pyf_err e;
+
+        /* A thread read on its own reuses the batch: the threads after it do too. */
+        if (r == 0 && sp[i].ts >= 0 &&
+            take_snapshot(t, &stacks[i], &sp[i], stack_limit(&stacks[i]), &s, &e) == 0 &&
+            s.settled && finish(t, ret_threads[i].tstate_raddr, &s, &stacks[i], &e) == 0)
+            continue;
+        r = -EAGAIN;
+        if (stack_of(t, &ret_threads[i], &stacks[i], &e) < 0 && e.kind != PYF_TORN) {
+            *reterr = e;
+            return -(e.sys ? e.sys : EIO);
+        }
+    }
     return 0;
 }

@@ -311,9 +311,10 @@ static int alloc_scratch(struct pyf_target *t)
     t->heads = calloc(n, sizeof(*t->heads));
     t->raw = calloc(n, sizeof(*t->raw));
     t->ts_buf = calloc(1, t->ts_read);
+    t->thread_spans = calloc(THREAD_SPANS_MAX, sizeof(*t->thread_spans));
     t->codes = codecache_new(CODECACHE_SETS);
     if (!t->guess_u64 || !t->scratch_u64 || !t->liov || !t->riov || !t->code_buf || !t->heads ||
-        !t->raw || !t->ts_buf || !t->codes)
+        !t->raw || !t->ts_buf || !t->thread_spans || !t->codes)
         return -ENOMEM;
     return 0;
 }
@@ -420,6 +421,7 @@ void pyf_target_free(struct pyf_target *t)
     free(t->heads);
     free(t->raw);
     free(t->ts_buf);
+    free(t->thread_spans);
     free(t);
 }
 

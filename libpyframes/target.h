@@ -18,6 +18,12 @@
 #include "layout.h"
 #include "pyframes.h"
 
+/* Where one thread's part of a batch landed (stack.c): the spans of its thread state and of
+ * the current-frame word read before and after its frames; -1: not read. */
+struct thread_spans {
+    int ts, before, after;
+};
+
 /* Addresses of the type objects (and None) in the target; 0 when not exported. */
 struct pyf_types {
     uint64_t code, str, bytes, long_, bool_, float_, none, cell, tuple;
@@ -34,6 +40,7 @@ struct raw_frame {
 #define STATFD_SLOTS 64      /* threads whose /proc stat file we keep open */
 #define GUESS_THREADS_MAX 64 /* thread lists up to this long are read in one syscall */
 #define SCRATCH_SLOTS (PYF_DEPTH_MAX + PYF_HIDDEN_MAX + 1)
+#define THREAD_SPANS_MAX 1024 /* threads pyf_target__sample() reads in one call */
 
 struct statfd {
     pid_t tid; /* 0: free */
@@ -58,7 +65,8 @@ struct pyf_target {
     uint8_t *code_buf; /* co_read bytes per frame: code heads the batch did not have */
     const uint8_t **heads;
     struct raw_frame *raw;
-    uint8_t *ts_buf; /* ts_read bytes */
+    uint8_t *ts_buf;                   /* ts_read bytes */
+    struct thread_spans *thread_spans; /* THREAD_SPANS_MAX (stack.c) */
 
     /* the thread list of the last pyf_target__threads(), the guess for the next one */
     uint64_t guess_interp, guess_gil;

@@ -100,6 +100,7 @@ struct pyf_stack {
     size_t cap;
     size_t n_frames;
     bool truncated; /* deeper than cap (or PYF_DEPTH_MAX): the outermost frames are missing */
+    bool torn;      /* pyf_target__sample() could not read this thread consistently: empty */
 
     /* Private to libpyframes: what the next call on this stack guesses it will find (the
      * frames above, the interpreter's shim frames that are not shown, the 3.11/3.12 cframe).
@@ -112,6 +113,15 @@ struct pyf_stack {
 /* The frames of @th, innermost first. On error @st is left empty. */
 int pyf_target__stack(struct pyf_target *t, const struct pyf_thread *th, struct pyf_stack *st,
                       struct pyf_err *reterr);
+
+/*
+ * One sample of the whole process: the threads (as pyf_target__threads) and the stack of
+ * each into @stacks[i] (as pyf_target__stack), every thread's snapshot in one syscall.
+ * Pass the same @stacks again next time: stack i is the guess for thread i. A thread whose
+ * stack kept changing gets torn = true and no frames; other errors fail the call.
+ */
+int pyf_target__sample(struct pyf_target *t, struct pyf_thread *ret_threads,
+                       struct pyf_stack *stacks, size_t cap, size_t *ret_n, struct pyf_err *reterr);
 
 /* Calls @fn once per bound local variable of @fr (from the latest pyf_target__stack()), in
  * definition order, with the value rendered: None, True, 42, 1.5, 'text', b'bytes' (long ones

@@ -1,6 +1,7 @@
 /*
  * hammer.c - reads a target's threads and stacks N times as fast as it can, for the stress
- * tests: every read must end in success or a clean error, never a crash or a hang.
+ * tests: every read must end in success or a clean error, never a crash or a hang. Even
+ * rounds read thread by thread, odd rounds with pyf_target__sample().
  * usage: hammer <pid> <iterations>; prints {"ok":..,"torn":..,"gone":..,"other":..,...}.
  * Exit status: 0 when only ok/torn/gone were seen, 1 otherwise.
  */
@@ -53,8 +54,19 @@ int main(int argc, char **argv)
         stacks[i] = (struct pyf_stack){.frames = frames[i], .cap = 64};
     for (long it = 0; it < n_iter && c.gone == 0; it++) {
         size_t n = 0;
-        int r = pyf_target__threads(t, threads, THREADS_CAP, &n, &e);
+        int r;
 
+        if (it % 2) { /* odd rounds: the daemon's call, all threads in one go */
+            r = pyf_target__sample(t, threads, stacks, THREADS_CAP, &n, &e);
+            count(&c, r, &e);
+            for (size_t i = 0; r == 0 && i < n; i++) {
+                c.torn += stacks[i].torn;
+                c.stacks += !stacks[i].torn;
+                c.frames += stacks[i].n_frames;
+            }
+            continue;
+        }
+        r = pyf_target__threads(t, threads, THREADS_CAP, &n, &e);
         count(&c, r, &e);
         for (size_t i = 0; r == 0 && i < n; i++) {
             int rs = pyf_target__stack(t, &threads[i], &stacks[i], &e);
