@@ -86,6 +86,24 @@ const uint8_t *batch_find(const struct batch *b, uint64_t raddr, size_t len)
     return NULL;
 }
 
+const uint8_t *batch_find_in(const struct batch *b, struct batch_window w, uint64_t raddr,
+                             size_t len)
+{
+    int lo = w.lo, hi = w.hi;
+
+    while (lo < hi) { /* the last span whose start is <= raddr */
+        int mid = lo + (hi - lo) / 2;
+        if (b->spans[mid].lo <= raddr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == w.lo)
+        return NULL;
+    const struct batch_span *s = &b->spans[lo - 1];
+    return raddr + len <= s->hi ? b->buf + s->off + (raddr - s->lo) : NULL;
+}
+
 const uint8_t *batch_span_data(const struct batch *b, int span)
 {
     return b->buf + b->spans[span].off;

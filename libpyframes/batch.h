@@ -49,8 +49,17 @@ int batch_add_alone(struct batch *b, uint64_t raddr, size_t len);
 /* Reads every span; a short read (something was unmapped) is -EFAULT. */
 int batch_read(struct batch *b, pid_t pid);
 
+/* Spans [lo, hi) added by batch_add() from ascending addresses: they are then ascending and
+ * disjoint, so a lookup among them is a binary search. lo == hi: none. */
+struct batch_window {
+    int lo, hi;
+};
+
 /* Where [raddr, raddr + len) landed, or NULL when the batch did not read it. */
 const uint8_t *batch_find(const struct batch *b, uint64_t raddr, size_t len);
+/* The same, looking only in @w (sorted, see above): O(log spans) instead of O(spans). */
+const uint8_t *batch_find_in(const struct batch *b, struct batch_window w, uint64_t raddr,
+                             size_t len);
 /* Where span @span (an index batch_add returned) landed. */
 const uint8_t *batch_span_data(const struct batch *b, int span);
 

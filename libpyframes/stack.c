@@ -7,9 +7,14 @@
  * copies, in this order, the thread state (whose current-frame pointer starts the chain),
  * the guessed frames (merged into a few contiguous spans: on 3.11+ they sit side by side on
  * the data stack, so the copy is one memcpy), the current-frame pointer again, and the heads
- * of the guessed code objects. The snapshot is accepted when the chain lies entirely in the
- * spans and the pointer read after them is the one read before; otherwise the chain just
- * read becomes the guess and the read is repeated, a few times at most.
+ * of the guessed code objects. The chain is followed from the word read *after* the frames
+ * (a frame it names was pushed before that read), and a snapshot settles when the whole
+ * chain lies in the copy; then the frames that had already returned by the time of the copy
+ * are trimmed, as the copy itself shows (returned_inner_frames(): refcount 0 on <= 3.10,
+ * stacktop on 3.12+; on 3.11, which has no such mark, the chain starts at the deepest frame
+ * common to the chains of the words read before and after the copy). A snapshot that does
+ * not settle becomes the guess and the read is repeated, a few times at most.
+ * pyf_target__sample() does the same for every thread in one syscall.
  *
  * Everything read can change or be freed between two reads, so every pointer is checked,
  * every loop is bounded, cycles are detected and each code object is checked to still be one.
@@ -70,10 +75,12 @@ static int cmp_u64(const void *a, const void *b)
 }
 
 /* Adds @n remote structs of @len bytes, in address order so that neighbours merge; the one
- * at @grow_at is read for @grow_len bytes instead (when larger). */
-static void add_sorted(struct pyf_target *t, const uint64_t *raddrs, size_t n, size_t len,
-                       uint64_t grow_at, size_t grow_len)
+ * at @grow_at is read for @grow_len bytes instead (when larger). Returns the window of spans
+ * that hold them, ascending and disjoint (batch_find_in). */
+static struct batch_window add_sorted(struct pyf_target *t, const uint64_t *raddrs, size_t n,
+                                      size_t len, uint64_t grow_at, size_t grow_len)
 {
+    struct batch_window w = {.lo = (int)t->batch.n, .hi = (int)t->batch.n};
     uint64_t *sorted = t->scratch_u64;
     bool descending = true;
 
@@ -84,10 +91,17 @@ static void add_sorted(struct pyf_target *t, const uint64_t *raddrs, size_t n, s
         sorted[i] = descending ? raddrs[n - 1 - i] : raddrs[i];
     if (!descending)
         qsort(sorted, n, sizeof(*sorted), cmp_u64);
-    for (size_t i = 0; i < n; i++)
-        if (remote_plausible(sorted[i]) && (i == 0 || sorted[i] != sorted[i - 1]))
-            batch_add(&t->batch, sorted[i],
-                      sorted[i] == grow_at && grow_len > len ? grow_len : len);
+    for (size_t i = 0; i < n; i++) {
+        int span;
+        if (!remote_plausible(sorted[i]) || (i > 0 && sorted[i] == sorted[i - 1]))
+            continue;
+        span = batch_add(&t->batch, sorted[i],
+                         sorted[i] == grow_at && grow_len > len ? grow_len : len);
+        if (span >= 0 && span < w.lo) /* merged into the span before the window */
+            w.lo = span;
+    }
+    w.hi = (int)t->batch.n;
+    return w;
 }
 
 /* How far to read past the innermost guessed frame: a deeper call's frame goes right after it
@@ -128,15 +142,14 @@ static void add_thread(struct pyf_target *t, uint64_t tstate, const struct pyf_s
     struct batch *b = &t->batch;
     uint64_t word = current_word(t, tstate, guess->cframe_hint);
 
-    sp->ts = batch_add_alone(b, tstate, t->ts_read);
-    sp->before = sp->after = -1;
+    *sp = (struct thread_spans){.ts = batch_add_alone(b, tstate, t->ts_read), -1, -1, {0, 0}};
     if (sp->ts < 0)
         return;
     if (word && t->lay.ts_cframe_frame >= 0)
         sp->before = batch_add_alone(b, word, sizeof(uint64_t));
-    add_sorted(t, t->guess_u64, frame_guesses(t, guess), t->fr_read,
-               guess->n_frames ? guess->frames[0].frame_raddr : 0,
-               guess->n_frames ? grow_len(guess->frames[0].frame_raddr) : 0);
+    sp->frames = add_sorted(t, t->guess_u64, frame_guesses(t, guess), t->fr_read,
+                            guess->n_frames ? guess->frames[0].frame_raddr : 0,
+                            guess->n_frames ? grow_len(guess->frames[0].frame_raddr) : 0);
     if (word)
         sp->after = batch_add_alone(b, word, sizeof(uint64_t));
 }
@@ -150,7 +163,7 @@ static void add_codes(struct pyf_target *t, const struct pyf_stack *guesses, siz
         for (size_t i = 0; i < guesses[k].n_frames && n_codes < SCRATCH_SLOTS; i++)
             if (guesses[k].frames[i].code_raddr)
                 t->guess_u64[n_codes++] = guesses[k].frames[i].code_raddr;
-    add_sorted(t, t->guess_u64, n_codes, t->co_read, 0, 0);
+    t->code_window = add_sorted(t, t->guess_u64, n_codes, t->co_read, 0, 0);
 }
 
 /* The one syscall of an attempt for one thread. */
@@ -161,12 +174,14 @@ static int read_one(struct pyf_target *t, uint64_t tstate, const struct pyf_stac
     int r;
 
     batch_reset(b);
+    t->code_window = (struct batch_window){0, 0};
     add_thread(t, tstate, guess, sp);
     add_codes(t, guess, 1);
     r = batch_read(b, t->info.pid);
     if (r == -EFAULT && b->n > 1) { /* a guessed struct was freed and unmapped */
         batch_reset(b);
-        *sp = (struct thread_spans){.ts = batch_add_alone(b, tstate, t->ts_read), -1, -1};
+        *sp = (struct thread_spans){.ts = batch_add_alone(b, tstate, t->ts_read), -1, -1, {0, 0}};
+        t->code_window = (struct batch_window){0, 0};
         r = batch_read(b, t->info.pid);
     }
     return r < 0 ? target_fail_read(t, e, r, tstate, "thread state") : 0;
@@ -179,13 +194,14 @@ static int read_one(struct pyf_target *t, uint64_t tstate, const struct pyf_stac
  * the instant of the call), so the stack from there is one the thread had. 0 when the
  * chains do not meet in the copy.
  */
-static uint64_t common_frame(struct pyf_target *t, uint64_t before, uint64_t after)
+static uint64_t common_frame(struct pyf_target *t, struct batch_window w, uint64_t before,
+                             uint64_t after)
 {
     uint64_t *later = t->scratch_u64;
     size_t n = 0;
 
     for (uint64_t f = after; f && n < PYF_DEPTH_MAX; n++) {
-        const uint8_t *buf = batch_find(&t->batch, f, t->fr_read);
+        const uint8_t *buf = batch_find_in(&t->batch, w, f, t->fr_read);
         if (!buf)
             break;
         later[n] = f;
@@ -196,7 +212,7 @@ static uint64_t common_frame(struct pyf_target *t, uint64_t before, uint64_t aft
         const uint8_t *buf;
         if (bsearch(&before, later, n, sizeof(*later), cmp_u64))
             return before;
-        buf = batch_find(&t->batch, before, t->fr_read);
+        buf = batch_find_in(&t->batch, w, before, t->fr_read);
         if (!buf)
             break;
         before = field_u64(buf, t->lay.fr_back);
@@ -236,7 +252,7 @@ static int innermost(struct pyf_target *t, uint64_t cframe_guess, const struct t
     }
     later = field_u64(batch_span_data(&t->batch, after), 0);
     if (l->fr_state_model == PYF_STATE_NONE && later != f) {
-        later = common_frame(t, f, later);
+        later = common_frame(t, sp->frames, f, later);
         if (!later) { /* the chains do not meet in the copy: read again */
             s->settled = false;
             later = f;
@@ -248,8 +264,8 @@ static int innermost(struct pyf_target *t, uint64_t cframe_guess, const struct t
 
 /* Follows the chain through the batch; frames it lacks are read one by one (and leave the
  * snapshot unsettled). */
-static int chain(struct pyf_target *t, uint64_t f, size_t limit, struct snapshot *s,
-                 struct pyf_err *e)
+static int chain(struct pyf_target *t, struct batch_window w, uint64_t f, size_t limit,
+                 struct snapshot *s, struct pyf_err *e)
 {
     uint8_t one[512];
     int r;
@@ -262,7 +278,7 @@ static int chain(struct pyf_target *t, uint64_t f, size_t limit, struct snapshot
         if (!remote_plausible(f) || (f & 7))
             return pyf_fail(e, PYF_TORN, EFAULT, f, "pid %d: bad frame pointer 0x%" PRIx64,
                             t->info.pid, f);
-        buf = batch_find(&t->batch, f, t->fr_read);
+        buf = batch_find_in(&t->batch, w, f, t->fr_read);
         if (!buf) {
             if (t->fr_read > sizeof(one))
                 return pyf_fail(e, PYF_INVALID, ENOBUFS, f, "frame larger than expected");
@@ -345,7 +361,7 @@ static int find_code_heads(struct pyf_target *t, size_t n, struct pyf_err *e)
             return pyf_fail(e, PYF_TORN, EFAULT, raw->code,
                             "pid %d: frame 0x%" PRIx64 " has a bad code pointer", t->info.pid,
                             raw->raddr);
-        t->heads[i] = batch_find(&t->batch, raw->code, t->co_read);
+        t->heads[i] = batch_find_in(&t->batch, t->code_window, raw->code, t->co_read);
         if (t->heads[i])
             continue;
         t->heads[i] = t->code_buf + i * t->co_read;
@@ -479,7 +495,7 @@ static int take_snapshot(struct pyf_target *t, const struct pyf_stack *st,
     uint64_t f = 0;
     int r = innermost(t, st->cframe_hint, sp, &f, s, e);
 
-    return r < 0 ? r : chain(t, f, limit, s, e);
+    return r < 0 ? r : chain(t, sp->frames, f, limit, s, e);
 }
 
 static size_t stack_limit(const struct pyf_stack *st)
@@ -578,8 +594,9 @@ int pyf_target__sample(struct pyf_target *t, struct pyf_thread *ret_threads,
     /* Every thread's snapshot in one syscall; a thread whose snapshot does not settle (or
      * a batch that faults) is read again on its own. */
     batch_reset(&t->batch);
+    t->code_window = (struct batch_window){0, 0};
     for (size_t i = 0; i < n; i++) {
-        sp[i] = (struct thread_spans){-1, -1, -1};
+        sp[i] = (struct thread_spans){-1, -1, -1, {0, 0}};
         if (begin(&ret_threads[i], &stacks[i], reterr) == 0)
             add_thread(t, ret_threads[i].tstate_raddr, &stacks[i], &sp[i]);
     }

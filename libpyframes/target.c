@@ -305,6 +305,7 @@ static int alloc_scratch(struct pyf_target *t)
         return -ENOMEM;
     t->guess_u64 = calloc(n, sizeof(*t->guess_u64));
     t->scratch_u64 = calloc(n, sizeof(*t->scratch_u64));
+    t->pthread_u64 = calloc(THREAD_SPANS_MAX, sizeof(*t->pthread_u64));
     t->liov = calloc(n, sizeof(*t->liov));
     t->riov = calloc(n, sizeof(*t->riov));
     t->code_buf = calloc(n, t->co_read);
@@ -313,8 +314,8 @@ static int alloc_scratch(struct pyf_target *t)
     t->ts_buf = calloc(1, t->ts_read);
     t->thread_spans = calloc(THREAD_SPANS_MAX, sizeof(*t->thread_spans));
     t->codes = codecache_new(CODECACHE_SETS);
-    if (!t->guess_u64 || !t->scratch_u64 || !t->liov || !t->riov || !t->code_buf || !t->heads ||
-        !t->raw || !t->ts_buf || !t->thread_spans || !t->codes)
+    if (!t->guess_u64 || !t->scratch_u64 || !t->pthread_u64 || !t->liov || !t->riov ||
+        !t->code_buf || !t->heads || !t->raw || !t->ts_buf || !t->thread_spans || !t->codes)
         return -ENOMEM;
     return 0;
 }
@@ -415,6 +416,7 @@ void pyf_target_free(struct pyf_target *t)
     batch_free(&t->batch);
     free(t->guess_u64);
     free(t->scratch_u64);
+    free(t->pthread_u64);
     free(t->liov);
     free(t->riov);
     free(t->code_buf);

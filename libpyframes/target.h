@@ -19,9 +19,11 @@
 #include "pyframes.h"
 
 /* Where one thread's part of a batch landed (stack.c): the spans of its thread state and of
- * the current-frame word read before and after its frames; -1: not read. */
+ * the current-frame word read before and after its frames (-1: not read), and the window of
+ * spans holding its frames. */
 struct thread_spans {
     int ts, before, after;
+    struct batch_window frames;
 };
 
 /* Addresses of the type objects (and None) in the target; 0 when not exported. */
@@ -60,7 +62,9 @@ struct pyf_target {
 
     /* scratch for one sample (see stack.c, threads.c); SCRATCH_SLOTS entries each */
     struct batch batch;
-    uint64_t *guess_u64, *scratch_u64;
+    uint64_t *guess_u64, *scratch_u64; /* stack.c: guesses, sorting */
+    uint64_t *pthread_u64;             /* threads.c: each thread's pthread_t */
+    struct batch_window code_window;   /* the batch's spans of guessed code heads */
     struct iovec *liov, *riov;
     uint8_t *code_buf; /* co_read bytes per frame: code heads the batch did not have */
     const uint8_t **heads;

@@ -271,13 +271,15 @@ static void thread_from_tstate(const struct pyf_target *t, const uint8_t *tsbuf,
     *pthread = field_u64(tsbuf, l->ts_thread_id);
 }
 
-/* A word of the interpreter as the batch read it; *ok = false when it did not. */
-static uint64_t batch_word(const struct batch *b, uint64_t base, int32_t off, bool *ok)
+/* A word of the interpreter as the batch read it; *ok = false when it did not. A field the
+ * version lacks reads as @absent, as in read_interp(). */
+static uint64_t batch_word(const struct batch *b, uint64_t base, int32_t off, uint64_t absent,
+                           bool *ok)
 {
     const uint8_t *p;
 
     if (off < 0)
-        return 0;
+        return absent;
     p = batch_find(b, base + (uint64_t)off, sizeof(uint64_t));
     if (!p)
         *ok = false;
@@ -296,6 +298,7 @@ static int threads_as_guessed(struct pyf_target *t, struct pyf_thread *th, size_
     struct batch *b = &t->batch;
     uint64_t interp = t->guess_interp, gil_at, holder;
     size_t n = t->n_guess_tstates, gil_len;
+    int ts_span[GUESS_THREADS_MAX], gil_span = -1;
     struct interp_fields is;
     bool ok = true;
     int r;
@@ -309,9 +312,9 @@ static int threads_as_guessed(struct pyf_target *t, struct pyf_thread *th, size_
             batch_add(b, interp + (uint64_t)offs[i], sizeof(uint64_t));
     gil_at = gil_range(t, t->guess_gil, &gil_len);
     if (gil_at)
-        batch_add_alone(b, gil_at, gil_len);
+        gil_span = batch_add_alone(b, gil_at, gil_len);
     for (size_t i = 0; i < n; i++)
-        batch_add_alone(b, t->guess_tstates[i], t->ts_read);
+        ts_span[i] = batch_add_alone(b, t->guess_tstates[i], t->ts_read);
     r = batch_read(b, t->info.pid);
     if (r == -EFAULT)
         return 0; /* something guessed was freed */
@@ -320,23 +323,23 @@ static int threads_as_guessed(struct pyf_target *t, struct pyf_thread *th, size_
     if (field_u64(batch_span_data(b, 0), 0) != interp)
         return 0;
     is = (struct interp_fields){
-        .next = batch_word(b, interp, l->is_next, &ok),
-        .id = batch_word(b, interp, l->is_id, &ok),
-        .tstate_head = batch_word(b, interp, l->is_tstate_head, &ok),
-        .gil = batch_word(b, interp, l->is_gil, &ok),
+        .next = batch_word(b, interp, l->is_next, 0, &ok),
+        .id = batch_word(b, interp, l->is_id, (uint64_t)-1, &ok),
+        .tstate_head = batch_word(b, interp, l->is_tstate_head, 0, &ok),
+        .gil = batch_word(b, interp, l->is_gil, 0, &ok),
     };
     if (!ok || is.next != 0 || is.tstate_head != t->guess_tstates[0] ||
         (l->gil_model == PYF_GIL_INTERP && is.gil != t->guess_gil))
         return 0;
-    holder = gil_at ? gil_holder_in(t, batch_find(b, gil_at, gil_len)) : 0;
+    holder = gil_span >= 0 ? gil_holder_in(t, batch_span_data(b, gil_span)) : 0;
     for (size_t i = 0; i < n; i++) {
-        const uint8_t *tsbuf = batch_find(b, t->guess_tstates[i], t->ts_read);
+        const uint8_t *tsbuf = ts_span[i] >= 0 ? batch_span_data(b, ts_span[i]) : NULL;
         uint64_t next = i + 1 < n ? t->guess_tstates[i + 1] : 0;
 
         if (!tsbuf || field_u64(tsbuf, l->ts_interp) != interp ||
             field_u64(tsbuf, l->ts_next) != next)
             return 0;
-        thread_from_tstate(t, tsbuf, t->guess_tstates[i], &is, holder, &th[i], &t->scratch_u64[i]);
+        thread_from_tstate(t, tsbuf, t->guess_tstates[i], &is, holder, &th[i], &t->pthread_u64[i]);
     }
     *ret_n = n;
     return 1;
@@ -380,7 +383,7 @@ static int threads_walked(struct pyf_target *t, struct pyf_thread *ret_threads, 
                 return pyf_fail(reterr, PYF_TORN, EFAULT, ts,
                                 "pid %d: thread state 0x%" PRIx64 " changed while read",
                                 t->info.pid, ts);
-            thread_from_tstate(t, t->ts_buf, ts, &is, holder, &ret_threads[n], &t->scratch_u64[n]);
+            thread_from_tstate(t, t->ts_buf, ts, &is, holder, &ret_threads[n], &t->pthread_u64[n]);
             ts = field_u64(t->ts_buf, l->ts_next);
             n++;
         }
@@ -405,15 +408,15 @@ int pyf_target__threads(struct pyf_target *t, struct pyf_thread *ret_threads, si
     size_t n = 0;
     int r;
 
-    if (cap > PYF_DEPTH_MAX)
-        cap = PYF_DEPTH_MAX; /* the pthread_t scratch */
+    if (cap > THREAD_SPANS_MAX)
+        cap = THREAD_SPANS_MAX; /* the pthread_t scratch */
     r = threads_as_guessed(t, ret_threads, cap, &n, reterr);
     if (r == 0)
         r = threads_walked(t, ret_threads, cap, &n, reterr);
     if (r < 0)
         return r;
     if (t->lay.ts_native_thread_id < 0)
-        tids_from_pthreads(t, ret_threads, t->scratch_u64, n);
+        tids_from_pthreads(t, ret_threads, t->pthread_u64, n);
     for (size_t i = 0; i < n; i++)
         ret_threads[i].on_cpu = thread_on_cpu(t, ret_threads[i].tid);
     *ret_n = n;

@@ -10,6 +10,7 @@
 
 int test_batch_merges_and_finds(void);
 int test_batch_capacity_and_faults(void);
+int test_batch_window_search(void);
 
 static uint64_t at(const void *p)
 {
@@ -66,6 +67,32 @@ int test_batch_capacity_and_faults(void)
     CHECK(batch_add(&b, at(mem), 8) == 0);
     CHECK(batch_add_alone(&b, at(gone), 8) == 1);
     CHECK(batch_read(&b, getpid()) == -EFAULT); /* a range that is not mapped */
+    batch_free(&b);
+    return 0;
+}
+
+/* batch_find_in() agrees with the linear batch_find() on every byte, inside and around a
+ * window of ascending spans that follows spans outside it. */
+int test_batch_window_search(void)
+{
+    static uint8_t mem[64 * 1024];
+    struct batch_window w;
+    struct batch b;
+
+    CHECK(batch_init(&b, 16384, 64) == 0);
+    CHECK(batch_add_alone(&b, at(mem + 60000), 16) == 0); /* before the window: not searched */
+    w.lo = (int)b.n;
+    for (size_t k = 0; k < 20; k++) /* 20 spans of 40 bytes, 2 KiB apart */
+        CHECK(batch_add(&b, at(mem + 1000 + k * 2048), 40) == (int)(k + 1));
+    w.hi = (int)b.n;
+    CHECK(batch_read(&b, getpid()) == 0);
+    for (size_t off = 0; off < 45000; off += 3) {
+        const uint8_t *lin = batch_find(&b, at(mem + off), 8);
+        CHECK(batch_find_in(&b, w, at(mem + off), 8) == lin);
+    }
+    CHECK(batch_find(&b, at(mem + 60000), 8) != NULL);
+    CHECK(batch_find_in(&b, w, at(mem + 60000), 8) == NULL);
+    CHECK(batch_find_in(&b, (struct batch_window){0, 0}, at(mem + 1000), 8) == NULL);
     batch_free(&b);
     return 0;
 }

@@ -16,7 +16,8 @@
     X(test_layout_tables)                                                                          \
     X(test_debug_offsets)                                                                          \
     X(test_batch_merges_and_finds)                                                                 \
-    X(test_batch_capacity_and_faults)
+    X(test_batch_capacity_and_faults)                                                              \
+    X(test_batch_window_search)
 
 #define DECLARE(name) int name(void);
 CASES(DECLARE)
