@@ -9,7 +9,7 @@ export DEBIAN_FRONTEND=noninteractive
 packages="
   build-essential cmake pkg-config git clang llvm clang-format libclang-rt-14-dev
   libelf-dev libdw-dev libunwind-dev libbpf-dev bpftool linux-libc-dev
-  libsqlite3-dev sqlite3 libevent-dev libjansson-dev libcurl4-openssl-dev libedit-dev
+  libsqlite3-dev sqlite3 libxxhash-dev libevent-dev libjansson-dev libcurl4-openssl-dev libedit-dev
   python3 python3-pytest python3-torch procps util-linux
 "
 missing=""

@@ -11,49 +11,44 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pyframes.h"
-
-#define THREADS_CAP 1024
-#define TORN_RETRIES 20 /* a busy target can tear a read; each retry is a fresh snapshot */
+#include "client.h"
+#include "dump.h"
 
 struct bt_opts {
     pid_t pid;
-    bool json;
+    bool json, direct;
     int locals_depth; /* frames (innermost first) whose locals are shown; 0: none */
-};
-
-/* One thread as read: its stack, or why it could not be read. */
-struct bt_thread {
-    struct pyf_thread th;
-    char name[32];
-    struct pyf_stack st;
-    char error[240];
+    const char *socket;
 };
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: probectl backtrace <pid> [--locals[=N]] [--json]\n"
-                 "  Prints every thread's Python stack, innermost frame first.\n"
-                 "  --locals[=N]  also show the local variables of the N innermost frames (all)\n"
-                 "  --json        machine-readable output (see docs/backtrace.md)\n");
+    fprintf(out,
+            "usage: probectl backtrace <pid> [--locals[=N]] [--json] [--direct] [--socket S]\n"
+            "  Prints every thread's Python stack, innermost frame first.\n"
+            "  --locals[=N]  also show the local variables of the N innermost frames (all)\n"
+            "  --json        machine-readable output (see docs/backtrace.md)\n"
+            "  --direct      read the process here instead of through the daemon\n"
+            "  --socket S    the daemon's socket (default $PROBED_SOCKET or %s)\n"
+            "  Without a daemon listening, the process is read directly.\n",
+            PROBED_DEFAULT_SOCKET);
 }
 
 static int parse_args(int argc, char **argv, struct bt_opts *o)
 {
     static const struct option longopts[] = {
-        {"locals", optional_argument, NULL, 'l'},
-        {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"locals", optional_argument, NULL, 'l'}, {"json", no_argument, NULL, 'j'},
+        {"direct", no_argument, NULL, 'd'},       {"socket", required_argument, NULL, 's'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
     char *end;
     long pid;
     int c;
 
-    while ((c = getopt_long(argc, argv, "l::jh", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "l::jds:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'l':
-            o->locals_depth = optarg ? atoi(optarg) : PYF_DEPTH_MAX;
+            o->locals_depth = optarg ? atoi(optarg) : 1024;
             if (o->locals_depth <= 0) {
                 fprintf(stderr, "probectl backtrace: --locals=N needs N > 0\n");
                 return -1;
@@ -61,6 +56,12 @@ static int parse_args(int argc, char **argv, struct bt_opts *o)
             break;
         case 'j':
             o->json = true;
+            break;
+        case 'd':
+            o->direct = true;
+            break;
+        case 's':
+            o->socket = optarg;
             break;
         case 'h':
             usage(stdout);
@@ -84,193 +85,105 @@ static int parse_args(int argc, char **argv, struct bt_opts *o)
     return 0;
 }
 
-static void read_cmdline(pid_t pid, char *buf, size_t size)
+/* ---- text output, from the JSON document ------------------------------------------ */
+
+static void print_thread_text(json_t *jt)
 {
-    char path[64];
-    ssize_t n = -1;
-    int fd;
+    json_t *frames = json_object_get(jt, "frames"), *f;
+    const char *error = json_string_value(json_object_get(jt, "error"));
+    json_int_t interp = json_integer_value(json_object_get(jt, "interpreter"));
+    size_t i;
 
-    snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-        n = read(fd, buf, size - 1);
-        close(fd);
-    }
-    if (n < 0)
-        n = 0;
-    buf[n] = '\0';
-    for (ssize_t i = 0; i < n; i++)
-        if (buf[i] == '\0')
-            buf[i] = i == n - 1 ? '\0' : ' ';
-}
-
-/* The threads, retrying torn reads: the list can change while we walk it. */
-static int read_threads(struct pyf_target *t, struct pyf_thread *th, size_t *n, struct pyf_err *e)
-{
-    int r = 0;
-
-    for (int i = 0; i < TORN_RETRIES; i++) {
-        r = pyf_target__threads(t, th, THREADS_CAP, n, e);
-        if (r == 0 || pyf_err_fatal(e))
-            return r;
-    }
-    return r;
-}
-
-static void read_stack(struct pyf_target *t, struct bt_thread *bt, pid_t pid)
-{
-    struct pyf_err e;
-    int r = 0;
-
-    pyf_thread_name(pid, bt->th.tid, bt->name, sizeof(bt->name));
-    for (int i = 0; i < TORN_RETRIES; i++) {
-        r = pyf_target__stack(t, &bt->th, &bt->st, &e);
-        if (r == 0 || pyf_err_fatal(&e))
-            break;
-    }
-    if (r < 0)
-        snprintf(bt->error, sizeof(bt->error), "%s", e.msg);
-}
-
-/* ---- text output --------------------------------------------------------------------- */
-
-static int print_local(void *ctx, const char *name, const char *value)
-{
-    (void)ctx;
-    printf("        %s = %s\n", name, value);
-    return 0;
-}
-
-static void print_thread_text(struct pyf_target *t, const struct bt_thread *bt, int depth)
-{
-    printf("\nThread %d \"%s\"%s%s", (int)bt->th.tid, bt->name, bt->th.holds_gil ? " (gil)" : "",
-           bt->th.on_cpu ? " (active)" : " (idle)");
-    if (bt->th.interp_id > 0)
-        printf(" (interpreter %lld)", (long long)bt->th.interp_id);
+    printf("\nThread %d \"%s\"%s%s", (int)json_integer_value(json_object_get(jt, "tid")),
+           json_string_value(json_object_get(jt, "name")),
+           json_is_true(json_object_get(jt, "holds_gil")) ? " (gil)" : "",
+           json_is_true(json_object_get(jt, "on_cpu")) ? " (active)" : " (idle)");
+    if (interp > 0)
+        printf(" (interpreter %lld)", (long long)interp);
     printf("\n");
-    if (bt->error[0]) {
-        printf("    <unreadable: %s>\n", bt->error);
+    if (error) {
+        printf("    <unreadable: %s>\n", error);
         return;
     }
-    for (size_t i = 0; i < bt->st.n_frames; i++) {
-        const struct pyf_frame *f = &bt->st.frames[i];
-        struct pyf_err e;
+    json_array_foreach(frames, i, f)
+    {
+        json_t *locals = json_object_get(f, "locals"), *l;
+        const char *lerr = json_string_value(json_object_get(f, "locals_error"));
+        size_t k;
 
-        printf("    %s (%s:%d)\n", f->func, f->file, f->line);
-        if ((int)i < depth && pyf_target__locals(t, f, print_local, NULL, &e) < 0)
-            printf("        <locals unreadable: %s>\n", e.msg);
+        printf("    %s (%s:%d)\n", json_string_value(json_object_get(f, "function")),
+               json_string_value(json_object_get(f, "file")),
+               (int)json_integer_value(json_object_get(f, "line")));
+        json_array_foreach(locals, k, l)
+            printf("        %s = %s\n", json_string_value(json_object_get(l, "name")),
+                   json_string_value(json_object_get(l, "value")));
+        if (lerr)
+            printf("        <locals unreadable: %s>\n", lerr);
     }
-    if (bt->st.truncated)
-        printf("    ... (deeper than %zu frames)\n", bt->st.n_frames);
+    if (json_is_true(json_object_get(jt, "truncated")))
+        printf("    ... (deeper than %zu frames)\n", json_array_size(frames));
 }
 
-/* ---- JSON output --------------------------------------------------------------------- */
-
-static int json_local(void *ctx, const char *name, const char *value)
+static void print_text(json_t *doc)
 {
-    json_t *arr = ctx;
-    return json_array_append_new(arr, json_pack("{s:s, s:s}", "name", name, "value", value));
-}
+    json_t *threads = json_object_get(doc, "threads"), *jt;
+    size_t i;
 
-static json_t *frame_json(struct pyf_target *t, const struct pyf_frame *f, bool with_locals)
-{
-    json_t *jf = json_pack("{s:s, s:s, s:i, s:i}", "function", f->func, "file", f->file, "line",
-                           (json_int_t)f->line, "first_line", (json_int_t)f->first_line);
-    struct pyf_err e;
-
-    if (jf && with_locals) {
-        json_t *locals = json_array();
-        if (pyf_target__locals(t, f, json_local, locals, &e) < 0)
-            json_object_set_new(jf, "locals_error", json_string(e.msg));
-        json_object_set_new(jf, "locals", locals);
-    }
-    return jf;
-}
-
-static json_t *thread_json(struct pyf_target *t, const struct bt_thread *bt, int depth)
-{
-    json_t *frames = json_array();
-    json_t *jt =
-        json_pack("{s:i, s:s, s:I, s:b, s:b, s:b}", "tid", (int)bt->th.tid, "name", bt->name,
-                  "interpreter", (json_int_t)bt->th.interp_id, "holds_gil", bt->th.holds_gil,
-                  "on_cpu", bt->th.on_cpu, "truncated", bt->st.truncated);
-
-    for (size_t i = 0; i < bt->st.n_frames; i++)
-        json_array_append_new(frames, frame_json(t, &bt->st.frames[i], (int)i < depth));
-    json_object_set_new(jt, "frames", frames);
-    if (bt->error[0])
-        json_object_set_new(jt, "error", json_string(bt->error));
-    return jt;
-}
-
-static void print_json(struct pyf_target *t, const struct bt_thread *bts, size_t n,
-                       const char *cmdline, int depth)
-{
-    const struct pyf_target_info *info = pyf_target__info(t);
-    json_t *threads = json_array();
-    json_t *root;
-
-    for (size_t i = 0; i < n; i++)
-        json_array_append_new(threads, thread_json(t, &bts[i], depth));
-    root = json_pack("{s:i, s:s, s:s, s:s, s:o}", "pid", (int)info->pid, "python_version",
-                     info->version_str, "command", cmdline, "runtime_file", info->runtime_file,
-                     "threads", threads);
-    json_dumpf(root, stdout, JSON_INDENT(2) | JSON_ENSURE_ASCII);
-    printf("\n");
-    json_decref(root);
+    printf("Process %d: %s\nPython %s (%s)\n", (int)json_integer_value(json_object_get(doc, "pid")),
+           json_string_value(json_object_get(doc, "command")),
+           json_string_value(json_object_get(doc, "python_version")),
+           json_string_value(json_object_get(doc, "runtime_file")));
+    json_array_foreach(threads, i, jt) print_thread_text(jt);
 }
 
 /* ---- main ---------------------------------------------------------------------------- */
 
+/* Through the daemon: 1 = no daemon (read directly), 0 = *doc set, -1 = error printed. */
+static int from_daemon(const struct bt_opts *o, json_t **doc)
+{
+    char path[128], err[512];
+    long status = 0;
+    int r;
+
+    snprintf(path, sizeof(path), "/v1/backtrace?pid=%d&locals=%d", (int)o->pid, o->locals_depth);
+    r = client_call(client_socket_path(o->socket), "GET", path, NULL, &status, doc, NULL, NULL, err,
+                    sizeof(err));
+    if (r == -ENOENT || r == -ECONNREFUSED)
+        return 1;
+    if (r < 0) {
+        fprintf(stderr, "probectl: %s\n", err);
+        return -1;
+    }
+    if (status != 200 || !*doc) {
+        fprintf(stderr, "probectl: %s\n", client_error_text(*doc));
+        json_decref(*doc);
+        return -1;
+    }
+    return 0;
+}
+
 int backtrace_main(int argc, char **argv)
 {
     struct bt_opts o = {0};
-    struct pyf_thread *threads = NULL;
-    struct bt_thread *bts = NULL;
-    struct pyf_target *t = NULL;
-    struct pyf_frame *frames = NULL;
-    char cmdline[512];
+    json_t *doc = NULL;
     struct pyf_err e;
-    size_t n = 0;
-    int ret = 1;
+    int r;
 
     if (parse_args(argc, argv, &o) < 0)
         return 2;
-    if (pyf_target_open(o.pid, &t, &e) < 0) {
+    r = o.direct ? 1 : from_daemon(&o, &doc);
+    if (r < 0)
+        return 1;
+    if (r == 1 && dump_json(o.pid, o.locals_depth, &doc, &e) < 0) {
         fprintf(stderr, "probectl: %s\n", e.msg);
         return 1;
     }
-    read_cmdline(o.pid, cmdline, sizeof(cmdline));
-    threads = calloc(THREADS_CAP, sizeof(*threads));
-    if (!threads || read_threads(t, threads, &n, &e) < 0) {
-        fprintf(stderr, "probectl: %s\n", threads ? e.msg : "out of memory");
-        goto out;
-    }
-    bts = calloc(n ? n : 1, sizeof(*bts));
-    frames = calloc((n ? n : 1) * PYF_DEPTH_MAX, sizeof(*frames));
-    if (!bts || !frames) {
-        fprintf(stderr, "probectl: out of memory\n");
-        goto out;
-    }
-    for (size_t i = 0; i < n; i++) {
-        bts[i].th = threads[i];
-        bts[i].st = (struct pyf_stack){.frames = frames + i * PYF_DEPTH_MAX, .cap = PYF_DEPTH_MAX};
-        read_stack(t, &bts[i], o.pid);
-    }
     if (o.json) {
-        print_json(t, bts, n, cmdline, o.locals_depth);
+        json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_ENSURE_ASCII);
+        printf("\n");
     } else {
-        const struct pyf_target_info *info = pyf_target__info(t);
-        printf("Process %d: %s\nPython %s (%s)\n", (int)o.pid, cmdline, info->version_str,
-               info->runtime_file);
-        for (size_t i = 0; i < n; i++)
-            print_thread_text(t, &bts[i], o.locals_depth);
+        print_text(doc);
     }
-    ret = 0;
-out:
-    free(frames);
-    free(bts);
-    free(threads);
-    pyf_target_free(t);
-    return ret;
+    json_decref(doc);
+    return 0;
 }

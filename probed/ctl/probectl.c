@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backtrace.h"
+#include "commands.h"
 
 #define PROBED_VERSION "0.1.0"
 
@@ -19,6 +20,11 @@ struct command {
 static const struct command commands[] = {
     {"backtrace", backtrace_main, "print every thread's Python stack of a running process"},
     {"dump", backtrace_main, "alias of backtrace"},
+    {"attach", attach_main, "start sampling a process into the daemon's database"},
+    {"detach", detach_main, "stop sampling a process"},
+    {"list", list_main, "the attached processes, their rate, samples and state"},
+    {"query", query_main, "read-only SQL over the samples and the live stacks"},
+    {"flamegraph", flamegraph_main, "a flame graph (SVG or folded) of the stored samples"},
 };
 
 static void usage(FILE *out)

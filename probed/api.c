@@ -1,0 +1,767 @@
+/* api.c - see api.h. */
+#define _GNU_SOURCE
+#include "api.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "dump.h"
+#include "flame.h"
+#include "log.h"
+#include "query.h"
+
+#define BODY_MAX (1 << 20) /* bytes of a request body */
+#define HEADERS_MAX 16384  /* bytes of request headers */
+#define IO_TIMEOUT_S 10    /* a client that stalls this long is dropped (slow loris) */
+#define WORKERS_MAX 8      /* queries, flame graphs and backtraces running at once */
+#define PROBED_VERSION "0.1.0"
+
+struct api {
+    struct event_base *base;
+    struct evhttp *http;
+    struct api_config cfg;
+    struct sampler *sampler;
+    struct writer *writer;
+    int64_t next_target_id; /* loop thread only */
+    int listen_fd;
+    bool serving; /* evhttp owns listen_fd */
+
+    pthread_mutex_t lock; /* workers count, for api_free() to wait on */
+    pthread_cond_t idle;
+    int workers;
+    atomic_uint_fast64_t requests, queries, query_errors;
+};
+
+/* Who is asking, from the socket's SO_PEERCRED. */
+struct peer {
+    bool root;
+    uid_t uid;
+    pid_t pid;
+};
+
+/* ---- replies ---- */
+
+static void reply_json(struct evhttp_request *req, int status, json_t *body)
+{
+    struct evbuffer *out = evbuffer_new();
+    char *text = json_dumps(body, JSON_COMPACT | JSON_ENSURE_ASCII);
+
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
+    if (out && text)
+        evbuffer_add_printf(out, "%s\n", text);
+    evhttp_send_reply(req, status, NULL, out);
+    if (out)
+        evbuffer_free(out);
+    free(text);
+    json_decref(body);
+}
+
+static void reply_error(struct evhttp_request *req, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void reply_error(struct evhttp_request *req, int status, const char *fmt, ...)
+{
+    char msg[768];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    reply_json(req, status, json_pack("{s:s, s:i}", "error", msg, "status", status));
+}
+
+static void reply_raw(struct evhttp_request *req, const char *type, char *data, size_t len)
+{
+    struct evbuffer *out = evbuffer_new();
+
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", type);
+    if (out)
+        evbuffer_add(out, data, len);
+    evhttp_send_reply(req, 200, NULL, out);
+    if (out)
+        evbuffer_free(out);
+}
+
+/* ---- request parsing ---- */
+
+static int peer_of(struct evhttp_request *req, struct peer *p)
+{
+    struct evhttp_connection *con = evhttp_request_get_connection(req);
+    struct bufferevent *bev = con ? evhttp_connection_get_bufferevent(con) : NULL;
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+
+    if (!bev || getsockopt(bufferevent_getfd(bev), SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+        return -errno;
+    *p = (struct peer){.root = cred.uid == 0, .uid = cred.uid, .pid = cred.pid};
+    return 0;
+}
+
+/* The request body as JSON, or NULL (reply already sent). */
+static json_t *body_json(struct evhttp_request *req)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t len = evbuffer_get_length(in);
+    json_error_t jerr;
+    json_t *j;
+
+    j = json_loadb((const char *)evbuffer_pullup(in, -1), len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!j) {
+        reply_error(req, 400, "malformed JSON body: %s (line %d, column %d)", jerr.text, jerr.line,
+                    jerr.column);
+        return NULL;
+    }
+    if (!json_is_object(j)) {
+        json_decref(j);
+        reply_error(req, 400, "the JSON body must be an object");
+        return NULL;
+    }
+    return j;
+}
+
+/* A positive integer parameter; 0 when absent, -1 when malformed. */
+static long long param_int(const struct evkeyvalq *q, const char *name)
+{
+    const char *v = evhttp_find_header(q, name);
+    char *end;
+    long long n;
+
+    if (!v)
+        return 0;
+    errno = 0;
+    n = strtoll(v, &end, 10);
+    return errno || *end || n < 0 ? -1 : n;
+}
+
+/* May @p act on @pid? 0, or -errno after replying. */
+static int authorise_pid(struct evhttp_request *req, const struct peer *p, pid_t pid)
+{
+    char path[64];
+    struct stat st;
+
+    snprintf(path, sizeof(path), "/proc/%d", (int)pid);
+    if (stat(path, &st) < 0) {
+        reply_error(req, 404, "pid %d: no such process", (int)pid);
+        return -ESRCH;
+    }
+    if (!p->root && st.st_uid != p->uid) {
+        reply_error(req, 403, "pid %d: permission denied (owned by uid %u, you are uid %u)",
+                    (int)pid, (unsigned)st.st_uid, (unsigned)p->uid);
+        return -EPERM;
+    }
+    return 0;
+}
+
+/* "30s", "5m", "2h", "1d", or plain seconds -> ns; -1 malformed. */
+static int64_t duration_ns(const char *s)
+{
+    char *end;
+    double v;
+
+    if (!s || !*s)
+        return -1;
+    v = strtod(s, &end);
+    if (end == s || v < 0)
+        return -1;
+    if (!*end || strcmp(end, "s") == 0)
+        return (int64_t)(v * 1e9);
+    if (strcmp(end, "ms") == 0)
+        return (int64_t)(v * 1e6);
+    if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0)
+        return (int64_t)(v * 60e9);
+    if (strcmp(end, "h") == 0)
+        return (int64_t)(v * 3600e9);
+    if (strcmp(end, "d") == 0)
+        return (int64_t)(v * 86400e9);
+    return -1;
+}
+
+/* ---- targets ---- */
+
+static json_t *target_json(const struct target *t)
+{
+    json_t *j = json_pack(
+        "{s:I, s:i, s:i, s:I, s:s, s:s, s:i, s:s, s:s, s:I, s:{s:I, s:I, s:I, s:I, s:I, s:I}}",
+        "id", (json_int_t)t->id, "pid", (int)t->pid, "uid", (int)t->uid, "start_time",
+        (json_int_t)t->start_time, "cmdline", t->cmdline, "python_version", t->py_version,
+        "rate_hz", (int)t->rate_hz, "state", target_state_name(t->state), "mode", "python",
+        "attached_ns", (json_int_t)t->attached_ns, "stats", "ticks", (json_int_t)t->stats.ticks,
+        "samples", (json_int_t)t->stats.samples, "torn", (json_int_t)t->stats.torn, "errors",
+        (json_int_t)t->stats.errors, "late", (json_int_t)t->stats.late, "dropped",
+        (json_int_t)t->stats.dropped);
+
+    if (t->rank >= 0)
+        json_object_set_new(j, "rank", json_integer(t->rank));
+    if (t->local_rank >= 0)
+        json_object_set_new(j, "local_rank", json_integer(t->local_rank));
+    if (t->world_size >= 0)
+        json_object_set_new(j, "world_size", json_integer(t->world_size));
+    if (t->end_reason[0])
+        json_object_set_new(j, "end_reason", json_string(t->end_reason));
+    return j;
+}
+
+struct list_ctx {
+    const struct peer *peer;
+    pid_t pid; /* 0: all */
+    json_t *arr;
+};
+
+static void list_one(const struct target *t, void *ctx)
+{
+    struct list_ctx *l = ctx;
+
+    if ((l->peer->root || t->uid == l->peer->uid) && (!l->pid || t->pid == l->pid))
+        json_array_append_new(l->arr, target_json(t));
+}
+
+static void targets_list(struct api *a, struct evhttp_request *req, const struct peer *p, pid_t pid)
+{
+    struct list_ctx l = {.peer = p, .pid = pid, .arr = json_array()};
+
+    sampler__each(a->sampler, list_one, &l);
+    if (pid && json_array_size(l.arr) == 0) {
+        json_decref(l.arr);
+        reply_error(req, 404, "pid %d is not attached", (int)pid);
+        return;
+    }
+    reply_json(req, 200,
+               pid ? json_incref(json_array_get(l.arr, 0)) : json_pack("{s:o}", "targets", l.arr));
+    if (pid)
+        json_decref(l.arr);
+}
+
+static int pyf_status(const struct pyf_err *e)
+{
+    switch (e->kind) {
+    case PYF_GONE:
+        return 404;
+    case PYF_DENIED:
+        return 403;
+    case PYF_NOT_PYTHON:
+    case PYF_UNSUPPORTED:
+        return 422;
+    default:
+        return 500;
+    }
+}
+
+static void targets_attach(struct api *a, struct evhttp_request *req, const struct peer *p)
+{
+    json_t *body = body_json(req), *jpid, *jrate, *jdur;
+    bool pid_ok, rate_ok;
+    int64_t dur_ns = 0;
+    struct pyf_err e = {0};
+    struct target *t = NULL;
+    json_int_t pid, rate;
+    int r;
+
+    if (!body)
+        return;
+    jpid = json_object_get(body, "pid");
+    jrate = json_object_get(body, "rate");
+    jdur = json_object_get(body, "duration");
+    pid = json_integer_value(jpid);
+    rate = jrate ? json_integer_value(jrate) : a->cfg.default_rate_hz;
+    pid_ok = json_is_integer(jpid) && pid > 0 && pid <= 0x7fffffff;
+    rate_ok = (!jrate || json_is_integer(jrate)) && rate >= 1 && rate <= a->cfg.max_rate_hz;
+    if (jdur)
+        dur_ns = json_is_string(jdur)   ? duration_ns(json_string_value(jdur))
+                 : json_is_number(jdur) ? (int64_t)(json_number_value(jdur) * 1e9)
+                                        : -1;
+    json_decref(body); /* jpid, jrate, jdur die with it */
+    if (!pid_ok)
+        return reply_error(req, 400, "\"pid\" must be a positive integer");
+    if (!rate_ok)
+        return reply_error(req, 400, "\"rate\" must be an integer from 1 to %u Hz",
+                           a->cfg.max_rate_hz);
+    if (dur_ns < 0)
+        return reply_error(req, 400, "\"duration\" must be seconds or a duration like \"30s\"");
+    if (authorise_pid(req, p, (pid_t)pid) < 0)
+        return;
+    r = target_new((pid_t)pid, (uint32_t)rate, &t, &e);
+    if (r < 0)
+        return reply_error(req, pyf_status(&e), "%s", e.msg);
+    t->id = a->next_target_id;
+    if (dur_ns > 0)
+        t->deadline_ns = mono_ns() + dur_ns;
+    r = sampler__add(a->sampler, t);
+    if (r < 0) {
+        target_free(t);
+        return reply_error(req, r == -EEXIST ? 409 : 503, "pid %d: %s", (int)pid,
+                           r == -EEXIST ? "already attached" : "too many targets");
+    }
+    a->next_target_id++;
+    log_msg(LOG_INFO, "attached pid %d (Python %s) at %d Hz for uid %u", (int)pid, t->py_version,
+            (int)rate, (unsigned)p->uid);
+    targets_list(a, req, p, (pid_t)pid);
+}
+
+static void targets_detach(struct api *a, struct evhttp_request *req, const struct peer *p,
+                           pid_t pid)
+{
+    struct list_ctx l = {.peer = p, .pid = pid, .arr = json_array()};
+    struct target *t;
+
+    sampler__each(a->sampler, list_one, &l); /* visible to this peer? */
+    if (json_array_size(l.arr) == 0) {
+        json_decref(l.arr);
+        return reply_error(req, 404, "pid %d is not attached%s", (int)pid,
+                           p->root ? "" : " (or not yours)");
+    }
+    json_decref(l.arr);
+    t = sampler__remove(a->sampler, pid);
+    if (!t)
+        return reply_error(req, 404, "pid %d is not attached", (int)pid);
+    log_msg(LOG_INFO, "detached pid %d", (int)pid);
+    reply_json(req, 200, target_json(t));
+    target_free(t);
+}
+
+/* ---- worker jobs: query, flame graph, backtrace ---- */
+
+enum job_kind { JOB_QUERY, JOB_FLAME, JOB_BACKTRACE };
+
+struct job {
+    struct api *a;
+    struct evhttp_request *req;
+    enum job_kind kind;
+    struct query_scope scope;
+    char *sql;
+    struct flame_request flame;
+    char format[16];
+    int locals;
+    /* result */
+    int status;
+    json_t *body;
+    char *raw;
+    size_t raw_len;
+    const char *raw_type;
+};
+
+static void job_free(struct job *j)
+{
+    free(j->sql);
+    free(j->raw);
+    json_decref(j->body);
+    free((char *)j->flame.title);
+    free(j);
+}
+
+/* Loop thread: the worker is done; reply. */
+static void job_done(evutil_socket_t fd, short what, void *arg)
+{
+    struct job *j = arg;
+    struct api *a = j->a;
+
+    (void)fd, (void)what;
+    if (j->raw)
+        reply_raw(j->req, j->raw_type, j->raw, j->raw_len);
+    else
+        reply_json(j->req, j->status, json_incref(j->body));
+    job_free(j);
+    pthread_mutex_lock(&a->lock);
+    a->workers--;
+    pthread_cond_broadcast(&a->idle);
+    pthread_mutex_unlock(&a->lock);
+}
+
+static void run_query(struct job *j, const char *sql)
+{
+    struct query_limits lim = {.time_ms = j->a->cfg.query_time_ms,
+                               .max_rows = j->a->cfg.query_max_rows};
+    struct query_err err = {0};
+
+    if (query_run(j->a->cfg.db_path, j->a->sampler, &j->scope, &lim, sql, &j->body, &err) < 0) {
+        j->status = err.http_status;
+        j->body = json_pack("{s:s, s:i}", "error", err.msg, "status", err.http_status);
+        j->a->query_errors++;
+        return;
+    }
+    j->status = 200;
+}
+
+static void run_flame(struct job *j)
+{
+    char *sql = flame_sql(&j->flame);
+    json_t *rows;
+
+    if (!sql) {
+        j->status = 500;
+        j->body = json_pack("{s:s}", "error", "out of memory");
+        return;
+    }
+    run_query(j, sql);
+    free(sql);
+    if (j->status != 200)
+        return;
+    rows = json_object_get(j->body, "rows");
+    if (json_array_size(rows) == 0) {
+        json_decref(j->body);
+        j->status = 404;
+        j->body = json_pack("{s:s, s:i}", "error",
+                            "no samples for that process in that time range (is it attached?)",
+                            "status", 404);
+        return;
+    }
+    if (strcmp(j->format, "svg") == 0) {
+        j->raw = flame_svg(rows, j->flame.title, &j->raw_len);
+        j->raw_type = "image/svg+xml";
+    } else {
+        j->raw = flame_folded(rows, &j->raw_len);
+        j->raw_type = "text/plain; charset=utf-8";
+    }
+    if (!j->raw) {
+        j->status = 500;
+        json_decref(j->body);
+        j->body = json_pack("{s:s}", "error", "out of memory rendering the flame graph");
+    }
+}
+
+static void run_backtrace(struct job *j)
+{
+    struct pyf_err e = {0};
+
+    if (dump_json(j->scope.pid, j->locals, &j->body, &e) < 0) {
+        j->status = pyf_status(&e);
+        j->body = json_pack("{s:s, s:i}", "error", e.msg, "status", j->status);
+        return;
+    }
+    j->status = 200;
+}
+
+static void *worker_main(void *arg)
+{
+    struct job *j = arg;
+
+    switch (j->kind) {
+    case JOB_QUERY:
+        j->a->queries++;
+        run_query(j, j->sql);
+        break;
+    case JOB_FLAME:
+        run_flame(j);
+        break;
+    case JOB_BACKTRACE:
+        run_backtrace(j);
+        break;
+    }
+    if (event_base_once(j->a->base, -1, EV_TIMEOUT, job_done, j, NULL) < 0)
+        log_msg(LOG_ERR, "could not hand a reply back to the event loop");
+    return NULL;
+}
+
+/* Takes @j: runs it on a worker thread, or replies 503 when too many run. */
+static void start_job(struct api *a, struct job *j)
+{
+    pthread_attr_t attr;
+    pthread_t th;
+    int r;
+
+    pthread_mutex_lock(&a->lock);
+    r = a->workers < WORKERS_MAX ? 0 : -EBUSY;
+    if (r == 0)
+        a->workers++;
+    pthread_mutex_unlock(&a->lock);
+    if (r < 0) {
+        reply_error(j->req, 503, "too many queries running (%d); try again", WORKERS_MAX);
+        job_free(j);
+        return;
+    }
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    r = pthread_create(&th, &attr, worker_main, j);
+    pthread_attr_destroy(&attr);
+    if (r != 0) {
+        pthread_mutex_lock(&a->lock);
+        a->workers--;
+        pthread_mutex_unlock(&a->lock);
+        reply_error(j->req, 503, "could not start a worker: %s", strerror(r));
+        job_free(j);
+    }
+}
+
+static struct job *job_new(struct api *a, struct evhttp_request *req, enum job_kind kind,
+                           const struct peer *p)
+{
+    struct job *j = calloc(1, sizeof(*j));
+
+    if (!j) {
+        reply_error(req, 500, "out of memory");
+        return NULL;
+    }
+    *j = (struct job){.a = a, .req = req, .kind = kind, .scope = {.root = p->root, .uid = p->uid}};
+    return j;
+}
+
+static void query_post(struct api *a, struct evhttp_request *req, const struct peer *p)
+{
+    json_t *body = body_json(req), *jsql, *jpid;
+    struct job *j;
+
+    if (!body)
+        return;
+    jsql = json_object_get(body, "sql");
+    jpid = json_object_get(body, "pid");
+    if (!json_is_string(jsql) ||
+        (jpid && (!json_is_integer(jpid) || json_integer_value(jpid) < 0))) {
+        json_decref(body);
+        return reply_error(req, 400, "expected {\"sql\": \"SELECT ...\", \"pid\": optional int}");
+    }
+    j = job_new(a, req, JOB_QUERY, p);
+    if (j) {
+        j->sql = strdup(json_string_value(jsql));
+        j->scope.pid = (pid_t)json_integer_value(jpid);
+        start_job(a, j);
+    }
+    json_decref(body);
+}
+
+static void flamegraph_get(struct api *a, struct evhttp_request *req, const struct peer *p,
+                           const struct evkeyvalq *q)
+{
+    long long pid = param_int(q, "pid"), tid = param_int(q, "tid");
+    const char *since = evhttp_find_header(q, "since");
+    const char *format = evhttp_find_header(q, "format");
+    int64_t since_ns = 0;
+    struct job *j;
+    char title[128];
+
+    if (pid <= 0)
+        return reply_error(req, 400, "flamegraph needs ?pid=N");
+    if (tid < 0)
+        return reply_error(req, 400, "tid must be a thread id");
+    if (since && (since_ns = duration_ns(since)) < 0)
+        return reply_error(req, 400, "since must be a duration like 30s, 5m, 2h");
+    if (format && strcmp(format, "svg") != 0 && strcmp(format, "folded") != 0)
+        return reply_error(req, 400, "format must be svg or folded");
+    j = job_new(a, req, JOB_FLAME, p);
+    if (!j)
+        return;
+    j->scope.pid = (pid_t)pid;
+    j->flame = (struct flame_request){
+        .pid = (pid_t)pid, .tid = (pid_t)tid, .since_ns = since_ns ? real_ns() - since_ns : 0};
+    snprintf(title, sizeof(title), "pid %lld%s%s", pid, since ? ", last " : "", since ? since : "");
+    j->flame.title = strdup(title);
+    snprintf(j->format, sizeof(j->format), "%s", format ? format : "svg");
+    start_job(a, j);
+}
+
+static void backtrace_get(struct api *a, struct evhttp_request *req, const struct peer *p,
+                          const struct evkeyvalq *q)
+{
+    long long pid = param_int(q, "pid"), locals = param_int(q, "locals");
+    struct job *j;
+
+    if (pid <= 0 || locals < 0)
+        return reply_error(req, 400, "backtrace needs ?pid=N (and optionally &locals=N)");
+    if (authorise_pid(req, p, (pid_t)pid) < 0)
+        return;
+    j = job_new(a, req, JOB_BACKTRACE, p);
+    if (!j)
+        return;
+    j->scope.pid = (pid_t)pid;
+    j->locals = (int)locals;
+    start_job(a, j);
+}
+
+/* ---- routing ---- */
+
+static void status_get(struct api *a, struct evhttp_request *req)
+{
+    struct writer *w = a->writer;
+
+    reply_json(req, 200,
+               json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "version", PROBED_VERSION,
+                         "database", a->cfg.db_path, "requests", (json_int_t)a->requests, "queries",
+                         (json_int_t)a->queries, "query_errors", (json_int_t)a->query_errors,
+                         "flushes", (json_int_t)w->flushes, "write_errors",
+                         (json_int_t)w->write_errors, "samples_written",
+                         (json_int_t)w->samples_written, "db_bytes", (json_int_t)w->db_bytes));
+}
+
+/* "/v1/targets/123" -> 123; 0 when @path is not of that form. */
+static pid_t path_pid(const char *path, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    char *end;
+    long v;
+
+    if (strncmp(path, prefix, n) != 0 || !path[n])
+        return 0;
+    v = strtol(path + n, &end, 10);
+    return *end || v <= 0 || v > 0x7fffffff ? -1 : (pid_t)v;
+}
+
+static void route(struct api *a, struct evhttp_request *req, const struct peer *p, const char *path,
+                  const struct evkeyvalq *q)
+{
+    enum evhttp_cmd_type m = evhttp_request_get_command(req);
+    pid_t pid;
+
+    if (strcmp(path, "/v1/status") == 0 && m == EVHTTP_REQ_GET)
+        return status_get(a, req);
+    if (strcmp(path, "/v1/targets") == 0 && m == EVHTTP_REQ_GET)
+        return targets_list(a, req, p, 0);
+    if (strcmp(path, "/v1/targets") == 0 && m == EVHTTP_REQ_POST)
+        return targets_attach(a, req, p);
+    if ((pid = path_pid(path, "/v1/targets/")) != 0) {
+        if (pid < 0)
+            return reply_error(req, 400, "expected /v1/targets/<pid>");
+        if (m == EVHTTP_REQ_DELETE)
+            return targets_detach(a, req, p, pid);
+        if (m == EVHTTP_REQ_GET)
+            return targets_list(a, req, p, pid);
+        return reply_error(req, 405, "use GET or DELETE on /v1/targets/<pid>");
+    }
+    if (strcmp(path, "/v1/query") == 0 && m == EVHTTP_REQ_POST)
+        return query_post(a, req, p);
+    if (strcmp(path, "/v1/flamegraph") == 0 && m == EVHTTP_REQ_GET)
+        return flamegraph_get(a, req, p, q);
+    if (strcmp(path, "/v1/backtrace") == 0 && m == EVHTTP_REQ_GET)
+        return backtrace_get(a, req, p, q);
+    reply_error(req, 404, "no such endpoint: %s (see docs/api.md)", path);
+}
+
+static void on_request(struct evhttp_request *req, void *arg)
+{
+    struct api *a = arg;
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+    const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
+    const char *query = uri ? evhttp_uri_get_query(uri) : NULL;
+    struct evkeyvalq params;
+    struct peer p;
+
+    a->requests++;
+    if (peer_of(req, &p) < 0)
+        return reply_error(req, 403, "cannot tell who is asking (SO_PEERCRED failed)");
+    if (!path)
+        return reply_error(req, 400, "malformed request URI");
+    TAILQ_INIT(&params);
+    if (query && evhttp_parse_query_str(query, &params) < 0)
+        return reply_error(req, 400, "malformed query string");
+    route(a, req, &p, path, &params);
+    evhttp_clear_headers(&params);
+}
+
+/* ---- the socket ---- */
+
+/* A socket file left by a daemon that died is removed; one that answers is in use. */
+static int clear_stale_socket(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    struct stat st;
+    int fd, r;
+
+    if (lstat(path, &st) < 0)
+        return errno == ENOENT ? 0 : -errno;
+    if (!S_ISSOCK(st.st_mode))
+        return -EEXIST;
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    r = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+    close(fd);
+    if (r == 0)
+        return -EADDRINUSE;
+    return unlink(path) < 0 ? -errno : 0;
+}
+
+static int listen_unix(const char *path, int gid, int *ret_fd)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int fd, r;
+
+    if (strlen(path) >= sizeof(sa.sun_path))
+        return log_errno(LOG_ERR, -ENAMETOOLONG, "socket path %s", path);
+    r = clear_stale_socket(path);
+    if (r < 0)
+        return log_errno(LOG_ERR, r, "socket %s (another probed running, or not a socket?)", path);
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return log_errno(LOG_ERR, -errno, "socket()");
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || chmod(path, 0660) < 0 ||
+        (gid >= 0 && chown(path, (uid_t)-1, (gid_t)gid) < 0) || listen(fd, 64) < 0) {
+        r = log_errno(LOG_ERR, -errno, "listening on %s", path);
+        close(fd);
+        return r;
+    }
+    *ret_fd = fd;
+    return 0;
+}
+
+int api_new(struct event_base *base, const struct api_config *cfg, int gid, struct sampler *s,
+            struct writer *w, int64_t next_target_id, struct api **ret)
+{
+    struct api *a = calloc(1, sizeof(*a));
+    int r;
+
+    if (!a)
+        return -ENOMEM;
+    *a = (struct api){.base = base,
+                      .cfg = *cfg,
+                      .sampler = s,
+                      .writer = w,
+                      .next_target_id = next_target_id,
+                      .listen_fd = -1};
+    pthread_mutex_init(&a->lock, NULL);
+    pthread_cond_init(&a->idle, NULL);
+    a->http = evhttp_new(base);
+    if (!a->http) {
+        api_free(a);
+        return -ENOMEM;
+    }
+    evhttp_set_max_body_size(a->http, BODY_MAX);
+    evhttp_set_max_headers_size(a->http, HEADERS_MAX);
+    evhttp_set_timeout(a->http, IO_TIMEOUT_S);
+    evhttp_set_allowed_methods(a->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_DELETE);
+    evhttp_set_gencb(a->http, on_request, a);
+    r = listen_unix(cfg->socket_path, gid, &a->listen_fd);
+    if (r == 0 && evhttp_accept_socket(a->http, a->listen_fd) < 0)
+        r = log_errno(LOG_ERR, -EIO, "serving on %s", cfg->socket_path);
+    a->serving = r == 0;
+    if (r < 0) {
+        api_free(a);
+        return r;
+    }
+    *ret = a;
+    return 0;
+}
+
+void api_free(struct api *a)
+{
+    if (!a)
+        return;
+    pthread_mutex_lock(&a->lock);
+    while (a->workers > 0) { /* their replies need the loop: run it until they are done */
+        pthread_mutex_unlock(&a->lock);
+        event_base_loop(a->base, EVLOOP_ONCE);
+        pthread_mutex_lock(&a->lock);
+    }
+    pthread_mutex_unlock(&a->lock);
+    if (a->http)
+        evhttp_free(a->http); /* closes the listening socket it serves */
+    if (a->listen_fd >= 0 && !a->serving)
+        close(a->listen_fd);
+    if (a->listen_fd >= 0) /* ours: bound by listen_unix() */
+        unlink(a->cfg.socket_path);
+    pthread_cond_destroy(&a->idle);
+    pthread_mutex_destroy(&a->lock);
+    free(a);
+}

@@ -1,0 +1,21 @@
+/*
+ * dump.h - every thread's Python stack of a process, as the JSON document of
+ * `probectl backtrace --json` (docs/backtrace.md).
+ *
+ * Used by probectl when it reads the target itself and by the daemon for /v1/backtrace, so
+ * both give the same document. Reads with libpyframes; a torn read is retried.
+ * Threads: any (each call has its own libpyframes handle). Memory: the caller owns *ret.
+ * Failure: -errno with the reason in @e (PYF_GONE, PYF_DENIED, PYF_NOT_PYTHON, ...).
+ */
+#ifndef PROBED_DUMP_H
+#define PROBED_DUMP_H
+
+#include <jansson.h>
+#include <sys/types.h>
+
+#include "pyframes.h"
+
+/* @locals_depth: the innermost frames whose locals are included (0: none). */
+int dump_json(pid_t pid, int locals_depth, json_t **ret, struct pyf_err *e);
+
+#endif

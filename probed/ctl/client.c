@@ -1,0 +1,98 @@
+/* client.c - see client.h. */
+#define _GNU_SOURCE
+#include "client.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+struct reply {
+    char *data;
+    size_t len;
+};
+
+static size_t on_data(char *p, size_t size, size_t n, void *ctx)
+{
+    struct reply *r = ctx;
+    char *grown = realloc(r->data, r->len + size * n + 1);
+
+    if (!grown)
+        return 0;
+    memcpy(grown + r->len, p, size * n);
+    r->len += size * n;
+    grown[r->len] = '\0';
+    r->data = grown;
+    return size * n;
+}
+
+const char *client_socket_path(const char *option)
+{
+    const char *env = getenv("PROBED_SOCKET");
+
+    return option ? option : env && *env ? env : PROBED_DEFAULT_SOCKET;
+}
+
+const char *client_error_text(json_t *body)
+{
+    const char *s = json_string_value(json_object_get(body, "error"));
+    return s ? s : "the daemon returned an error";
+}
+
+int client_call(const char *socket_path, const char *method, const char *path, json_t *body,
+                long *ret_status, json_t **ret_body, char **ret_raw, size_t *ret_raw_len, char *err,
+                size_t err_len)
+{
+    struct curl_slist *headers = NULL;
+    struct reply reply = {0};
+    char url[1024], *payload = NULL;
+    struct stat st;
+    CURLcode rc;
+    CURL *curl;
+
+    *ret_body = NULL;
+    if (stat(socket_path, &st) < 0) {
+        snprintf(err, err_len, "no daemon socket at %s: %s", socket_path, strerror(errno));
+        return -ENOENT;
+    }
+    curl = curl_easy_init();
+    if (!curl) {
+        snprintf(err, err_len, "libcurl could not start");
+        return -ENOMEM;
+    }
+    snprintf(url, sizeof(url), "http://probed%s", path);
+    curl_easy_setopt(curl, CURLOPT_UNIX_SOCKET_PATH, socket_path);
+    curl_easy_setopt(curl, CURLOPT_URL, url);
+    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &reply);
+    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    if (body) {
+        payload = json_dumps(body, JSON_COMPACT);
+        headers = curl_slist_append(headers, "Content-Type: application/json");
+        curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+        curl_easy_setopt(curl, CURLOPT_POSTFIELDS, payload ? payload : "");
+    }
+    rc = curl_easy_perform(curl);
+    if (rc == CURLE_OK)
+        curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, ret_status);
+    curl_slist_free_all(headers);
+    curl_easy_cleanup(curl);
+    free(payload);
+    if (rc != CURLE_OK) {
+        free(reply.data);
+        snprintf(err, err_len, "talking to the daemon at %s: %s", socket_path,
+                 curl_easy_strerror(rc));
+        return rc == CURLE_COULDNT_CONNECT ? -ECONNREFUSED : -EIO;
+    }
+    *ret_body = reply.data ? json_loadb(reply.data, reply.len, 0, NULL) : NULL;
+    if (ret_raw && !*ret_body) {
+        *ret_raw = reply.data;
+        *ret_raw_len = reply.len;
+        return 0;
+    }
+    free(reply.data);
+    return 0;
+}

@@ -1,0 +1,29 @@
+/*
+ * client.h - probectl's side of the daemon's API: JSON over HTTP on a Unix socket (libcurl).
+ *
+ * The socket is --socket, else $PROBED_SOCKET, else /run/probed/probed.sock.
+ * Failure: client_call() returns -errno: -ENOENT/-ECONNREFUSED when no daemon listens (the
+ * caller may fall back), -EIO for any other transport error, with the reason in @err. An HTTP
+ * error status is not a failure here: the caller reads *ret_status and the body's "error".
+ */
+#ifndef PROBECTL_CLIENT_H
+#define PROBECTL_CLIENT_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#define PROBED_DEFAULT_SOCKET "/run/probed/probed.sock"
+
+const char *client_socket_path(const char *option);
+
+/* @method "GET"/"POST"/"DELETE"; @body may be NULL. *ret_body: parsed JSON (caller owns) or
+ * NULL when the reply is not JSON, in which case *ret_raw (malloc'd, caller frees) holds it
+ * when @ret_raw is not NULL. */
+int client_call(const char *socket_path, const char *method, const char *path, json_t *body,
+                long *ret_status, json_t **ret_body, char **ret_raw, size_t *ret_raw_len, char *err,
+                size_t err_len);
+
+/* The "error" string of an error reply, or a generic text. */
+const char *client_error_text(json_t *body);
+
+#endif

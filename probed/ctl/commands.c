@@ -1,0 +1,458 @@
+/* commands.c - see commands.h. */
+#define _GNU_SOURCE
+#include "commands.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+
+/* Options every command takes. */
+#define COMMON_LONGOPTS                                                                            \
+    {"socket", required_argument, NULL, 'S'},                                                      \
+    {                                                                                              \
+        "help", no_argument, NULL, 'h'                                                             \
+    }
+
+/* One call; returns the reply (caller owns) or NULL after printing why. */
+static json_t *call(const char *socket, const char *method, const char *path, json_t *body)
+{
+    char err[512];
+    json_t *reply = NULL;
+    long status = 0;
+    int r = client_call(client_socket_path(socket), method, path, body, &status, &reply, NULL, NULL,
+                        err, sizeof(err));
+
+    if (r < 0) {
+        fprintf(stderr, "probectl: %s%s\n", err,
+                r == -ENOENT || r == -ECONNREFUSED ? " (is probed running?)" : "");
+        return NULL;
+    }
+    if (status < 200 || status > 299 || !reply) {
+        fprintf(stderr, "probectl: %s\n", client_error_text(reply));
+        json_decref(reply);
+        return NULL;
+    }
+    return reply;
+}
+
+static int parse_pid(const char *s, const char *cmd)
+{
+    char *end;
+    long v;
+
+    errno = 0;
+    v = s ? strtol(s, &end, 10) : 0;
+    if (!s || errno || *end || v <= 0 || v > 0x7fffffff) {
+        fprintf(stderr, "probectl %s: '%s' is not a pid\n", cmd, s ? s : "");
+        return -1;
+    }
+    return (int)v;
+}
+
+static void print_target(json_t *t)
+{
+    json_t *st = json_object_get(t, "stats");
+
+    printf("%-8lld %-9s %-7lld %-8s %-10lld %-6lld %-7s %s\n",
+           (long long)json_integer_value(json_object_get(t, "pid")),
+           json_string_value(json_object_get(t, "state")),
+           (long long)json_integer_value(json_object_get(t, "rate_hz")),
+           json_string_value(json_object_get(t, "python_version")),
+           (long long)json_integer_value(json_object_get(st, "samples")),
+           (long long)json_integer_value(json_object_get(st, "torn")),
+           json_string_value(json_object_get(t, "mode")),
+           json_string_value(json_object_get(t, "cmdline")));
+}
+
+static void print_header(void)
+{
+    printf("%-8s %-9s %-7s %-8s %-10s %-6s %-7s %s\n", "PID", "STATE", "RATE", "PYTHON", "SAMPLES",
+           "TORN", "MODE", "COMMAND");
+}
+
+/* ---- attach / detach / list ---- */
+
+int attach_main(int argc, char **argv)
+{
+    static const struct option longopts[] = {{"rate", required_argument, NULL, 'r'},
+                                             {"duration", required_argument, NULL, 'd'},
+                                             {"json", no_argument, NULL, 'j'},
+                                             COMMON_LONGOPTS,
+                                             {NULL, 0, NULL, 0}};
+    const char *socket = NULL, *duration = NULL;
+    json_t *body, *reply;
+    bool as_json = false;
+    long rate = 0;
+    int c, pid;
+
+    while ((c = getopt_long(argc, argv, "r:d:jh", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'r':
+            rate = atol(optarg);
+            break;
+        case 'd':
+            duration = optarg;
+            break;
+        case 'j':
+            as_json = true;
+            break;
+        case 'S':
+            socket = optarg;
+            break;
+        case 'h':
+            printf("usage: probectl attach <pid> [--rate HZ] [--duration DUR] [--json]\n"
+                   "  Starts sampling the process's Python stacks into the daemon's database.\n"
+                   "  --rate HZ        samples per second (default: the daemon's, 100)\n"
+                   "  --duration DUR   stop after this long (30s, 5m, 2h)\n");
+            return 0;
+        default:
+            return 2;
+        }
+    }
+    if ((pid = parse_pid(optind < argc ? argv[optind] : NULL, "attach")) < 0 || optind + 1 != argc)
+        return 2;
+    body = json_pack("{s:i}", "pid", pid);
+    if (rate)
+        json_object_set_new(body, "rate", json_integer(rate));
+    if (duration)
+        json_object_set_new(body, "duration", json_string(duration));
+    reply = call(socket, "POST", "/v1/targets", body);
+    json_decref(body);
+    if (!reply)
+        return 1;
+    if (as_json) {
+        json_dumpf(reply, stdout, JSON_INDENT(2));
+        printf("\n");
+    } else {
+        printf("attached to pid %d (Python %s) at %lld Hz\n", pid,
+               json_string_value(json_object_get(reply, "python_version")),
+               (long long)json_integer_value(json_object_get(reply, "rate_hz")));
+    }
+    json_decref(reply);
+    return 0;
+}
+
+int detach_main(int argc, char **argv)
+{
+    static const struct option longopts[] = {COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
+    const char *socket = NULL;
+    char path[64];
+    json_t *reply;
+    int c, pid;
+
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        if (c == 'S') {
+            socket = optarg;
+        } else if (c == 'h') {
+            printf("usage: probectl detach <pid>\n  Stops sampling; stored samples stay.\n");
+            return 0;
+        } else {
+            return 2;
+        }
+    }
+    if ((pid = parse_pid(optind < argc ? argv[optind] : NULL, "detach")) < 0 || optind + 1 != argc)
+        return 2;
+    snprintf(path, sizeof(path), "/v1/targets/%d", pid);
+    reply = call(socket, "DELETE", path, NULL);
+    if (!reply)
+        return 1;
+    printf(
+        "detached from pid %d after %lld samples\n", pid,
+        (long long)json_integer_value(json_object_get(json_object_get(reply, "stats"), "samples")));
+    json_decref(reply);
+    return 0;
+}
+
+int list_main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"json", no_argument, NULL, 'j'}, COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
+    const char *socket = NULL;
+    bool as_json = false;
+    json_t *reply, *t;
+    size_t i;
+    int c;
+
+    while ((c = getopt_long(argc, argv, "jh", longopts, NULL)) != -1) {
+        if (c == 'S') {
+            socket = optarg;
+        } else if (c == 'j') {
+            as_json = true;
+        } else if (c == 'h') {
+            printf("usage: probectl list [--json]\n  The attached processes.\n");
+            return 0;
+        } else {
+            return 2;
+        }
+    }
+    reply = call(socket, "GET", "/v1/targets", NULL);
+    if (!reply)
+        return 1;
+    if (as_json) {
+        json_dumpf(reply, stdout, JSON_INDENT(2));
+        printf("\n");
+    } else {
+        print_header();
+        json_array_foreach(json_object_get(reply, "targets"), i, t) print_target(t);
+    }
+    json_decref(reply);
+    return 0;
+}
+
+/* ---- query ---- */
+
+/* A cell as text: strings as they are, numbers printed, NULL as "NULL". Caller frees. */
+static char *cell_text(json_t *v)
+{
+    char *s = NULL;
+
+    if (json_is_string(v))
+        return strdup(json_string_value(v));
+    if (json_is_null(v))
+        return strdup("NULL");
+    if (json_is_integer(v) && asprintf(&s, "%lld", (long long)json_integer_value(v)) >= 0)
+        return s;
+    if (json_is_real(v) && asprintf(&s, "%g", json_real_value(v)) >= 0)
+        return s;
+    return json_dumps(v, JSON_ENCODE_ANY);
+}
+
+/* UTF-8 aware display width (one column per code point). */
+static size_t text_width(const char *s)
+{
+    size_t n = 0;
+
+    for (; *s; s++)
+        n += ((unsigned char)*s & 0xc0) != 0x80;
+    return n;
+}
+
+static void print_table(json_t *cols, json_t *rows)
+{
+    size_t ncol = json_array_size(cols), i, k;
+    size_t *width = calloc(ncol ? ncol : 1, sizeof(*width));
+    json_t *row;
+
+    if (!width)
+        return;
+    for (k = 0; k < ncol; k++)
+        width[k] = text_width(json_string_value(json_array_get(cols, k)));
+    json_array_foreach(rows, i, row)
+    {
+        for (k = 0; k < ncol; k++) {
+            char *t = cell_text(json_array_get(row, k));
+            if (t && text_width(t) > width[k])
+                width[k] = text_width(t);
+            free(t);
+        }
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        for (k = 0; k < ncol; k++) {
+            const char *name = json_string_value(json_array_get(cols, k));
+            if (pass == 0)
+                printf("%s%s%*s", k ? " | " : "", name, (int)(width[k] - text_width(name)), "");
+            else
+                for (size_t d = 0; d < width[k] + (k ? 3 : 0); d++)
+                    fputs(k && d == 1 ? "+" : "-", stdout);
+        }
+        printf("\n");
+    }
+    json_array_foreach(rows, i, row)
+    {
+        for (k = 0; k < ncol; k++) {
+            json_t *v = json_array_get(row, k);
+            char *t = cell_text(v);
+            int pad = (int)(width[k] - text_width(t ? t : ""));
+            if (json_is_number(v)) /* numbers right-aligned, as in the seeds' tables */
+                printf("%s%*s%s", k ? " | " : "", pad, "", t ? t : "");
+            else
+                printf("%s%s%*s", k ? " | " : "", t ? t : "", k + 1 < ncol ? pad : 0, "");
+            free(t);
+        }
+        printf("\n");
+    }
+    printf("(%zu row%s)\n", json_array_size(rows), json_array_size(rows) == 1 ? "" : "s");
+    free(width);
+}
+
+static void print_csv_cell(const char *s)
+{
+    if (!strpbrk(s, ",\"\n\r")) {
+        fputs(s, stdout);
+        return;
+    }
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"')
+            putchar('"');
+        putchar(*s);
+    }
+    putchar('"');
+}
+
+static void print_csv(json_t *cols, json_t *rows)
+{
+    size_t i, k;
+    json_t *row, *c;
+
+    json_array_foreach(cols, k, c)
+    {
+        if (k)
+            putchar(',');
+        print_csv_cell(json_string_value(c));
+    }
+    putchar('\n');
+    json_array_foreach(rows, i, row)
+    {
+        json_array_foreach(row, k, c)
+        {
+            char *t = json_is_null(c) ? strdup("") : cell_text(c);
+            if (k)
+                putchar(',');
+            print_csv_cell(t ? t : "");
+            free(t);
+        }
+        putchar('\n');
+    }
+}
+
+int query_main(int argc, char **argv)
+{
+    static const struct option longopts[] = {{"pid", required_argument, NULL, 'p'},
+                                             {"format", required_argument, NULL, 'f'},
+                                             COMMON_LONGOPTS,
+                                             {NULL, 0, NULL, 0}};
+    const char *socket = NULL, *format = "table";
+    json_t *body, *reply;
+    int c, pid = 0;
+
+    while ((c = getopt_long(argc, argv, "p:f:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'p':
+            if ((pid = parse_pid(optarg, "query")) < 0)
+                return 2;
+            break;
+        case 'f':
+            format = optarg;
+            break;
+        case 'S':
+            socket = optarg;
+            break;
+        case 'h':
+            printf("usage: probectl query \"<SQL>\" [--pid P] [--format table|csv|json]\n"
+                   "  Read-only SQL over the samples and the live stacks (docs/query.md).\n");
+            return 0;
+        default:
+            return 2;
+        }
+    }
+    if (optind + 1 != argc) {
+        fprintf(stderr, "probectl query: expected one SQL statement (quote it)\n");
+        return 2;
+    }
+    if (strcmp(format, "table") != 0 && strcmp(format, "csv") != 0 && strcmp(format, "json") != 0) {
+        fprintf(stderr, "probectl query: --format must be table, csv or json\n");
+        return 2;
+    }
+    body = json_pack("{s:s}", "sql", argv[optind]);
+    if (pid)
+        json_object_set_new(body, "pid", json_integer(pid));
+    reply = call(socket, "POST", "/v1/query", body);
+    json_decref(body);
+    if (!reply)
+        return 1;
+    if (strcmp(format, "json") == 0) {
+        json_dumpf(reply, stdout, JSON_INDENT(2) | JSON_ENSURE_ASCII);
+        printf("\n");
+    } else if (strcmp(format, "csv") == 0) {
+        print_csv(json_object_get(reply, "columns"), json_object_get(reply, "rows"));
+    } else {
+        print_table(json_object_get(reply, "columns"), json_object_get(reply, "rows"));
+    }
+    if (json_is_true(json_object_get(reply, "truncated")))
+        fprintf(stderr, "probectl: result truncated at the daemon's row limit\n");
+    json_decref(reply);
+    return 0;
+}
+
+/* ---- flamegraph ---- */
+
+int flamegraph_main(int argc, char **argv)
+{
+    static const struct option longopts[] = {{"since", required_argument, NULL, 's'},
+                                             {"thread", required_argument, NULL, 't'},
+                                             {"output", required_argument, NULL, 'o'},
+                                             {"format", required_argument, NULL, 'f'},
+                                             COMMON_LONGOPTS,
+                                             {NULL, 0, NULL, 0}};
+    const char *socket = NULL, *since = NULL, *out_path = NULL, *format = "svg";
+    char path[256], err[512], *raw = NULL;
+    json_t *reply = NULL;
+    size_t raw_len = 0;
+    long status = 0;
+    int c, pid, tid = 0, r;
+    FILE *out;
+
+    while ((c = getopt_long(argc, argv, "s:t:o:f:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 's':
+            since = optarg;
+            break;
+        case 't':
+            tid = atoi(optarg);
+            break;
+        case 'o':
+            out_path = optarg;
+            break;
+        case 'f':
+            format = optarg;
+            break;
+        case 'S':
+            socket = optarg;
+            break;
+        case 'h':
+            printf("usage: probectl flamegraph <pid> [--since 5m] [--thread TID] [-o out.svg]"
+                   " [--format svg|folded]\n"
+                   "  A flame graph of the stored samples (attach first).\n");
+            return 0;
+        default:
+            return 2;
+        }
+    }
+    if ((pid = parse_pid(optind < argc ? argv[optind] : NULL, "flamegraph")) < 0 ||
+        optind + 1 != argc)
+        return 2;
+    snprintf(path, sizeof(path), "/v1/flamegraph?pid=%d&format=%s%s%s", pid, format,
+             since ? "&since=" : "", since ? since : "");
+    if (tid)
+        snprintf(path + strlen(path), sizeof(path) - strlen(path), "&tid=%d", tid);
+    r = client_call(client_socket_path(socket), "GET", path, NULL, &status, &reply, &raw, &raw_len,
+                    err, sizeof(err));
+    if (r < 0) {
+        fprintf(stderr, "probectl: %s\n", err);
+        return 1;
+    }
+    if (status != 200 || !raw) {
+        fprintf(stderr, "probectl: %s\n", client_error_text(reply));
+        json_decref(reply);
+        free(raw);
+        return 1;
+    }
+    out = out_path ? fopen(out_path, "w") : stdout;
+    if (!out || fwrite(raw, 1, raw_len, out) != raw_len || (out_path && fclose(out) != 0)) {
+        fprintf(stderr, "probectl: writing %s: %s\n", out_path ? out_path : "stdout",
+                strerror(errno));
+        free(raw);
+        return 1;
+    }
+    if (out_path)
+        fprintf(stderr, "wrote %s (%zu bytes)\n", out_path, raw_len);
+    free(raw);
+    return 0;
+}

@@ -1,0 +1,188 @@
+/* outbox.c - see outbox.h. */
+#include "outbox.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void half_free(struct ob_half *h)
+{
+    free(h->samples);
+    free(h->frames);
+    free(h->strings);
+    free(h->stacks);
+    free(h->threads);
+    free(h->arena);
+}
+
+static int half_init(struct ob_half *h, const struct outbox *ob)
+{
+    *h = (struct ob_half){0};
+    h->samples = calloc(ob->cap_samples, sizeof(*h->samples));
+    h->frames = calloc(ob->cap_defs, sizeof(*h->frames));
+    h->strings = calloc(ob->cap_defs, sizeof(*h->strings));
+    h->stacks = calloc(ob->cap_defs, sizeof(*h->stacks));
+    h->threads = calloc(ob->cap_defs, sizeof(*h->threads));
+    h->arena = malloc(ob->cap_arena);
+    if (!h->samples || !h->frames || !h->strings || !h->stacks || !h->threads || !h->arena)
+        return -ENOMEM;
+    return 0;
+}
+
+int outbox_new(size_t cap_samples, struct outbox **ret)
+{
+    struct outbox *ob = calloc(1, sizeof(*ob));
+
+    if (!ob)
+        return -ENOMEM;
+    pthread_mutex_init(&ob->lock, NULL);
+    ob->cap_samples = cap_samples;
+    ob->cap_defs = cap_samples / 4 + 1024;
+    ob->cap_arena = ob->cap_defs * 128;
+    if (half_init(&ob->halves[0], ob) < 0 || half_init(&ob->halves[1], ob) < 0) {
+        outbox_free(ob);
+        return -ENOMEM;
+    }
+    ob->fill = &ob->halves[0];
+    ob->spare = &ob->halves[1];
+    *ret = ob;
+    return 0;
+}
+
+void outbox_free(struct outbox *ob)
+{
+    if (!ob)
+        return;
+    half_free(&ob->halves[0]);
+    half_free(&ob->halves[1]);
+    pthread_mutex_destroy(&ob->lock);
+    free(ob);
+}
+
+struct ob_half *outbox__lock(struct outbox *ob)
+{
+    pthread_mutex_lock(&ob->lock);
+    return ob->fill;
+}
+
+void outbox__unlock(struct outbox *ob)
+{
+    pthread_mutex_unlock(&ob->lock);
+}
+
+bool ob_half__sample(struct outbox *ob, struct ob_half *h, const struct ob_sample *s)
+{
+    if (h->n_samples == ob->cap_samples) {
+        h->n_dropped++;
+        return false;
+    }
+    h->samples[h->n_samples++] = *s;
+    return true;
+}
+
+bool ob_half__frame(struct outbox *ob, struct ob_half *h, const struct ob_frame *f)
+{
+    if (h->n_frames == ob->cap_defs) {
+        h->lost_defs = true;
+        return false;
+    }
+    h->frames[h->n_frames++] = *f;
+    return true;
+}
+
+/* Copies @len bytes into the arena; false when they do not fit. */
+static bool arena_put(struct outbox *ob, struct ob_half *h, const void *p, size_t len,
+                      uint32_t *ret_off)
+{
+    if (len > ob->cap_arena - h->arena_used) {
+        h->lost_defs = true;
+        return false;
+    }
+    memcpy(h->arena + h->arena_used, p, len);
+    *ret_off = (uint32_t)h->arena_used;
+    h->arena_used += (len + 7) & ~(size_t)7; /* keeps int64 frame ids aligned */
+    if (h->arena_used > ob->cap_arena)
+        h->arena_used = ob->cap_arena;
+    return true;
+}
+
+static bool add_def(struct outbox *ob, struct ob_half *h, struct ob_def *defs, size_t *n,
+                    const struct ob_def *d, const void *p, size_t bytes)
+{
+    struct ob_def copy = *d;
+
+    if (*n == ob->cap_defs) {
+        h->lost_defs = true;
+        return false;
+    }
+    if (!arena_put(ob, h, p, bytes, &copy.off))
+        return false;
+    defs[(*n)++] = copy;
+    return true;
+}
+
+bool ob_half__string(struct outbox *ob, struct ob_half *h, int64_t id, const char *s)
+{
+    size_t len = strlen(s);
+    struct ob_def d = {.id = id, .len = (uint32_t)len};
+
+    return add_def(ob, h, h->strings, &h->n_strings, &d, s, len);
+}
+
+bool ob_half__stack(struct outbox *ob, struct ob_half *h, int64_t id, const int64_t *frame_ids,
+                    size_t n)
+{
+    struct ob_def d = {.id = id, .len = (uint32_t)n};
+
+    return add_def(ob, h, h->stacks, &h->n_stacks, &d, frame_ids, n * sizeof(*frame_ids));
+}
+
+bool ob_half__thread(struct outbox *ob, struct ob_half *h, int64_t target_id, int32_t tid,
+                     const char *name)
+{
+    size_t len = strlen(name);
+    struct ob_def d = {.id = target_id, .extra = tid, .len = (uint32_t)len};
+
+    return add_def(ob, h, h->threads, &h->n_threads, &d, name, len);
+}
+
+bool ob_half__target(struct ob_half *h, const struct ob_target *t)
+{
+    if (h->n_targets == OB_TARGETS_MAX)
+        return false;
+    h->targets[h->n_targets++] = *t;
+    return true;
+}
+
+bool ob_half__end(struct ob_half *h, int64_t target_id, int64_t ended_ns, const char *reason)
+{
+    struct ob_end *e;
+
+    if (h->n_ends == OB_TARGETS_MAX)
+        return false;
+    e = &h->ends[h->n_ends++];
+    e->target_id = target_id;
+    e->ended_ns = ended_ns;
+    snprintf(e->reason, sizeof(e->reason), "%s", reason);
+    return true;
+}
+
+struct ob_half *outbox__swap(struct outbox *ob)
+{
+    struct ob_half *full, *empty = ob->spare;
+
+    /* Empty the spare before taking the lock: the sampler is not touching it. */
+    empty->n_samples = empty->n_frames = empty->n_strings = 0;
+    empty->n_stacks = empty->n_threads = 0;
+    empty->n_targets = empty->n_ends = 0;
+    empty->arena_used = 0;
+    empty->n_dropped = 0;
+    empty->lost_defs = false;
+    pthread_mutex_lock(&ob->lock);
+    full = ob->fill;
+    ob->fill = empty;
+    ob->spare = full;
+    pthread_mutex_unlock(&ob->lock);
+    return full;
+}

@@ -1,0 +1,98 @@
+/*
+ * outbox.h - what the sampler hands the store: samples and the definitions they refer to.
+ *
+ * Two fixed-size halves: the sampler thread appends to one while the writer thread writes the
+ * other to SQLite, then they swap (outbox__swap, once a second). The lock is held for an
+ * append or a pointer swap, never across I/O, so sampling never waits on the database.
+ * When a half is full, what does not fit is dropped and counted (n_dropped), never grown.
+ *
+ * Ids are 64-bit content hashes (hashid.h): a definition may be sent twice (the store ignores
+ * the second), so the sampler only remembers, lossily, which ones it already sent.
+ *
+ * Threads: outbox__lock/unlock + the add functions on the sampler side (the API thread also
+ * adds target events), outbox__swap on the writer. Memory: all of it allocated by outbox_new.
+ */
+#ifndef PROBED_OUTBOX_H
+#define PROBED_OUTBOX_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct ob_sample {
+    int64_t ts_ns, target_id, stack_id;
+    int32_t tid, state;
+};
+
+struct ob_frame {
+    int64_t id, func_id, file_id;
+    int32_t line, first_line;
+};
+
+/* A variable-length definition (a string, a stack, a thread) lives in the half's arena. */
+struct ob_def {
+    int64_t id;    /* string/stack id, or the target id of a thread */
+    int64_t extra; /* thread: tid */
+    uint32_t off;  /* into arena */
+    uint32_t len;  /* bytes (string, name) or frames (stack: len int64 frame ids) */
+};
+
+/* A target attached (a row for the targets table) or ended. */
+struct ob_target {
+    int64_t id, start_time, attached_ns;
+    int32_t pid, uid, rate_hz, rank, local_rank, world_size; /* rank etc.: -1 unknown */
+    char cmdline[512], py_version[32];
+};
+
+struct ob_end {
+    int64_t target_id, ended_ns;
+    char reason[128];
+};
+
+#define OB_TARGETS_MAX 256 /* attaches and ends per second */
+
+struct ob_half {
+    struct ob_target targets[OB_TARGETS_MAX];
+    struct ob_end ends[OB_TARGETS_MAX];
+    size_t n_targets, n_ends;
+    struct ob_sample *samples;
+    struct ob_frame *frames;
+    struct ob_def *strings, *stacks, *threads;
+    size_t n_samples, n_frames, n_strings, n_stacks, n_threads;
+    uint8_t *arena;
+    size_t arena_used;
+    uint64_t n_dropped; /* samples lost because this half was full */
+    bool lost_defs;     /* a definition did not fit: the sampler must forget what it sent */
+};
+
+struct outbox {
+    pthread_mutex_t lock;
+    struct ob_half *fill, *spare;
+    size_t cap_samples, cap_defs, cap_arena;
+    struct ob_half halves[2];
+};
+
+/* @cap_samples samples per second of data; definitions and arena sized from it. */
+int outbox_new(size_t cap_samples, struct outbox **ret);
+void outbox_free(struct outbox *ob);
+
+/* The sampler appends between lock and unlock; each add returns false when full. */
+struct ob_half *outbox__lock(struct outbox *ob);
+void outbox__unlock(struct outbox *ob);
+bool ob_half__sample(struct outbox *ob, struct ob_half *h, const struct ob_sample *s);
+bool ob_half__frame(struct outbox *ob, struct ob_half *h, const struct ob_frame *f);
+bool ob_half__string(struct outbox *ob, struct ob_half *h, int64_t id, const char *s);
+bool ob_half__stack(struct outbox *ob, struct ob_half *h, int64_t id, const int64_t *frame_ids,
+                    size_t n);
+bool ob_half__thread(struct outbox *ob, struct ob_half *h, int64_t target_id, int32_t tid,
+                     const char *name);
+
+bool ob_half__target(struct ob_half *h, const struct ob_target *t);
+bool ob_half__end(struct ob_half *h, int64_t target_id, int64_t ended_ns, const char *reason);
+
+/* Writer: takes the filled half (the sampler continues in the other, emptied one). The
+ * returned half is the writer's until the next swap. */
+struct ob_half *outbox__swap(struct outbox *ob);
+
+#endif

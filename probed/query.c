@@ -1,0 +1,375 @@
+/* query.c - see query.h. */
+#define _GNU_SOURCE
+#include "query.h"
+
+#include <errno.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "livetab.h"
+#include "schema.h"
+
+/* What the authorizer and progress handler need while a query runs. */
+struct guard {
+    const struct query_scope *scope;
+    bool armed;          /* false while query.c itself sets the connection up */
+    char refused[256];   /* why the authorizer said no */
+    int64_t deadline_ns; /* CLOCK_MONOTONIC */
+    bool timed_out;
+};
+
+static int fail(struct query_err *err, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(struct query_err *err, int status, const char *fmt, ...)
+{
+    va_list ap;
+
+    err->http_status = status;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+    va_end(ap);
+    return status == 500 ? -EIO : -EINVAL;
+}
+
+static int64_t now_mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* PRAGMAs that only read, and whose argument (if any) names a table or index. */
+static bool pragma_reads(const char *name, const char *arg)
+{
+    static const char *const introspect[] = {"table_info",      "table_xinfo", "table_list",
+                                             "index_list",      "index_info",  "index_xinfo",
+                                             "foreign_key_list"};
+    static const char *const plain[] = {
+        "database_list",   "function_list", "module_list",    "pragma_list",     "collation_list",
+        "compile_options", "user_version",  "schema_version", "page_count",      "page_size",
+        "freelist_count",  "encoding",      "journal_mode",   "integrity_check", "quick_check"};
+
+    for (size_t i = 0; i < sizeof(introspect) / sizeof(introspect[0]); i++)
+        if (strcasecmp(name, introspect[i]) == 0)
+            return true;
+    for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++)
+        if (strcasecmp(name, plain[i]) == 0)
+            return arg == NULL || strcasecmp(name, "integrity_check") == 0 ||
+                   strcasecmp(name, "quick_check") == 0;
+    return false;
+}
+
+static bool is_raw_table(const char *name)
+{
+    static const char *const raw[] = {"targets", "threads", "samples",
+                                      "strings", "frames",  "stack_frames"};
+    for (size_t i = 0; i < sizeof(raw) / sizeof(raw[0]); i++)
+        if (name && strcasecmp(name, raw[i]) == 0)
+            return true;
+    return false;
+}
+
+static int authorize(void *ctx, int action, const char *a1, const char *a2, const char *db,
+                     const char *accessor)
+{
+    struct guard *g = ctx;
+
+    if (!g->armed)
+        return SQLITE_OK;
+    switch (action) {
+    case SQLITE_SELECT:
+    case SQLITE_FUNCTION:
+    case SQLITE_RECURSIVE:
+        return SQLITE_OK;
+    case SQLITE_READ:
+        /* A scoped user reads the raw tables only through the filtered views. */
+        if (!g->scope->root || g->scope->pid) {
+            if (db && strcmp(db, "main") == 0 && !accessor && is_raw_table(a1)) {
+                snprintf(g->refused, sizeof(g->refused),
+                         "reading main.%s directly is reserved to root; query the views"
+                         " (targets, threads, samples, stacks, sample_frames, ...)",
+                         a1);
+                return SQLITE_DENY;
+            }
+        }
+        return SQLITE_OK;
+    case SQLITE_PRAGMA:
+        if (pragma_reads(a1, a2))
+            return SQLITE_OK;
+        snprintf(g->refused, sizeof(g->refused),
+                 "PRAGMA %s%s%s is refused: queries are read-only (only PRAGMAs that read"
+                 " are allowed)",
+                 a1, a2 ? " = " : "", a2 ? a2 : "");
+        return SQLITE_DENY;
+    case SQLITE_ATTACH:
+    case SQLITE_DETACH:
+        snprintf(g->refused, sizeof(g->refused),
+                 "ATTACH and DETACH are refused: queries see"
+                 " only probed's database");
+        return SQLITE_DENY;
+    default:
+        snprintf(g->refused, sizeof(g->refused),
+                 "refused: queries are read-only (no INSERT, UPDATE, DELETE, CREATE, DROP,"
+                 " ALTER or transactions)");
+        return SQLITE_DENY;
+    }
+}
+
+static int progress(void *ctx)
+{
+    struct guard *g = ctx;
+
+    if (now_mono_ns() < g->deadline_ns)
+        return 0;
+    g->timed_out = true;
+    return 1;
+}
+
+/* ---- time helpers: now_ns(), ago('5m'), iso(ts_ns) ---- */
+
+static int64_t now_real_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void fn_now_ns(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    (void)argc, (void)argv;
+    sqlite3_result_int64(ctx, now_real_ns());
+}
+
+/* "90s", "5m", "2h", "1d", "250ms" -> nanoseconds; -1 when malformed. */
+static int64_t parse_duration_ns(const char *s)
+{
+    static const struct {
+        const char *unit;
+        int64_t ns;
+    } units[] = {{"ms", 1000000LL},      {"s", 1000000000LL},    {"m", 60000000000LL},
+                 {"min", 60000000000LL}, {"h", 3600000000000LL}, {"d", 86400000000000LL}};
+    char *end;
+    double v;
+
+    if (!s)
+        return -1;
+    v = strtod(s, &end);
+    if (end == s || v < 0)
+        return -1;
+    while (*end == ' ')
+        end++;
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+        if (strcmp(end, units[i].unit) == 0)
+            return (int64_t)(v * (double)units[i].ns);
+    return -1;
+}
+
+static void fn_ago(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    int64_t d = parse_duration_ns((const char *)sqlite3_value_text(argv[0]));
+
+    (void)argc;
+    if (d < 0) {
+        sqlite3_result_error(ctx, "ago(): expected a duration like '30s', '5m', '2h', '1d'", -1);
+        return;
+    }
+    sqlite3_result_int64(ctx, now_real_ns() - d);
+}
+
+static void fn_iso(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    int64_t ns = sqlite3_value_int64(argv[0]);
+    time_t secs = (time_t)(ns / 1000000000LL);
+    char buf[64];
+    struct tm tm;
+
+    (void)argc;
+    gmtime_r(&secs, &tm);
+    snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+             (int)(ns % 1000000000LL / 1000000));
+    sqlite3_result_text(ctx, buf, -1, SQLITE_TRANSIENT);
+}
+
+/* ---- connection set-up ---- */
+
+static int setup_exec(sqlite3 *db, const char *sql, struct query_err *err)
+{
+    char *msg = NULL;
+
+    if (sqlite3_exec(db, sql, NULL, NULL, &msg) == SQLITE_OK)
+        return 0;
+    fail(err, 500, "setting up the query connection: %s", msg ? msg : sqlite3_errmsg(db));
+    sqlite3_free(msg);
+    return -EIO;
+}
+
+/* For a scoped user: targets, threads and samples shadowed by temp views of its targets. */
+static int shadow_tables(sqlite3 *db, const struct query_scope *sc, struct query_err *err)
+{
+    char sql[2048], cond[128];
+
+    if (sc->root && !sc->pid)
+        return 0;
+    if (sc->root)
+        snprintf(cond, sizeof(cond), "pid = %d", (int)sc->pid);
+    else if (sc->pid)
+        snprintf(cond, sizeof(cond), "uid = %u AND pid = %d", (unsigned)sc->uid, (int)sc->pid);
+    else
+        snprintf(cond, sizeof(cond), "uid = %u", (unsigned)sc->uid);
+    snprintf(sql, sizeof(sql),
+             "CREATE TEMP VIEW targets AS SELECT * FROM main.targets WHERE %s;"
+             "CREATE TEMP VIEW threads AS SELECT * FROM main.threads"
+             " WHERE target_id IN (SELECT id FROM temp.targets);"
+             "CREATE TEMP VIEW samples AS SELECT * FROM main.samples"
+             " WHERE target_id IN (SELECT id FROM temp.targets);",
+             cond);
+    return setup_exec(db, sql, err);
+}
+
+static int open_connection(const char *path, struct sampler *sampler, struct guard *g,
+                           sqlite3 **ret, struct query_err *err)
+{
+    sqlite3 *db = NULL;
+    int r;
+
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL) != SQLITE_OK) {
+        r = fail(err, 500, "opening %s read-only: %s", path, db ? sqlite3_errmsg(db) : "no memory");
+        sqlite3_close(db);
+        return r;
+    }
+    sqlite3_busy_timeout(db, 2000);
+    sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
+    sqlite3_set_authorizer(db, authorize, g);
+    sqlite3_progress_handler(db, 10000, progress, g);
+    sqlite3_create_function(db, "now_ns", 0, SQLITE_UTF8, NULL, fn_now_ns, NULL, NULL);
+    sqlite3_create_function(db, "ago", 1, SQLITE_UTF8, NULL, fn_ago, NULL, NULL);
+    sqlite3_create_function(db, "iso", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL, fn_iso, NULL,
+                            NULL);
+    r = livetab_register(db, sampler, g->scope) == SQLITE_OK ? 0
+                                                             : fail(err, 500, "python.backtrace");
+    if (r == 0)
+        r = setup_exec(db,
+                       "ATTACH 'file:probed_python?mode=memory' AS python;"
+                       "CREATE VIRTUAL TABLE python.backtrace USING probed_backtrace;",
+                       err);
+    if (r == 0)
+        r = shadow_tables(db, g->scope, err);
+    if (r == 0)
+        r = setup_exec(db, schema_views, err);
+    if (r < 0) {
+        sqlite3_close(db);
+        return r;
+    }
+    g->armed = true;
+    *ret = db;
+    return 0;
+}
+
+/* ---- running ---- */
+
+static json_t *column_value(sqlite3_stmt *q, int i)
+{
+    switch (sqlite3_column_type(q, i)) {
+    case SQLITE_INTEGER:
+        return json_integer(sqlite3_column_int64(q, i));
+    case SQLITE_FLOAT:
+        return json_real(sqlite3_column_double(q, i));
+    case SQLITE_NULL:
+        return json_null();
+    case SQLITE_BLOB:
+        return json_sprintf("<blob of %d bytes>", sqlite3_column_bytes(q, i));
+    default:
+        return json_stringn((const char *)sqlite3_column_text(q, i),
+                            (size_t)sqlite3_column_bytes(q, i));
+    }
+}
+
+static int prepare(sqlite3 *db, struct guard *g, const char *sql, sqlite3_stmt **ret,
+                   struct query_err *err)
+{
+    const char *tail = NULL;
+    sqlite3_stmt *q = NULL;
+
+    if (sqlite3_prepare_v2(db, sql, -1, &q, &tail) != SQLITE_OK)
+        return fail(err, 400, "%s", g->refused[0] ? g->refused : sqlite3_errmsg(db));
+    if (!q)
+        return fail(err, 400, "empty query");
+    while (tail && (*tail == ' ' || *tail == '\n' || *tail == '\t' || *tail == ';'))
+        tail++;
+    if (tail && *tail) {
+        sqlite3_finalize(q);
+        return fail(err, 400, "one statement per query (found more after the first)");
+    }
+    if (!sqlite3_stmt_readonly(q)) { /* the authorizer should have refused it already */
+        sqlite3_finalize(q);
+        return fail(err, 400, "refused: queries are read-only");
+    }
+    *ret = q;
+    return 0;
+}
+
+static int collect(sqlite3 *db, struct guard *g, sqlite3_stmt *q, const struct query_limits *lim,
+                   json_t *out, struct query_err *err)
+{
+    int ncol = sqlite3_column_count(q), rc;
+    json_t *cols = json_array(), *rows = json_array();
+    int64_t n = 0;
+
+    json_object_set_new(out, "columns", cols);
+    json_object_set_new(out, "rows", rows);
+    for (int i = 0; i < ncol; i++)
+        json_array_append_new(cols, json_string(sqlite3_column_name(q, i)));
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        json_t *row;
+        if (n == lim->max_rows) {
+            json_object_set_new(out, "truncated", json_true());
+            return 0;
+        }
+        row = json_array();
+        for (int i = 0; i < ncol; i++)
+            json_array_append_new(row, column_value(q, i));
+        json_array_append_new(rows, row);
+        n++;
+    }
+    if (rc == SQLITE_DONE) {
+        json_object_set_new(out, "truncated", json_false());
+        return 0;
+    }
+    if (g->timed_out)
+        return fail(err, 408, "query interrupted after %lld ms (the query time limit)",
+                    (long long)lim->time_ms);
+    return fail(err, 400, "%s", g->refused[0] ? g->refused : sqlite3_errmsg(db));
+}
+
+int query_run(const char *db_path, struct sampler *sampler, const struct query_scope *scope,
+              const struct query_limits *lim, const char *sql, json_t **ret, struct query_err *err)
+{
+    struct guard g = {.scope = scope};
+    sqlite3_stmt *q = NULL;
+    sqlite3 *db = NULL;
+    json_t *out;
+    int r;
+
+    r = open_connection(db_path, sampler, &g, &db, err);
+    if (r < 0)
+        return r;
+    g.deadline_ns = now_mono_ns() + lim->time_ms * 1000000LL;
+    r = prepare(db, &g, sql, &q, err);
+    out = r == 0 ? json_object() : NULL;
+    if (r == 0)
+        r = out ? collect(db, &g, q, lim, out, err) : fail(err, 500, "out of memory");
+    sqlite3_finalize(q);
+    sqlite3_close(db);
+    if (r < 0) {
+        json_decref(out);
+        return r;
+    }
+    *ret = out;
+    return 0;
+}

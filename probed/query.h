@@ -1,0 +1,46 @@
+/*
+ * query.h - read-only SQL over the store and the live stacks (probectl query, /v1/query).
+ *
+ * A query connection opens the database read-only, attaches an in-memory schema `python`
+ * holding the live-stack virtual table python.backtrace (livetab.h), creates the documented
+ * views (schema/views.sql) and then installs an authorizer that refuses anything but
+ * reading: writes, ATTACH, DDL and state-changing PRAGMAs are refused with the reason. A
+ * progress handler interrupts a query that runs past its time limit. A scoped user (not
+ * root, or --pid) sees targets, threads and samples through temp views filtered to its
+ * processes and cannot read the raw tables directly.
+ * Threads: a connection belongs to the thread that opened it (a query worker).
+ * Failure: -errno with the message for the user in @err.
+ */
+#ifndef PROBED_QUERY_H
+#define PROBED_QUERY_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct sampler;
+
+/* Who asks, and about what. */
+struct query_scope {
+    bool root; /* false: only processes owned by uid */
+    uid_t uid;
+    pid_t pid; /* 0: every target in scope */
+};
+
+struct query_limits {
+    int64_t time_ms; /* interrupted after this long */
+    int64_t max_rows;
+};
+
+struct query_err {
+    int http_status; /* 400 refused/invalid, 408 timed out, 500 ours */
+    char msg[512];
+};
+
+/* Runs @sql and returns {"columns": [...], "rows": [[...], ...], "truncated": bool} (caller
+ * owns it: json_decref). */
+int query_run(const char *db_path, struct sampler *sampler, const struct query_scope *scope,
+              const struct query_limits *lim, const char *sql, json_t **ret, struct query_err *err);
+
+#endif

@@ -1,0 +1,329 @@
+/* sampler.c - see sampler.h. */
+#define _GNU_SOURCE
+#include "sampler.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "hashid.h"
+
+int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+int64_t real_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* True when @id was marked sent. The memory is lossy: a collision only costs a
+ * definition sent twice. */
+static bool already_sent(int64_t *slots, int64_t id)
+{
+    return slots[(uint64_t)id % SENT_SLOTS] == id;
+}
+
+static void mark_sent(int64_t *slots, int64_t id)
+{
+    slots[(uint64_t)id % SENT_SLOTS] = id;
+}
+
+static int64_t string_id(struct sampler *s, struct ob_half *h, const char *str)
+{
+    int64_t id = hashid_string(str);
+
+    if (!already_sent(s->sent_strings, id) && ob_half__string(s->ob, h, id, str))
+        mark_sent(s->sent_strings, id);
+    return id;
+}
+
+static int64_t frame_id(struct sampler *s, struct ob_half *h, const struct pyf_frame *f)
+{
+    struct ob_frame of = {
+        .func_id = string_id(s, h, f->func),
+        .file_id = string_id(s, h, f->file),
+        .line = f->line,
+        .first_line = f->first_line,
+    };
+
+    of.id = hashid_frame(of.func_id, of.file_id, of.line, of.first_line);
+    if (!already_sent(s->sent_frames, of.id) && ob_half__frame(s->ob, h, &of))
+        mark_sent(s->sent_frames, of.id);
+    return of.id;
+}
+
+/* The id of @st, its definition sent when new. 0: no Python frames. */
+static int64_t stack_id(struct sampler *s, struct ob_half *h, const struct pyf_stack *st)
+{
+    int64_t id;
+
+    if (st->n_frames == 0)
+        return 0;
+    for (size_t i = 0; i < st->n_frames; i++)
+        s->frame_ids[i] = frame_id(s, h, &st->frames[i]);
+    id = hashid_of(s->frame_ids, st->n_frames * sizeof(s->frame_ids[0]));
+    if (!already_sent(s->sent_stacks, id) &&
+        ob_half__stack(s->ob, h, id, s->frame_ids, st->n_frames))
+        mark_sent(s->sent_stacks, id);
+    return id;
+}
+
+/* Sends the name of a thread seen for the first time. */
+static void name_thread(struct sampler *s, struct ob_half *h, struct target *t, pid_t tid)
+{
+    char name[64];
+
+    for (size_t i = 0; i < t->n_known_tids; i++)
+        if (t->known_tids[i] == tid)
+            return;
+    pyf_thread_name(t->pid, tid, name, sizeof(name));
+    if (!ob_half__thread(s->ob, h, t->id, tid, name))
+        return;
+    if (t->n_known_tids < TARGET_TIDS_MAX)
+        t->known_tids[t->n_known_tids++] = tid;
+}
+
+/* Marks @t ended: recorded in the store, its buffers freed, no longer sampled. */
+static void end_target(struct sampler *s, struct target *t, enum target_state state,
+                       const char *reason)
+{
+    struct ob_half *h = outbox__lock(s->ob);
+
+    ob_half__end(h, t->id, real_ns(), reason);
+    outbox__unlock(s->ob);
+    t->state = state;
+    snprintf(t->end_reason, sizeof(t->end_reason), "%s", reason);
+    target_release(t);
+}
+
+static void record(struct sampler *s, struct target *t, size_t n, int64_t ts)
+{
+    struct ob_half *h = outbox__lock(s->ob);
+
+    for (size_t i = 0; i < n; i++) {
+        const struct pyf_thread *th = &t->threads[i];
+        struct ob_sample smp = {.ts_ns = ts, .target_id = t->id, .tid = th->tid};
+
+        if (t->stacks[i].torn) {
+            t->stats.torn++;
+            continue;
+        }
+        smp.stack_id = stack_id(s, h, &t->stacks[i]);
+        smp.state = (th->on_cpu ? 1 : 0) | (th->holds_gil ? 2 : 0);
+        name_thread(s, h, t, th->tid);
+        if (ob_half__sample(s->ob, h, &smp))
+            t->stats.samples++;
+        else
+            t->stats.dropped++;
+    }
+    outbox__unlock(s->ob);
+}
+
+static void sample_target(struct sampler *s, struct target *t, int64_t now)
+{
+    struct pyf_err e = {0};
+    size_t n = 0;
+    int r;
+
+    if (t->deadline_ns && now >= t->deadline_ns) {
+        end_target(s, t, TARGET_DETACHED, "duration");
+        return;
+    }
+    r = pyf_target__sample(t->pyf, t->threads, t->stacks, TARGET_THREADS_MAX, &n, &e);
+    t->stats.ticks++;
+    if (r < 0 && (e.kind == PYF_GONE || pyf_err_fatal(&e))) {
+        if (e.kind == PYF_GONE)
+            end_target(s, t, TARGET_EXITED, "exited");
+        else
+            end_target(s, t, TARGET_FAILED, e.msg);
+        return;
+    }
+    if (r < 0) {
+        t->stats.errors++;
+        return;
+    }
+    record(s, t, n, real_ns());
+}
+
+/* The target due first, or NULL when none is sampling. */
+static struct target *next_due(struct sampler *s)
+{
+    struct target *best = NULL;
+
+    for (size_t i = 0; i < s->n_targets; i++) {
+        struct target *t = s->targets[i];
+        if (t->state == TARGET_SAMPLING && (!best || t->next_ns < best->next_ns))
+            best = t;
+    }
+    return best;
+}
+
+static void wait_until(struct sampler *s, int64_t when_ns)
+{
+    struct timespec ts = {.tv_sec = when_ns / 1000000000LL, .tv_nsec = when_ns % 1000000000LL};
+    pthread_cond_timedwait(&s->wake, &s->lock, &ts);
+}
+
+static void *sampler_main(void *arg)
+{
+    struct sampler *s = arg;
+
+    pthread_mutex_lock(&s->lock);
+    while (!s->stopping) {
+        struct target *t = next_due(s);
+        int64_t now = mono_ns();
+
+        if (atomic_exchange(&s->forget_sent, false)) {
+            memset(s->sent_strings, 0, sizeof(s->sent_strings));
+            memset(s->sent_frames, 0, sizeof(s->sent_frames));
+            memset(s->sent_stacks, 0, sizeof(s->sent_stacks));
+        }
+        if (!t) {
+            wait_until(s, now + 1000000000LL);
+            continue;
+        }
+        if (t->next_ns > now) {
+            wait_until(s, t->next_ns);
+            continue; /* the list may have changed meanwhile */
+        }
+        sample_target(s, t, now);
+        t->next_ns += t->period_ns;
+        if (t->next_ns < now - t->period_ns) { /* fell behind: skip, do not burst */
+            t->stats.late++;
+            t->next_ns = now + t->period_ns;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+int sampler_new(struct outbox *ob, struct sampler **ret)
+{
+    struct sampler *s = calloc(1, sizeof(*s));
+    pthread_condattr_t ca;
+
+    if (!s)
+        return -ENOMEM;
+    s->ob = ob;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->wake, &ca);
+    pthread_condattr_destroy(&ca);
+    *ret = s;
+    return 0;
+}
+
+int sampler_start(struct sampler *s)
+{
+    int r = pthread_create(&s->thread, NULL, sampler_main, s);
+
+    if (r != 0)
+        return -r;
+    pthread_setname_np(s->thread, "probed-sampler");
+    s->started = true;
+    return 0;
+}
+
+void sampler_free(struct sampler *s)
+{
+    if (!s)
+        return;
+    if (s->started) {
+        pthread_mutex_lock(&s->lock);
+        s->stopping = true;
+        pthread_cond_signal(&s->wake);
+        pthread_mutex_unlock(&s->lock);
+        pthread_join(s->thread, NULL);
+    }
+    for (size_t i = 0; i < s->n_targets; i++)
+        target_free(s->targets[i]);
+    pthread_cond_destroy(&s->wake);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+/* The targets row of a new attach. */
+static void record_attach(struct sampler *s, const struct target *t)
+{
+    struct ob_target row = {
+        .id = t->id,
+        .start_time = t->start_time,
+        .attached_ns = t->attached_ns,
+        .pid = t->pid,
+        .uid = (int32_t)t->uid,
+        .rate_hz = (int32_t)t->rate_hz,
+        .rank = t->rank,
+        .local_rank = t->local_rank,
+        .world_size = t->world_size,
+    };
+    struct ob_half *h;
+
+    snprintf(row.cmdline, sizeof(row.cmdline), "%s", t->cmdline);
+    snprintf(row.py_version, sizeof(row.py_version), "%s", t->py_version);
+    h = outbox__lock(s->ob);
+    ob_half__target(h, &row);
+    outbox__unlock(s->ob);
+}
+
+int sampler__add(struct sampler *s, struct target *t)
+{
+    int r = 0;
+
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < s->n_targets && r == 0; i++)
+        if (s->targets[i]->pid == t->pid && s->targets[i]->state == TARGET_SAMPLING)
+            r = -EEXIST;
+    if (r == 0 && s->n_targets == SAMPLER_TARGETS_MAX)
+        r = -ENOSPC;
+    if (r == 0) {
+        /* An ended target of the same pid leaves the list: the new one replaces it. */
+        for (size_t i = 0; i < s->n_targets; i++) {
+            if (s->targets[i]->pid == t->pid) {
+                target_free(s->targets[i]);
+                s->targets[i] = s->targets[--s->n_targets];
+                break;
+            }
+        }
+        s->targets[s->n_targets++] = t;
+        if (!t->resumed)
+            record_attach(s, t);
+        pthread_cond_signal(&s->wake);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return r;
+}
+
+struct target *sampler__remove(struct sampler *s, pid_t pid)
+{
+    struct target *t = NULL;
+
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < s->n_targets; i++) {
+        if (s->targets[i]->pid == pid) {
+            t = s->targets[i];
+            s->targets[i] = s->targets[--s->n_targets];
+            break;
+        }
+    }
+    if (t && t->state == TARGET_SAMPLING)
+        end_target(s, t, TARGET_DETACHED, "detached");
+    pthread_mutex_unlock(&s->lock);
+    return t;
+}
+
+void sampler__each(struct sampler *s, void (*fn)(const struct target *t, void *ctx), void *ctx)
+{
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < s->n_targets; i++)
+        fn(s->targets[i], ctx);
+    pthread_mutex_unlock(&s->lock);
+}

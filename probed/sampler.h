@@ -1,0 +1,60 @@
+/*
+ * sampler.h - the sampling thread: every attached target, each at its own rate -> outbox.
+ *
+ * One thread walks the targets in order of their next due time, reads each one's threads and
+ * stacks with one pyf_target__sample(), turns frames and stacks into content-hash ids and
+ * appends samples (and definitions not sent before) to the outbox. It never allocates and
+ * never touches the database.
+ * Threads: sampler_start/stop and the target functions from the API thread; the lock guards
+ * the target list and every target's mutable fields (state, stats), and is held while one
+ * target is sampled (tens of microseconds), never across I/O to the store or a client.
+ * Ownership: a target added is the sampler's until sampler__remove() hands it back.
+ */
+#ifndef PROBED_SAMPLER_H
+#define PROBED_SAMPLER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "outbox.h"
+#include "target.h"
+
+#define SAMPLER_TARGETS_MAX 1024
+#define SENT_SLOTS 16384 /* direct-mapped memory of definitions already sent */
+
+struct sampler {
+    pthread_t thread;
+    bool started, stopping;
+    pthread_mutex_t lock;
+    pthread_cond_t wake; /* a target was added, or stop */
+    struct outbox *ob;
+    struct target *targets[SAMPLER_TARGETS_MAX];
+    size_t n_targets;
+    atomic_bool forget_sent; /* the store lost a batch: send every definition again */
+
+    /* sampler thread only */
+    int64_t sent_strings[SENT_SLOTS], sent_frames[SENT_SLOTS], sent_stacks[SENT_SLOTS];
+    int64_t frame_ids[TARGET_DEPTH_MAX];
+};
+
+int sampler_new(struct outbox *ob, struct sampler **ret);
+int sampler_start(struct sampler *s);
+void sampler_free(struct sampler *s); /* stops the thread; frees the targets still held */
+
+/* Takes @t, whose id the caller chose (and records its attach in the outbox unless
+ * @t->resumed: a daemon restart picking up a target already in the store). -EEXIST: that process is
+ * already sampled; -ENOSPC: too many targets. */
+int sampler__add(struct sampler *s, struct target *t);
+/* Stops sampling @pid and hands its target back to the caller (NULL: none). */
+struct target *sampler__remove(struct sampler *s, pid_t pid);
+
+/* Calls @fn for each target under the lock (@fn must be quick and must not call back). */
+void sampler__each(struct sampler *s, void (*fn)(const struct target *t, void *ctx), void *ctx);
+
+/* CLOCK_MONOTONIC / CLOCK_REALTIME now, in nanoseconds. */
+int64_t mono_ns(void);
+int64_t real_ns(void);
+
+#endif

@@ -1,0 +1,47 @@
+/*
+ * store.h - the SQLite writer: schema migrations, batched writes, retention (outbox -> DB).
+ *
+ * store_open() applies the schema files the database has not seen (PRAGMA user_version),
+ * switches it to WAL (readers never block the writer, a crash loses at most the last
+ * uncommitted transaction) and prepares every statement once. store__write() writes one
+ * outbox half in one transaction.
+ * Threads: one connection, used by one thread at a time (the writer thread after start-up).
+ * Failure: -errno-style codes with a message in @err (what failed, SQLite's reason).
+ */
+#ifndef PROBED_STORE_H
+#define PROBED_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "outbox.h"
+
+struct store;
+
+struct store_err {
+    char msg[256];
+};
+
+int store_open(const char *path, struct store **ret, struct store_err *err);
+void store_free(struct store *st); /* NULL is a no-op */
+
+/* Writes @h (targets, definitions, samples, ends) in one transaction. */
+int store__write(struct store *st, const struct ob_half *h, struct store_err *err);
+
+/* The next free targets.id. */
+int store__next_target_id(struct store *st, int64_t *ret, struct store_err *err);
+
+/* Calls @fn for each target the store says was being sampled (not ended). */
+typedef void (*store_target_fn)(int64_t id, int32_t pid, int64_t start_time, int32_t rate_hz,
+                                void *ctx);
+int store__live_targets(struct store *st, store_target_fn fn, void *ctx, struct store_err *err);
+
+/* Deletes samples older than @before_ns, then the oldest ones until the live data fits in
+ * @max_bytes (0: no limit). Returns the number of samples deleted, or < 0. */
+int64_t store__retain(struct store *st, int64_t before_ns, int64_t max_bytes,
+                      struct store_err *err);
+
+/* Bytes of live data (pages in use x page size). */
+int64_t store__size(struct store *st);
+
+#endif

@@ -1,0 +1,169 @@
+/* target.c - see target.h. */
+#define _GNU_SOURCE
+#include "target.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+const char *target_state_name(enum target_state s)
+{
+    static const char *const names[] = {"sampling", "exited", "detached", "failed"};
+    return names[s];
+}
+
+int proc_start_time(pid_t pid, int64_t *ret)
+{
+    char path[64], buf[1024], *p;
+    long long start = -1;
+    ssize_t n;
+    int fd;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return n < 0 ? -errno : -EIO;
+    buf[n] = '\0';
+    /* The command name can hold spaces and parentheses: fields start after the last ')'. */
+    p = strrchr(buf, ')');
+    if (!p || sscanf(p + 2,
+                     "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d "
+                     "%*d %*d %*d %lld",
+                     &start) != 1)
+        return -EPROTO;
+    *ret = start;
+    return 0;
+}
+
+/* Reads a /proc file into @buf (NUL-terminated, truncated to @size); returns bytes read. */
+static ssize_t read_proc_file(pid_t pid, const char *name, char *buf, size_t size)
+{
+    char path[64];
+    ssize_t n, total = 0;
+    int fd;
+
+    snprintf(path, sizeof(path), "/proc/%d/%s", pid, name);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    while ((size_t)total < size - 1 && (n = read(fd, buf + total, size - 1 - (size_t)total)) > 0)
+        total += n;
+    close(fd);
+    buf[total] = '\0';
+    return total;
+}
+
+static void read_cmdline(struct target *t)
+{
+    ssize_t n = read_proc_file(t->pid, "cmdline", t->cmdline, sizeof(t->cmdline));
+
+    for (ssize_t i = 0; i + 1 < n; i++)
+        if ((unsigned char)t->cmdline[i] < 0x20) /* NULs between args, and newlines */
+            t->cmdline[i] = ' ';
+}
+
+/* RANK, LOCAL_RANK and WORLD_SIZE as torchrun sets them (-1 when absent). */
+static void read_ranks(struct target *t)
+{
+    size_t size = 64 * 1024;
+    char *env = malloc(size);
+    ssize_t n = env ? read_proc_file(t->pid, "environ", env, size) : -ENOMEM;
+
+    t->rank = t->local_rank = t->world_size = -1;
+    for (ssize_t i = 0; i < n; i += (ssize_t)strlen(env + i) + 1) {
+        if (strncmp(env + i, "RANK=", 5) == 0)
+            t->rank = atoi(env + i + 5);
+        else if (strncmp(env + i, "LOCAL_RANK=", 11) == 0)
+            t->local_rank = atoi(env + i + 11);
+        else if (strncmp(env + i, "WORLD_SIZE=", 11) == 0)
+            t->world_size = atoi(env + i + 11);
+    }
+    free(env);
+}
+
+static int alloc_buffers(struct target *t)
+{
+    t->threads = calloc(TARGET_THREADS_MAX, sizeof(*t->threads));
+    t->stacks = calloc(TARGET_THREADS_MAX, sizeof(*t->stacks));
+    t->frame_pool = calloc((size_t)TARGET_THREADS_MAX * TARGET_DEPTH_MAX, sizeof(*t->frame_pool));
+    if (!t->threads || !t->stacks || !t->frame_pool)
+        return -ENOMEM;
+    for (size_t i = 0; i < TARGET_THREADS_MAX; i++) {
+        t->stacks[i].frames = t->frame_pool + i * TARGET_DEPTH_MAX;
+        t->stacks[i].cap = TARGET_DEPTH_MAX;
+    }
+    return 0;
+}
+
+int target_new(pid_t pid, uint32_t rate_hz, struct target **ret, struct pyf_err *err)
+{
+    struct target *t = calloc(1, sizeof(*t));
+    struct timespec now;
+    struct stat st;
+    char path[64];
+    int r;
+
+    if (!t)
+        return -ENOMEM;
+    t->pid = pid;
+    r = proc_start_time(pid, &t->start_time);
+    snprintf(path, sizeof(path), "/proc/%d", pid);
+    if (r < 0 || stat(path, &st) < 0) {
+        r = r < 0 ? r : -errno;
+        snprintf(err->msg, sizeof(err->msg), "pid %d: no such process (%s)", pid, strerror(-r));
+        err->kind = PYF_GONE;
+        goto fail;
+    }
+    t->uid = st.st_uid;
+    r = pyf_target_open(pid, &t->pyf, err);
+    if (r < 0)
+        goto fail;
+    r = alloc_buffers(t);
+    if (r < 0) {
+        snprintf(err->msg, sizeof(err->msg), "pid %d: out of memory for sampling buffers", pid);
+        goto fail;
+    }
+    snprintf(t->py_version, sizeof(t->py_version), "%s", pyf_target__info(t->pyf)->version_str);
+    read_cmdline(t);
+    read_ranks(t);
+    t->rate_hz = rate_hz;
+    t->period_ns = 1000000000LL / rate_hz;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    t->next_ns = now.tv_sec * 1000000000LL + now.tv_nsec;
+    clock_gettime(CLOCK_REALTIME, &now);
+    t->attached_ns = now.tv_sec * 1000000000LL + now.tv_nsec;
+    *ret = t;
+    return 0;
+fail:
+    target_free(t);
+    return r;
+}
+
+void target_release(struct target *t)
+{
+    pyf_target_free(t->pyf);
+    free(t->threads);
+    free(t->stacks);
+    free(t->frame_pool);
+    t->pyf = NULL;
+    t->threads = NULL;
+    t->stacks = NULL;
+    t->frame_pool = NULL;
+}
+
+void target_free(struct target *t)
+{
+    if (!t)
+        return;
+    target_release(t);
+    free(t);
+}

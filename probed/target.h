@@ -1,0 +1,73 @@
+/*
+ * target.h - one attached process as the daemon sees it: identity, rate, sampling buffers.
+ *
+ * A process is identified by pid + start time (pids are reused). target_new() opens it with
+ * libpyframes and sizes every buffer the sampler needs, so sampling never allocates.
+ * Threads: created and freed on the API thread; sampled on the sampler thread while in the
+ * sampler's list (sampler.h), whose lock guards the mutable fields.
+ * Failure: target_new() returns -errno with a message for the user in @err.
+ */
+#ifndef PROBED_TARGET_H
+#define PROBED_TARGET_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "pyframes.h"
+
+#define TARGET_THREADS_MAX 64 /* Python threads sampled per process; more are dropped */
+#define TARGET_DEPTH_MAX 256  /* frames kept per stack; deeper stacks are truncated */
+#define TARGET_TIDS_MAX 256   /* thread names remembered */
+
+enum target_state { TARGET_SAMPLING, TARGET_EXITED, TARGET_DETACHED, TARGET_FAILED };
+
+struct target_stats {
+    uint64_t ticks;   /* times the process was sampled */
+    uint64_t samples; /* thread stacks recorded */
+    uint64_t torn;    /* thread stacks that kept changing while read: dropped */
+    uint64_t errors;  /* ticks that failed as a whole (not fatal) */
+    uint64_t late;    /* ticks that came more than a period late */
+    uint64_t dropped; /* samples the outbox had no room for */
+};
+
+struct target {
+    int64_t id;   /* targets.id in the store */
+    bool resumed; /* picked up again after a daemon restart: its row exists already */
+    pid_t pid;
+    uid_t uid;
+    int64_t start_time; /* /proc/PID/stat field 22 */
+    char cmdline[512];
+    char py_version[32];
+    int rank, local_rank, world_size; /* from RANK/LOCAL_RANK/WORLD_SIZE; -1: not set */
+
+    uint32_t rate_hz;
+    int64_t period_ns, next_ns; /* CLOCK_MONOTONIC */
+    int64_t deadline_ns;        /* --duration: detach at this CLOCK_MONOTONIC time; 0: never */
+    int64_t attached_ns;        /* CLOCK_REALTIME */
+
+    enum target_state state;
+    char end_reason[128];
+    struct target_stats stats;
+
+    /* sampling buffers: owned, sized in target_new(); freed early when the target ends */
+    struct pyf_target *pyf;
+    struct pyf_thread *threads;
+    struct pyf_stack *stacks;
+    struct pyf_frame *frame_pool;
+    pid_t known_tids[TARGET_TIDS_MAX]; /* tids whose name was sent to the store */
+    size_t n_known_tids;
+};
+
+/* Opens @pid for sampling at @rate_hz. @err receives a message for the user on failure. */
+int target_new(pid_t pid, uint32_t rate_hz, struct target **ret, struct pyf_err *err);
+void target_free(struct target *t); /* NULL is a no-op */
+/* Frees the sampling buffers of a target that has ended (its identity and stats stay). */
+void target_release(struct target *t);
+
+const char *target_state_name(enum target_state s);
+
+/* /proc/PID/stat start time (clock ticks since boot), or -errno. */
+int proc_start_time(pid_t pid, int64_t *ret);
+
+#endif

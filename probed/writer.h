@@ -1,0 +1,45 @@
+/*
+ * writer.h - the writer thread: once a second, the outbox's filled half into the store.
+ *
+ * Also enforces retention (age and size) every few seconds. A failed write is logged once
+ * per kind of failure and counted; the sampler is then told to send its definitions again,
+ * since the ones in the lost batch never reached the database.
+ * Threads: writer_start/stop from main; the thread owns the store connection meanwhile.
+ */
+#ifndef PROBED_WRITER_H
+#define PROBED_WRITER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "outbox.h"
+#include "sampler.h"
+#include "store.h"
+
+struct writer_config {
+    int64_t flush_ns;     /* how often the outbox is written (at most 1 s) */
+    int64_t retention_ns; /* samples older than this are deleted; 0: kept */
+    int64_t max_db_bytes; /* oldest samples deleted above this; 0: no limit */
+};
+
+struct writer {
+    struct writer_config cfg;
+    struct store *store;
+    struct outbox *ob;
+    struct sampler *sampler;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    bool started, stopping;
+    /* counters, read by the API thread */
+    atomic_uint_fast64_t flushes, write_errors, samples_written, samples_dropped, retained;
+    atomic_int_fast64_t db_bytes;
+};
+
+int writer_start(struct writer *w);
+/* Stops the thread after a last flush. */
+void writer_stop(struct writer *w);
+
+#endif
