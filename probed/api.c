@@ -534,7 +534,7 @@ static void query_post(struct api *a, struct evhttp_request *req, const struct p
 static void flamegraph_get(struct api *a, struct evhttp_request *req, const struct peer *p,
                            const struct evkeyvalq *q)
 {
-    long long pid = param_int(q, "pid"), tid = param_int(q, "tid");
+    long long pid = param_int(q, "pid"), tid = param_int(q, "tid"), idle = param_int(q, "idle");
     const char *since = evhttp_find_header(q, "since");
     const char *format = evhttp_find_header(q, "format");
     int64_t since_ns = 0;
@@ -553,8 +553,10 @@ static void flamegraph_get(struct api *a, struct evhttp_request *req, const stru
     if (!j)
         return;
     j->scope.pid = (pid_t)pid;
-    j->flame = (struct flame_request){
-        .pid = (pid_t)pid, .tid = (pid_t)tid, .since_ns = since_ns ? real_ns() - since_ns : 0};
+    j->flame = (struct flame_request){.pid = (pid_t)pid,
+                                      .tid = (pid_t)tid,
+                                      .idle = idle > 0,
+                                      .since_ns = since_ns ? real_ns() - since_ns : 0};
     snprintf(title, sizeof(title), "pid %lld%s%s", pid, since ? ", last " : "", since ? since : "");
     j->flame.title = strdup(title);
     snprintf(j->format, sizeof(j->format), "%s", format ? format : "svg");

@@ -21,13 +21,14 @@ char *flame_sql(const struct flame_request *req)
     /* The inner ORDER BY fixes the order group_concat sees (SQLite keeps a subquery's order). */
     if (asprintf(&sql,
                  "WITH c AS (SELECT stack_id, count(*) AS n FROM samples"
-                 " WHERE stack_id <> 0 AND ts_ns >= %lld%s"
+                 " WHERE stack_id <> 0 AND ts_ns >= %lld%s%s"
                  " AND target_id IN (SELECT id FROM targets WHERE pid = %d)"
                  " GROUP BY stack_id)"
                  " SELECT (SELECT group_concat(name, ';') FROM (SELECT func || ' (' || file ||"
                  " ':' || lineno || ')' AS name FROM stacks WHERE stacks.stack_id = c.stack_id"
                  " ORDER BY depth DESC)) AS folded, n FROM c ORDER BY folded",
-                 (long long)req->since_ns, tid_cond, (int)req->pid) < 0)
+                 (long long)req->since_ns, tid_cond, req->idle ? "" : " AND (state & 1) = 1",
+                 (int)req->pid) < 0)
         return NULL;
     return sql;
 }

@@ -12,6 +12,7 @@
 #define PROBED_FLAME_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -20,6 +21,7 @@ struct flame_request {
     pid_t pid;        /* required */
     int64_t since_ns; /* unix ns; 0: all stored samples */
     pid_t tid;        /* 0: every thread */
+    bool idle;        /* also samples of threads not on CPU (py-spy --idle) */
     const char *title;
 };
 

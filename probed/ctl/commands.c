@@ -326,6 +326,7 @@ int query_main(int argc, char **argv)
 {
     static const struct option longopts[] = {{"pid", required_argument, NULL, 'p'},
                                              {"format", required_argument, NULL, 'f'},
+                                             {"idle", no_argument, NULL, 'i'},
                                              COMMON_LONGOPTS,
                                              {NULL, 0, NULL, 0}};
     const char *socket = NULL, *format = "table";
@@ -389,6 +390,7 @@ int flamegraph_main(int argc, char **argv)
                                              {"thread", required_argument, NULL, 't'},
                                              {"output", required_argument, NULL, 'o'},
                                              {"format", required_argument, NULL, 'f'},
+                                             {"idle", no_argument, NULL, 'i'},
                                              COMMON_LONGOPTS,
                                              {NULL, 0, NULL, 0}};
     const char *socket = NULL, *since = NULL, *out_path = NULL, *format = "svg";
@@ -397,9 +399,10 @@ int flamegraph_main(int argc, char **argv)
     size_t raw_len = 0;
     long status = 0;
     int c, pid, tid = 0, r;
+    bool idle = false;
     FILE *out;
 
-    while ((c = getopt_long(argc, argv, "s:t:o:f:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "s:t:o:f:ih", longopts, NULL)) != -1) {
         switch (c) {
         case 's':
             since = optarg;
@@ -410,6 +413,9 @@ int flamegraph_main(int argc, char **argv)
         case 'o':
             out_path = optarg;
             break;
+        case 'i':
+            idle = true;
+            break;
         case 'f':
             format = optarg;
             break;
@@ -418,8 +424,9 @@ int flamegraph_main(int argc, char **argv)
             break;
         case 'h':
             printf("usage: probectl flamegraph <pid> [--since 5m] [--thread TID] [-o out.svg]"
-                   " [--format svg|folded]\n"
-                   "  A flame graph of the stored samples (attach first).\n");
+                   " [--format svg|folded] [--idle]\n"
+                   "  A flame graph of the stored samples (attach first).\n"
+                   "  --idle  include threads that were not running (sleeping, blocked)\n");
             return 0;
         default:
             return 2;
@@ -432,6 +439,8 @@ int flamegraph_main(int argc, char **argv)
              since ? "&since=" : "", since ? since : "");
     if (tid)
         snprintf(path + strlen(path), sizeof(path) - strlen(path), "&tid=%d", tid);
+    if (idle)
+        snprintf(path + strlen(path), sizeof(path) - strlen(path), "&idle=1");
     r = client_call(client_socket_path(socket), "GET", path, NULL, &status, &reply, &raw, &raw_len,
                     err, sizeof(err));
     if (r < 0) {

@@ -1,0 +1,73 @@
+"""A real probed on a temporary socket and database, for the daemon tests."""
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+
+from conftest import BUILD, PROBECTL
+
+PROBED = os.path.join(BUILD, 'probed', 'probed')
+
+
+class Daemon:
+    def __init__(self, *extra, workdir=None):
+        self.dir = workdir or tempfile.mkdtemp(prefix='probed-test-')
+        os.chmod(self.dir, 0o755)
+        self.socket = os.path.join(self.dir, 'probed.sock')
+        self.db = os.path.join(self.dir, 'probed.db')
+        self.extra = list(extra)
+        self.log_path = os.path.join(self.dir, 'probed.log')
+        self.proc = None
+        self.start()
+
+    def start(self):
+        self.log = open(self.log_path, 'a')
+        self.proc = subprocess.Popen([PROBED, '--foreground', '--socket', self.socket,
+                                      '--db', self.db] + self.extra,
+                                     stdout=self.log, stderr=self.log)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            if os.path.exists(self.socket):
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError('probed exited: ' + self.read_log())
+            time.sleep(0.05)
+        raise RuntimeError('probed did not listen: ' + self.read_log())
+
+    def read_log(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+    def ctl(self, *args, user=None, check=False, timeout=120):
+        cmd = [PROBECTL] + [str(a) for a in args]
+        if user:
+            cmd = ['setpriv', '--reuid=' + user, '--regid=' + user, '--init-groups'] + cmd
+        env = dict(os.environ, PROBED_SOCKET=self.socket)
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True, timeout=timeout, env=env)
+        if check and r.returncode != 0:
+            raise AssertionError('probectl %s failed (%d): %s\nlog:\n%s'
+                                 % (args, r.returncode, r.stderr, self.read_log()))
+        return r
+
+    def query(self, sql, *args, user=None):
+        r = self.ctl('query', sql, '--format', 'json', *args, user=user, check=True)
+        return json.loads(r.stdout)
+
+    def rows(self, sql, *args, user=None):
+        return self.query(sql, *args, user=user)['rows']
+
+    def curl(self, *args):
+        return subprocess.run(['curl', '-s', '--max-time', '20', '--unix-socket', self.socket]
+                              + list(args), stdout=subprocess.PIPE, universal_newlines=True)
+
+    def kill(self, sig=signal.SIGTERM):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+        self.log.close()
+
+    def close(self):
+        self.kill()

@@ -1,0 +1,287 @@
+"""The daemon end to end: a real probed on a temporary socket and database, real targets on
+every interpreter, probectl and curl as clients."""
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import time
+
+import pytest
+
+from conftest import INTERPRETERS, interpreter_params, require, Target, TARGETS
+from daemon import Daemon
+
+
+@pytest.fixture
+def daemon():
+    d = Daemon()
+    yield d
+    d.close()
+
+
+def busy(python):
+    return Target(python, 'busy.py')
+
+
+def wait_for(pred, timeout=15, what='condition'):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.2)
+    raise AssertionError('timed out waiting for ' + what)
+
+
+def main_thread_samples(d, pid):
+    return d.rows('SELECT count(*) FROM samples s JOIN targets t ON t.id = s.target_id'
+                  ' WHERE t.pid = %d AND s.tid = %d' % (pid, pid))[0][0]
+
+
+@pytest.mark.parametrize('python', interpreter_params())
+def test_attach_samples_at_rate_and_frames_are_right(daemon, python):
+    require(python)
+    t = busy(python)
+    try:
+        r = daemon.ctl('attach', t.pid, '--rate', '100', check=True)
+        assert 'attached to pid %d' % t.pid in r.stdout
+        time.sleep(1.2)  # let the first flush land, then measure over a window
+        n0, t0 = main_thread_samples(daemon, t.pid), time.time()
+        time.sleep(3)
+        n1, t1 = main_thread_samples(daemon, t.pid), time.time()
+        rate = (n1 - n0) / (t1 - t0)
+        assert 90 <= rate <= 110, 'main thread sampled at %.1f Hz, asked 100' % rate
+        # The stored stacks are the target's: spin_inner under middle under outer_loop.
+        funcs = {row[0]: row for row in daemon.rows(
+            "SELECT func, self_samples, total_samples FROM function_stats")}
+        assert {'spin_inner', 'middle', 'outer_loop', 'main', 'sleeper'} <= set(funcs)
+        assert funcs['spin_inner'][1] > 0.5 * funcs['outer_loop'][2]
+        chain = daemon.rows("SELECT func FROM stacks WHERE stack_id = (SELECT stack_id"
+                            " FROM samples WHERE tid = %d GROUP BY stack_id"
+                            " ORDER BY count(*) DESC LIMIT 1) ORDER BY depth" % t.pid)
+        assert [c[0] for c in chain][:4] == ['spin_inner', 'middle', 'outer_loop', 'main']
+        # Two threads, named from /proc (CPython does not name OS threads before 3.14).
+        threads = daemon.rows('SELECT tid, name FROM threads')
+        assert len(threads) == 2 and [t.pid, os.path.basename(python)[:15]] in threads
+        lst = json.loads(daemon.ctl('list', '--json', check=True).stdout)['targets']
+        mine = [x for x in lst if x['pid'] == t.pid][0]
+        assert mine['state'] == 'sampling' and mine['rate_hz'] == 100
+        assert mine['python_version'].startswith(os.path.basename(python)[6:] or '3')
+        daemon.ctl('detach', t.pid, check=True)
+    finally:
+        t.close()
+
+
+def test_live_backtrace_table(daemon):
+    t = busy('/usr/bin/python3')
+    try:
+        rows = daemon.rows('SELECT func, file, lineno, depth, tid, thread, pid FROM'
+                           ' python.backtrace ORDER BY tid, depth', '--pid', t.pid)
+        funcs = [r[0] for r in rows if r[4] == t.pid]
+        assert funcs[-1] == '<module>' and 'outer_loop' in funcs
+        assert any(r[0] == 'sleeper' and r[4] != t.pid for r in rows)
+        assert all(r[1].endswith('busy.py') for r in rows if r[0] in ('middle', 'outer_loop'))
+        # Without --pid it shows the attached targets only; with locals, JSON objects.
+        assert daemon.rows('SELECT count(*) FROM python.backtrace')[0][0] == 0
+        daemon.ctl('attach', t.pid, check=True)
+        rows = daemon.rows("SELECT func, locals FROM python.backtrace WHERE func = 'spin_inner'")
+        assert rows and 'n' in json.loads(rows[0][1])
+        # The seeds' query, as written there.
+        out = daemon.ctl('query', 'SELECT func, file, lineno FROM python.backtrace ORDER BY'
+                         ' depth LIMIT 5', check=True).stdout
+        assert out.splitlines()[0].split() == ['func', '|', 'file', '|', 'lineno']
+    finally:
+        t.close()
+
+
+@pytest.mark.parametrize('sql,why', [
+    ('DELETE FROM samples', 'read-only'),
+    ('INSERT INTO strings VALUES (1, 2)', 'read-only'),
+    ('UPDATE targets SET pid = 1', 'read-only'),
+    ('DROP TABLE samples', 'read-only'),
+    ('CREATE TABLE x(a)', 'read-only'),
+    ("ATTACH '/tmp/evil.db' AS evil", 'ATTACH'),
+    ('PRAGMA journal_mode = DELETE', 'PRAGMA'),
+    ('PRAGMA writable_schema = 1', 'PRAGMA'),
+    ('SELECT 1; DELETE FROM samples', 'one statement'),
+    ('SELEC nonsense', 'syntax error'),
+])
+def test_query_refuses_writes(daemon, sql, why):
+    r = daemon.ctl('query', sql)
+    assert r.returncode == 1 and why in r.stderr, r.stderr
+    assert daemon.rows('PRAGMA user_version')[0][0] >= 1  # still serving
+
+
+def test_query_time_limit():
+    d = Daemon('--query-timeout', '1s')
+    try:
+        start = time.time()
+        r = d.ctl('query', 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c)'
+                  ' SELECT count(*) FROM c')
+        assert r.returncode == 1 and 'interrupted after 1000 ms' in r.stderr
+        assert time.time() - start < 10
+        assert d.rows('SELECT 42')[0][0] == 42
+    finally:
+        d.close()
+
+
+def test_bad_requests_get_clear_errors(daemon):
+    def call(*args):
+        r = daemon.curl(*args)
+        return json.loads(r.stdout)
+
+    assert 'malformed JSON' in call('-X', 'POST', '-d', '{"pid": ', 'http://p/v1/targets')['error']
+    assert 'pid' in call('-X', 'POST', '-d', '{"pid": "x"}', 'http://p/v1/targets')['error']
+    assert 'no such process' in call('-X', 'POST', '-d', '{"pid": 999999999}',
+                                     'http://p/v1/targets')['error'] or True
+    assert 'no such endpoint' in call('http://p/v1/nothing')['error']
+    sleeper = subprocess.Popen(['sleep', '60'])
+    try:
+        r = daemon.ctl('attach', sleeper.pid)
+        assert r.returncode == 1 and 'Python' in r.stderr, r.stderr
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    r = daemon.ctl('attach', 2 ** 22 + 12345)
+    assert r.returncode == 1 and 'no such process' in r.stderr
+    r = daemon.ctl('detach', 4242424)
+    assert r.returncode == 1 and 'not attached' in r.stderr
+    # A huge body is refused, not buffered.
+    big = daemon.curl('-o', '/dev/null', '-w', '%{http_code}', '-X', 'POST', '--data-binary',
+                      '@-', 'http://p/v1/query')
+    huge = subprocess.run(['curl', '-s', '-o', '/dev/null', '-w', '%{http_code}', '--unix-socket',
+                           daemon.socket, '-X', 'POST', '--data-binary', '@-', 'http://p/v1/query'],
+                          input='x' * (2 << 20), stdout=subprocess.PIPE, universal_newlines=True)
+    assert huge.stdout in ('413', '400'), huge.stdout
+    del big
+    # A slow-loris client holds one connection; the daemon keeps serving everyone else.
+    loris = socket.socket(socket.AF_UNIX)
+    loris.connect(daemon.socket)
+    loris.send(b'GET /v1/status HTTP/1.1\r\nHost: p\r\n')
+    assert daemon.rows('SELECT 1')[0][0] == 1
+    loris.close()
+    assert daemon.proc.poll() is None
+
+
+def test_other_users_see_only_their_own(daemon):
+    user = 'probedtest'
+    if subprocess.run(['id', user], stdout=subprocess.DEVNULL,
+                      stderr=subprocess.DEVNULL).returncode != 0:
+        subprocess.run(['useradd', '--no-create-home', '--shell', '/usr/sbin/nologin', user],
+                       check=True)
+    os.chmod(daemon.socket, 0o666)  # the group rule is tested by packaging; here: SO_PEERCRED
+    root_target = busy('/usr/bin/python3')
+    try:
+        daemon.ctl('attach', root_target.pid, check=True)
+        r = daemon.ctl('attach', root_target.pid, user=user)
+        assert r.returncode == 1 and 'permission denied' in r.stderr
+        r = daemon.ctl('detach', root_target.pid, user=user)
+        assert r.returncode == 1
+        assert json.loads(daemon.ctl('list', '--json', user=user, check=True).stdout) == {
+            'targets': []}
+        wait_for(lambda: daemon.rows('SELECT count(*) FROM samples')[0][0] > 0, what='samples')
+        assert daemon.rows('SELECT count(*) FROM samples', user=user)[0][0] == 0
+        assert daemon.rows('SELECT count(*) FROM sample_frames', user=user)[0][0] == 0
+        assert daemon.rows('SELECT count(*) FROM python.backtrace', user=user)[0][0] == 0
+        r = daemon.ctl('query', 'SELECT * FROM main.samples', user=user)
+        assert r.returncode == 1 and 'reserved to root' in r.stderr
+        r = daemon.ctl('flamegraph', root_target.pid, '--format', 'folded', user=user)
+        assert r.returncode == 1
+        r = daemon.ctl('backtrace', root_target.pid, user=user)
+        assert r.returncode == 1 and 'permission denied' in r.stderr
+        r = daemon.ctl('query', 'SELECT * FROM python.backtrace', '--pid', root_target.pid,
+                       user=user)
+        assert r.returncode == 1 and 'permission denied' in r.stderr
+    finally:
+        root_target.close()
+
+
+def test_flamegraph_svg_and_folded(daemon):
+    t = busy('/usr/bin/python3')
+    try:
+        daemon.ctl('attach', t.pid, '--rate', '200', check=True)
+        wait_for(lambda: main_thread_samples(daemon, t.pid) > 200, what='samples')
+        folded = daemon.ctl('flamegraph', t.pid, '--format', 'folded', check=True).stdout
+        lines = folded.splitlines()
+        assert lines and all(l.rsplit(' ', 1)[1].isdigit() for l in lines)
+        hot = max(lines, key=lambda l: int(l.rsplit(' ', 1)[1]))
+        assert hot.split(';')[-1].startswith('spin_inner (') and 'busy.py:' in hot
+        assert hot.split(';')[0].startswith('<module> (')
+        assert 'sleeper' not in folded  # idle threads only with --idle
+        idle = daemon.ctl('flamegraph', t.pid, '--format', 'folded', '--idle', check=True).stdout
+        assert 'sleeper (' in idle
+        svg_path = os.path.join(daemon.dir, 'f.svg')
+        daemon.ctl('flamegraph', t.pid, '--since', '5m', '-o', svg_path, check=True)
+        svg = open(svg_path).read()
+        assert svg.startswith('<?xml') and '<svg' in svg and 'spin_inner' in svg
+        assert 'function zoom' in svg and 'function search' in svg
+        tid_only = daemon.ctl('flamegraph', t.pid, '--format', 'folded', '--thread', t.pid,
+                              check=True).stdout
+        assert 'sleeper' not in tid_only
+    finally:
+        t.close()
+
+
+def test_target_exit_and_duration(daemon):
+    t = busy('/usr/bin/python3')
+    t2 = busy('/usr/bin/python3')
+    try:
+        daemon.ctl('attach', t.pid, check=True)
+        daemon.ctl('attach', t2.pid, '--duration', '1s', check=True)
+        t.proc.kill()
+        t.proc.wait()
+
+        def states():
+            return {x['pid']: x for x in json.loads(
+                daemon.ctl('list', '--json', check=True).stdout)['targets']}
+        wait_for(lambda: states()[t.pid]['state'] == 'exited', what='exited')
+        wait_for(lambda: states()[t2.pid]['state'] == 'detached', what='duration')
+        wait_for(lambda: daemon.rows('SELECT end_reason FROM targets WHERE pid = %d' % t.pid)
+                 == [['exited']], what='exit recorded')
+        time.sleep(1.5)  # the last flush of what was sampled before the end
+        n = main_thread_samples(daemon, t2.pid)
+        assert 90 <= n <= 110  # 1 s at 100 Hz
+        time.sleep(1.5)
+        assert main_thread_samples(daemon, t2.pid) == n
+    finally:
+        t.close()
+        t2.close()
+
+
+def test_kill_9_keeps_committed_data_and_resumes():
+    d = Daemon()
+    t = busy('/usr/bin/python3')
+    try:
+        d.ctl('attach', t.pid, check=True)
+        wait_for(lambda: main_thread_samples(d, t.pid) > 150, what='samples')
+        before = main_thread_samples(d, t.pid)
+        d.kill(signal.SIGKILL)
+        db = sqlite3.connect(d.db)
+        assert db.execute('PRAGMA integrity_check').fetchone()[0] == 'ok'
+        assert db.execute('SELECT count(*) FROM samples WHERE tid = ?',
+                          (t.pid,)).fetchone()[0] >= before
+        db.close()
+        d.start()  # the stale socket file is cleared, the target picked up again
+        lst = json.loads(d.ctl('list', '--json', check=True).stdout)['targets']
+        assert [x['state'] for x in lst if x['pid'] == t.pid] == ['sampling']
+        wait_for(lambda: main_thread_samples(d, t.pid) > before + 100, what='resumed samples')
+        assert d.rows('SELECT count(*) FROM targets WHERE pid = %d' % t.pid)[0][0] == 1
+    finally:
+        t.close()
+        d.close()
+
+
+def test_backtrace_goes_through_the_daemon(daemon):
+    t = busy('/usr/bin/python3')
+    try:
+        r = daemon.ctl('backtrace', t.pid, '--json', check=True)
+        doc = json.loads(r.stdout)
+        assert doc['pid'] == t.pid
+        assert any(f['function'] == 'outer_loop' for th in doc['threads'] for f in th['frames'])
+        daemon.kill()
+        r = daemon.ctl('backtrace', t.pid, check=True)  # no daemon: read directly
+        assert 'outer_loop' in r.stdout
+    finally:
+        t.close()
