@@ -1,20 +1,43 @@
 #!/bin/sh
-# The demo: builds probectl, starts a real multi-threaded Python program, and reads its
-# stacks from outside (text, with locals, and JSON), without stopping or changing it.
+# The demo: builds probed and probectl, starts the daemon (on a temporary socket and
+# database), starts a real multi-threaded Python program, attaches to it, and shows its live
+# stacks, a query over the samples and a flame graph - without stopping or changing it.
 set -eu
 cd "$(dirname "$0")/.."
 cmake -S . -B build -DPROBED_TESTS=OFF >/dev/null
 cmake --build build -j"$(nproc)" >/dev/null
 py=${PYTHON:-/usr/bin/python3}
-out=$(mktemp)
-"$py" tests/targets/shapes.py >"$out" 2>&1 &
+work=$(mktemp -d)
+export PROBED_SOCKET="$work/probed.sock"
+ctl=./build/probed/probectl
+./build/probed/probed --foreground --socket "$PROBED_SOCKET" --db "$work/probed.db" \
+    2>"$work/probed.log" &
+daemon=$!
+"$py" tests/targets/busy.py >"$work/target.out" 2>&1 &
 pid=$!
-trap 'kill $pid 2>/dev/null; rm -f "$out"' EXIT
-for _ in $(seq 100); do grep -q READY "$out" && break; sleep 0.1; done
-echo "== probectl backtrace $pid"
-./build/probed/probectl backtrace "$pid"
+trap 'kill $pid $daemon 2>/dev/null; wait $daemon 2>/dev/null; rm -rf "$work"' EXIT
+for _ in $(seq 100); do
+    [ -S "$PROBED_SOCKET" ] && grep -q READY "$work/target.out" && break
+    sleep 0.1
+done
+echo "== probectl attach $pid --rate 200"
+$ctl attach "$pid" --rate 200
 echo
-echo "== probectl backtrace $pid --locals=1   (main thread only shown)"
-./build/probed/probectl backtrace "$pid" --locals=1 | sed -n "/^Thread $pid /,/^\$/p"
-echo "== probectl backtrace $pid --json | head -30"
-./build/probed/probectl backtrace "$pid" --json | head -30
+echo "== probectl backtrace $pid   (through the daemon)"
+$ctl backtrace "$pid"
+sleep 3
+echo
+echo "== probectl list"
+$ctl list
+echo
+echo "== probectl query: where the time went (function_stats)"
+$ctl query "SELECT func, file, self_samples, total_samples, self_pct FROM function_stats LIMIT 5"
+echo
+echo "== probectl query: live stacks (python.backtrace)"
+$ctl query "SELECT tid, depth, func, lineno FROM python.backtrace ORDER BY tid, depth"
+echo
+echo "== probectl flamegraph $pid --format folded"
+$ctl flamegraph "$pid" --format folded
+$ctl flamegraph "$pid" -o flamegraph.svg
+echo "(open flamegraph.svg in a browser: hover, click to zoom, Ctrl-F to search)"
+$ctl detach "$pid"
