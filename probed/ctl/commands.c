@@ -8,7 +8,10 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "client.h"
 
@@ -464,4 +467,105 @@ int flamegraph_main(int argc, char **argv)
         fprintf(stderr, "wrote %s (%zu bytes)\n", out_path, raw_len);
     free(raw);
     return 0;
+}
+
+/* ---- run ---- */
+
+#define RUN_ATTACH_TRIES 500 /* x 20 ms: the interpreter has 10 s to come up */
+
+/* Attaches to @pid once its interpreter is up; false when it never was (not Python). */
+static bool attach_when_ready(const char *socket, pid_t pid, long rate, pid_t *child_done)
+{
+    char err[512];
+
+    for (int i = 0; i < RUN_ATTACH_TRIES; i++) {
+        json_t *body = json_pack("{s:i}", "pid", (int)pid), *reply = NULL;
+        long status = 0;
+        int r, wstatus;
+
+        if (rate)
+            json_object_set_new(body, "rate", json_integer(rate));
+        r = client_call(client_socket_path(socket), "POST", "/v1/targets", body, &status, &reply,
+                        NULL, NULL, err, sizeof(err));
+        json_decref(body);
+        if (r < 0) {
+            fprintf(stderr, "probectl run: %s; running unobserved\n", err);
+            return false;
+        }
+        if (status == 200) {
+            json_decref(reply);
+            return true;
+        }
+        if (status != 422) { /* 422: not (yet) a Python process: retry */
+            fprintf(stderr, "probectl run: %s; running unobserved\n", client_error_text(reply));
+            json_decref(reply);
+            return false;
+        }
+        json_decref(reply);
+        if (waitpid(pid, &wstatus, WNOHANG) == pid) {
+            *child_done = wstatus;
+            return false;
+        }
+        usleep(20000);
+    }
+    fprintf(stderr,
+            "probectl run: pid %d did not start a Python interpreter in 10 s;"
+            " running unobserved\n",
+            (int)pid);
+    return false;
+}
+
+int run_main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"rate", required_argument, NULL, 'r'}, COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
+    const char *socket = NULL;
+    pid_t pid, done = -1;
+    int c, wstatus = 0;
+    long rate = 0;
+
+    while ((c = getopt_long(argc, argv, "+r:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'r':
+            rate = atol(optarg);
+            break;
+        case 'S':
+            socket = optarg;
+            break;
+        case 'h':
+            printf("usage: probectl run [--rate HZ] -- <command> [args...]\n"
+                   "  Runs the command attached from its start (once its interpreter is up),\n"
+                   "  keeps its samples, and exits with its exit status.\n");
+            return 0;
+        default:
+            return 2;
+        }
+    }
+    if (optind >= argc) {
+        fprintf(stderr, "probectl run: expected a command after --\n");
+        return 2;
+    }
+    pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "probectl run: fork: %s\n", strerror(errno));
+        return 1;
+    }
+    if (pid == 0) {
+        execvp(argv[optind], argv + optind);
+        fprintf(stderr, "probectl run: %s: %s\n", argv[optind], strerror(errno));
+        _exit(127);
+    }
+    /* The terminal's Ctrl-C reaches the job (same process group); we outlive it. */
+    signal(SIGINT, SIG_IGN);
+    signal(SIGQUIT, SIG_IGN);
+    attach_when_ready(socket, pid, rate, &done);
+    if (done == -1) {
+        while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR)
+            ;
+    } else {
+        wstatus = done;
+    }
+    if (WIFSIGNALED(wstatus))
+        return 128 + WTERMSIG(wstatus);
+    return WEXITSTATUS(wstatus);
 }

@@ -1,6 +1,6 @@
 /*
  * commands.h - the probectl commands that talk to the daemon: attach, detach, list, query,
- * flamegraph. Each parses its options, makes one API call (client.h) and prints the reply;
+ * flamegraph, run. Each parses its options, makes one API call (client.h) and prints the reply;
  * an error reply is printed on stderr and is a non-zero exit status.
  */
 #ifndef PROBECTL_COMMANDS_H
@@ -11,5 +11,6 @@ int detach_main(int argc, char **argv);
 int list_main(int argc, char **argv);
 int query_main(int argc, char **argv);
 int flamegraph_main(int argc, char **argv);
+int run_main(int argc, char **argv);
 
 #endif

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import INTERPRETERS, interpreter_params, require, Target, TARGETS
+from conftest import INTERPRETERS, PROBECTL, interpreter_params, require, Target, TARGETS
 from daemon import Daemon
 
 
@@ -285,3 +285,24 @@ def test_backtrace_goes_through_the_daemon(daemon):
         assert 'outer_loop' in r.stdout
     finally:
         t.close()
+
+
+@pytest.mark.parametrize('python', [p for n, p in INTERPRETERS if n in ('pyenv-3.6', 'pyenv-3.13',
+                                                                          'debian-python3')])
+def test_run_attaches_from_the_start_and_passes_the_exit_status(daemon, python):
+    require(python)
+    env = dict(os.environ, PROBED_SOCKET=daemon.socket, EXIT_AFTER='2')
+    r = subprocess.run([PROBECTL, 'run', '--rate', '50', '--',
+                        python, os.path.join(TARGETS, 'busy.py'), '7'],
+                       env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True, timeout=60)
+    assert r.returncode == 7, r.stderr
+    pid = json.loads(r.stdout.split('READY ', 1)[1].splitlines()[0])['pid']
+    time.sleep(1.5)  # the last flush
+    n = main_thread_samples(daemon, pid)
+    assert 50 <= n <= 110, '%d samples in 2 s at 50 Hz' % n
+    assert daemon.rows('SELECT end_reason FROM targets WHERE pid = %d' % pid) == [['exited']]
+    r = subprocess.run([PROBECTL, 'run', '--', 'sh', '-c', 'exit 3'],
+                       env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True, timeout=60)
+    assert r.returncode == 3
