@@ -22,6 +22,7 @@
 
 #include "dump.h"
 #include "flame.h"
+#include "follow.h"
 #include "log.h"
 #include "query.h"
 
@@ -40,6 +41,15 @@ struct api {
     int64_t next_target_id; /* loop thread only */
     int listen_fd;
     bool serving; /* evhttp owns listen_fd */
+
+    /* --children: a timer looks for new descendants of the targets that follow them; pids
+     * found not to be Python (pid + start time) are not tried again */
+    struct event *follow_timer;
+    struct {
+        pid_t pid;
+        int64_t start_time;
+    } not_python[FOLLOW_MAX];
+    size_t n_not_python;
 
     pthread_mutex_t lock; /* workers count, for api_free() to wait on */
     pthread_cond_t idle;
@@ -263,7 +273,7 @@ static int pyf_status(const struct pyf_err *e)
 static void targets_attach(struct api *a, struct evhttp_request *req, const struct peer *p)
 {
     json_t *body = body_json(req), *jpid, *jrate, *jdur;
-    bool pid_ok, rate_ok;
+    bool pid_ok, rate_ok, children;
     int64_t dur_ns = 0;
     struct pyf_err e = {0};
     struct target *t = NULL;
@@ -275,6 +285,7 @@ static void targets_attach(struct api *a, struct evhttp_request *req, const stru
     jpid = json_object_get(body, "pid");
     jrate = json_object_get(body, "rate");
     jdur = json_object_get(body, "duration");
+    children = json_is_true(json_object_get(body, "children"));
     pid = json_integer_value(jpid);
     rate = jrate ? json_integer_value(jrate) : a->cfg.default_rate_hz;
     pid_ok = json_is_integer(jpid) && pid > 0 && pid <= 0x7fffffff;
@@ -297,6 +308,7 @@ static void targets_attach(struct api *a, struct evhttp_request *req, const stru
     if (r < 0)
         return reply_error(req, pyf_status(&e), "%s", e.msg);
     t->id = a->next_target_id;
+    t->follow_children = children;
     if (dur_ns > 0)
         t->deadline_ns = mono_ns() + dur_ns;
     r = sampler__add(a->sampler, t);
@@ -581,6 +593,99 @@ static void backtrace_get(struct api *a, struct evhttp_request *req, const struc
     start_job(a, j);
 }
 
+/* ---- --children ---- */
+
+#define FOLLOW_PERIOD_MS 500
+
+struct followed {
+    pid_t pid[SAMPLER_TARGETS_MAX]; /* targets that follow their children */
+    uint32_t rate[SAMPLER_TARGETS_MAX];
+    uid_t uid[SAMPLER_TARGETS_MAX];
+    size_t n;
+    pid_t sampled[SAMPLER_TARGETS_MAX]; /* every pid being sampled */
+    size_t n_sampled;
+};
+
+static void collect_followed(const struct target *t, void *ctx)
+{
+    struct followed *f = ctx;
+
+    if (t->state != TARGET_SAMPLING)
+        return;
+    f->sampled[f->n_sampled++] = t->pid;
+    if (t->follow_children) {
+        f->pid[f->n] = t->pid;
+        f->rate[f->n] = t->rate_hz;
+        f->uid[f->n++] = t->uid;
+    }
+}
+
+static bool known_not_python(struct api *a, pid_t pid, int64_t start)
+{
+    for (size_t i = 0; i < a->n_not_python; i++)
+        if (a->not_python[i].pid == pid && a->not_python[i].start_time == start)
+            return true;
+    return false;
+}
+
+/* Attaches @child like its followed ancestor @i, when it is Python and of the same owner. */
+static void follow_child(struct api *a, const struct followed *f, size_t i, pid_t child)
+{
+    struct pyf_err e = {0};
+    struct target *t = NULL;
+    int64_t start;
+    char path[64];
+    struct stat st;
+
+    snprintf(path, sizeof(path), "/proc/%d", (int)child);
+    if (proc_start_time(child, &start) < 0 || known_not_python(a, child, start) ||
+        stat(path, &st) < 0 || st.st_uid != f->uid[i])
+        return;
+    if (target_new(child, f->rate[i], &t, &e) < 0) {
+        if (e.kind == PYF_NOT_PYTHON || e.kind == PYF_UNSUPPORTED) {
+            size_t k = a->n_not_python++ % FOLLOW_MAX; /* a ring: the oldest is forgotten */
+            a->not_python[k].pid = child;
+            a->not_python[k].start_time = start;
+            if (a->n_not_python > FOLLOW_MAX)
+                a->n_not_python = FOLLOW_MAX;
+        }
+        return;
+    }
+    t->id = a->next_target_id;
+    t->follow_children = true;
+    if (sampler__add(a->sampler, t) < 0) {
+        target_free(t);
+        return;
+    }
+    a->next_target_id++;
+    log_msg(LOG_INFO, "attached pid %d, a descendant of pid %d (rank %d)", (int)child,
+            (int)f->pid[i], t->rank);
+}
+
+static void on_follow_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct api *a = arg;
+    struct followed *f = malloc(sizeof(*f));
+    pid_t kids[FOLLOW_MAX];
+
+    (void)fd, (void)what;
+    if (!f)
+        return;
+    f->n = f->n_sampled = 0;
+    sampler__each(a->sampler, collect_followed, f);
+    for (size_t i = 0; i < f->n; i++) {
+        size_t n = follow_descendants(f->pid[i], kids, FOLLOW_MAX);
+        for (size_t k = 0; k < n; k++) {
+            bool sampled = false;
+            for (size_t j = 0; j < f->n_sampled && !sampled; j++)
+                sampled = f->sampled[j] == kids[k];
+            if (!sampled)
+                follow_child(a, f, i, kids[k]);
+        }
+    }
+    free(f);
+}
+
 /* ---- routing ---- */
 
 static void status_get(struct api *a, struct evhttp_request *req)
@@ -734,6 +839,13 @@ int api_new(struct event_base *base, const struct api_config *cfg, int gid, stru
     evhttp_set_timeout(a->http, IO_TIMEOUT_S);
     evhttp_set_allowed_methods(a->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_DELETE);
     evhttp_set_gencb(a->http, on_request, a);
+    a->follow_timer = event_new(base, -1, EV_PERSIST, on_follow_timer, a);
+    if (!a->follow_timer ||
+        event_add(a->follow_timer,
+                  &(struct timeval){.tv_sec = 0, .tv_usec = FOLLOW_PERIOD_MS * 1000}) < 0) {
+        api_free(a);
+        return -ENOMEM;
+    }
     r = listen_unix(cfg->socket_path, gid, &a->listen_fd);
     if (r == 0 && evhttp_accept_socket(a->http, a->listen_fd) < 0)
         r = log_errno(LOG_ERR, -EIO, "serving on %s", cfg->socket_path);
@@ -757,6 +869,8 @@ void api_free(struct api *a)
         pthread_mutex_lock(&a->lock);
     }
     pthread_mutex_unlock(&a->lock);
+    if (a->follow_timer)
+        event_free(a->follow_timer);
     if (a->http)
         evhttp_free(a->http); /* closes the listening socket it serves */
     if (a->listen_fd >= 0 && !a->serving)

@@ -202,7 +202,8 @@ struct resume_ctx {
 };
 
 /* A target the store says was being sampled: the same process again, or recorded as ended. */
-static void resume_one(int64_t id, int32_t pid, int64_t start_time, int32_t rate_hz, void *arg)
+static void resume_one(int64_t id, int32_t pid, int64_t start_time, int32_t rate_hz,
+                       bool follow_children, void *arg)
 {
     struct resume_ctx *c = arg;
     struct pyf_err e = {0};
@@ -213,6 +214,7 @@ static void resume_one(int64_t id, int32_t pid, int64_t start_time, int32_t rate
         target_new(pid, (uint32_t)(rate_hz > 0 ? rate_hz : 100), &t, &e) == 0) {
         t->id = id;
         t->resumed = true;
+        t->follow_children = follow_children;
         if (sampler__add(c->sampler, t) == 0) {
             log_msg(LOG_INFO, "resumed sampling pid %d (attached before a restart)", pid);
             return;

@@ -264,6 +264,7 @@ static void record_attach(struct sampler *s, const struct target *t)
         .rank = t->rank,
         .local_rank = t->local_rank,
         .world_size = t->world_size,
+        .follow_children = t->follow_children,
     };
     struct ob_half *h;
 

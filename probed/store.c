@@ -23,8 +23,8 @@ enum stmt_id {
 
 static const char *const stmt_sql[N_STMTS] = {
     [INS_TARGET] = "INSERT OR REPLACE INTO targets(id, pid, start_time, uid, cmdline, py_version,"
-                   " rate_hz, rank, local_rank, world_size, attached_ns)"
-                   " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   " rate_hz, rank, local_rank, world_size, attached_ns, follow_children)"
+                   " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     [END_TARGET] = "UPDATE targets SET ended_ns = ?, end_reason = ? WHERE id = ?",
     [INS_THREAD] = "INSERT OR REPLACE INTO threads(target_id, tid, name) VALUES (?, ?, ?)",
     [INS_STRING] = "INSERT OR IGNORE INTO strings(id, text) VALUES (?, ?)",
@@ -184,9 +184,10 @@ static int write_defs(struct store *st, const struct ob_half *h)
 
     for (size_t i = 0; r == 0 && i < h->n_targets; i++) {
         const struct ob_target *t = &h->targets[i];
-        r = run(st, INS_TARGET, "iiiittinnni", t->id, (int64_t)t->pid, t->start_time,
+        r = run(st, INS_TARGET, "iiiittinnnii", t->id, (int64_t)t->pid, t->start_time,
                 (int64_t)t->uid, t->cmdline, -1, t->py_version, -1, (int64_t)t->rate_hz,
-                (int64_t)t->rank, (int64_t)t->local_rank, (int64_t)t->world_size, t->attached_ns);
+                (int64_t)t->rank, (int64_t)t->local_rank, (int64_t)t->world_size, t->attached_ns,
+                (int64_t)t->follow_children);
     }
     for (size_t i = 0; r == 0 && i < h->n_threads; i++) {
         const struct ob_def *d = &h->threads[i];
@@ -264,13 +265,14 @@ int store__live_targets(struct store *st, store_target_fn fn, void *ctx, struct 
     sqlite3_stmt *q;
     int rc;
 
-    if (sqlite3_prepare_v2(
-            st->db, "SELECT id, pid, start_time, rate_hz FROM targets WHERE ended_ns IS NULL", -1,
-            &q, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(st->db,
+                           "SELECT id, pid, start_time, rate_hz, follow_children FROM targets"
+                           " WHERE ended_ns IS NULL",
+                           -1, &q, NULL) != SQLITE_OK)
         return fail(err, -EIO, "reading targets: %s", sqlite3_errmsg(st->db));
     while ((rc = sqlite3_step(q)) == SQLITE_ROW)
         fn(sqlite3_column_int64(q, 0), sqlite3_column_int(q, 1), sqlite3_column_int64(q, 2),
-           sqlite3_column_int(q, 3), ctx);
+           sqlite3_column_int(q, 3), sqlite3_column_int(q, 4) != 0, ctx);
     sqlite3_finalize(q);
     return rc == SQLITE_DONE ? 0 : fail(err, -EIO, "reading targets: %s", sqlite3_errmsg(st->db));
 }

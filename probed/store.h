@@ -11,6 +11,7 @@
 #ifndef PROBED_STORE_H
 #define PROBED_STORE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,7 +34,7 @@ int store__next_target_id(struct store *st, int64_t *ret, struct store_err *err)
 
 /* Calls @fn for each target the store says was being sampled (not ended). */
 typedef void (*store_target_fn)(int64_t id, int32_t pid, int64_t start_time, int32_t rate_hz,
-                                void *ctx);
+                                bool follow_children, void *ctx);
 int store__live_targets(struct store *st, store_target_fn fn, void *ctx, struct store_err *err);
 
 /* Deletes samples older than @before_ns, then the oldest ones until the live data fits in

@@ -15,6 +15,7 @@ CREATE TABLE targets (
     cmdline     TEXT NOT NULL,
     py_version  TEXT NOT NULL,
     rate_hz     INTEGER NOT NULL,
+    follow_children INTEGER NOT NULL DEFAULT 0,  -- attach --children
     rank        INTEGER,               -- RANK / LOCAL_RANK / WORLD_SIZE from its environment
     local_rank  INTEGER,
     world_size  INTEGER,

@@ -85,16 +85,17 @@ int attach_main(int argc, char **argv)
 {
     static const struct option longopts[] = {{"rate", required_argument, NULL, 'r'},
                                              {"duration", required_argument, NULL, 'd'},
+                                             {"children", no_argument, NULL, 'c'},
                                              {"json", no_argument, NULL, 'j'},
                                              COMMON_LONGOPTS,
                                              {NULL, 0, NULL, 0}};
     const char *socket = NULL, *duration = NULL;
     json_t *body, *reply;
-    bool as_json = false;
+    bool as_json = false, children = false;
     long rate = 0;
     int c, pid;
 
-    while ((c = getopt_long(argc, argv, "r:d:jh", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "r:d:cjh", longopts, NULL)) != -1) {
         switch (c) {
         case 'r':
             rate = atol(optarg);
@@ -105,14 +106,20 @@ int attach_main(int argc, char **argv)
         case 'j':
             as_json = true;
             break;
+        case 'c':
+            children = true;
+            break;
         case 'S':
             socket = optarg;
             break;
         case 'h':
-            printf("usage: probectl attach <pid> [--rate HZ] [--duration DUR] [--json]\n"
+            printf("usage: probectl attach <pid> [--rate HZ] [--duration DUR] [--children]"
+                   " [--json]\n"
                    "  Starts sampling the process's Python stacks into the daemon's database.\n"
                    "  --rate HZ        samples per second (default: the daemon's, 100)\n"
-                   "  --duration DUR   stop after this long (30s, 5m, 2h)\n");
+                   "  --duration DUR   stop after this long (30s, 5m, 2h)\n"
+                   "  --children       also attach its new Python descendants (torchrun ranks,\n"
+                   "                   dataloader workers), labelled with RANK/LOCAL_RANK\n");
             return 0;
         default:
             return 2;
@@ -125,6 +132,8 @@ int attach_main(int argc, char **argv)
         json_object_set_new(body, "rate", json_integer(rate));
     if (duration)
         json_object_set_new(body, "duration", json_string(duration));
+    if (children)
+        json_object_set_new(body, "children", json_true());
     reply = call(socket, "POST", "/v1/targets", body);
     json_decref(body);
     if (!reply)

@@ -306,3 +306,21 @@ def test_run_attaches_from_the_start_and_passes_the_exit_status(daemon, python):
                        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        universal_newlines=True, timeout=60)
     assert r.returncode == 3
+
+
+def test_children_are_followed_and_labelled(daemon):
+    launcher = Target('/usr/bin/python3', 'launcher.py')
+    try:
+        daemon.ctl('attach', launcher.pid, '--children', check=True)
+
+        def ranks():
+            lst = json.loads(daemon.ctl('list', '--json', check=True).stdout)['targets']
+            return sorted((x.get('rank'), x.get('local_rank'), x.get('world_size'))
+                          for x in lst if x['state'] == 'sampling' and x['pid'] != launcher.pid)
+        wait_for(lambda: ranks() == [(0, 0, 2), (1, 1, 2)], what='both ranks attached')
+        wait_for(lambda: daemon.rows('SELECT count(DISTINCT t.rank) FROM samples s JOIN targets t'
+                                     ' ON t.id = s.target_id WHERE t.rank IS NOT NULL')[0][0] == 2,
+                 what='samples of both ranks')
+    finally:
+        subprocess.run(['pkill', '-P', str(launcher.pid)])
+        launcher.close()
