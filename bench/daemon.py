@@ -1,0 +1,167 @@
+#!/usr/bin/python3
+"""Daemon benchmark; prints figures, asserts nothing.
+
+usage: bench/daemon.py [--build DIR] [--targets 16,64] [--window S] [--flame 1000000,10000000]
+
+1. One probed sampling N targets (bench/targets/idle_deep.py: two threads 20+ frames deep)
+   at 100 Hz each, for each N: the daemon's CPU (% of one core, from /proc/PID/stat over the
+   window), its RSS, samples taken vs expected, dropped and torn samples, and the database's
+   bytes per stored sample (pages in use / samples).
+2. Flame graph build time: a database holding 1 M and 10 M samples (a realistic mix: 2,000
+   distinct stacks 30 frames deep, Zipf-like counts), `probectl flamegraph --format folded`
+   and `--format svg` timed end to end through the daemon; baseline: the same store's
+   `SELECT count(*) FROM samples` in the same run.
+"""
+import argparse
+import json
+import os
+import random
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..'))
+sys.path.insert(0, os.path.join(ROOT, 'tests', 'functional'))
+os.environ.setdefault('PROBED_BUILD', os.path.join(ROOT, 'build'))
+from daemon import Daemon  # noqa: E402
+
+HZ = os.sysconf('SC_CLK_TCK')
+
+
+def cpu_seconds(pid):
+    with open('/proc/%d/stat' % pid) as f:
+        fields = f.read().rsplit(')', 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / HZ
+
+
+def rss_mib(pid):
+    with open('/proc/%d/status' % pid) as f:
+        for line in f:
+            if line.startswith('VmRSS:'):
+                return int(line.split()[1]) / 1024
+    return 0
+
+
+def sample_load(n_targets, window):
+    targets = [subprocess.Popen([sys.executable, os.path.join(ROOT, 'bench', 'targets',
+                                                              'idle_deep.py')],
+                                stdout=subprocess.PIPE, universal_newlines=True)
+               for _ in range(n_targets)]
+    d = Daemon()
+    try:
+        for t in targets:
+            t.stdout.readline()
+        for t in targets:
+            d.ctl('attach', t.pid, '--rate', '100', check=True)
+        time.sleep(2)
+        c0, t0 = cpu_seconds(d.proc.pid), time.time()
+        s0 = {x['pid']: x['stats'] for x in
+              json.loads(d.ctl('list', '--json', check=True).stdout)['targets']}
+        time.sleep(window)
+        c1, t1 = cpu_seconds(d.proc.pid), time.time()
+        s1 = {x['pid']: x['stats'] for x in
+              json.loads(d.ctl('list', '--json', check=True).stdout)['targets']}
+        ticks = sum(s1[p]['ticks'] - s0[p]['ticks'] for p in s1)
+        dropped = sum(s1[p]['dropped'] for p in s1)
+        torn = sum(s1[p]['torn'] for p in s1)
+        late = sum(s1[p]['late'] for p in s1)
+        rss = rss_mib(d.proc.pid)
+        time.sleep(1.5)
+        db = sqlite3.connect(d.db)
+        n = db.execute('SELECT count(*) FROM samples').fetchone()[0]
+        pages = db.execute('PRAGMA page_count').fetchone()[0] - \
+            db.execute('PRAGMA freelist_count').fetchone()[0]
+        size = pages * db.execute('PRAGMA page_size').fetchone()[0]
+        db.close()
+        expected = n_targets * 100 * (t1 - t0)
+        print('%3d targets x 100 Hz: daemon CPU %5.1f%% of a core (%.1f us per tick),'
+              ' RSS %.1f MiB, ticks %d/%d expected (%.1f%%), late %d, dropped %d, torn %d,'
+              ' %.1f bytes per sample stored (%d samples, %.1f MiB)'
+              % (n_targets, 100 * (c1 - c0) / (t1 - t0), 1e6 * (c1 - c0) / max(ticks, 1), rss,
+                 ticks, expected, 100 * ticks / expected, late, dropped, torn, size / max(n, 1),
+                 n, size / 2 ** 20))
+    finally:
+        d.close()
+        for t in targets:
+            t.kill()
+            t.wait()
+
+
+def synth_db(path, n_samples):
+    """A store with @n_samples samples over 2,000 stacks 30 frames deep."""
+    d = Daemon(workdir=os.path.dirname(path))  # creates the schema
+    d.close()
+    db = sqlite3.connect(path)
+    rnd = random.Random(1)
+    db.execute("INSERT INTO targets(id, pid, start_time, uid, cmdline, py_version, rate_hz,"
+               " attached_ns) VALUES (1, 999999, 0, 0, 'synthetic', '3.12.0', 100, 0)")
+    funcs = ['f%d' % i for i in range(300)]
+    for i, f in enumerate(funcs):
+        db.execute('INSERT INTO strings VALUES (?, ?)', (i + 1, f))
+    db.execute("INSERT INTO strings VALUES (1000, '/app/model.py')")
+    frame_ids = []
+    for i in range(3000):
+        db.execute('INSERT INTO frames VALUES (?, ?, 1000, ?, 1)',
+                   (i + 1, rnd.randrange(300) + 1, rnd.randrange(1, 500)))
+        frame_ids.append(i + 1)
+    stacks = []
+    for s in range(2000):
+        sid = s + 1
+        base = (s % 40) * 30  # stacks share prefixes, like a real program
+        for depth in range(30):
+            fid = frame_ids[base + depth] if depth < 20 else rnd.choice(frame_ids)
+            db.execute('INSERT INTO stack_frames VALUES (?, ?, ?)', (sid, 29 - depth, fid))
+        stacks.append(sid)
+    cum, total = [], 0.0
+    for k in range(len(stacks)):
+        total += 1.0 / (k + 1)
+        cum.append(total)
+    t0 = 1_700_000_000_000_000_000
+    for start in range(0, n_samples, 100000):
+        n = min(100000, n_samples - start)
+        picks = rnd.choices(stacks, cum_weights=cum, k=n)
+        db.executemany('INSERT INTO samples(ts_ns, target_id, tid, stack_id, state)'
+                       ' VALUES (?, ?, ?, ?, ?)',
+                       ((t0 + (start + i) * 1_000_000, 1, 1 + i % 4, picks[i], 1)
+                        for i in range(n)))
+    db.commit()
+    db.close()
+
+
+def flame_time(n_samples):
+    work = tempfile.mkdtemp(prefix='probed-bench-')
+    path = os.path.join(work, 'probed.db')
+    synth_db(path, n_samples)
+    d = Daemon('--query-timeout', '600s', workdir=work)
+    try:
+        t0 = time.time()
+        d.ctl('query', 'SELECT count(*) FROM samples', check=True)
+        base = time.time() - t0
+        out = {}
+        for fmt in ('folded', 'svg'):
+            t0 = time.time()
+            r = d.ctl('flamegraph', '999999', '--format', fmt, check=True, timeout=900)
+            out[fmt] = (time.time() - t0, len(r.stdout))
+        print('flame graph of %9d samples: folded %.2f s, svg %.2f s (%d KiB);'
+              ' baseline count(*) %.2f s'
+              % (n_samples, out['folded'][0], out['svg'][0], out['svg'][1] // 1024, base))
+    finally:
+        d.close()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--targets', default='16,64')
+    ap.add_argument('--window', type=float, default=10)
+    ap.add_argument('--flame', default='1000000,10000000')
+    args = ap.parse_args()
+    for n in [int(x) for x in args.targets.split(',') if x]:
+        sample_load(n, args.window)
+    for n in [int(x) for x in args.flame.split(',') if x]:
+        flame_time(n)
+
+
+if __name__ == '__main__':
+    main()
