@@ -433,6 +433,9 @@ static void run_flame(struct job *j)
     if (strcmp(j->format, "svg") == 0) {
         j->raw = flame_svg(rows, j->flame.title, &j->raw_len);
         j->raw_type = "image/svg+xml";
+    } else if (strcmp(j->format, "speedscope") == 0) {
+        j->raw = flame_speedscope(rows, j->flame.title, &j->raw_len);
+        j->raw_type = "application/json";
     } else {
         j->raw = flame_folded(rows, &j->raw_len);
         j->raw_type = "text/plain; charset=utf-8";
@@ -559,8 +562,9 @@ static void flamegraph_get(struct api *a, struct evhttp_request *req, const stru
         return reply_error(req, 400, "tid must be a thread id");
     if (since && (since_ns = duration_ns(since)) < 0)
         return reply_error(req, 400, "since must be a duration like 30s, 5m, 2h");
-    if (format && strcmp(format, "svg") != 0 && strcmp(format, "folded") != 0)
-        return reply_error(req, 400, "format must be svg or folded");
+    if (format && strcmp(format, "svg") != 0 && strcmp(format, "folded") != 0 &&
+        strcmp(format, "speedscope") != 0)
+        return reply_error(req, 400, "format must be svg, folded or speedscope");
     j = job_new(a, req, JOB_FLAME, p);
     if (!j)
         return;

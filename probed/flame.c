@@ -51,6 +51,79 @@ char *flame_folded(json_t *rows, size_t *ret_len)
     return buf;
 }
 
+/* ---- speedscope (https://www.speedscope.app/file-format-schema.json) ---- */
+
+/* "func (file:line)" -> a speedscope frame object. */
+static json_t *speedscope_frame(const char *label, size_t len)
+{
+    char *copy = strndup(label, len), *open, *colon;
+    json_t *f;
+
+    if (!copy)
+        return NULL;
+    open = strstr(copy, " (");
+    colon = strrchr(copy, ':');
+    if (open && colon && colon > open && copy[len - 1] == ')') {
+        copy[len - 1] = '\0';
+        *colon = '\0';
+        *open = '\0';
+        f = json_pack("{s:s, s:s, s:i}", "name", copy, "file", open + 2, "line", atoi(colon + 1));
+    } else {
+        f = json_pack("{s:s}", "name", copy);
+    }
+    free(copy);
+    return f;
+}
+
+/* The index of @label in @frames (added when new); @index maps label -> index. */
+static json_int_t frame_index(json_t *frames, json_t *index, const char *label, size_t len)
+{
+    char *key = strndup(label, len);
+    json_t *known = key ? json_object_get(index, key) : NULL;
+    json_int_t i = known ? json_integer_value(known) : (json_int_t)json_array_size(frames);
+
+    if (key && !known) {
+        json_array_append_new(frames, speedscope_frame(label, len));
+        json_object_set_new(index, key, json_integer(i));
+    }
+    free(key);
+    return i;
+}
+
+char *flame_speedscope(json_t *rows, const char *title, size_t *ret_len)
+{
+    json_t *frames = json_array(), *index = json_object(), *samples = json_array();
+    json_t *weights = json_array(), *doc, *row;
+    json_int_t total = 0;
+    char *text;
+    size_t i;
+
+    json_array_foreach(rows, i, row)
+    {
+        const char *folded = json_string_value(json_array_get(row, 0));
+        json_t *stack = json_array();
+        while (folded && *folded) {
+            const char *end = strchr(folded, ';');
+            size_t len = end ? (size_t)(end - folded) : strlen(folded);
+            json_array_append_new(stack, json_integer(frame_index(frames, index, folded, len)));
+            folded += len + (end ? 1 : 0);
+        }
+        json_array_append_new(samples, stack);
+        json_array_append(weights, json_array_get(row, 1));
+        total += json_integer_value(json_array_get(row, 1));
+    }
+    json_decref(index);
+    doc = json_pack("{s:s, s:s, s:s, s:{s:o}, s:[{s:s, s:s, s:s, s:i, s:I, s:o, s:o}]}", "$schema",
+                    "https://www.speedscope.app/file-format-schema.json", "name", title, "exporter",
+                    "probed", "shared", "frames", frames, "profiles", "type", "sampled", "name",
+                    title, "unit", "none", "startValue", 0, "endValue", total, "samples", samples,
+                    "weights", weights);
+    text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+    json_decref(doc);
+    *ret_len = text ? strlen(text) : 0;
+    return text;
+}
+
 /* ---- the SVG: a tree of frames, laid out by sample count ---- */
 
 struct node {

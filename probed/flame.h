@@ -31,5 +31,7 @@ char *flame_sql(const struct flame_request *req);
 /* @rows: the query result's "rows" ([folded, count] pairs). Returns malloc'd text. */
 char *flame_folded(json_t *rows, size_t *ret_len);
 char *flame_svg(json_t *rows, const char *title, size_t *ret_len);
+/* speedscope's JSON file format (a "sampled" profile), for speedscope.app. */
+char *flame_speedscope(json_t *rows, const char *title, size_t *ret_len);
 
 #endif

@@ -88,7 +88,7 @@ int client_call(const char *socket_path, const char *method, const char *path, j
         return rc == CURLE_COULDNT_CONNECT ? -ECONNREFUSED : -EIO;
     }
     *ret_body = reply.data ? json_loadb(reply.data, reply.len, 0, NULL) : NULL;
-    if (ret_raw && !*ret_body) {
+    if (ret_raw) {
         *ret_raw = reply.data;
         *ret_raw_len = reply.len;
         return 0;

@@ -16,9 +16,9 @@
 
 const char *client_socket_path(const char *option);
 
-/* @method "GET"/"POST"/"DELETE"; @body may be NULL. *ret_body: parsed JSON (caller owns) or
- * NULL when the reply is not JSON, in which case *ret_raw (malloc'd, caller frees) holds it
- * when @ret_raw is not NULL. */
+/* @method "GET"/"POST"/"DELETE"; @body may be NULL. *ret_body: the reply parsed as JSON
+ * (caller owns), or NULL when it is not JSON. With @ret_raw, *ret_raw (malloc'd, caller frees)
+ * also holds the reply's bytes as they came. */
 int client_call(const char *socket_path, const char *method, const char *path, json_t *body,
                 long *ret_status, json_t **ret_body, char **ret_raw, size_t *ret_raw_len, char *err,
                 size_t err_len);

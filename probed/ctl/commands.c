@@ -436,7 +436,7 @@ int flamegraph_main(int argc, char **argv)
             break;
         case 'h':
             printf("usage: probectl flamegraph <pid> [--since 5m] [--thread TID] [-o out.svg]"
-                   " [--format svg|folded] [--idle]\n"
+                   " [--format svg|folded|speedscope] [--idle]\n"
                    "  A flame graph of the stored samples (attach first).\n"
                    "  --idle  include threads that were not running (sleeping, blocked)\n");
             return 0;
@@ -469,11 +469,13 @@ int flamegraph_main(int argc, char **argv)
     if (!out || fwrite(raw, 1, raw_len, out) != raw_len || (out_path && fclose(out) != 0)) {
         fprintf(stderr, "probectl: writing %s: %s\n", out_path ? out_path : "stdout",
                 strerror(errno));
+        json_decref(reply);
         free(raw);
         return 1;
     }
     if (out_path)
         fprintf(stderr, "wrote %s (%zu bytes)\n", out_path, raw_len);
+    json_decref(reply);
     free(raw);
     return 0;
 }
@@ -577,4 +579,110 @@ int run_main(int argc, char **argv)
     if (WIFSIGNALED(wstatus))
         return 128 + WTERMSIG(wstatus);
     return WEXITSTATUS(wstatus);
+}
+
+/* ---- top ---- */
+
+/* One screen of `top`: the hottest functions of the last @window_s seconds. */
+static int top_once(const char *socket, int pid, int window_s, int rows, bool clear)
+{
+    char sql[1024];
+    json_t *body, *reply, *row, *totals;
+    json_int_t all = 0, gil = 0;
+    size_t i;
+
+    snprintf(sql, sizeof(sql),
+             "SELECT count(*), sum(state >> 1 & 1) FROM samples WHERE stack_id <> 0 AND"
+             " state & 1 AND ts_ns > ago('%ds') AND target_id IN (SELECT id FROM targets"
+             " WHERE pid = %d)",
+             window_s, pid);
+    body = json_pack("{s:s, s:i}", "sql", sql, "pid", pid);
+    totals = call(socket, "POST", "/v1/query", body);
+    json_decref(body);
+    if (!totals)
+        return -1;
+    row = json_array_get(json_object_get(totals, "rows"), 0);
+    all = json_integer_value(json_array_get(row, 0));
+    gil = json_integer_value(json_array_get(row, 1));
+    json_decref(totals);
+    snprintf(sql, sizeof(sql),
+             "SELECT sum(depth = 0) AS own, count(DISTINCT sample_id) AS total, func, file"
+             " FROM sample_frames WHERE pid = %d AND on_cpu AND ts_ns > ago('%ds')"
+             " GROUP BY func, file ORDER BY own DESC, total DESC LIMIT %d",
+             pid, window_s, rows);
+    body = json_pack("{s:s, s:i}", "sql", sql, "pid", pid);
+    reply = call(socket, "POST", "/v1/query", body);
+    json_decref(body);
+    if (!reply)
+        return -1;
+    if (clear)
+        printf("\033[H\033[2J");
+    printf("probectl top: pid %d, %lld samples on CPU in the last %d s, GIL held in %.1f%%\n\n",
+           pid, (long long)all, window_s, all ? 100.0 * (double)gil / (double)all : 0.0);
+    printf("%7s %7s  %s\n", "%Own", "%Total", "Function (file)");
+    json_array_foreach(json_object_get(reply, "rows"), i, row)
+    {
+        double own = (double)json_integer_value(json_array_get(row, 0));
+        double total = (double)json_integer_value(json_array_get(row, 1));
+        printf("%6.1f%% %6.1f%%  %s (%s)\n", all ? 100 * own / (double)all : 0.0,
+               all ? 100 * total / (double)all : 0.0, json_string_value(json_array_get(row, 2)),
+               json_string_value(json_array_get(row, 3)));
+    }
+    fflush(stdout);
+    json_decref(reply);
+    return 0;
+}
+
+int top_main(int argc, char **argv)
+{
+    static const struct option longopts[] = {{"interval", required_argument, NULL, 'i'},
+                                             {"window", required_argument, NULL, 'w'},
+                                             {"rows", required_argument, NULL, 'n'},
+                                             {"once", no_argument, NULL, '1'},
+                                             COMMON_LONGOPTS,
+                                             {NULL, 0, NULL, 0}};
+    const char *socket = NULL;
+    int c, pid, interval = 1, window = 5, rows = 20;
+    bool once = false;
+
+    while ((c = getopt_long(argc, argv, "i:w:n:1h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'i':
+            interval = atoi(optarg);
+            break;
+        case 'w':
+            window = atoi(optarg);
+            break;
+        case 'n':
+            rows = atoi(optarg);
+            break;
+        case '1':
+            once = true;
+            break;
+        case 'S':
+            socket = optarg;
+            break;
+        case 'h':
+            printf("usage: probectl top <pid> [--interval S] [--window S] [--rows N] [--once]\n"
+                   "  The hottest functions of an attached process, refreshed like top:\n"
+                   "  %%Own = executing, %%Total = on the stack, over the last --window seconds\n"
+                   "  (default 5) of samples on CPU; refreshed every --interval (1) seconds.\n");
+            return 0;
+        default:
+            return 2;
+        }
+    }
+    if ((pid = parse_pid(optind < argc ? argv[optind] : NULL, "top")) < 0 || optind + 1 != argc)
+        return 2;
+    if (interval < 1 || window < 1 || rows < 1) {
+        fprintf(stderr, "probectl top: --interval, --window and --rows must be positive\n");
+        return 2;
+    }
+    for (;;) {
+        if (top_once(socket, pid, window, rows, !once && isatty(STDOUT_FILENO)) < 0)
+            return 1;
+        if (once)
+            return 0;
+        sleep((unsigned)interval);
+    }
 }

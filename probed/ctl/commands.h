@@ -1,7 +1,7 @@
 /*
  * commands.h - the probectl commands that talk to the daemon: attach, detach, list, query,
- * flamegraph, run. Each parses its options, makes one API call (client.h) and prints the reply;
- * an error reply is printed on stderr and is a non-zero exit status.
+ * flamegraph, run, top. Each parses its options, makes one API call (client.h) and prints the
+ * reply; an error reply is printed on stderr and is a non-zero exit status.
  */
 #ifndef PROBECTL_COMMANDS_H
 #define PROBECTL_COMMANDS_H
@@ -12,5 +12,6 @@ int list_main(int argc, char **argv);
 int query_main(int argc, char **argv);
 int flamegraph_main(int argc, char **argv);
 int run_main(int argc, char **argv);
+int top_main(int argc, char **argv);
 
 #endif

@@ -24,6 +24,7 @@ static const struct command commands[] = {
     {"detach", detach_main, "stop sampling a process"},
     {"list", list_main, "the attached processes, their rate, samples and state"},
     {"query", query_main, "read-only SQL over the samples and the live stacks"},
+    {"top", top_main, "the hottest functions of an attached process, live"},
     {"run", run_main, "run a command (python train.py ...) attached from its start"},
     {"flamegraph", flamegraph_main, "a flame graph (SVG or folded) of the stored samples"},
 };

@@ -218,8 +218,21 @@ def test_flamegraph_svg_and_folded(daemon):
         assert svg.startswith('<?xml') and '<svg' in svg and 'spin_inner' in svg
         assert 'function zoom' in svg and 'function search' in svg
         tid_only = daemon.ctl('flamegraph', t.pid, '--format', 'folded', '--thread', t.pid,
-                              check=True).stdout
-        assert 'sleeper' not in tid_only
+                              '--idle', check=True).stdout
+        assert 'sleeper' not in tid_only and 'spin_inner' in tid_only
+        sc = json.loads(daemon.ctl('flamegraph', t.pid, '--format', 'speedscope',
+                                   check=True).stdout)
+        assert sc['$schema'].startswith('https://www.speedscope.app/')
+        prof = sc['profiles'][0]
+        names = [f['name'] for f in sc['shared']['frames']]
+        assert prof['type'] == 'sampled' and sum(prof['weights']) == prof['endValue'] > 0
+        assert len(prof['samples']) == len(prof['weights'])
+        hottest = prof['samples'][prof['weights'].index(max(prof['weights']))]
+        assert names[hottest[0]] == '<module>' and names[hottest[-1]] == 'spin_inner'
+        assert all(f['file'].endswith('.py') for f in sc['shared']['frames'])
+        top = daemon.ctl('top', t.pid, '--once', check=True).stdout
+        first = top.splitlines()[3]
+        assert 'spin_inner' in first and float(first.split('%')[0]) > 50, top
     finally:
         t.close()
 
@@ -324,3 +337,22 @@ def test_children_are_followed_and_labelled(daemon):
     finally:
         subprocess.run(['pkill', '-P', str(launcher.pid)])
         launcher.close()
+
+
+def test_retention_by_age_and_size():
+    d = Daemon('--retention', '3s', '--max-db-size', '300K')
+    t = busy('/usr/bin/python3')
+    try:
+        d.ctl('attach', t.pid, '--rate', '1000', check=True)
+        time.sleep(1.5)
+        first = d.rows('SELECT min(ts_ns) FROM samples')[0][0]
+        # Retention runs every 10 flushes (10 s): by then the first samples must be gone.
+        wait_for(lambda: d.rows('SELECT min(ts_ns) FROM samples')[0][0] > first + 5e9,
+                 timeout=20, what='old samples deleted')
+        oldest_age = (d.rows('SELECT now_ns() - min(ts_ns) FROM samples')[0][0]) / 1e9
+        assert oldest_age < 3 + 10 + 2, oldest_age
+        live = d.rows('PRAGMA page_count')[0][0] - d.rows('PRAGMA freelist_count')[0][0]
+        assert live * d.rows('PRAGMA page_size')[0][0] < 600 * 1024
+    finally:
+        t.close()
+        d.close()
