@@ -25,6 +25,7 @@
 #include "follow.h"
 #include "log.h"
 #include "query.h"
+#include "units.h"
 
 #define BODY_MAX (1 << 20) /* bytes of a request body */
 #define HEADERS_MAX 16384  /* bytes of request headers */
@@ -176,30 +177,6 @@ static int authorise_pid(struct evhttp_request *req, const struct peer *p, pid_t
     return 0;
 }
 
-/* "30s", "5m", "2h", "1d", or plain seconds -> ns; -1 malformed. */
-static int64_t duration_ns(const char *s)
-{
-    char *end;
-    double v;
-
-    if (!s || !*s)
-        return -1;
-    v = strtod(s, &end);
-    if (end == s || v < 0)
-        return -1;
-    if (!*end || strcmp(end, "s") == 0)
-        return (int64_t)(v * 1e9);
-    if (strcmp(end, "ms") == 0)
-        return (int64_t)(v * 1e6);
-    if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0)
-        return (int64_t)(v * 60e9);
-    if (strcmp(end, "h") == 0)
-        return (int64_t)(v * 3600e9);
-    if (strcmp(end, "d") == 0)
-        return (int64_t)(v * 86400e9);
-    return -1;
-}
-
 /* ---- targets ---- */
 
 static json_t *target_json(const struct target *t)
@@ -291,7 +268,7 @@ static void targets_attach(struct api *a, struct evhttp_request *req, const stru
     pid_ok = json_is_integer(jpid) && pid > 0 && pid <= 0x7fffffff;
     rate_ok = (!jrate || json_is_integer(jrate)) && rate >= 1 && rate <= a->cfg.max_rate_hz;
     if (jdur)
-        dur_ns = json_is_string(jdur)   ? duration_ns(json_string_value(jdur))
+        dur_ns = json_is_string(jdur)   ? units_duration_ns(json_string_value(jdur))
                  : json_is_number(jdur) ? (int64_t)(json_number_value(jdur) * 1e9)
                                         : -1;
     json_decref(body); /* jpid, jrate, jdur die with it */
@@ -560,7 +537,7 @@ static void flamegraph_get(struct api *a, struct evhttp_request *req, const stru
         return reply_error(req, 400, "flamegraph needs ?pid=N");
     if (tid < 0)
         return reply_error(req, 400, "tid must be a thread id");
-    if (since && (since_ns = duration_ns(since)) < 0)
+    if (since && (since_ns = units_duration_ns(since)) < 0)
         return reply_error(req, 400, "since must be a duration like 30s, 5m, 2h");
     if (format && strcmp(format, "svg") != 0 && strcmp(format, "folded") != 0 &&
         strcmp(format, "speedscope") != 0)

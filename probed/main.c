@@ -27,6 +27,7 @@
 #include "outbox.h"
 #include "sampler.h"
 #include "store.h"
+#include "units.h"
 #include "writer.h"
 
 #define DEFAULT_SOCKET "/run/probed/probed.sock"
@@ -53,44 +54,6 @@ static void usage(FILE *out)
             "  --query-timeout DUR  interrupt queries running longer (default 10s)\n"
             "  --group NAME         group owning the socket (default probed, if it exists)\n",
             DEFAULT_SOCKET, DEFAULT_DB);
-}
-
-/* "90", "30s", "5m", "2h", "7d" -> ns; -1 when malformed. */
-static int64_t parse_duration(const char *s)
-{
-    static const struct {
-        const char *unit;
-        double ns;
-    } units[] = {{"", 1e9}, {"s", 1e9}, {"ms", 1e6}, {"m", 60e9}, {"h", 3600e9}, {"d", 86400e9}};
-    char *end;
-    double v = strtod(s, &end);
-
-    if (end == s || v < 0)
-        return -1;
-    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
-        if (strcmp(end, units[i].unit) == 0)
-            return (int64_t)(v * units[i].ns);
-    return -1;
-}
-
-/* "512M", "1G", "1000000" -> bytes; -1 when malformed. */
-static int64_t parse_size(const char *s)
-{
-    char *end;
-    double v = strtod(s, &end);
-    const char *units = "KMGT";
-    const char *u;
-
-    if (end == s || v < 0)
-        return -1;
-    if (!*end)
-        return (int64_t)v;
-    u = strchr(units, *end);
-    if (!u || (end[1] && strcmp(end + 1, "B") != 0 && strcmp(end + 1, "iB") != 0))
-        return -1;
-    for (const char *p = units; p <= u; p++)
-        v *= 1024;
-    return (int64_t)v;
 }
 
 static int parse_args(int argc, char **argv, struct options *o)
@@ -141,7 +104,7 @@ static int parse_args(int argc, char **argv, struct options *o)
             break;
         case 'R':
         case 'q':
-            v = parse_duration(optarg);
+            v = units_duration_ns(optarg);
             if (v < 0 || (c == 'q' && v < 1000000)) {
                 fprintf(stderr, "probed: bad duration '%s' (e.g. 30s, 5m, 2h, 7d)\n", optarg);
                 return -1;
@@ -152,7 +115,7 @@ static int parse_args(int argc, char **argv, struct options *o)
                 o->query_time_ms = v / 1000000;
             break;
         case 'M':
-            o->max_db_bytes = parse_size(optarg);
+            o->max_db_bytes = units_size_bytes(optarg);
             if (o->max_db_bytes < 0) {
                 fprintf(stderr, "probed: bad size '%s' (e.g. 512M, 2G)\n", optarg);
                 return -1;

@@ -13,6 +13,7 @@
 
 #include "livetab.h"
 #include "schema.h"
+#include "units.h"
 
 /* What the authorizer and progress handler need while a query runs. */
 struct guard {
@@ -145,33 +146,9 @@ static void fn_now_ns(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     sqlite3_result_int64(ctx, now_real_ns());
 }
 
-/* "90s", "5m", "2h", "1d", "250ms" -> nanoseconds; -1 when malformed. */
-static int64_t parse_duration_ns(const char *s)
-{
-    static const struct {
-        const char *unit;
-        int64_t ns;
-    } units[] = {{"ms", 1000000LL},      {"s", 1000000000LL},    {"m", 60000000000LL},
-                 {"min", 60000000000LL}, {"h", 3600000000000LL}, {"d", 86400000000000LL}};
-    char *end;
-    double v;
-
-    if (!s)
-        return -1;
-    v = strtod(s, &end);
-    if (end == s || v < 0)
-        return -1;
-    while (*end == ' ')
-        end++;
-    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
-        if (strcmp(end, units[i].unit) == 0)
-            return (int64_t)(v * (double)units[i].ns);
-    return -1;
-}
-
 static void fn_ago(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
-    int64_t d = parse_duration_ns((const char *)sqlite3_value_text(argv[0]));
+    int64_t d = units_duration_ns((const char *)sqlite3_value_text(argv[0]));
 
     (void)argc;
     if (d < 0) {

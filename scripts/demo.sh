@@ -4,7 +4,7 @@
 # stacks, a query over the samples and a flame graph - without stopping or changing it.
 set -eu
 cd "$(dirname "$0")/.."
-cmake -S . -B build -DPROBED_TESTS=OFF >/dev/null
+cmake -S . -B build >/dev/null
 cmake --build build -j"$(nproc)" >/dev/null
 py=${PYTHON:-/usr/bin/python3}
 work=$(mktemp -d)

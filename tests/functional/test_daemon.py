@@ -47,11 +47,13 @@ def test_attach_samples_at_rate_and_frames_are_right(daemon, python):
     try:
         r = daemon.ctl('attach', t.pid, '--rate', '100', check=True)
         assert 'attached to pid %d' % t.pid in r.stdout
-        time.sleep(1.2)  # let the first flush land, then measure over a window
-        n0, t0 = main_thread_samples(daemon, t.pid), time.time()
-        time.sleep(3)
-        n1, t1 = main_thread_samples(daemon, t.pid), time.time()
-        rate = (n1 - n0) / (t1 - t0)
+        time.sleep(4)
+        wait_for(lambda: main_thread_samples(daemon, t.pid) > 300, what='samples')
+        # The rate from the samples' own timestamps (commits come once a second, so counting
+        # rows between two moments would measure the flushes, not the sampling).
+        n, lo, hi = daemon.rows('SELECT count(*), min(ts_ns), max(ts_ns) FROM samples'
+                                ' WHERE tid = %d' % t.pid)[0]
+        rate = (n - 1) / ((hi - lo) / 1e9)
         assert 90 <= rate <= 110, 'main thread sampled at %.1f Hz, asked 100' % rate
         # The stored stacks are the target's: spin_inner under middle under outer_loop.
         funcs = {row[0]: row for row in daemon.rows(

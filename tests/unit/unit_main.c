@@ -17,7 +17,10 @@
     X(test_debug_offsets)                                                                          \
     X(test_batch_merges_and_finds)                                                                 \
     X(test_batch_capacity_and_faults)                                                              \
-    X(test_batch_window_search)
+    X(test_batch_window_search)                                                                    \
+    X(test_units)                                                                                  \
+    X(test_outbox_fills_drops_and_swaps)                                                           \
+    X(test_hashid_stable)
 
 #define DECLARE(name) int name(void);
 CASES(DECLARE)

@@ -1,0 +1,15 @@
+/*
+ * units.h - durations and sizes as people write them: "250ms", "30s", "5m", "2h", "7d"
+ * (a bare number is seconds), "512M", "1G" (a bare number is bytes). One parser for the
+ * daemon's options, the API's parameters and the query helper ago().
+ * Failure: -1 for anything malformed or negative.
+ */
+#ifndef PROBED_UNITS_H
+#define PROBED_UNITS_H
+
+#include <stdint.h>
+
+int64_t units_duration_ns(const char *s);
+int64_t units_size_bytes(const char *s);
+
+#endif

@@ -1,0 +1,81 @@
+/* test_daemon_parts.c - the daemon's small pure parts: units, outbox, content-hash ids. */
+#include <string.h>
+
+#include "hashid.h"
+#include "outbox.h"
+#include "unit.h"
+#include "units.h"
+
+int test_units(void);
+int test_outbox_fills_drops_and_swaps(void);
+int test_hashid_stable(void);
+
+int test_units(void)
+{
+    CHECK(units_duration_ns("30s") == 30000000000LL);
+    CHECK(units_duration_ns("90") == 90000000000LL);
+    CHECK(units_duration_ns("250ms") == 250000000LL);
+    CHECK(units_duration_ns("5m") == 300000000000LL);
+    CHECK(units_duration_ns("5 min") == 300000000000LL);
+    CHECK(units_duration_ns("1.5h") == 5400000000000LL);
+    CHECK(units_duration_ns("7d") == 7 * 86400000000000LL);
+    CHECK(units_duration_ns("") == -1 && units_duration_ns(NULL) == -1);
+    CHECK(units_duration_ns("5x") == -1 && units_duration_ns("-3s") == -1);
+    CHECK(units_duration_ns("s") == -1);
+    CHECK(units_size_bytes("1000") == 1000);
+    CHECK(units_size_bytes("300K") == 300 * 1024);
+    CHECK(units_size_bytes("1G") == 1LL << 30 && units_size_bytes("1GiB") == 1LL << 30);
+    CHECK(units_size_bytes("2MB") == 2LL << 20);
+    CHECK(units_size_bytes("1Q") == -1 && units_size_bytes("G") == -1);
+    CHECK(units_size_bytes("1Gx") == -1);
+    return 0;
+}
+
+int test_outbox_fills_drops_and_swaps(void)
+{
+    struct outbox *ob;
+    struct ob_half *h, *full;
+    struct ob_sample s = {.ts_ns = 1, .target_id = 2, .stack_id = 3, .tid = 4, .state = 1};
+    int64_t frames[3] = {7, 8, 9};
+    size_t cap;
+
+    CHECK(outbox_new(16, &ob) == 0);
+    cap = ob->cap_samples;
+    h = outbox__lock(ob);
+    for (size_t i = 0; i < cap; i++)
+        CHECK(ob_half__sample(ob, h, &s));
+    CHECK(!ob_half__sample(ob, h, &s)); /* full: dropped and counted, never grown */
+    CHECK(h->n_dropped == 1);
+    CHECK(ob_half__string(ob, h, 42, "spin_inner"));
+    CHECK(ob_half__stack(ob, h, 43, frames, 3));
+    CHECK(ob_half__thread(ob, h, 2, 4, "worker"));
+    outbox__unlock(ob);
+    full = outbox__swap(ob);
+    CHECK(full == h && ob->fill != h);
+    CHECK(full->n_samples == cap && full->n_dropped == 1);
+    CHECK(full->strings[0].len == 10 &&
+          memcmp(full->arena + full->strings[0].off, "spin_inner", 10) == 0);
+    CHECK(full->stacks[0].len == 3 &&
+          memcmp(full->arena + full->stacks[0].off, frames, sizeof(frames)) == 0);
+    CHECK(full->threads[0].id == 2 && full->threads[0].extra == 4);
+    h = outbox__lock(ob); /* the other half, empty */
+    CHECK(h->n_samples == 0 && h->n_dropped == 0 && h->arena_used == 0);
+    outbox__unlock(ob);
+    full = outbox__swap(ob); /* and back: the first half comes back emptied */
+    h = outbox__lock(ob);
+    CHECK(h->n_samples == 0 && h->n_strings == 0 && h->n_stacks == 0);
+    outbox__unlock(ob);
+    outbox_free(ob);
+    return 0;
+}
+
+int test_hashid_stable(void)
+{
+    int64_t a = hashid_frame(hashid_string("f"), hashid_string("x.py"), 10, 1);
+
+    CHECK(a == hashid_frame(hashid_string("f"), hashid_string("x.py"), 10, 1));
+    CHECK(a != hashid_frame(hashid_string("f"), hashid_string("x.py"), 11, 1));
+    CHECK(a != hashid_frame(hashid_string("g"), hashid_string("x.py"), 10, 1));
+    CHECK(hashid_of("", 0) != 0); /* 0 is the empty stack */
+    return 0;
+}
