@@ -67,7 +67,8 @@ struct peer {
 
 /* ---- replies ---- */
 
-static void reply_json(struct evhttp_request *req, int status, json_t *body)
+/* Replies return the status sent, so that a handler can `return reply_error(...)`. */
+static int reply_json(struct evhttp_request *req, int status, json_t *body)
 {
     struct evbuffer *out = evbuffer_new();
     char *text = json_dumps(body, JSON_COMPACT | JSON_ENSURE_ASCII);
@@ -80,11 +81,12 @@ static void reply_json(struct evhttp_request *req, int status, json_t *body)
         evbuffer_free(out);
     free(text);
     json_decref(body);
+    return status;
 }
 
-static void reply_error(struct evhttp_request *req, int status, const char *fmt, ...)
+static int reply_error(struct evhttp_request *req, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static void reply_error(struct evhttp_request *req, int status, const char *fmt, ...)
+static int reply_error(struct evhttp_request *req, int status, const char *fmt, ...)
 {
     char msg[768];
     va_list ap;
@@ -92,7 +94,7 @@ static void reply_error(struct evhttp_request *req, int status, const char *fmt,
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    reply_json(req, status, json_pack("{s:s, s:i}", "error", msg, "status", status));
+    return reply_json(req, status, json_pack("{s:s, s:i}", "error", msg, "status", status));
 }
 
 static void reply_raw(struct evhttp_request *req, const char *type, char *data, size_t len)
@@ -177,7 +179,7 @@ static int authorise_pid(struct evhttp_request *req, const struct peer *p, pid_t
     return 0;
 }
 
-/* ---- targets ---- */
+/* ---- targets ---- (handlers return the status sent; 0 when a worker replies later) */
 
 static json_t *target_json(const struct target *t)
 {
@@ -216,7 +218,7 @@ static void list_one(const struct target *t, void *ctx)
         json_array_append_new(l->arr, target_json(t));
 }
 
-static void targets_list(struct api *a, struct evhttp_request *req, const struct peer *p, pid_t pid)
+static int targets_list(struct api *a, struct evhttp_request *req, const struct peer *p, pid_t pid)
 {
     struct list_ctx l = {.peer = p, .pid = pid, .arr = json_array()};
 
@@ -224,12 +226,13 @@ static void targets_list(struct api *a, struct evhttp_request *req, const struct
     if (pid && json_array_size(l.arr) == 0) {
         json_decref(l.arr);
         reply_error(req, 404, "pid %d is not attached", (int)pid);
-        return;
+        return 0;
     }
     reply_json(req, 200,
                pid ? json_incref(json_array_get(l.arr, 0)) : json_pack("{s:o}", "targets", l.arr));
     if (pid)
         json_decref(l.arr);
+    return 0;
 }
 
 static int pyf_status(const struct pyf_err *e)
@@ -247,7 +250,7 @@ static int pyf_status(const struct pyf_err *e)
     }
 }
 
-static void targets_attach(struct api *a, struct evhttp_request *req, const struct peer *p)
+static int targets_attach(struct api *a, struct evhttp_request *req, const struct peer *p)
 {
     json_t *body = body_json(req), *jpid, *jrate, *jdur;
     bool pid_ok, rate_ok, children;
@@ -258,7 +261,7 @@ static void targets_attach(struct api *a, struct evhttp_request *req, const stru
     int r;
 
     if (!body)
-        return;
+        return 0;
     jpid = json_object_get(body, "pid");
     jrate = json_object_get(body, "rate");
     jdur = json_object_get(body, "duration");
@@ -280,7 +283,7 @@ static void targets_attach(struct api *a, struct evhttp_request *req, const stru
     if (dur_ns < 0)
         return reply_error(req, 400, "\"duration\" must be seconds or a duration like \"30s\"");
     if (authorise_pid(req, p, (pid_t)pid) < 0)
-        return;
+        return 0;
     r = target_new((pid_t)pid, (uint32_t)rate, &t, &e);
     if (r < 0)
         return reply_error(req, pyf_status(&e), "%s", e.msg);
@@ -298,10 +301,11 @@ static void targets_attach(struct api *a, struct evhttp_request *req, const stru
     log_msg(LOG_INFO, "attached pid %d (Python %s) at %d Hz for uid %u", (int)pid, t->py_version,
             (int)rate, (unsigned)p->uid);
     targets_list(a, req, p, (pid_t)pid);
+    return 0;
 }
 
-static void targets_detach(struct api *a, struct evhttp_request *req, const struct peer *p,
-                           pid_t pid)
+static int targets_detach(struct api *a, struct evhttp_request *req, const struct peer *p,
+                          pid_t pid)
 {
     struct list_ctx l = {.peer = p, .pid = pid, .arr = json_array()};
     struct target *t;
@@ -319,6 +323,7 @@ static void targets_detach(struct api *a, struct evhttp_request *req, const stru
     log_msg(LOG_INFO, "detached pid %d", (int)pid);
     reply_json(req, 200, target_json(t));
     target_free(t);
+    return 0;
 }
 
 /* ---- worker jobs: query, flame graph, backtrace ---- */
@@ -500,13 +505,13 @@ static struct job *job_new(struct api *a, struct evhttp_request *req, enum job_k
     return j;
 }
 
-static void query_post(struct api *a, struct evhttp_request *req, const struct peer *p)
+static int query_post(struct api *a, struct evhttp_request *req, const struct peer *p)
 {
     json_t *body = body_json(req), *jsql, *jpid;
     struct job *j;
 
     if (!body)
-        return;
+        return 0;
     jsql = json_object_get(body, "sql");
     jpid = json_object_get(body, "pid");
     if (!json_is_string(jsql) ||
@@ -521,10 +526,11 @@ static void query_post(struct api *a, struct evhttp_request *req, const struct p
         start_job(a, j);
     }
     json_decref(body);
+    return 0;
 }
 
-static void flamegraph_get(struct api *a, struct evhttp_request *req, const struct peer *p,
-                           const struct evkeyvalq *q)
+static int flamegraph_get(struct api *a, struct evhttp_request *req, const struct peer *p,
+                          const struct evkeyvalq *q)
 {
     long long pid = param_int(q, "pid"), tid = param_int(q, "tid"), idle = param_int(q, "idle");
     const char *since = evhttp_find_header(q, "since");
@@ -544,7 +550,7 @@ static void flamegraph_get(struct api *a, struct evhttp_request *req, const stru
         return reply_error(req, 400, "format must be svg, folded or speedscope");
     j = job_new(a, req, JOB_FLAME, p);
     if (!j)
-        return;
+        return 0;
     j->scope.pid = (pid_t)pid;
     j->flame = (struct flame_request){.pid = (pid_t)pid,
                                       .tid = (pid_t)tid,
@@ -554,10 +560,11 @@ static void flamegraph_get(struct api *a, struct evhttp_request *req, const stru
     j->flame.title = strdup(title);
     snprintf(j->format, sizeof(j->format), "%s", format ? format : "svg");
     start_job(a, j);
+    return 0;
 }
 
-static void backtrace_get(struct api *a, struct evhttp_request *req, const struct peer *p,
-                          const struct evkeyvalq *q)
+static int backtrace_get(struct api *a, struct evhttp_request *req, const struct peer *p,
+                         const struct evkeyvalq *q)
 {
     long long pid = param_int(q, "pid"), locals = param_int(q, "locals");
     struct job *j;
@@ -565,13 +572,14 @@ static void backtrace_get(struct api *a, struct evhttp_request *req, const struc
     if (pid <= 0 || locals < 0)
         return reply_error(req, 400, "backtrace needs ?pid=N (and optionally &locals=N)");
     if (authorise_pid(req, p, (pid_t)pid) < 0)
-        return;
+        return 0;
     j = job_new(a, req, JOB_BACKTRACE, p);
     if (!j)
-        return;
+        return 0;
     j->scope.pid = (pid_t)pid;
     j->locals = (int)locals;
     start_job(a, j);
+    return 0;
 }
 
 /* ---- --children ---- */
@@ -669,7 +677,7 @@ static void on_follow_timer(evutil_socket_t fd, short what, void *arg)
 
 /* ---- routing ---- */
 
-static void status_get(struct api *a, struct evhttp_request *req)
+static int status_get(struct api *a, struct evhttp_request *req)
 {
     struct writer *w = a->writer;
 
@@ -680,6 +688,7 @@ static void status_get(struct api *a, struct evhttp_request *req)
                          "flushes", (json_int_t)w->flushes, "write_errors",
                          (json_int_t)w->write_errors, "samples_written",
                          (json_int_t)w->samples_written, "db_bytes", (json_int_t)w->db_bytes));
+    return 0;
 }
 
 /* "/v1/targets/123" -> 123; 0 when @path is not of that form. */
@@ -695,8 +704,8 @@ static pid_t path_pid(const char *path, const char *prefix)
     return *end || v <= 0 || v > 0x7fffffff ? -1 : (pid_t)v;
 }
 
-static void route(struct api *a, struct evhttp_request *req, const struct peer *p, const char *path,
-                  const struct evkeyvalq *q)
+static int route(struct api *a, struct evhttp_request *req, const struct peer *p, const char *path,
+                 const struct evkeyvalq *q)
 {
     enum evhttp_cmd_type m = evhttp_request_get_command(req);
     pid_t pid;
@@ -723,6 +732,7 @@ static void route(struct api *a, struct evhttp_request *req, const struct peer *
     if (strcmp(path, "/v1/backtrace") == 0 && m == EVHTTP_REQ_GET)
         return backtrace_get(a, req, p, q);
     reply_error(req, 404, "no such endpoint: %s (see docs/api.md)", path);
+    return 0;
 }
 
 static void on_request(struct evhttp_request *req, void *arg)
@@ -735,13 +745,19 @@ static void on_request(struct evhttp_request *req, void *arg)
     struct peer p;
 
     a->requests++;
-    if (peer_of(req, &p) < 0)
-        return reply_error(req, 403, "cannot tell who is asking (SO_PEERCRED failed)");
-    if (!path)
-        return reply_error(req, 400, "malformed request URI");
+    if (peer_of(req, &p) < 0) {
+        reply_error(req, 403, "cannot tell who is asking (SO_PEERCRED failed)");
+        return;
+    }
+    if (!path) {
+        reply_error(req, 400, "malformed request URI");
+        return;
+    }
     TAILQ_INIT(&params);
-    if (query && evhttp_parse_query_str(query, &params) < 0)
-        return reply_error(req, 400, "malformed query string");
+    if (query && evhttp_parse_query_str(query, &params) < 0) {
+        reply_error(req, 400, "malformed query string");
+        return;
+    }
     route(a, req, &p, path, &params);
     evhttp_clear_headers(&params);
 }
