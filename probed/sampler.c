@@ -127,6 +127,13 @@ static void record(struct sampler *s, struct target *t, size_t n, int64_t ts)
     outbox__unlock(s->ob);
 }
 
+static bool same_process(const struct target *t)
+{
+    int64_t start;
+
+    return proc_start_time(t->pid, &start) == 0 && start == t->start_time;
+}
+
 static void sample_target(struct sampler *s, struct target *t, int64_t now)
 {
     struct pyf_err e = {0};
@@ -137,6 +144,14 @@ static void sample_target(struct sampler *s, struct target *t, int64_t now)
         end_target(s, t, TARGET_DETACHED, "duration");
         return;
     }
+    /* Once a second, and after any error: is it still the same process? A pid can be
+     * reused, and reading another process's memory through the old layout is garbage. */
+    if ((t->stats.ticks % t->rate_hz == 0 || t->stats.errors != t->errors_seen) &&
+        !same_process(t)) {
+        end_target(s, t, TARGET_EXITED, "exited");
+        return;
+    }
+    t->errors_seen = t->stats.errors;
     r = pyf_target__sample(t->pyf, t->threads, t->stacks, TARGET_THREADS_MAX, &n, &e);
     t->stats.ticks++;
     if (r < 0 && (e.kind == PYF_GONE || pyf_err_fatal(&e))) {

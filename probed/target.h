@@ -50,6 +50,7 @@ struct target {
     enum target_state state;
     char end_reason[128];
     struct target_stats stats;
+    uint64_t errors_seen; /* stats.errors when the process was last checked to be the same */
 
     /* sampling buffers: owned, sized in target_new(); freed early when the target ends */
     struct pyf_target *pyf;
