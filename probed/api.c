@@ -24,6 +24,7 @@
 #include "flame.h"
 #include "follow.h"
 #include "log.h"
+#include "pprof.h"
 #include "query.h"
 #include "units.h"
 
@@ -415,6 +416,9 @@ static void run_flame(struct job *j)
     if (strcmp(j->format, "svg") == 0) {
         j->raw = flame_svg(rows, j->flame.title, &j->raw_len);
         j->raw_type = "image/svg+xml";
+    } else if (strcmp(j->format, "pprof") == 0) {
+        j->raw = (char *)pprof_from_folded(rows, j->flame.period_ns, real_ns(), &j->raw_len);
+        j->raw_type = "application/octet-stream";
     } else if (strcmp(j->format, "speedscope") == 0) {
         j->raw = flame_speedscope(rows, j->flame.title, &j->raw_len);
         j->raw_type = "application/json";
@@ -529,6 +533,28 @@ static int query_post(struct api *a, struct evhttp_request *req, const struct pe
     return 0;
 }
 
+struct rate_ctx {
+    pid_t pid;
+    uint32_t rate_hz;
+};
+
+static void find_rate(const struct target *t, void *ctx)
+{
+    struct rate_ctx *r = ctx;
+
+    if (t->pid == r->pid)
+        r->rate_hz = t->rate_hz;
+}
+
+/* The sampling rate of @pid's (last) attach; the default when not in the list. */
+static uint32_t rate_of(struct api *a, pid_t pid)
+{
+    struct rate_ctx r = {.pid = pid, .rate_hz = a->cfg.default_rate_hz};
+
+    sampler__each(a->sampler, find_rate, &r);
+    return r.rate_hz ? r.rate_hz : 100;
+}
+
 static int flamegraph_get(struct api *a, struct evhttp_request *req, const struct peer *p,
                           const struct evkeyvalq *q)
 {
@@ -546,8 +572,8 @@ static int flamegraph_get(struct api *a, struct evhttp_request *req, const struc
     if (since && (since_ns = units_duration_ns(since)) < 0)
         return reply_error(req, 400, "since must be a duration like 30s, 5m, 2h");
     if (format && strcmp(format, "svg") != 0 && strcmp(format, "folded") != 0 &&
-        strcmp(format, "speedscope") != 0)
-        return reply_error(req, 400, "format must be svg, folded or speedscope");
+        strcmp(format, "speedscope") != 0 && strcmp(format, "pprof") != 0)
+        return reply_error(req, 400, "format must be svg, folded, speedscope or pprof");
     j = job_new(a, req, JOB_FLAME, p);
     if (!j)
         return 0;
@@ -556,6 +582,7 @@ static int flamegraph_get(struct api *a, struct evhttp_request *req, const struc
                                       .tid = (pid_t)tid,
                                       .idle = idle > 0,
                                       .since_ns = since_ns ? real_ns() - since_ns : 0};
+    j->flame.period_ns = 1000000000LL / rate_of(a, (pid_t)pid);
     snprintf(title, sizeof(title), "pid %lld%s%s", pid, since ? ", last " : "", since ? since : "");
     j->flame.title = strdup(title);
     snprintf(j->format, sizeof(j->format), "%s", format ? format : "svg");

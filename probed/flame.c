@@ -53,25 +53,41 @@ char *flame_folded(json_t *rows, size_t *ret_len)
 
 /* ---- speedscope (https://www.speedscope.app/file-format-schema.json) ---- */
 
-/* "func (file:line)" -> a speedscope frame object. */
-static json_t *speedscope_frame(const char *label, size_t len)
+int flame_split_label(const char *label, size_t len, char **ret_func, char **ret_file,
+                      int *ret_line)
 {
     char *copy = strndup(label, len), *open, *colon;
-    json_t *f;
 
     if (!copy)
-        return NULL;
+        return -1;
     open = strstr(copy, " (");
     colon = strrchr(copy, ':');
-    if (open && colon && colon > open && copy[len - 1] == ')') {
+    *ret_line = 0;
+    *ret_file = NULL;
+    if (open && colon && colon > open && len > 0 && copy[len - 1] == ')') {
         copy[len - 1] = '\0';
         *colon = '\0';
         *open = '\0';
-        f = json_pack("{s:s, s:s, s:i}", "name", copy, "file", open + 2, "line", atoi(colon + 1));
-    } else {
-        f = json_pack("{s:s}", "name", copy);
+        *ret_line = atoi(colon + 1);
+        *ret_file = strdup(open + 2);
     }
-    free(copy);
+    *ret_func = copy;
+    return 0;
+}
+
+/* "func (file:line)" -> a speedscope frame object. */
+static json_t *speedscope_frame(const char *label, size_t len)
+{
+    char *func, *file;
+    json_t *f;
+    int line;
+
+    if (flame_split_label(label, len, &func, &file, &line) < 0)
+        return NULL;
+    f = file ? json_pack("{s:s, s:s, s:i}", "name", func, "file", file, "line", line)
+             : json_pack("{s:s}", "name", func);
+    free(func);
+    free(file);
     return f;
 }
 

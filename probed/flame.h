@@ -23,6 +23,7 @@ struct flame_request {
     pid_t tid;        /* 0: every thread */
     bool idle;        /* also samples of threads not on CPU (py-spy --idle) */
     const char *title;
+    int64_t period_ns; /* the target's sampling period (pprof's cpu time per sample) */
 };
 
 /* The SQL text for @req (malloc'd). */
@@ -31,6 +32,11 @@ char *flame_sql(const struct flame_request *req);
 /* @rows: the query result's "rows" ([folded, count] pairs). Returns malloc'd text. */
 char *flame_folded(json_t *rows, size_t *ret_len);
 char *flame_svg(json_t *rows, const char *title, size_t *ret_len);
+/* "func (file:line)" (a frame of a folded stack) -> func, file (NULL when the label has no
+ * "(file:line)"), line. Both strings malloc'd; -1 when out of memory. */
+int flame_split_label(const char *label, size_t len, char **ret_func, char **ret_file,
+                      int *ret_line);
+
 /* speedscope's JSON file format (a "sampled" profile), for speedscope.app. */
 char *flame_speedscope(json_t *rows, const char *title, size_t *ret_len);
 

@@ -9,8 +9,9 @@ export DEBIAN_FRONTEND=noninteractive
 packages="
   build-essential cmake pkg-config git clang llvm clang-format libclang-rt-14-dev
   libelf-dev libdw-dev libunwind-dev libbpf-dev bpftool linux-libc-dev
-  libsqlite3-dev sqlite3 libxxhash-dev libevent-dev libjansson-dev libcurl4-openssl-dev libedit-dev
-  python3 python3-pytest python3-torch procps util-linux
+  libsqlite3-dev sqlite3 libxxhash-dev libprotobuf-c-dev protobuf-c-compiler zlib1g-dev
+  libevent-dev libjansson-dev libcurl4-openssl-dev libedit-dev
+  python3 python3-pytest python3-torch procps util-linux curl golang-go
 "
 missing=""
 for p in $packages; do

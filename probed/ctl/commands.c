@@ -436,7 +436,7 @@ int flamegraph_main(int argc, char **argv)
             break;
         case 'h':
             printf("usage: probectl flamegraph <pid> [--since 5m] [--thread TID] [-o out.svg]"
-                   " [--format svg|folded|speedscope] [--idle]\n"
+                   " [--format svg|folded|speedscope|pprof] [--idle]\n"
                    "  A flame graph of the stored samples (attach first).\n"
                    "  --idle  include threads that were not running (sleeping, blocked)\n");
             return 0;

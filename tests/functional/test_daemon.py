@@ -232,6 +232,20 @@ def test_flamegraph_svg_and_folded(daemon):
         hottest = prof['samples'][prof['weights'].index(max(prof['weights']))]
         assert names[hottest[0]] == '<module>' and names[hottest[-1]] == 'spin_inner'
         assert all(f['file'].endswith('.py') for f in sc['shared']['frames'])
+        # pprof: what `go tool pprof` itself reads back.
+        pb = os.path.join(daemon.dir, 'p.pb.gz')
+        daemon.ctl('flamegraph', t.pid, '--format', 'pprof', '-o', pb, check=True)
+        r = subprocess.run(['go', 'tool', 'pprof', '-top', '-sample_index=samples', pb],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           universal_newlines=True, timeout=120,
+                           env=dict(os.environ, HOME=daemon.dir))
+        assert r.returncode == 0, r.stdout
+        rows = [l.split() for l in r.stdout.splitlines() if l.strip().endswith('spin_inner')]
+        assert rows and float(rows[0][1].rstrip('%')) > 50, r.stdout
+        r = subprocess.run(['go', 'tool', 'pprof', '-top', pb], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, universal_newlines=True, timeout=120,
+                           env=dict(os.environ, HOME=daemon.dir))
+        assert 'Type: cpu' in r.stdout, r.stdout
         top = daemon.ctl('top', t.pid, '--once', check=True).stdout
         first = top.splitlines()[3]
         assert 'spin_inner' in first and float(first.split('%')[0]) > 50, top

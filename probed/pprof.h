@@ -1,0 +1,19 @@
+/*
+ * pprof.h - a flame graph's stacks as a pprof profile: gzipped protobuf (pprof/profile.proto,
+ * protobuf-c, zlib) that `go tool pprof`, Pyroscope and Parca read.
+ *
+ * Each Python frame (function, file, line) is a Location with one Line; functions are
+ * deduplicated by (name, file). Two sample types: samples/count and cpu/nanoseconds (count x
+ * the sampling period). Threads: any. Memory: the result is malloc'd, the caller frees it.
+ */
+#ifndef PROBED_PPROF_H
+#define PROBED_PPROF_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* @rows as for flame.h: [folded, count] pairs. NULL when out of memory. */
+uint8_t *pprof_from_folded(json_t *rows, int64_t period_ns, int64_t time_ns, size_t *ret_len);
+
+#endif
