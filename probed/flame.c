@@ -335,7 +335,7 @@ char *flame_svg(json_t *rows, const char *title, size_t *ret_len)
             "<?xml version=\"1.0\" standalone=\"no\"?>\n"
             "<svg version=\"1.1\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\""
             " xmlns=\"http://www.w3.org/2000/svg\">\n"
-            "<style>text{font:12px monospace;fill:#000;pointer-events:none}"
+            "<style>text{font:12px monospace;fill:#000} g.f text{pointer-events:none}"
             " g.f:hover rect{stroke:#000;stroke-width:0.5;cursor:pointer}"
             " .ui{font:12px sans-serif;cursor:pointer}</style>\n"
             "<rect width=\"100%%\" height=\"100%%\" fill=\"#f8f8f0\"/>\n"
