@@ -64,10 +64,15 @@ class Daemon:
                               + list(args), stdout=subprocess.PIPE, universal_newlines=True)
 
     def kill(self, sig=signal.SIGTERM):
+        """Stops the daemon; a SIGTERM must end it cleanly (exit 0, no sanitizer report)."""
+        rc = None
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(sig)
-            self.proc.wait(timeout=30)
+            rc = self.proc.wait(timeout=30)
         self.log.close()
+        if sig == signal.SIGTERM and rc is not None:
+            log = self.read_log()
+            assert rc == 0 and 'Sanitizer' not in log, 'probed exit %d:\n%s' % (rc, log)
 
     def close(self):
         self.kill()

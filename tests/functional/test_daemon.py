@@ -372,3 +372,17 @@ def test_retention_by_age_and_size():
     finally:
         t.close()
         d.close()
+
+
+def test_1000_hz(daemon):
+    t = busy('/usr/bin/python3')
+    try:
+        daemon.ctl('attach', t.pid, '--rate', '1000', check=True)
+        time.sleep(3.5)
+        wait_for(lambda: main_thread_samples(daemon, t.pid) > 2000, what='samples')
+        n, lo, hi = daemon.rows('SELECT count(*), min(ts_ns), max(ts_ns) FROM samples'
+                                ' WHERE tid = %d' % t.pid)[0]
+        rate = (n - 1) / ((hi - lo) / 1e9)
+        assert 900 <= rate <= 1100, 'sampled at %.1f Hz, asked 1000' % rate
+    finally:
+        t.close()
