@@ -10,6 +10,8 @@
 
 #include "hashid.h"
 
+#define CATCH_UP_PERIODS 3 /* ticks a target may fall behind before some are skipped */
+
 int64_t mono_ns(void)
 {
     struct timespec ts;
@@ -211,7 +213,9 @@ static void *sampler_main(void *arg)
         }
         sample_target(s, t, now);
         t->next_ns += t->period_ns;
-        if (t->next_ns < now - t->period_ns) { /* fell behind: skip, do not burst */
+        /* A short hiccup (the thread was descheduled for a period or two) is caught up on the
+         * same schedule; falling further behind skips ahead rather than burst. */
+        if (t->next_ns < now - CATCH_UP_PERIODS * t->period_ns) {
             t->stats.late++;
             t->next_ns = now + t->period_ns;
         }

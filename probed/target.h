@@ -27,7 +27,7 @@ struct target_stats {
     uint64_t samples; /* thread stacks recorded */
     uint64_t torn;    /* thread stacks that kept changing while read: dropped */
     uint64_t errors;  /* ticks that failed as a whole (not fatal) */
-    uint64_t late;    /* ticks that came more than a period late */
+    uint64_t late;    /* times sampling fell over 3 periods behind and skipped ahead */
     uint64_t dropped; /* samples the outbox had no room for */
 };
 

@@ -2,6 +2,7 @@
 import json
 import os
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -29,12 +30,23 @@ class Daemon:
                                      stdout=self.log, stderr=self.log)
         deadline = time.time() + 20
         while time.time() < deadline:
-            if os.path.exists(self.socket):
+            if self.listening():
                 return
             if self.proc.poll() is not None:
                 raise RuntimeError('probed exited: ' + self.read_log())
             time.sleep(0.05)
         raise RuntimeError('probed did not listen: ' + self.read_log())
+
+    def listening(self):
+        """True once the daemon accepts connections (a stale socket file does not)."""
+        s = socket.socket(socket.AF_UNIX)
+        try:
+            s.connect(self.socket)
+            return True
+        except OSError:
+            return False
+        finally:
+            s.close()
 
     def read_log(self):
         with open(self.log_path) as f:
