@@ -24,6 +24,7 @@
 #include "flame.h"
 #include "follow.h"
 #include "log.h"
+#include "procfs.h"
 #include "pprof.h"
 #include "query.h"
 #include "units.h"
@@ -654,7 +655,7 @@ static void follow_child(struct api *a, const struct followed *f, size_t i, pid_
     struct stat st;
 
     snprintf(path, sizeof(path), "/proc/%d", (int)child);
-    if (proc_start_time(child, &start) < 0 || known_not_python(a, child, start) ||
+    if (procfs_start_time(child, &start) < 0 || known_not_python(a, child, start) ||
         stat(path, &st) < 0 || st.st_uid != f->uid[i])
         return;
     if (target_new(child, f->rate[i], &t, &e) < 0) {

@@ -24,6 +24,7 @@
 
 #include "api.h"
 #include "log.h"
+#include "procfs.h"
 #include "outbox.h"
 #include "sampler.h"
 #include "store.h"
@@ -173,7 +174,7 @@ static void resume_one(int64_t id, int32_t pid, int64_t start_time, int32_t rate
     struct target *t = NULL;
     int64_t now_start = -1;
 
-    if (proc_start_time(pid, &now_start) == 0 && now_start == start_time &&
+    if (procfs_start_time(pid, &now_start) == 0 && now_start == start_time &&
         target_new(pid, (uint32_t)(rate_hz > 0 ? rate_hz : 100), &t, &e) == 0) {
         t->id = id;
         t->resumed = true;

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "hashid.h"
+#include "procfs.h"
 
 #define CATCH_UP_PERIODS 3 /* ticks a target may fall behind before some are skipped */
 
@@ -133,7 +134,7 @@ static bool same_process(const struct target *t)
 {
     int64_t start;
 
-    return proc_start_time(t->pid, &start) == 0 && start == t->start_time;
+    return procfs_start_time(t->pid, &start) == 0 && start == t->start_time;
 }
 
 static void sample_target(struct sampler *s, struct target *t, int64_t now)

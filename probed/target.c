@@ -11,64 +11,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "procfs.h"
+
 const char *target_state_name(enum target_state s)
 {
     static const char *const names[] = {"sampling", "exited", "detached", "failed"};
     return names[s];
-}
-
-int proc_start_time(pid_t pid, int64_t *ret)
-{
-    char path[64], buf[1024], *p;
-    long long start = -1;
-    ssize_t n;
-    int fd;
-
-    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return n < 0 ? -errno : -EIO;
-    buf[n] = '\0';
-    /* The command name can hold spaces and parentheses: fields start after the last ')'. */
-    p = strrchr(buf, ')');
-    if (!p || sscanf(p + 2,
-                     "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d "
-                     "%*d %*d %*d %lld",
-                     &start) != 1)
-        return -EPROTO;
-    *ret = start;
-    return 0;
-}
-
-/* Reads a /proc file into @buf (NUL-terminated, truncated to @size); returns bytes read. */
-static ssize_t read_proc_file(pid_t pid, const char *name, char *buf, size_t size)
-{
-    char path[64];
-    ssize_t n, total = 0;
-    int fd;
-
-    snprintf(path, sizeof(path), "/proc/%d/%s", pid, name);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    while ((size_t)total < size - 1 && (n = read(fd, buf + total, size - 1 - (size_t)total)) > 0)
-        total += n;
-    close(fd);
-    buf[total] = '\0';
-    return total;
-}
-
-static void read_cmdline(struct target *t)
-{
-    ssize_t n = read_proc_file(t->pid, "cmdline", t->cmdline, sizeof(t->cmdline));
-
-    for (ssize_t i = 0; i + 1 < n; i++)
-        if ((unsigned char)t->cmdline[i] < 0x20) /* NULs between args, and newlines */
-            t->cmdline[i] = ' ';
 }
 
 /* RANK, LOCAL_RANK and WORLD_SIZE as torchrun sets them (-1 when absent). */
@@ -76,7 +24,7 @@ static void read_ranks(struct target *t)
 {
     size_t size = 64 * 1024;
     char *env = malloc(size);
-    ssize_t n = env ? read_proc_file(t->pid, "environ", env, size) : -ENOMEM;
+    ssize_t n = env ? procfs_read(t->pid, "environ", env, size) : -ENOMEM;
 
     t->rank = t->local_rank = t->world_size = -1;
     for (ssize_t i = 0; i < n; i += (ssize_t)strlen(env + i) + 1) {
@@ -115,7 +63,7 @@ int target_new(pid_t pid, uint32_t rate_hz, struct target **ret, struct pyf_err 
     if (!t)
         return -ENOMEM;
     t->pid = pid;
-    r = proc_start_time(pid, &t->start_time);
+    r = procfs_start_time(pid, &t->start_time);
     snprintf(path, sizeof(path), "/proc/%d", pid);
     if (r < 0 || stat(path, &st) < 0) {
         r = r < 0 ? r : -errno;
@@ -133,7 +81,7 @@ int target_new(pid_t pid, uint32_t rate_hz, struct target **ret, struct pyf_err 
         goto fail;
     }
     snprintf(t->py_version, sizeof(t->py_version), "%s", pyf_target__info(t->pyf)->version_str);
-    read_cmdline(t);
+    procfs_cmdline(pid, t->cmdline, sizeof(t->cmdline));
     read_ranks(t);
     t->rate_hz = rate_hz;
     t->period_ns = 1000000000LL / rate_hz;

@@ -69,7 +69,4 @@ void target_release(struct target *t);
 
 const char *target_state_name(enum target_state s);
 
-/* /proc/PID/stat start time (clock ticks since boot), or -errno. */
-int proc_start_time(pid_t pid, int64_t *ret);
-
 #endif

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "procfs.h"
+
 #define THREADS_CAP 1024
 #define TORN_RETRIES 20 /* a busy target can tear a read; each retry is a fresh snapshot */
 
@@ -19,26 +21,6 @@ struct bt_thread {
     struct pyf_stack st;
     char error[240];
 };
-
-static void read_cmdline(pid_t pid, char *buf, size_t size)
-{
-    char path[64];
-    ssize_t n = -1;
-    int fd;
-
-    snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-        n = read(fd, buf, size - 1);
-        close(fd);
-    }
-    if (n < 0)
-        n = 0;
-    buf[n] = '\0';
-    for (ssize_t i = 0; i < n; i++)
-        if (buf[i] == '\0')
-            buf[i] = i == n - 1 ? '\0' : ' ';
-}
 
 /* The threads, retrying torn reads: the list can change while we walk it. */
 static int read_threads(struct pyf_target *t, struct pyf_thread *th, size_t *n, struct pyf_err *e)
@@ -135,7 +117,7 @@ int dump_json(pid_t pid, int locals_depth, json_t **ret, struct pyf_err *e)
     r = pyf_target_open(pid, &t, e);
     if (r < 0)
         return r;
-    read_cmdline(pid, cmdline, sizeof(cmdline));
+    procfs_cmdline(pid, cmdline, sizeof(cmdline));
     threads = calloc(THREADS_CAP, sizeof(*threads));
     r = threads ? read_threads(t, threads, &n, e) : -ENOMEM;
     if (r == 0) {

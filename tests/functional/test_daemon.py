@@ -40,6 +40,16 @@ def main_thread_samples(d, pid):
                   ' WHERE t.pid = %d AND s.tid = %d' % (pid, pid))[0][0]
 
 
+def measured_rate(d, pid, n_samples):
+    """The main thread's sampling rate from the samples' own timestamps, once @n_samples are
+    stored (commits come once a second: counting rows between two moments would measure the
+    flushes, not the sampling)."""
+    wait_for(lambda: main_thread_samples(d, pid) > n_samples, what='samples')
+    n, lo, hi = d.rows('SELECT count(*), min(ts_ns), max(ts_ns) FROM samples'
+                       ' WHERE tid = %d' % pid)[0]
+    return (n - 1) / ((hi - lo) / 1e9)
+
+
 @pytest.mark.parametrize('python', interpreter_params())
 def test_attach_samples_at_rate_and_frames_are_right(daemon, python):
     require(python)
@@ -47,13 +57,7 @@ def test_attach_samples_at_rate_and_frames_are_right(daemon, python):
     try:
         r = daemon.ctl('attach', t.pid, '--rate', '100', check=True)
         assert 'attached to pid %d' % t.pid in r.stdout
-        time.sleep(4)
-        wait_for(lambda: main_thread_samples(daemon, t.pid) > 300, what='samples')
-        # The rate from the samples' own timestamps (commits come once a second, so counting
-        # rows between two moments would measure the flushes, not the sampling).
-        n, lo, hi = daemon.rows('SELECT count(*), min(ts_ns), max(ts_ns) FROM samples'
-                                ' WHERE tid = %d' % t.pid)[0]
-        rate = (n - 1) / ((hi - lo) / 1e9)
+        rate = measured_rate(daemon, t.pid, 300)
         assert 90 <= rate <= 110, 'main thread sampled at %.1f Hz, asked 100' % rate
         # The stored stacks are the target's: spin_inner under middle under outer_loop.
         funcs = {row[0]: row for row in daemon.rows(
@@ -378,11 +382,7 @@ def test_1000_hz(daemon):
     t = busy('/usr/bin/python3')
     try:
         daemon.ctl('attach', t.pid, '--rate', '1000', check=True)
-        time.sleep(3.5)
-        wait_for(lambda: main_thread_samples(daemon, t.pid) > 2000, what='samples')
-        n, lo, hi = daemon.rows('SELECT count(*), min(ts_ns), max(ts_ns) FROM samples'
-                                ' WHERE tid = %d' % t.pid)[0]
-        rate = (n - 1) / ((hi - lo) / 1e9)
+        rate = measured_rate(daemon, t.pid, 2500)
         assert 900 <= rate <= 1100, 'sampled at %.1f Hz, asked 1000' % rate
     finally:
         t.close()

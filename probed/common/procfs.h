@@ -1,0 +1,22 @@
+/*
+ * procfs.h - the few /proc files probed reads about a process: a whole small file, the
+ * command line, the start time that tells a process from a later one with the same pid.
+ * Threads: any. Failure: -errno (ENOENT/ESRCH: the process is gone).
+ */
+#ifndef PROBED_PROCFS_H
+#define PROBED_PROCFS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* /proc/PID/@name into @buf, NUL-terminated and truncated to @size; returns bytes read. */
+ssize_t procfs_read(pid_t pid, const char *name, char *buf, size_t size);
+
+/* The command line, arguments joined by spaces, control characters as spaces ("" if gone). */
+void procfs_cmdline(pid_t pid, char *buf, size_t size);
+
+/* /proc/PID/stat starttime (field 22, clock ticks after boot). */
+int procfs_start_time(pid_t pid, int64_t *ret);
+
+#endif
