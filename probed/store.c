@@ -32,7 +32,7 @@ static const char *const stmt_sql[N_STMTS] = {
                   " VALUES (?, ?, ?, ?, ?)",
     [INS_STACK_FRAME] = "INSERT OR IGNORE INTO stack_frames(stack_id, depth, frame_id)"
                         " VALUES (?, ?, ?)",
-    [INS_SAMPLE] = "INSERT INTO samples(ts_ns, target_id, tid, stack_id, state)"
+    [INS_SAMPLE] = "INSERT OR IGNORE INTO samples(ts_ns, target_id, tid, stack_id, state)"
                    " VALUES (?, ?, ?, ?, ?)",
 };
 

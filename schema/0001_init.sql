@@ -54,13 +54,14 @@ CREATE TABLE stack_frames (
 ) WITHOUT ROWID;
 
 -- The timeline: one row per thread per tick. state bit 0: on CPU, bit 1: holds the GIL.
--- stack_id 0 is an empty stack (a thread with no Python frames).
+-- stack_id 0 is an empty stack (a thread with no Python frames). Clustered by target and
+-- time (WITHOUT ROWID): no separate index, and a time range of a target is one contiguous
+-- range of the b-tree.
 CREATE TABLE samples (
-    id        INTEGER PRIMARY KEY,     -- the rowid: costs nothing
-    ts_ns     INTEGER NOT NULL,
     target_id INTEGER NOT NULL,
+    ts_ns     INTEGER NOT NULL,     -- unix time, nanoseconds
     tid       INTEGER NOT NULL,
     stack_id  INTEGER NOT NULL,
-    state     INTEGER NOT NULL
-);
-CREATE INDEX samples_time ON samples(target_id, ts_ns);
+    state     INTEGER NOT NULL,
+    PRIMARY KEY (target_id, ts_ns, tid)
+) WITHOUT ROWID;

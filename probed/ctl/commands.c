@@ -586,7 +586,7 @@ int run_main(int argc, char **argv)
 /* One screen of `top`: the hottest functions of the last @window_s seconds. */
 static int top_once(const char *socket, int pid, int window_s, int rows, bool clear)
 {
-    char sql[1024];
+    char sql[2048];
     json_t *body, *reply, *row, *totals;
     json_int_t all = 0, gil = 0;
     size_t i;
@@ -606,10 +606,15 @@ static int top_once(const char *socket, int pid, int window_s, int rows, bool cl
     gil = json_integer_value(json_array_get(row, 1));
     json_decref(totals);
     snprintf(sql, sizeof(sql),
-             "SELECT sum(depth = 0) AS own, count(DISTINCT sample_id) AS total, func, file"
-             " FROM sample_frames WHERE pid = %d AND on_cpu AND ts_ns > ago('%ds')"
-             " GROUP BY func, file ORDER BY own DESC, total DESC LIMIT %d",
-             pid, window_s, rows);
+             "WITH per_stack AS (SELECT stack_id, count(*) AS n FROM samples WHERE"
+             " stack_id <> 0 AND state & 1 AND ts_ns > ago('%ds') AND target_id IN"
+             " (SELECT id FROM targets WHERE pid = %d) GROUP BY stack_id),"
+             " funcs AS (SELECT stack_id, func, file, min(depth) = 0 AS is_self FROM stacks"
+             " WHERE stack_id IN (SELECT stack_id FROM per_stack) GROUP BY stack_id, func, file)"
+             " SELECT sum(CASE WHEN is_self THEN n ELSE 0 END) AS own, sum(n) AS total, func,"
+             " file FROM funcs JOIN per_stack USING (stack_id) GROUP BY func, file"
+             " ORDER BY own DESC, total DESC LIMIT %d",
+             window_s, pid, rows);
     body = json_pack("{s:s, s:i}", "sql", sql, "pid", pid);
     reply = call(socket, "POST", "/v1/query", body);
     json_decref(body);
