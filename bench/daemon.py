@@ -118,7 +118,7 @@ def synth_db(path, n_samples):
     for k in range(len(stacks)):
         total += 1.0 / (k + 1)
         cum.append(total)
-    t0 = 1_700_000_000_000_000_000
+    t0 = time.time_ns() - n_samples * 1_000_000  # recent: the last n x 1 ms
     for start in range(0, n_samples, 100000):
         n = min(100000, n_samples - start)
         picks = rnd.choices(stacks, cum_weights=cum, k=n)
@@ -134,7 +134,7 @@ def flame_time(n_samples):
     work = tempfile.mkdtemp(prefix='probed-bench-')
     path = os.path.join(work, 'probed.db')
     synth_db(path, n_samples)
-    d = Daemon('--query-timeout', '600s', workdir=work)
+    d = Daemon('--query-timeout', '600s', '--retention', '0', '--max-db-size', '0', workdir=work)
     try:
         t0 = time.time()
         d.ctl('query', 'SELECT count(*) FROM samples', check=True)
