@@ -295,6 +295,31 @@ static void record_attach(struct sampler *s, const struct target *t)
     outbox__unlock(s->ob);
 }
 
+/* Drops an ended target from the list to make room: the one of @pid if any, else (when the
+ * list is full) the one that ended first. Ended targets stay listed only for `list`. */
+static void make_room(struct sampler *s, pid_t pid)
+{
+    size_t drop = s->n_targets;
+
+    for (size_t i = 0; i < s->n_targets; i++) {
+        const struct target *t = s->targets[i];
+        if (t->state == TARGET_SAMPLING)
+            continue;
+        if (t->pid == pid) {
+            drop = i;
+            break;
+        }
+        if (s->n_targets == SAMPLER_TARGETS_MAX && drop == s->n_targets)
+            drop = i; /* the list keeps attach order: the oldest attach that ended */
+    }
+    if (drop == s->n_targets)
+        return;
+    target_free(s->targets[drop]);
+    memmove(&s->targets[drop], &s->targets[drop + 1],
+            (s->n_targets - drop - 1) * sizeof(s->targets[0]));
+    s->n_targets--;
+}
+
 int sampler__add(struct sampler *s, struct target *t)
 {
     int r = 0;
@@ -303,17 +328,11 @@ int sampler__add(struct sampler *s, struct target *t)
     for (size_t i = 0; i < s->n_targets && r == 0; i++)
         if (s->targets[i]->pid == t->pid && s->targets[i]->state == TARGET_SAMPLING)
             r = -EEXIST;
+    if (r == 0)
+        make_room(s, t->pid);
     if (r == 0 && s->n_targets == SAMPLER_TARGETS_MAX)
-        r = -ENOSPC;
+        r = -ENOSPC; /* every one of them is being sampled */
     if (r == 0) {
-        /* An ended target of the same pid leaves the list: the new one replaces it. */
-        for (size_t i = 0; i < s->n_targets; i++) {
-            if (s->targets[i]->pid == t->pid) {
-                target_free(s->targets[i]);
-                s->targets[i] = s->targets[--s->n_targets];
-                break;
-            }
-        }
         s->targets[s->n_targets++] = t;
         if (!t->resumed)
             record_attach(s, t);
@@ -331,7 +350,9 @@ struct target *sampler__remove(struct sampler *s, pid_t pid)
     for (size_t i = 0; i < s->n_targets; i++) {
         if (s->targets[i]->pid == pid) {
             t = s->targets[i];
-            s->targets[i] = s->targets[--s->n_targets];
+            memmove(&s->targets[i], &s->targets[i + 1],
+                    (s->n_targets - i - 1) * sizeof(s->targets[0]));
+            s->n_targets--;
             break;
         }
     }

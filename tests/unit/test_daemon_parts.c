@@ -1,14 +1,18 @@
 /* test_daemon_parts.c - the daemon's small pure parts: units, outbox, content-hash ids. */
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "hashid.h"
 #include "outbox.h"
+#include "sampler.h"
 #include "unit.h"
 #include "units.h"
 
 int test_units(void);
 int test_outbox_fills_drops_and_swaps(void);
 int test_hashid_stable(void);
+int test_sampler_makes_room(void);
 
 int test_units(void)
 {
@@ -77,5 +81,49 @@ int test_hashid_stable(void)
     CHECK(a != hashid_frame(hashid_string("f"), hashid_string("x.py"), 11, 1));
     CHECK(a != hashid_frame(hashid_string("g"), hashid_string("x.py"), 10, 1));
     CHECK(hashid_of("", 0) != 0); /* 0 is the empty stack */
+    return 0;
+}
+
+static struct target *ended_target(pid_t pid)
+{
+    struct target *t = calloc(1, sizeof(*t));
+
+    if (t) {
+        t->pid = pid;
+        t->state = TARGET_EXITED;
+        t->resumed = true; /* no attach row to record */
+    }
+    return t;
+}
+
+/* Ended targets stay listed, but never keep a new attach out: the oldest makes room. */
+int test_sampler_makes_room(void)
+{
+    struct outbox *ob;
+    struct sampler *s;
+
+    CHECK(outbox_new(16, &ob) == 0);
+    CHECK(sampler_new(ob, &s) == 0);
+    for (pid_t pid = 1; pid <= SAMPLER_TARGETS_MAX; pid++)
+        CHECK(sampler__add(s, ended_target(pid)) == 0);
+    CHECK(s->n_targets == SAMPLER_TARGETS_MAX);
+    CHECK(sampler__add(s, ended_target(5000)) == 0); /* pid 1, the oldest, made room */
+    CHECK(s->n_targets == SAMPLER_TARGETS_MAX && s->targets[0]->pid == 2);
+    CHECK(s->targets[SAMPLER_TARGETS_MAX - 1]->pid == 5000);
+    CHECK(sampler__add(s, ended_target(700)) == 0); /* the old pid 700 is replaced */
+    CHECK(s->n_targets == SAMPLER_TARGETS_MAX && s->targets[SAMPLER_TARGETS_MAX - 1]->pid == 700);
+    for (size_t i = 0; i + 1 < s->n_targets; i++)
+        CHECK(s->targets[i]->pid != 700);
+    for (size_t i = 0; i < s->n_targets; i++) /* all sampling: a new one is refused */
+        s->targets[i]->state = TARGET_SAMPLING;
+    {
+        struct target *t = ended_target(9999);
+        CHECK(sampler__add(s, t) == -ENOSPC);
+        free(t);
+    }
+    for (size_t i = 0; i < s->n_targets; i++)
+        s->targets[i]->state = TARGET_EXITED;
+    sampler_free(s);
+    outbox_free(ob);
     return 0;
 }

@@ -20,7 +20,8 @@
     X(test_batch_window_search)                                                                    \
     X(test_units)                                                                                  \
     X(test_outbox_fills_drops_and_swaps)                                                           \
-    X(test_hashid_stable)
+    X(test_hashid_stable)                                                                          \
+    X(test_sampler_makes_room)
 
 #define DECLARE(name) int name(void);
 CASES(DECLARE)
