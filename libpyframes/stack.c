@@ -13,7 +13,10 @@
  * are trimmed, as the copy itself shows (returned_inner_frames(): refcount 0 on <= 3.10,
  * stacktop on 3.12+; on 3.11, which has no such mark, the chain starts at the deepest frame
  * common to the chains of the words read before and after the copy). A snapshot that does
- * not settle becomes the guess and the read is repeated, a few times at most.
+ * not settle becomes the guess and the read is repeated, a few times at most. On <= 3.10 the
+ * same syscall also re-reads the innermost callers' instruction words after everything else:
+ * a zombie frame re-used by the next call at the same address passes every other check, but
+ * its caller moved meanwhile, and then the snapshot does not settle (callers_moved()).
  * pyf_target__sample() does the same for every thread in one syscall.
  *
  * Everything read can change or be freed between two reads, so every pointer is checked,
@@ -135,6 +138,15 @@ static size_t frame_guesses(struct pyf_target *t, const struct pyf_stack *guess)
     return n;
 }
 
+/* Callers whose instruction word is read again after the copy: the innermost ones, which
+ * change fastest. All 30 of a deep stack cost 50 % more CPU in retries (3.6) for no gain. */
+#define REREAD_CALLERS 8
+
+static size_t lasti_bytes(const struct pyf_target *t)
+{
+    return t->lay.frame_model == PYF_FRAME_OBJECT ? sizeof(int32_t) : sizeof(uint64_t);
+}
+
 /* Adds a thread's thread state, current-frame words and guessed frames to the batch. */
 static void add_thread(struct pyf_target *t, uint64_t tstate, const struct pyf_stack *guess,
                        struct thread_spans *sp)
@@ -142,7 +154,8 @@ static void add_thread(struct pyf_target *t, uint64_t tstate, const struct pyf_s
     struct batch *b = &t->batch;
     uint64_t word = current_word(t, tstate, guess->cframe_hint);
 
-    *sp = (struct thread_spans){.ts = batch_add_alone(b, tstate, t->ts_read), -1, -1, {0, 0}};
+    *sp =
+        (struct thread_spans){.ts = batch_add_alone(b, tstate, t->ts_read), -1, -1, {0, 0}, {0, 0}};
     if (sp->ts < 0)
         return;
     if (word && t->lay.ts_cframe_frame >= 0)
@@ -152,6 +165,14 @@ static void add_thread(struct pyf_target *t, uint64_t tstate, const struct pyf_s
                             guess->n_frames ? grow_len(guess->frames[0].frame_raddr) : 0);
     if (word)
         sp->after = batch_add_alone(b, word, sizeof(uint64_t));
+    /* <= 3.10 only: 3.12+ mark the executing frame (stacktop), and on 3.11 it was measured
+     * not to help (its torn shape is a different one, see docs/ARCHITECTURE.md). */
+    if (t->lay.fr_state_model == PYF_STATE_REFCNT && guess->n_frames > 1) {
+        size_t n = 0;
+        for (size_t i = 1; i < guess->n_frames && i <= REREAD_CALLERS; i++)
+            t->guess_u64[n++] = guess->frames[i].frame_raddr + (uint64_t)t->lay.fr_lasti;
+        sp->reread = add_sorted(t, t->guess_u64, n, lasti_bytes(t), 0, 0);
+    }
 }
 
 /* Adds the heads of the guessed code objects of @n stacks (immutable: read last). */
@@ -180,7 +201,8 @@ static int read_one(struct pyf_target *t, uint64_t tstate, const struct pyf_stac
     r = batch_read(b, t->info.pid);
     if (r == -EFAULT && b->n > 1) { /* a guessed struct was freed and unmapped */
         batch_reset(b);
-        *sp = (struct thread_spans){.ts = batch_add_alone(b, tstate, t->ts_read), -1, -1, {0, 0}};
+        *sp = (struct thread_spans){
+            .ts = batch_add_alone(b, tstate, t->ts_read), -1, -1, {0, 0}, {0, 0}};
         t->code_window = (struct batch_window){0, 0};
         r = batch_read(b, t->info.pid);
     }
@@ -487,6 +509,24 @@ static void guess_from_chain(struct pyf_target *t, const struct snapshot *s, str
     st->cframe_hint = s->cframe;
 }
 
+/* True when a caller's instruction word, read again after the copy, is not what the copy
+ * holds: it moved during the copy, so its callee may have returned and been called again at
+ * the same address (a zombie frame, <= 3.10), and the copy mixes two instants that the
+ * current-frame words, equal before and after, cannot tell apart. */
+static bool callers_moved(struct pyf_target *t, const struct thread_spans *sp, size_t n)
+{
+    size_t len = lasti_bytes(t);
+
+    for (size_t i = 1; i < n && i <= REREAD_CALLERS; i++) {
+        uint64_t at = t->raw[i].raddr + (uint64_t)t->lay.fr_lasti;
+        const uint8_t *now = batch_find_in(&t->batch, sp->reread, at, len);
+        const uint8_t *then = batch_find_in(&t->batch, sp->frames, t->raw[i].raddr, t->fr_read);
+        if (now && then && memcmp(now, then + t->lay.fr_lasti, len) != 0)
+            return true;
+    }
+    return false;
+}
+
 /* One attempt, from what the batch read for this thread. */
 static int take_snapshot(struct pyf_target *t, const struct pyf_stack *st,
                          const struct thread_spans *sp, size_t limit, struct snapshot *s,
@@ -495,7 +535,11 @@ static int take_snapshot(struct pyf_target *t, const struct pyf_stack *st,
     uint64_t f = 0;
     int r = innermost(t, st->cframe_hint, sp, &f, s, e);
 
-    return r < 0 ? r : chain(t, sp->frames, f, limit, s, e);
+    if (r == 0)
+        r = chain(t, sp->frames, f, limit, s, e);
+    if (r == 0 && s->settled && sp->reread.hi > sp->reread.lo && callers_moved(t, sp, s->n))
+        s->settled = false;
+    return r;
 }
 
 static size_t stack_limit(const struct pyf_stack *st)
@@ -596,7 +640,7 @@ int pyf_target__sample(struct pyf_target *t, struct pyf_thread *ret_threads,
     batch_reset(&t->batch);
     t->code_window = (struct batch_window){0, 0};
     for (size_t i = 0; i < n; i++) {
-        sp[i] = (struct thread_spans){-1, -1, -1, {0, 0}};
+        sp[i] = (struct thread_spans){-1, -1, -1, {0, 0}, {0, 0}};
         if (begin(&ret_threads[i], &stacks[i], reterr) == 0)
             add_thread(t, ret_threads[i].tstate_raddr, &stacks[i], &sp[i]);
     }
