@@ -528,7 +528,12 @@ static int query_post(struct api *a, struct evhttp_request *req, const struct pe
     if (j) {
         j->sql = strdup(json_string_value(jsql));
         j->scope.pid = (pid_t)json_integer_value(jpid);
-        start_job(a, j);
+        if (j->sql) {
+            start_job(a, j);
+        } else {
+            reply_error(req, 500, "out of memory");
+            job_free(j);
+        }
     }
     json_decref(body);
     return 0;
@@ -586,6 +591,10 @@ static int flamegraph_get(struct api *a, struct evhttp_request *req, const struc
     j->flame.period_ns = 1000000000LL / rate_of(a, (pid_t)pid);
     snprintf(title, sizeof(title), "pid %lld%s%s", pid, since ? ", last " : "", since ? since : "");
     j->flame.title = strdup(title);
+    if (!j->flame.title) {
+        job_free(j);
+        return reply_error(req, 500, "out of memory");
+    }
     snprintf(j->format, sizeof(j->format), "%s", format ? format : "svg");
     start_job(a, j);
     return 0;

@@ -83,10 +83,8 @@ bool ob_half__sample(struct outbox *ob, struct ob_half *h, const struct ob_sampl
 
 bool ob_half__frame(struct outbox *ob, struct ob_half *h, const struct ob_frame *f)
 {
-    if (h->n_frames == ob->cap_defs) {
-        h->lost_defs = true;
+    if (h->n_frames == ob->cap_defs)
         return false;
-    }
     h->frames[h->n_frames++] = *f;
     return true;
 }
@@ -95,10 +93,8 @@ bool ob_half__frame(struct outbox *ob, struct ob_half *h, const struct ob_frame 
 static bool arena_put(struct outbox *ob, struct ob_half *h, const void *p, size_t len,
                       uint32_t *ret_off)
 {
-    if (len > ob->cap_arena - h->arena_used) {
-        h->lost_defs = true;
+    if (len > ob->cap_arena - h->arena_used)
         return false;
-    }
     memcpy(h->arena + h->arena_used, p, len);
     *ret_off = (uint32_t)h->arena_used;
     h->arena_used += (len + 7) & ~(size_t)7; /* keeps int64 frame ids aligned */
@@ -112,10 +108,8 @@ static bool add_def(struct outbox *ob, struct ob_half *h, struct ob_def *defs, s
 {
     struct ob_def copy = *d;
 
-    if (*n == ob->cap_defs) {
-        h->lost_defs = true;
+    if (*n == ob->cap_defs)
         return false;
-    }
     if (!arena_put(ob, h, p, bytes, &copy.off))
         return false;
     defs[(*n)++] = copy;
@@ -178,7 +172,6 @@ struct ob_half *outbox__swap(struct outbox *ob)
     empty->n_targets = empty->n_ends = 0;
     empty->arena_used = 0;
     empty->n_dropped = 0;
-    empty->lost_defs = false;
     pthread_mutex_lock(&ob->lock);
     full = ob->fill;
     ob->fill = empty;

@@ -64,7 +64,6 @@ struct ob_half {
     uint8_t *arena;
     size_t arena_used;
     uint64_t n_dropped; /* samples lost because this half was full */
-    bool lost_defs;     /* a definition did not fit: the sampler must forget what it sent */
 };
 
 struct outbox {
