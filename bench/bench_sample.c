@@ -136,7 +136,8 @@ int main(int argc, char **argv)
                 bool c = consistent(&stacks[i], &sh);
                 checked++;
                 good += c;
-                if (!c && getenv("BENCH_SHOW") && shown++ < 8)
+                if (!c && getenv("BENCH_SHOW") &&
+                    shown++ < (getenv("BENCH_SHOW_MAX") ? atoi(getenv("BENCH_SHOW_MAX")) : 8))
                     show(&stacks[i]);
             }
         }

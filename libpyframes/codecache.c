@@ -20,6 +20,7 @@ static void entry_clear(struct code_info *e)
     free(e->func);
     free(e->file);
     free(e->lines);
+    free(e->code);
     memset(e, 0, sizeof(*e));
 }
 

@@ -25,6 +25,8 @@ struct code_info {
     char *func, *file; /* owned, UTF-8 */
     uint8_t *lines;    /* owned copy of the line table */
     size_t n_lines;
+    uint8_t *code; /* 3.11: owned copy of the bytecode as first read (NULL: not kept) */
+    size_t n_code;
     int32_t first_line;
     int64_t memo_addr; /* last (offset -> line) answer: a sleeping frame asks the same */
     int32_t memo_line;

@@ -67,6 +67,10 @@ struct pyf_layout {
     int32_t fr_lasti_scale;  /* bytes per unit of fr_lasti: 1 (<= 3.9) or 2 (3.10) */
     int32_t fr_owner_cstack; /* owner value of an interpreter shim frame; -1: none */
     int32_t fr_state;        /* the field fr_state_model reads; -1: none */
+    int32_t fr_is_entry;     /* 3.11: bool, the frame was entered from C (not an inline call) */
+    /* 3.11: per opcode, its cache units when it may push an inline frame, else 0 (NULL
+     * elsewhere); a caller's prev_instr points at the last unit while its callee runs. */
+    const uint8_t *inline_call_caches;
     /* PyCodeObject */
     int32_t co_argcount, co_nlocals, co_nlocalsplus, co_firstlineno;
     int32_t co_filename, co_name, co_qualname, co_linetable, co_code, co_code_adaptive;

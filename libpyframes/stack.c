@@ -16,7 +16,9 @@
  * not settle becomes the guess and the read is repeated, a few times at most. On <= 3.10 the
  * same syscall also re-reads the innermost callers' instruction words after everything else:
  * a zombie frame re-used by the next call at the same address passes every other check, but
- * its caller moved meanwhile, and then the snapshot does not settle (callers_moved()).
+ * its caller moved meanwhile, and then the snapshot does not settle (callers_moved()). 3.11
+ * has the same re-use on its data stack, and there a caller must be at an instruction that
+ * pushes an inline frame (at_inline_call()), or the snapshot is read again.
  * pyf_target__sample() does the same for every thread in one syscall.
  *
  * Everything read can change or be freed between two reads, so every pointer is checked,
@@ -35,6 +37,8 @@
 #include "target.h"
 
 #define LINETABLE_MAX (1u << 20)
+/* 3.11 bytecode kept for the call-site check; a larger code object is not checked */
+#define BYTECODE_MAX (1u << 16)
 #define SNAPSHOT_ATTEMPTS 6
 
 /* What one attempt read; raw[] holds its frames. */
@@ -58,6 +62,7 @@ static void parse_frame(const struct pyf_target *t, const uint8_t *buf, uint64_t
                                                          : 0;
     f->skip = l->fr_owner >= 0 && l->fr_owner_cstack >= 0 &&
               (int8_t)buf[l->fr_owner] == l->fr_owner_cstack;
+    f->entry = l->fr_is_entry >= 0 && buf[l->fr_is_entry] != 0;
     if (l->frame_model == PYF_FRAME_OBJECT) {
         f->lasti = (int64_t)field_i32(buf, l->fr_lasti) * l->fr_lasti_scale;
     } else {
@@ -165,8 +170,8 @@ static void add_thread(struct pyf_target *t, uint64_t tstate, const struct pyf_s
                             guess->n_frames ? grow_len(guess->frames[0].frame_raddr) : 0);
     if (word)
         sp->after = batch_add_alone(b, word, sizeof(uint64_t));
-    /* <= 3.10 only: 3.12+ mark the executing frame (stacktop), and on 3.11 it was measured
-     * not to help (its torn shape is a different one, see docs/ARCHITECTURE.md). */
+    /* <= 3.10 only: 3.12+ mark the executing frame (stacktop), and 3.11 checks its callers'
+     * instructions instead (at_inline_call(); a re-read there measurably tore more). */
     if (t->lay.fr_state_model == PYF_STATE_REFCNT && guess->n_frames > 1) {
         size_t n = 0;
         for (size_t i = 1; i < guess->n_frames && i <= REREAD_CALLERS; i++)
@@ -297,23 +302,30 @@ static int chain(struct pyf_target *t, struct batch_window w, uint64_t f, size_t
         struct raw_frame *raw = &t->raw[s->n];
         const uint8_t *buf;
 
-        if (!remote_plausible(f) || (f & 7))
-            return pyf_fail(e, PYF_TORN, EFAULT, f, "pid %d: bad frame pointer 0x%" PRIx64,
-                            t->info.pid, f);
+        if (!remote_plausible(f) || (f & 7)) {
+            /* Most often the copy of a frame pushed just after it was made: read again. */
+            s->settled = false;
+            return 0;
+        }
         buf = batch_find_in(&t->batch, w, f, t->fr_read);
         if (!buf) {
             if (t->fr_read > sizeof(one))
                 return pyf_fail(e, PYF_INVALID, ENOBUFS, f, "frame larger than expected");
             r = remote_read(t->info.pid, f, one, t->fr_read);
+            if (r == -EFAULT) { /* a stale pointer into memory freed since: read again */
+                s->settled = false;
+                return 0;
+            }
             if (r < 0)
                 return target_fail_read(t, e, r, f, "frame");
             buf = one;
             s->settled = false;
         }
         parse_frame(t, buf, f, raw);
-        if (raw->back == f)
-            return pyf_fail(e, PYF_TORN, ELOOP, f, "pid %d: frame 0x%" PRIx64 " is its own caller",
-                            t->info.pid, f);
+        if (raw->back == f) { /* as above */
+            s->settled = false;
+            return 0;
+        }
         f = raw->back;
         s->n++;
     }
@@ -407,14 +419,36 @@ static void code_key(const struct pyf_target *t, const uint8_t *head, uint64_t *
     key[4] = (uint64_t)(uint32_t)field_i32(head, l->co_firstlineno);
 }
 
+/* 3.11: a copy of the bytecode of the code object at @raddr (whose head is @head), for
+ * at_inline_call(). Specialisation rewrites opcodes later, but only within their family,
+ * which is all the check looks at. Too large, or no memory: *ret_code stays NULL. */
+static int read_bytecode(struct pyf_target *t, uint64_t raddr, const uint8_t *head,
+                         uint8_t **ret_code, size_t *ret_n, struct pyf_err *e)
+{
+    int64_t units = (int64_t)field_u64(head, t->lay.var_size);
+    size_t n = units > 0 ? (size_t)units * 2 : 0;
+    int r;
+
+    if (n == 0 || n > BYTECODE_MAX || !(*ret_code = malloc(n)))
+        return 0;
+    r = remote_read(t->info.pid, raddr + (uint64_t)t->lay.co_code_adaptive, *ret_code, n);
+    if (r < 0) {
+        free(*ret_code);
+        *ret_code = NULL;
+        return target_fail_read(t, e, r, raddr, "bytecode");
+    }
+    *ret_n = n;
+    return 0;
+}
+
 /* A code object met for the first time: its names and line table, into the cache. */
-static int load_code(struct pyf_target *t, uint64_t raddr, const uint64_t *key,
+static int load_code(struct pyf_target *t, uint64_t raddr, const uint8_t *head, const uint64_t *key,
                      struct code_info **ret, struct pyf_err *e)
 {
     struct code_info *ci;
     char *func = NULL, *file = NULL;
-    uint8_t *lines = NULL;
-    size_t n_lines = 0;
+    uint8_t *lines = NULL, *code = NULL;
+    size_t n_lines = 0, n_code = 0;
     int r;
 
     r = pyobj_str(t, key[2], PYOBJ_NAME_MAX, &func, e);
@@ -424,13 +458,18 @@ static int load_code(struct pyf_target *t, uint64_t raddr, const uint64_t *key,
         r = pyobj_bytes(t, key[3], LINETABLE_MAX, &lines, &n_lines, e);
     if (r == 0 && n_lines > LINETABLE_MAX)
         n_lines = LINETABLE_MAX; /* lines past 1 MiB of table are reported as -1 */
+    if (r == 0 && t->lay.inline_call_caches)
+        r = read_bytecode(t, raddr, head, &code, &n_code, e);
     ci = r == 0 ? codecache__insert(t->codes, raddr, key) : NULL;
     if (!ci) {
         free(func);
         free(file);
         free(lines);
+        free(code);
         return r < 0 ? r : pyf_fail(e, PYF_INVALID, ENOMEM, 0, "code cache");
     }
+    ci->code = code;
+    ci->n_code = n_code;
     ci->func = func;
     ci->file = file;
     ci->lines = lines;
@@ -448,6 +487,29 @@ static int32_t code_line(const struct pyf_target *t, struct code_info *ci, int64
         ci->memo_addr = lasti;
     }
     return ci->memo_line;
+}
+
+/*
+ * 3.11: whether a caller, at byte @lasti of @ci's bytecode, is at an instruction that pushes
+ * an inline frame; while its callee runs, its prev_instr points at the last cache unit of
+ * that instruction. 3.11 has no mark of the executing frame, and a leaf that returned and
+ * was called again at the same address between the reads that check a copy is otherwise
+ * invisible: the copy then holds the returned leaf under a caller already past the call
+ * (at its loop head, say). Unknown bytecode passes.
+ */
+static bool at_inline_call(const struct pyf_target *t, const struct code_info *ci, int64_t lasti)
+{
+    const uint8_t *caches = t->lay.inline_call_caches;
+    size_t unit = lasti >= 0 ? (size_t)lasti / 2 : 0;
+
+    if (lasti < 0) /* not started: it has called nothing yet */
+        return false;
+    if (!ci->code || unit * 2 >= ci->n_code)
+        return true;
+    for (size_t c = 1; c <= 8 && c <= unit; c++)
+        if (caches[ci->code[(unit - c) * 2]] == c) /* the opcode is a unit's low byte */
+            return true;
+    return false;
 }
 
 static int resolve_frames(struct pyf_target *t, size_t n, struct pyf_stack *st, struct pyf_err *e)
@@ -480,10 +542,15 @@ static int resolve_frames(struct pyf_target *t, size_t n, struct pyf_stack *st, 
         }
         ci = codecache__find(t->codes, raw->code, key);
         if (!ci) {
-            r = load_code(t, raw->code, key, &ci, e);
+            r = load_code(t, raw->code, t->heads[i], key, &ci, e);
             if (r < 0)
                 return r;
         }
+        if (t->lay.inline_call_caches && i > 0 && !raw[-1].entry && !raw[-1].skip &&
+            !at_inline_call(t, ci, raw->lasti))
+            return pyf_fail(e, PYF_TORN, EAGAIN, raw->raddr,
+                            "pid %d: frame 0x%" PRIx64 " is past the call of its callee",
+                            t->info.pid, raw->raddr);
         st->frames[st->n_frames++] = (struct pyf_frame){
             .func = ci->func,
             .file = ci->file,
@@ -599,7 +666,14 @@ static int stack_of(struct pyf_target *t, const struct pyf_thread *th, struct py
         r = read_one(t, th->tstate_raddr, st, &sp, e);
         if (r == 0)
             r = take_snapshot(t, st, &sp, stack_limit(st), &s, e);
-        if (r < 0 || s.settled)
+        if (r == 0 && s.settled) {
+            r = finish(t, th->tstate_raddr, &s, st, e);
+            if (r != -EAGAIN) /* done, or failed; -EAGAIN: a caller past its call (3.11) */
+                break;
+            r = 0;
+            s.settled = false;
+        }
+        if (r < 0)
             break;
         guess_from_chain(t, &s, st);
     }
@@ -609,9 +683,8 @@ static int stack_of(struct pyf_target *t, const struct pyf_thread *th, struct py
     if (r < 0) {
         st->n_frames = 0;
         st->torn = e->kind == PYF_TORN;
-        return r;
     }
-    return finish(t, th->tstate_raddr, &s, st, e);
+    return r;
 }
 
 int pyf_target__stack(struct pyf_target *t, const struct pyf_thread *th, struct pyf_stack *st,

@@ -38,6 +38,7 @@ struct raw_frame {
     int64_t lasti; /* byte offset of the instruction in the code; < 0: not started */
     int64_t state; /* the layout's fr_state field (refcount or stacktop); 0 when none */
     bool skip;     /* an interpreter shim frame, not Python code */
+    bool entry;    /* 3.11: entered from C, so its caller may be anywhere (not at a call) */
 };
 
 #define STATFD_SLOTS 64      /* threads whose /proc stat file we keep open */

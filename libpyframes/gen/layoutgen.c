@@ -27,9 +27,33 @@
 #include "internal/pycore_interp.h"
 #include "internal/pycore_runtime.h"
 #endif
+#if PY_VERSION_HEX >= 0x030b0000 && PY_VERSION_HEX < 0x030c0000
+#define NEED_OPCODE_TABLES /* _PyOpcode_Deopt and _PyOpcode_Caches, for the 3.11 call sites */
+#include "internal/pycore_opcode.h"
+#endif
 
 #define F(name, value) printf("    .%s = %ld,\n", name, (long)(value))
 #define FS(name, sym) printf("    .%s = %s,\n", name, sym)
+
+/*
+ * 3.11 only: per opcode, the cache units after it when it is one that may push an inline
+ * frame (the CALL and BINARY_SUBSCR families, specialised or not), else 0. A caller's
+ * prev_instr points at the last of those units while its callee runs (see stack.c).
+ */
+static void print_inline_call_caches(void)
+{
+#if PY_VERSION_HEX >= 0x030b0000 && PY_VERSION_HEX < 0x030c0000
+    printf("/* the CALL and BINARY_SUBSCR families: cache units after the instruction */\n");
+    printf("/* clang-format off */\n");
+    printf("static const uint8_t inline_call_caches[256] = {\n");
+    for (int op = 0; op < 256; op++) {
+        int base = _PyOpcode_Deopt[op];
+        if (base == CALL || base == BINARY_SUBSCR)
+            printf("    [%d] = %d,\n", op, _PyOpcode_Caches[base]);
+    }
+    printf("};\n/* clang-format on */\n\n");
+#endif
+}
 
 int main(void)
 {
@@ -39,6 +63,7 @@ int main(void)
            "Do not edit. */\n",
            PY_VERSION);
     printf("#include \"../layout.h\"\n\n");
+    print_inline_call_caches();
     printf("const struct pyf_layout pyf_layout_3%02d = {\n", minor);
     printf("    .version = PYF_VER(3, %d),\n", minor);
 
@@ -135,6 +160,7 @@ int main(void)
     F("fr_owner_cstack", -1);
     F("fr_state", offsetof(PyObject, ob_refcnt)); /* 0: returned (a zombie or free frame) */
     FS("fr_state_model", "PYF_STATE_REFCNT");
+    F("fr_is_entry", -1);
 #else
     F("fr_back", offsetof(_PyInterpreterFrame, previous));
 #if PY_VERSION_HEX < 0x030d0000
@@ -152,10 +178,13 @@ int main(void)
     F("fr_owner_cstack", -1);
     F("fr_state", -1); /* 3.11 leaves stacktop as last saved: no executing marker */
     FS("fr_state_model", "PYF_STATE_NONE");
+    F("fr_is_entry", offsetof(_PyInterpreterFrame, is_entry));
+    FS("inline_call_caches", "inline_call_caches");
 #else
     F("fr_owner_cstack", FRAME_OWNED_BY_CSTACK);
     F("fr_state", offsetof(_PyInterpreterFrame, stacktop)); /* -1: executing */
     FS("fr_state_model", "PYF_STATE_STACKTOP");
+    F("fr_is_entry", -1); /* entry frames are marked by a shim frame instead */
 #endif
 #endif
 

@@ -32,6 +32,7 @@ const struct pyf_layout pyf_layout_306 = {
     .fr_owner_cstack = -1,
     .fr_state = 0,
     .fr_state_model = PYF_STATE_REFCNT,
+    .fr_is_entry = -1,
     .co_argcount = 16,
     .co_nlocals = 24,
     .co_nlocalsplus = -1,

@@ -32,6 +32,7 @@ const struct pyf_layout pyf_layout_313 = {
     .fr_owner_cstack = 3,
     .fr_state = 64,
     .fr_state_model = PYF_STATE_STACKTOP,
+    .fr_is_entry = -1,
     .co_argcount = 52,
     .co_nlocals = 80,
     .co_nlocalsplus = 72,
