@@ -152,15 +152,16 @@ static size_t lasti_bytes(const struct pyf_target *t)
     return t->lay.frame_model == PYF_FRAME_OBJECT ? sizeof(int32_t) : sizeof(uint64_t);
 }
 
-/* Adds a thread's thread state, current-frame words and guessed frames to the batch. */
-static void add_thread(struct pyf_target *t, uint64_t tstate, const struct pyf_stack *guess,
+/* Adds a thread's thread state (unless already in the batch, at span @ts >= 0), its
+ * current-frame words and its guessed frames to the batch. */
+static void add_thread(struct pyf_target *t, uint64_t tstate, int ts, const struct pyf_stack *guess,
                        struct thread_spans *sp)
 {
     struct batch *b = &t->batch;
     uint64_t word = current_word(t, tstate, guess->cframe_hint);
 
-    *sp =
-        (struct thread_spans){.ts = batch_add_alone(b, tstate, t->ts_read), -1, -1, {0, 0}, {0, 0}};
+    *sp = (struct thread_spans){
+        ts >= 0 ? ts : batch_add_alone(b, tstate, t->ts_read), -1, -1, {0, 0}, {0, 0}};
     if (sp->ts < 0)
         return;
     if (word && t->lay.ts_cframe_frame >= 0)
@@ -201,7 +202,7 @@ static int read_one(struct pyf_target *t, uint64_t tstate, const struct pyf_stac
 
     batch_reset(b);
     t->code_window = (struct batch_window){0, 0};
-    add_thread(t, tstate, guess, sp);
+    add_thread(t, tstate, -1, guess, sp);
     add_codes(t, guess, 1);
     r = batch_read(b, t->info.pid);
     if (r == -EFAULT && b->n > 1) { /* a guessed struct was freed and unmapped */
@@ -639,13 +640,13 @@ static int finish(struct pyf_target *t, uint64_t tstate, struct snapshot *s, str
 }
 
 /* Starts a call on @st: its previous content stays as the guess. */
-static int begin(const struct pyf_thread *th, struct pyf_stack *st, struct pyf_err *e)
+static int begin(uint64_t tstate, struct pyf_stack *st, struct pyf_err *e)
 {
     st->truncated = false;
     st->torn = false;
-    if (!remote_plausible(th->tstate_raddr)) {
+    if (!remote_plausible(tstate)) {
         st->n_frames = 0;
-        return pyf_fail(e, PYF_INVALID, EINVAL, th->tstate_raddr, "bad thread state");
+        return pyf_fail(e, PYF_INVALID, EINVAL, tstate, "bad thread state");
     }
     if (st->n_frames > stack_limit(st))
         st->n_frames = stack_limit(st);
@@ -657,7 +658,7 @@ static int stack_of(struct pyf_target *t, const struct pyf_thread *th, struct py
                     struct pyf_err *e)
 {
     struct snapshot s = {0};
-    int r = begin(th, st, e);
+    int r = begin(th->tstate_raddr, st, e);
 
     for (int attempt = 0; r == 0 && attempt < SNAPSHOT_ATTEMPTS; attempt++) {
         struct thread_spans sp;
@@ -694,6 +695,65 @@ int pyf_target__stack(struct pyf_target *t, const struct pyf_thread *th, struct 
     return stack_of(t, th, st, reterr);
 }
 
+/*
+ * The fast path of a sample: the guessed thread list and every guessed thread's snapshot in
+ * one syscall. Returns 1 when the list was as guessed (@ret_threads filled, the batch holds
+ * the stacks), 0 when it was not (or there is no guess), or a negative error.
+ */
+static int sample_as_guessed(struct pyf_target *t, struct pyf_thread *ret_threads,
+                             struct pyf_stack *stacks, size_t cap, size_t *ret_n, struct pyf_err *e)
+{
+    struct thread_spans *sp = t->thread_spans;
+    struct threads_guess g;
+    int r;
+
+    batch_reset(&t->batch);
+    t->code_window = (struct batch_window){0, 0};
+    if (threads__guess_begin(t, &g, cap) == 0)
+        return 0;
+    for (size_t i = 0; i < g.n; i++) {
+        uint64_t tstate = t->guess_tstates[i];
+        int ts = threads__guess_add(t, &g, i);
+
+        sp[i] = (struct thread_spans){-1, -1, -1, {0, 0}, {0, 0}};
+        if (ts >= 0 && begin(tstate, &stacks[i], e) == 0)
+            add_thread(t, tstate, ts, &stacks[i], &sp[i]);
+    }
+    add_codes(t, stacks, g.n);
+    r = batch_read(&t->batch, t->info.pid);
+    if (r == -EFAULT)
+        return 0; /* something guessed was freed */
+    if (r < 0)
+        return target_fail_read(t, e, r, 0, "thread states and frames");
+    return threads__guess_check(t, &g, ret_threads, ret_n);
+}
+
+/* The slow path: the thread list on its own, then every thread's snapshot in one syscall.
+ * Returns what batch_read() returned (-EFAULT: some thread must be read on its own). */
+static int sample_walked(struct pyf_target *t, struct pyf_thread *ret_threads,
+                         struct pyf_stack *stacks, size_t cap, size_t *ret_n, struct pyf_err *e)
+{
+    struct thread_spans *sp = t->thread_spans;
+    size_t n = 0;
+    int r = pyf_target__threads(t, ret_threads, cap, &n, e);
+
+    if (r < 0)
+        return r;
+    *ret_n = n;
+    batch_reset(&t->batch);
+    t->code_window = (struct batch_window){0, 0};
+    for (size_t i = 0; i < n; i++) {
+        sp[i] = (struct thread_spans){-1, -1, -1, {0, 0}, {0, 0}};
+        if (begin(ret_threads[i].tstate_raddr, &stacks[i], e) == 0)
+            add_thread(t, ret_threads[i].tstate_raddr, -1, &stacks[i], &sp[i]);
+    }
+    add_codes(t, stacks, n);
+    r = batch_read(&t->batch, t->info.pid);
+    if (r < 0 && r != -EFAULT)
+        return target_fail_read(t, e, r, 0, "thread states and frames");
+    return r;
+}
+
 int pyf_target__sample(struct pyf_target *t, struct pyf_thread *ret_threads,
                        struct pyf_stack *stacks, size_t cap, size_t *ret_n, struct pyf_err *reterr)
 {
@@ -703,24 +763,15 @@ int pyf_target__sample(struct pyf_target *t, struct pyf_thread *ret_threads,
 
     if (cap > THREAD_SPANS_MAX)
         cap = THREAD_SPANS_MAX;
-    r = pyf_target__threads(t, ret_threads, cap, &n, reterr);
-    if (r < 0)
+    codecache__begin(t->codes);
+    r = sample_as_guessed(t, ret_threads, stacks, cap, &n, reterr);
+    if (r == 1)
+        r = 0;
+    else if (r == 0)
+        r = sample_walked(t, ret_threads, stacks, cap, &n, reterr);
+    if (r < 0 && r != -EFAULT)
         return r;
     *ret_n = n;
-    codecache__begin(t->codes);
-    /* Every thread's snapshot in one syscall; a thread whose snapshot does not settle (or
-     * a batch that faults) is read again on its own. */
-    batch_reset(&t->batch);
-    t->code_window = (struct batch_window){0, 0};
-    for (size_t i = 0; i < n; i++) {
-        sp[i] = (struct thread_spans){-1, -1, -1, {0, 0}, {0, 0}};
-        if (begin(&ret_threads[i], &stacks[i], reterr) == 0)
-            add_thread(t, ret_threads[i].tstate_raddr, &stacks[i], &sp[i]);
-    }
-    add_codes(t, stacks, n);
-    r = batch_read(&t->batch, t->info.pid);
-    if (r < 0 && r != -EFAULT)
-        return target_fail_read(t, reterr, r, 0, "thread states and frames");
     for (size_t i = 0; i < n; i++) {
         struct snapshot s = {0};
         struct pyf_err e;

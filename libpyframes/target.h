@@ -77,11 +77,30 @@ struct pyf_target {
     /* the thread list of the last pyf_target__threads(), the guess for the next one */
     uint64_t guess_interp, guess_gil;
     uint64_t guess_tstates[GUESS_THREADS_MAX];
-    size_t n_guess_tstates; /* 0: no guess */
+    uint64_t guess_pthreads[GUESS_THREADS_MAX]; /* <= 3.10: their pthread_t */
+    size_t n_guess_tstates;                     /* 0: no guess */
 
     struct codecache *codes;
     struct statfd statfds[STATFD_SLOTS];
 };
+
+/*
+ * threads.c, for pyf_target__sample(): the guessed thread list read in the caller's batch,
+ * in the same syscall as the stacks. begin() adds the interpreter's words (returns how many
+ * threads are guessed, 0: none, walk the list), add() thread i's state (returns its span),
+ * and once the batch is read, check() fills @th as pyf_target__threads() would and returns 1,
+ * or 0 when the list is no longer as guessed.
+ */
+struct threads_guess {
+    size_t n;
+    int head_span, gil_span;
+    int ts_span[GUESS_THREADS_MAX];
+    int tid_span[GUESS_THREADS_MAX]; /* <= 3.10: the tid word of the guessed pthread_t */
+};
+size_t threads__guess_begin(struct pyf_target *t, struct threads_guess *g, size_t cap);
+int threads__guess_add(struct pyf_target *t, struct threads_guess *g, size_t i);
+int threads__guess_check(struct pyf_target *t, const struct threads_guess *g, struct pyf_thread *th,
+                         size_t *ret_n);
 
 /* Reads a pointer-sized word, checking the pointer first; errors name @what. */
 int target_read_u64(const struct pyf_target *t, uint64_t raddr, uint64_t *ret_value,

@@ -3,7 +3,8 @@
  *
  * The list changes rarely, so the previous call's list is the guess for this one: the
  * interpreter's fields, the GIL word and every guessed thread state come in one
- * process_vm_readv(), and the links read are checked against the guess. A mismatch (a thread
+ * process_vm_readv() (pyf_target__sample() adds the stacks to that same syscall, through
+ * threads__guess_*()), and the links read are checked against the guess. A mismatch (a thread
  * started or ended, a second interpreter) falls back to following the list struct by struct,
  * which then becomes the new guess. Every loop is bounded; a list that changes under us is a
  * torn read, not a crash.
@@ -286,41 +287,62 @@ static uint64_t batch_word(const struct batch *b, uint64_t base, int32_t off, ui
     return p ? field_u64(p, 0) : 0;
 }
 
-/*
- * The fast path: the guessed list in one syscall. Returns 1 and fills @th when the links read
- * match the guess, 0 when they do not (the caller walks the list), or a negative error.
- */
-static int threads_as_guessed(struct pyf_target *t, struct pyf_thread *th, size_t cap,
-                              size_t *ret_n, struct pyf_err *e)
+size_t threads__guess_begin(struct pyf_target *t, struct threads_guess *g, size_t cap)
 {
     const struct pyf_layout *l = &t->lay;
     const int32_t offs[] = {l->is_next, l->is_id, l->is_tstate_head, l->is_gil};
     struct batch *b = &t->batch;
-    uint64_t interp = t->guess_interp, gil_at, holder;
-    size_t n = t->n_guess_tstates, gil_len;
-    int ts_span[GUESS_THREADS_MAX], gil_span = -1;
-    struct interp_fields is;
-    bool ok = true;
-    int r;
+    size_t gil_len;
+    uint64_t gil_at;
 
-    if (n == 0 || n > cap || !t->interp_head_raddr)
-        return 0;
-    batch_reset(b);
-    batch_add_alone(b, t->interp_head_raddr, sizeof(uint64_t));
+    g->n = t->n_guess_tstates;
+    if (g->n == 0 || g->n > cap || !t->interp_head_raddr)
+        return g->n = 0;
+    g->head_span = batch_add_alone(b, t->interp_head_raddr, sizeof(uint64_t));
     for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); i++)
         if (offs[i] >= 0)
-            batch_add(b, interp + (uint64_t)offs[i], sizeof(uint64_t));
+            batch_add(b, t->guess_interp + (uint64_t)offs[i], sizeof(uint64_t));
     gil_at = gil_range(t, t->guess_gil, &gil_len);
-    if (gil_at)
-        gil_span = batch_add_alone(b, gil_at, gil_len);
-    for (size_t i = 0; i < n; i++)
-        ts_span[i] = batch_add_alone(b, t->guess_tstates[i], t->ts_read);
-    r = batch_read(b, t->info.pid);
-    if (r == -EFAULT)
-        return 0; /* something guessed was freed */
-    if (r < 0)
-        return target_fail_read(t, e, r, interp, "interpreter and thread states");
-    if (field_u64(batch_span_data(b, 0), 0) != interp)
+    g->gil_span = gil_at ? batch_add_alone(b, gil_at, gil_len) : -1;
+    for (size_t i = 0; i < g->n; i++)
+        g->ts_span[i] = g->tid_span[i] = -1;
+    return g->n;
+}
+
+int threads__guess_add(struct pyf_target *t, struct threads_guess *g, size_t i)
+{
+    uint64_t pt = t->guess_pthreads[i];
+
+    g->ts_span[i] = batch_add_alone(&t->batch, t->guess_tstates[i], t->ts_read);
+    if (t->lay.ts_native_thread_id < 0 && t->pthread_tid_off >= 0 && remote_plausible(pt))
+        g->tid_span[i] =
+            batch_add_alone(&t->batch, pt + (uint64_t)t->pthread_tid_off, sizeof(int32_t));
+    return g->ts_span[i];
+}
+
+/* The last step of either path: the tids a thread state lacks, each thread's on-CPU state,
+ * and the pthread_ts as the guess of the next call. */
+static void threads_complete(struct pyf_target *t, struct pyf_thread *th, size_t n, bool tids_known)
+{
+    if (t->lay.ts_native_thread_id < 0 && !tids_known)
+        tids_from_pthreads(t, th, t->pthread_u64, n);
+    for (size_t i = 0; i < n; i++) {
+        th[i].on_cpu = thread_on_cpu(t, th[i].tid);
+        if (i < GUESS_THREADS_MAX)
+            t->guess_pthreads[i] = t->pthread_u64[i];
+    }
+}
+
+int threads__guess_check(struct pyf_target *t, const struct threads_guess *g, struct pyf_thread *th,
+                         size_t *ret_n)
+{
+    const struct pyf_layout *l = &t->lay;
+    const struct batch *b = &t->batch;
+    uint64_t interp = t->guess_interp, holder;
+    struct interp_fields is;
+    bool ok = true, tids_known = true;
+
+    if (g->n == 0 || g->head_span < 0 || field_u64(batch_span_data(b, g->head_span), 0) != interp)
         return 0;
     is = (struct interp_fields){
         .next = batch_word(b, interp, l->is_next, 0, &ok),
@@ -331,18 +353,46 @@ static int threads_as_guessed(struct pyf_target *t, struct pyf_thread *th, size_
     if (!ok || is.next != 0 || is.tstate_head != t->guess_tstates[0] ||
         (l->gil_model == PYF_GIL_INTERP && is.gil != t->guess_gil))
         return 0;
-    holder = gil_span >= 0 ? gil_holder_in(t, batch_span_data(b, gil_span)) : 0;
-    for (size_t i = 0; i < n; i++) {
-        const uint8_t *tsbuf = ts_span[i] >= 0 ? batch_span_data(b, ts_span[i]) : NULL;
-        uint64_t next = i + 1 < n ? t->guess_tstates[i + 1] : 0;
+    holder = g->gil_span >= 0 ? gil_holder_in(t, batch_span_data(b, g->gil_span)) : 0;
+    for (size_t i = 0; i < g->n; i++) {
+        const uint8_t *tsbuf = g->ts_span[i] >= 0 ? batch_span_data(b, g->ts_span[i]) : NULL;
+        uint64_t next = i + 1 < g->n ? t->guess_tstates[i + 1] : 0;
 
         if (!tsbuf || field_u64(tsbuf, l->ts_interp) != interp ||
             field_u64(tsbuf, l->ts_next) != next)
             return 0;
         thread_from_tstate(t, tsbuf, t->guess_tstates[i], &is, holder, &th[i], &t->pthread_u64[i]);
+        /* <= 3.10: the tid word was read at the guessed pthread_t, right if it still is */
+        if (l->ts_native_thread_id < 0 && g->tid_span[i] >= 0 &&
+            t->pthread_u64[i] == t->guess_pthreads[i])
+            th[i].tid = field_i32(batch_span_data(b, g->tid_span[i]), 0);
+        else if (l->ts_native_thread_id < 0)
+            tids_known = false;
     }
-    *ret_n = n;
+    threads_complete(t, th, g->n, tids_known);
+    *ret_n = g->n;
     return 1;
+}
+
+/* The fast path: the guessed list in one syscall. Returns 1 and fills @th when the links read
+ * match the guess, 0 when they do not (the caller walks the list), or a negative error. */
+static int threads_as_guessed(struct pyf_target *t, struct pyf_thread *th, size_t cap,
+                              size_t *ret_n, struct pyf_err *e)
+{
+    struct threads_guess g;
+    int r;
+
+    batch_reset(&t->batch);
+    if (threads__guess_begin(t, &g, cap) == 0)
+        return 0;
+    for (size_t i = 0; i < g.n; i++)
+        threads__guess_add(t, &g, i);
+    r = batch_read(&t->batch, t->info.pid);
+    if (r == -EFAULT)
+        return 0; /* something guessed was freed */
+    if (r < 0)
+        return target_fail_read(t, e, r, t->guess_interp, "interpreter and thread states");
+    return threads__guess_check(t, &g, th, ret_n);
 }
 
 /* The slow path: every interpreter, every thread state, one read each. */
@@ -411,14 +461,13 @@ int pyf_target__threads(struct pyf_target *t, struct pyf_thread *ret_threads, si
     if (cap > THREAD_SPANS_MAX)
         cap = THREAD_SPANS_MAX; /* the pthread_t scratch */
     r = threads_as_guessed(t, ret_threads, cap, &n, reterr);
-    if (r == 0)
+    if (r == 0) {
         r = threads_walked(t, ret_threads, cap, &n, reterr);
+        if (r == 0)
+            threads_complete(t, ret_threads, n, false);
+    }
     if (r < 0)
         return r;
-    if (t->lay.ts_native_thread_id < 0)
-        tids_from_pthreads(t, ret_threads, t->pthread_u64, n);
-    for (size_t i = 0; i < n; i++)
-        ret_threads[i].on_cpu = thread_on_cpu(t, ret_threads[i].tid);
     *ret_n = n;
     return 0;
 }
