@@ -68,8 +68,9 @@ struct pyf_layout {
     int32_t fr_owner_cstack; /* owner value of an interpreter shim frame; -1: none */
     int32_t fr_state;        /* the field fr_state_model reads; -1: none */
     int32_t fr_is_entry;     /* 3.11: bool, the frame was entered from C (not an inline call) */
-    /* 3.11: per opcode, its cache units when it may push an inline frame, else 0 (NULL
-     * elsewhere); a caller's prev_instr points at the last unit while its callee runs. */
+    /* 3.11, 3.12: per opcode, 1 + its cache units when it pushes an inline frame, 255 when
+     * it hides the real one (instrumented), else 0 (NULL elsewhere); while the callee runs,
+     * the caller's prev_instr points at that instruction or at its last cache unit. */
     const uint8_t *inline_call_caches;
     /* PyCodeObject */
     int32_t co_argcount, co_nlocals, co_nlocalsplus, co_firstlineno;

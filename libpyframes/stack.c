@@ -17,8 +17,8 @@
  * same syscall also re-reads the innermost callers' instruction words after everything else:
  * a zombie frame re-used by the next call at the same address passes every other check, but
  * its caller moved meanwhile, and then the snapshot does not settle (callers_moved()). 3.11
- * has the same re-use on its data stack, and there a caller must be at an instruction that
- * pushes an inline frame (at_inline_call()), or the snapshot is read again.
+ * and 3.12 have the same re-use on their data stack, and there a caller must be at an
+ * instruction that pushes an inline frame (at_inline_call()), or the snapshot is read again.
  * pyf_target__sample() does the same for every thread in one syscall.
  *
  * Everything read can change or be freed between two reads, so every pointer is checked,
@@ -37,7 +37,7 @@
 #include "target.h"
 
 #define LINETABLE_MAX (1u << 20)
-/* 3.11 bytecode kept for the call-site check; a larger code object is not checked */
+/* 3.11/3.12 bytecode kept for the call-site check; a larger code object is not checked */
 #define BYTECODE_MAX (1u << 16)
 #define SNAPSHOT_ATTEMPTS 6
 
@@ -171,8 +171,8 @@ static void add_thread(struct pyf_target *t, uint64_t tstate, int ts, const stru
                             guess->n_frames ? grow_len(guess->frames[0].frame_raddr) : 0);
     if (word)
         sp->after = batch_add_alone(b, word, sizeof(uint64_t));
-    /* <= 3.10 only: 3.12+ mark the executing frame (stacktop), and 3.11 checks its callers'
-     * instructions instead (at_inline_call(); a re-read there measurably tore more). */
+    /* <= 3.10 only: 3.11 and 3.12 check their callers' instructions instead (at_inline_call();
+     * a re-read there measurably tore more), and 3.13 marks the executing frame (stacktop). */
     if (t->lay.fr_state_model == PYF_STATE_REFCNT && guess->n_frames > 1) {
         size_t n = 0;
         for (size_t i = 1; i < guess->n_frames && i <= REREAD_CALLERS; i++)
@@ -420,7 +420,7 @@ static void code_key(const struct pyf_target *t, const uint8_t *head, uint64_t *
     key[4] = (uint64_t)(uint32_t)field_i32(head, l->co_firstlineno);
 }
 
-/* 3.11: a copy of the bytecode of the code object at @raddr (whose head is @head), for
+/* 3.11/3.12: a copy of the bytecode of the code object at @raddr (whose head is @head), for
  * at_inline_call(). Specialisation rewrites opcodes later, but only within their family,
  * which is all the check looks at. Too large, or no memory: *ret_code stays NULL. */
 static int read_bytecode(struct pyf_target *t, uint64_t raddr, const uint8_t *head,
@@ -490,27 +490,42 @@ static int32_t code_line(const struct pyf_target *t, struct code_info *ci, int64
     return ci->memo_line;
 }
 
-/*
- * 3.11: whether a caller, at byte @lasti of @ci's bytecode, is at an instruction that pushes
- * an inline frame; while its callee runs, its prev_instr points at the last cache unit of
- * that instruction. 3.11 has no mark of the executing frame, and a leaf that returned and
- * was called again at the same address between the reads that check a copy is otherwise
- * invisible: the copy then holds the returned leaf under a caller already past the call
- * (at its loop head, say). Unknown bytecode passes.
- */
-static bool at_inline_call(const struct pyf_target *t, const struct code_info *ci, int64_t lasti)
+/* Whether the instruction at or just before code unit @unit (its last cache unit) is one
+ * that pushes an inline frame, per the layout's inline_call_caches. */
+static bool calls_inline_at(const uint8_t *caches, const uint8_t *code, size_t unit)
 {
-    const uint8_t *caches = t->lay.inline_call_caches;
+    for (size_t c = 0; c <= 16 && c <= unit; c++) {
+        uint8_t v = caches[code[(unit - c) * 2]]; /* the opcode is a unit's low byte */
+        if (v == 255 || (v && (c == 0 || c == (size_t)v - 1)))
+            return true;
+    }
+    return false;
+}
+
+/*
+ * 3.11/3.12: whether a caller, at byte @lasti of @ci's bytecode, is at an instruction that
+ * pushes an inline frame. A leaf that returned and was called again at the same address
+ * between the reads that check a copy is otherwise invisible (3.11 has no mark of the
+ * executing frame; 3.12 has one, but a copy that spans the return holds none): the copy then
+ * holds the returned leaf under a caller already past the call (at its loop head, or
+ * returning too). The bytecode kept was read when the code object was first met, before
+ * the interpreter specialised some of its instructions, so a caller that fails the check
+ * is checked again against a fresh copy. Unknown bytecode passes.
+ */
+static bool at_inline_call(struct pyf_target *t, struct code_info *ci, int64_t lasti)
+{
     size_t unit = lasti >= 0 ? (size_t)lasti / 2 : 0;
 
     if (lasti < 0) /* not started: it has called nothing yet */
         return false;
     if (!ci->code || unit * 2 >= ci->n_code)
         return true;
-    for (size_t c = 1; c <= 8 && c <= unit; c++)
-        if (caches[ci->code[(unit - c) * 2]] == c) /* the opcode is a unit's low byte */
-            return true;
-    return false;
+    if (calls_inline_at(t->lay.inline_call_caches, ci->code, unit))
+        return true;
+    if (remote_read(t->info.pid, ci->raddr + (uint64_t)t->lay.co_code_adaptive, ci->code,
+                    ci->n_code) < 0)
+        return true;
+    return calls_inline_at(t->lay.inline_call_caches, ci->code, unit);
 }
 
 static int resolve_frames(struct pyf_target *t, size_t n, struct pyf_stack *st, struct pyf_err *e)
@@ -669,7 +684,7 @@ static int stack_of(struct pyf_target *t, const struct pyf_thread *th, struct py
             r = take_snapshot(t, st, &sp, stack_limit(st), &s, e);
         if (r == 0 && s.settled) {
             r = finish(t, th->tstate_raddr, &s, st, e);
-            if (r != -EAGAIN) /* done, or failed; -EAGAIN: a caller past its call (3.11) */
+            if (r != -EAGAIN) /* done, or failed; -EAGAIN: a caller past its call */
                 break;
             r = 0;
             s.settled = false;

@@ -27,29 +27,52 @@
 #include "internal/pycore_interp.h"
 #include "internal/pycore_runtime.h"
 #endif
-#if PY_VERSION_HEX >= 0x030b0000 && PY_VERSION_HEX < 0x030c0000
-#define NEED_OPCODE_TABLES /* _PyOpcode_Deopt and _PyOpcode_Caches, for the 3.11 call sites */
+#if PY_VERSION_HEX >= 0x030b0000 && PY_VERSION_HEX < 0x030d0000
+#define NEED_OPCODE_TABLES /* _PyOpcode_Deopt and _PyOpcode_Caches, for the call sites */
 #include "internal/pycore_opcode.h"
+#define HAS_INLINE_CALL_CACHES 1
 #endif
 
 #define F(name, value) printf("    .%s = %ld,\n", name, (long)(value))
 #define FS(name, sym) printf("    .%s = %s,\n", name, sym)
 
+#ifdef HAS_INLINE_CALL_CACHES
+/* The opcodes that push an inline frame (a Python call with no C in between): 3.11 calls
+ * and __getitem__; 3.12 also f(*args), properties, __getattribute__ and generators driven by
+ * for and by yield from / await. */
+static const int inline_call_ops[] = {
+    CALL,          CALL_PY_EXACT_ARGS, CALL_PY_WITH_DEFAULTS, BINARY_SUBSCR_GETITEM,
+#if PY_VERSION_HEX < 0x030c0000
+    CALL_ADAPTIVE,
+#else
+    CALL_BOUND_METHOD_EXACT_ARGS, CALL_FUNCTION_EX, LOAD_ATTR_PROPERTY,
+    LOAD_ATTR_GETATTRIBUTE_OVERRIDDEN, FOR_ITER_GEN, SEND, SEND_GEN,
+#endif
+};
+#endif
+
 /*
- * 3.11 only: per opcode, the cache units after it when it is one that may push an inline
- * frame (the CALL and BINARY_SUBSCR families, specialised or not), else 0. A caller's
- * prev_instr points at the last of those units while its callee runs (see stack.c).
+ * 3.11 and 3.12: per opcode, 1 + the cache units after it when it pushes an inline frame,
+ * 255 for an instrumented opcode (3.12 monitoring hides the real one), else 0. While the
+ * callee runs, the caller's prev_instr points at that instruction or at its last cache unit
+ * (see stack.c).
  */
 static void print_inline_call_caches(void)
 {
-#if PY_VERSION_HEX >= 0x030b0000 && PY_VERSION_HEX < 0x030c0000
-    printf("/* the CALL and BINARY_SUBSCR families: cache units after the instruction */\n");
+#ifdef HAS_INLINE_CALL_CACHES
     printf("/* clang-format off */\n");
     printf("static const uint8_t inline_call_caches[256] = {\n");
     for (int op = 0; op < 256; op++) {
-        int base = _PyOpcode_Deopt[op];
-        if (base == CALL || base == BINARY_SUBSCR)
-            printf("    [%d] = %d,\n", op, _PyOpcode_Caches[base]);
+        int value = 0;
+#if PY_VERSION_HEX >= 0x030c0000
+        if (op >= MIN_INSTRUMENTED_OPCODE)
+            value = 255;
+#endif
+        for (size_t i = 0; i < sizeof(inline_call_ops) / sizeof(inline_call_ops[0]); i++)
+            if (inline_call_ops[i] == op)
+                value = 1 + _PyOpcode_Caches[_PyOpcode_Deopt[op]];
+        if (value)
+            printf("    [%d] = %d,\n", op, value);
     }
     printf("};\n/* clang-format on */\n\n");
 #endif
@@ -185,6 +208,9 @@ int main(void)
     F("fr_state", offsetof(_PyInterpreterFrame, stacktop)); /* -1: executing */
     FS("fr_state_model", "PYF_STATE_STACKTOP");
     F("fr_is_entry", -1); /* entry frames are marked by a shim frame instead */
+#ifdef HAS_INLINE_CALL_CACHES
+    FS("inline_call_caches", "inline_call_caches");
+#endif
 #endif
 #endif
 

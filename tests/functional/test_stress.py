@@ -34,6 +34,20 @@ def test_read_1000_times_while_threads_come_and_go(python, target_factory):
 
 
 @pytest.mark.parametrize('python', interpreter_params())
+def test_every_way_of_calling_python_reads_as_a_stack(python, target_factory):
+    """Inline calls, properties, generators, coroutines, calls through C: a check that took one
+    of them for a torn copy would drop every sample taken there, so torn reads must stay rare."""
+    require(python)
+    t = target_factory(python, 'constructs.py')
+    stats = hammer(t.pid, 5000)
+    assert stats['other'] == 0, stats
+    assert stats['stacks'] > 4000, stats
+    assert stats['torn'] < stats['ok'] / 50, stats  # measured: 0.05-0.3 %
+    assert stats['frames'] > 2.5 * stats['stacks'], stats  # <module>, main, one_round, ...
+    assert t.proc.poll() is None
+
+
+@pytest.mark.parametrize('python', interpreter_params())
 def test_target_exits_while_read(python, target_factory):
     require(python)
     t = target_factory(python, 'churn.py', '1.5')
