@@ -11,7 +11,9 @@ microsecond or so), then with build/bench/bench_sample measures
   - the target's slowdown at 100 Hz and 1 kHz: its work rate in windows with and without
     sampling, alternating, in the same run (ratio sampled/unsampled).
 CPU per sample is given twice: the sampler process's CPU over the run per sample (timer
-wakeups included) and the CPU of the sampling calls alone. By default the target runs on CPU 0
+wakeups and the benchmark's own checks included) and the CPU of the sampling calls alone
+(thread CPU time read around each call, less what reading that clock costs, measured in the
+same run: on this VM it is a syscall of about a microsecond). By default the target runs on CPU 0
 and the sampler on CPU 1, as on a real node where they do not share a core; then the target
 changes its stack while it is being read, the hard case for consistency. --no-pin lets the
 scheduler place them (on 2 cores it often puts them on one, and a descheduled target cannot
