@@ -31,6 +31,10 @@
 #define NEED_OPCODE_TABLES /* _PyOpcode_Deopt and _PyOpcode_Caches, for the call sites */
 #include "internal/pycore_opcode.h"
 #define HAS_INLINE_CALL_CACHES 1
+#elif PY_VERSION_HEX >= 0x030d0000 && PY_VERSION_HEX < 0x030e0000
+#define NEED_OPCODE_METADATA
+#include "internal/pycore_opcode_metadata.h"
+#define HAS_INLINE_CALL_CACHES 1
 #endif
 
 #define F(name, value) printf("    .%s = %ld,\n", name, (long)(value))
@@ -39,20 +43,28 @@
 #ifdef HAS_INLINE_CALL_CACHES
 /* The opcodes that push an inline frame (a Python call with no C in between): 3.11 calls
  * and __getitem__; 3.12 also f(*args), properties, __getattribute__ and generators driven by
- * for and by yield from / await. */
+ * for and by yield from / await; 3.13 also calls with keywords and class calls. */
+/* clang-format off */
 static const int inline_call_ops[] = {
-    CALL,          CALL_PY_EXACT_ARGS, CALL_PY_WITH_DEFAULTS, BINARY_SUBSCR_GETITEM,
+    CALL, CALL_PY_EXACT_ARGS, BINARY_SUBSCR_GETITEM,
 #if PY_VERSION_HEX < 0x030c0000
-    CALL_ADAPTIVE,
-#else
-    CALL_BOUND_METHOD_EXACT_ARGS, CALL_FUNCTION_EX, LOAD_ATTR_PROPERTY,
+    CALL_ADAPTIVE, CALL_PY_WITH_DEFAULTS,
+#elif PY_VERSION_HEX < 0x030d0000
+    CALL_PY_WITH_DEFAULTS, CALL_BOUND_METHOD_EXACT_ARGS, CALL_FUNCTION_EX, LOAD_ATTR_PROPERTY,
     LOAD_ATTR_GETATTRIBUTE_OVERRIDDEN, FOR_ITER_GEN, SEND, SEND_GEN,
+#else
+    CALL_PY_GENERAL, CALL_BOUND_METHOD_EXACT_ARGS, CALL_BOUND_METHOD_GENERAL, CALL_KW,
+    CALL_FUNCTION_EX, LOAD_ATTR_PROPERTY, LOAD_ATTR_GETATTRIBUTE_OVERRIDDEN, FOR_ITER_GEN, SEND,
+    SEND_GEN,
+    /* a class call: a shim frame (its code starts with EXIT_INIT_CHECK), then __init__ */
+    CALL_ALLOC_AND_ENTER_INIT, EXIT_INIT_CHECK,
 #endif
 };
+/* clang-format on */
 #endif
 
 /*
- * 3.11 and 3.12: per opcode, 1 + the cache units after it when it pushes an inline frame,
+ * 3.11 to 3.13: per opcode, 1 + the cache units after it when it pushes an inline frame,
  * 255 for an instrumented opcode (3.12 monitoring hides the real one), else 0. While the
  * callee runs, the caller's prev_instr points at that instruction or at its last cache unit
  * (see stack.c).
@@ -66,6 +78,10 @@ static void print_inline_call_caches(void)
         int value = 0;
 #if PY_VERSION_HEX >= 0x030c0000
         if (op >= MIN_INSTRUMENTED_OPCODE)
+            value = 255;
+#endif
+#if PY_VERSION_HEX >= 0x030d0000
+        if (op == ENTER_EXECUTOR) /* tier 2 replaced the instruction */
             value = 255;
 #endif
         for (size_t i = 0; i < sizeof(inline_call_ops) / sizeof(inline_call_ops[0]); i++)

@@ -1,6 +1,6 @@
 """A target that spends its time in every way CPython calls Python code (test_stress.py).
 
-Properties, __getitem__, __getattribute__, operators, context managers, generators driven by
+Properties, __getitem__, __getattribute__, __init__, operators, context managers, generators driven by
 for and by yield from, coroutines awaiting coroutines, f(*args, **kwargs), super(),
 decorators, lambdas called from C (sorted, map): each a different path by which the
 interpreter pushes a frame (inline on 3.11+, or through C), so a reader must accept every
@@ -37,6 +37,14 @@ class Box:
 class Sub(Box):
     def method(self):
         return super().method() + 1
+
+
+class Point:
+    __slots__ = ('x', 'y')
+
+    def __init__(self, x, y):
+        self.x = x
+        self.y = y
 
 
 class AnyAttr:
@@ -78,7 +86,7 @@ def star(*a, **k):
 
 
 def one_round(box, sub, anyattr):
-    s = box.prop + box[3] + (box + box) + sub.method() + anyattr.anything
+    s = box.prop + box[3] + (box + box) + sub.method() + anyattr.anything + Point(1, 2).x
     for x in gen(3):
         s += x
     for x in outer_gen(2):
