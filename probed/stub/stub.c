@@ -1,0 +1,562 @@
+/*
+ * stub.c - libprobed-stub.so, the only code probed ever puts inside a target.
+ *
+ * The daemon copies this library into a 0700 directory of the target's (inject.c), and the
+ * target's main thread, hijacked for a moment, dlopen()s it. The constructor runs there with
+ * the loader lock held, so it only notes which thread is the main one and starts the stub's
+ * thread; everything else happens on that thread, which never runs on the hijacked stack.
+ * The stub's thread serves a Unix socket (mode 0600) next to the library. Each connection is
+ * served by a thread of its own: requests (stub_proto.h) run Python with the GIL taken on
+ * that thread, or on the main thread through a pending call; an interrupt request raises
+ * KeyboardInterrupt in the thread running a session's code.
+ *
+ * The C API is resolved at run time (dlsym), so one build serves every CPython from 3.6 on
+ * and the stub links against no libpython. The Python half (bootstrap.py) is built in.
+ *
+ * Memory: one struct stub for the life of the process (it cannot be unloaded: a request may
+ * still be running). Failure: a request that cannot run gets STUB_ERROR and a message; the
+ * target is never stopped or signalled.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <link.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "stub_proto.h"
+
+extern const char stub_bootstrap_py[]; /* bootstrap.py, embedded at build time */
+
+typedef struct _object PyObject;
+
+/* The part of the C API the stub uses: exported by every CPython 3.6+. */
+struct capi {
+    int (*Py_IsInitialized)(void);
+    int (*PyGILState_Ensure)(void);
+    void (*PyGILState_Release)(int);
+    int (*Py_AddPendingCall)(int (*)(void *), void *);
+    PyObject *(*PyRun_StringFlags)(const char *, int, PyObject *, PyObject *, void *);
+    PyObject *(*PyDict_New)(void);
+    PyObject *(*PyDict_GetItemString)(PyObject *, const char *);
+    int (*PyDict_SetItemString)(PyObject *, const char *, PyObject *);
+    PyObject *(*PyEval_GetBuiltins)(void);
+    PyObject *(*PyUnicode_FromStringAndSize)(const char *, ssize_t);
+    const char *(*PyUnicode_AsUTF8AndSize)(PyObject *, ssize_t *);
+    PyObject *(*PyLong_FromUnsignedLong)(unsigned long);
+    PyObject *(*PyObject_CallFunctionObjArgs)(PyObject *, ...);
+    PyObject *(*PyTuple_GetItem)(PyObject *, ssize_t);
+    int (*PyObject_IsTrue)(PyObject *);
+    void (*Py_DecRef)(PyObject *);
+    void (*PyErr_Print)(void);
+    int (*PyThreadState_SetAsyncExc)(unsigned long, PyObject *);
+    PyObject **PyExc_KeyboardInterrupt;
+    /* 3.6 only creates the GIL when a second thread first needs it: */
+    int (*PyEval_ThreadsInitialized)(void); /* optional */
+    void (*PyEval_InitThreads)(void);       /* optional */
+};
+
+#define PY_FILE_INPUT 257 /* Py_file_input in every version */
+
+/* What runs a request on the main thread (a pending call) and its waiter share. */
+struct main_job {
+    const struct stub_request *rq;
+    const char *code;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int refs; /* the waiter and the pending call; the last one out frees */
+    bool done;
+    uint8_t status;
+    char *text;
+};
+
+/* A session's code running now, for interrupt requests. */
+#define RUNNING_MAX 64
+struct running {
+    uint32_t session;
+    unsigned long ident; /* the Python thread ident running it */
+};
+
+struct stub {
+    struct capi api;
+    char dir[PATH_MAX]; /* the directory the library was loaded from */
+    unsigned long main_ident;
+    long main_tid;
+    char init_error[256]; /* why Python cannot be used: reported on every request */
+    bool ready;
+    PyObject *run, *complete; /* bootstrap.py's _run and _complete */
+    pthread_mutex_t lock;     /* ready, init_error, running */
+    struct running running[RUNNING_MAX];
+};
+
+/* The library's one object: filled by the constructor, then owned by the stub's threads. */
+static struct stub the_stub = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static int fail(char *buf, size_t size, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(buf, size, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* libpython's handle when it was loaded RTLD_LOCAL by an embedder, else RTLD_DEFAULT. */
+static int find_libpython(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    if (info->dlpi_name && strstr(info->dlpi_name, "libpython3")) {
+        *(void **)arg = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD);
+        return 1;
+    }
+    return 0;
+}
+
+static int resolve_api(struct capi *api, char *err, size_t errlen)
+{
+    static const struct {
+        const char *name;
+        size_t off;
+        bool optional;
+    } syms[] = {
+#define S(name) {#name, offsetof(struct capi, name), false}
+        S(Py_IsInitialized),
+        S(PyGILState_Ensure),
+        S(PyGILState_Release),
+        S(Py_AddPendingCall),
+        S(PyRun_StringFlags),
+        S(PyDict_New),
+        S(PyDict_GetItemString),
+        S(PyDict_SetItemString),
+        S(PyEval_GetBuiltins),
+        S(PyUnicode_FromStringAndSize),
+        S(PyUnicode_AsUTF8AndSize),
+        S(PyLong_FromUnsignedLong),
+        S(PyObject_CallFunctionObjArgs),
+        S(PyTuple_GetItem),
+        S(PyObject_IsTrue),
+        S(Py_DecRef),
+        S(PyErr_Print),
+        S(PyThreadState_SetAsyncExc),
+        S(PyExc_KeyboardInterrupt),
+#undef S
+        {"PyEval_ThreadsInitialized", offsetof(struct capi, PyEval_ThreadsInitialized), true},
+        {"PyEval_InitThreads", offsetof(struct capi, PyEval_InitThreads), true},
+    };
+    void *lib = RTLD_DEFAULT;
+
+    if (!dlsym(RTLD_DEFAULT, "PyGILState_Ensure"))
+        dl_iterate_phdr(find_libpython, &lib);
+    for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
+        void *p = dlsym(lib ? lib : RTLD_DEFAULT, syms[i].name);
+        if (!p && !syms[i].optional)
+            return fail(err, errlen, "this process has no Python C API (%s not found)",
+                        syms[i].name);
+        memcpy((char *)api + syms[i].off, &p, sizeof(p));
+    }
+    return 0;
+}
+
+/* 3.6 without a second thread has no GIL yet; it must be made on the main thread. */
+static int init_threads_pending(void *arg)
+{
+    (void)arg;
+    the_stub.api.PyEval_InitThreads();
+    return 0;
+}
+
+static int wait_threads_initialised(struct stub *s, char *err, size_t errlen)
+{
+    const struct capi *api = &s->api;
+
+    if (!api->PyEval_ThreadsInitialized || api->PyEval_ThreadsInitialized())
+        return 0;
+    if (!api->PyEval_InitThreads || api->Py_AddPendingCall(init_threads_pending, NULL) < 0)
+        return fail(err, errlen, "cannot start Python threads in this process");
+    for (int i = 0; i < 10000 && !api->PyEval_ThreadsInitialized(); i++)
+        usleep(1000);
+    return api->PyEval_ThreadsInitialized()
+               ? 0
+               : fail(err, errlen,
+                      "the main thread has not run Python for 10 s (Python 3.6 "
+                      "with no threads needs it once)");
+}
+
+/* Runs bootstrap.py in a namespace of its own and keeps its two entry points. */
+static int load_bootstrap(struct stub *s, char *err, size_t errlen)
+{
+    const struct capi *api = &s->api;
+    int gil = api->PyGILState_Ensure();
+    PyObject *ns = api->PyDict_New(), *r = NULL;
+    int ret = -1;
+
+    if (ns && api->PyDict_SetItemString(ns, "__builtins__", api->PyEval_GetBuiltins()) == 0 &&
+        api->PyDict_SetItemString(ns, "__name__", api->PyUnicode_FromStringAndSize("_probed", 7)) ==
+            0)
+        r = api->PyRun_StringFlags(stub_bootstrap_py, PY_FILE_INPUT, ns, ns, NULL);
+    if (r) {
+        s->run = api->PyDict_GetItemString(ns, "_run");
+        s->complete = api->PyDict_GetItemString(ns, "_complete");
+        ret = s->run && s->complete ? 0 : fail(err, errlen, "bootstrap.py defines no _run");
+        api->Py_DecRef(r); /* ns stays alive: it holds the functions */
+    } else {
+        api->PyErr_Print();
+        fail(err, errlen, "bootstrap.py failed to run (its traceback went to the target's stderr)");
+    }
+    api->PyGILState_Release(gil);
+    return ret;
+}
+
+/* Once, on the first request: Python may not be usable yet when the library loads. */
+static bool ensure_python(struct stub *s, char *err, size_t errlen)
+{
+    bool ok;
+
+    pthread_mutex_lock(&s->lock);
+    if (!s->ready && !s->init_error[0]) {
+        char why[256] = "";
+        if (resolve_api(&s->api, why, sizeof(why)) == 0 && !s->api.Py_IsInitialized())
+            fail(why, sizeof(why), "Python is not initialised in this process");
+        if (!why[0])
+            wait_threads_initialised(s, why, sizeof(why));
+        if (!why[0])
+            load_bootstrap(s, why, sizeof(why));
+        s->ready = !why[0];
+        snprintf(s->init_error, sizeof(s->init_error), "%s", why);
+    }
+    ok = s->ready;
+    if (!ok)
+        snprintf(err, errlen, "%s", s->init_error);
+    pthread_mutex_unlock(&s->lock);
+    return ok;
+}
+
+/* Calls _run(code, session, main ident, main tid) with the GIL held: the status and text. */
+static uint8_t call_run(struct stub *s, const char *code, uint32_t session, char **ret_text)
+{
+    const struct capi *api = &s->api;
+    PyObject *args[4] = {api->PyUnicode_FromStringAndSize(code, (ssize_t)strlen(code)),
+                         api->PyLong_FromUnsignedLong(session),
+                         api->PyLong_FromUnsignedLong(s->main_ident),
+                         api->PyLong_FromUnsignedLong((unsigned long)s->main_tid)};
+    PyObject *r = NULL;
+    uint8_t status = STUB_ERROR;
+    const char *text = NULL;
+    ssize_t len = 0;
+
+    if (args[0] && args[1] && args[2] && args[3])
+        r = api->PyObject_CallFunctionObjArgs(s->run, args[0], args[1], args[2], args[3], NULL);
+    for (int i = 0; i < 4; i++)
+        if (args[i])
+            api->Py_DecRef(args[i]);
+    if (r) {
+        PyObject *ok = api->PyTuple_GetItem(r, 0), *out = api->PyTuple_GetItem(r, 1);
+        text = out ? api->PyUnicode_AsUTF8AndSize(out, &len) : NULL;
+        status = ok && api->PyObject_IsTrue(ok) == 1 ? STUB_OK : STUB_EXCEPTION;
+    }
+    *ret_text = text ? strndup(text, (size_t)len) : strdup("probed: the stub's runner failed\n");
+    if (r)
+        api->Py_DecRef(r);
+    else
+        api->PyErr_Print();
+    return status;
+}
+
+static void set_running(struct stub *s, uint32_t session, unsigned long ident)
+{
+    pthread_mutex_lock(&s->lock);
+    for (int i = 0; i < RUNNING_MAX; i++) {
+        if (ident && !s->running[i].ident) { /* start */
+            s->running[i] = (struct running){session, ident};
+            break;
+        }
+        if (!ident && s->running[i].session == session) { /* end */
+            s->running[i] = (struct running){0, 0};
+            break;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+static unsigned long running_ident(struct stub *s, uint32_t session)
+{
+    unsigned long ident = 0;
+
+    pthread_mutex_lock(&s->lock);
+    for (int i = 0; i < RUNNING_MAX && !ident; i++)
+        if (s->running[i].ident && s->running[i].session == session)
+            ident = s->running[i].ident;
+    pthread_mutex_unlock(&s->lock);
+    return ident;
+}
+
+/* The default: this thread takes the GIL (works while the main thread is blocked). */
+static uint8_t run_here(struct stub *s, const struct stub_request *rq, const char *code,
+                        char **ret_text)
+{
+    int gil = s->api.PyGILState_Ensure();
+    uint8_t status;
+
+    if (rq->session)
+        set_running(s, rq->session, (unsigned long)pthread_self());
+    status = call_run(s, code, rq->session, ret_text);
+    if (rq->session)
+        set_running(s, rq->session, 0);
+    s->api.PyGILState_Release(gil);
+    return status;
+}
+
+static void main_job_put(struct main_job *j)
+{
+    bool last;
+
+    pthread_mutex_lock(&j->lock);
+    last = --j->refs == 0;
+    pthread_mutex_unlock(&j->lock);
+    if (last) {
+        free(j->text);
+        free(j);
+    }
+}
+
+/* The pending call, on the main thread with the GIL held. */
+static int run_main_job(void *arg)
+{
+    struct main_job *j = arg;
+    struct stub *s = &the_stub;
+    char *text = NULL;
+    uint8_t status;
+
+    if (j->rq->session)
+        set_running(s, j->rq->session, s->main_ident);
+    status = call_run(s, j->code, j->rq->session, &text);
+    if (j->rq->session)
+        set_running(s, j->rq->session, 0);
+    pthread_mutex_lock(&j->lock);
+    j->status = status;
+    j->text = text;
+    j->done = true;
+    pthread_cond_signal(&j->cond);
+    pthread_mutex_unlock(&j->lock);
+    main_job_put(j);
+    return 0;
+}
+
+/*
+ * --main-thread: a pending call, run by the main thread at its next check of the eval
+ * breaker. 3.9-3.12 only notice a pending call added by another thread once the main thread
+ * takes the GIL again, so this thread then takes and drops it once (the "nudge"), which makes
+ * the main thread ask for it back within a switch interval. Nothing runs while the main thread
+ * is blocked outside Python; the daemon's timeout then answers the user.
+ */
+static uint8_t run_on_main(struct stub *s, const struct stub_request *rq, const char *code,
+                           char **ret_text)
+{
+    struct main_job *j = calloc(1, sizeof(*j));
+    uint8_t status;
+
+    if (!j)
+        return *ret_text = strdup("probed: out of memory\n"), STUB_ERROR;
+    *j = (struct main_job){.rq = rq, .code = code, .refs = 2};
+    pthread_mutex_init(&j->lock, NULL);
+    pthread_cond_init(&j->cond, NULL);
+    if (s->api.Py_AddPendingCall(run_main_job, j) < 0) {
+        free(j);
+        return *ret_text = strdup("probed: the main thread's queue of pending calls is full\n"),
+               STUB_ERROR;
+    }
+    usleep(1000);
+    s->api.PyGILState_Release(s->api.PyGILState_Ensure());
+    pthread_mutex_lock(&j->lock);
+    while (!j->done)
+        pthread_cond_wait(&j->cond, &j->lock);
+    status = j->status;
+    *ret_text = j->text;
+    j->text = NULL;
+    pthread_mutex_unlock(&j->lock);
+    main_job_put(j);
+    return status;
+}
+
+static uint8_t is_complete(struct stub *s, const char *code, char **ret_text)
+{
+    const struct capi *api = &s->api;
+    int gil = api->PyGILState_Ensure();
+    PyObject *src = api->PyUnicode_FromStringAndSize(code, (ssize_t)strlen(code));
+    PyObject *r = src ? api->PyObject_CallFunctionObjArgs(s->complete, src, NULL) : NULL;
+    uint8_t status = r ? (api->PyObject_IsTrue(r) == 1 ? STUB_OK : STUB_INCOMPLETE) : STUB_ERROR;
+
+    if (src)
+        api->Py_DecRef(src);
+    if (r)
+        api->Py_DecRef(r);
+    api->PyGILState_Release(gil);
+    *ret_text = strdup("");
+    return status;
+}
+
+static uint8_t interrupt(struct stub *s, uint32_t session, char **ret_text)
+{
+    unsigned long ident = running_ident(s, session);
+    int gil, n = 0;
+
+    if (ident) {
+        gil = s->api.PyGILState_Ensure();
+        n = s->api.PyThreadState_SetAsyncExc(ident, *s->api.PyExc_KeyboardInterrupt);
+        s->api.PyGILState_Release(gil);
+    }
+    *ret_text = strdup(n ? "interrupted\n" : "nothing running\n");
+    return STUB_OK;
+}
+
+static int read_all(int fd, void *buf, size_t len)
+{
+    for (size_t got = 0; got < len;) {
+        ssize_t n = read(fd, (char *)buf + got, len - got);
+        if (n == 0 || (n < 0 && errno != EINTR))
+            return -1;
+        if (n > 0)
+            got += (size_t)n;
+    }
+    return 0;
+}
+
+static void reply(int fd, uint8_t status, const char *text)
+{
+    struct stub_reply h = {.magic = STUB_MAGIC, .status = status, .len = (uint32_t)strlen(text)};
+
+    /* MSG_NOSIGNAL: a daemon that stopped waiting must not SIGPIPE the target */
+    if (send(fd, &h, sizeof(h), MSG_NOSIGNAL) == (ssize_t)sizeof(h))
+        for (size_t sent = 0; sent < h.len;) {
+            ssize_t n = send(fd, text + sent, h.len - sent, MSG_NOSIGNAL);
+            if (n <= 0 && errno != EINTR)
+                return;
+            sent += n > 0 ? (size_t)n : 0;
+        }
+}
+
+/* One connection: requests one after the other until the daemon hangs up. */
+static void *serve_connection(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    struct stub *s = &the_stub;
+    struct stub_request rq;
+
+    while (read_all(fd, &rq, sizeof(rq)) == 0 && rq.magic == STUB_MAGIC &&
+           rq.len <= STUB_CODE_MAX) {
+        char *code = malloc((size_t)rq.len + 1), *text = NULL, err[256];
+        uint8_t status;
+
+        if (!code || read_all(fd, code, rq.len) < 0) {
+            free(code);
+            break;
+        }
+        code[rq.len] = '\0';
+        if (!ensure_python(s, err, sizeof(err)))
+            status = STUB_ERROR, text = strdup(err);
+        else if (rq.kind == STUB_RUN && (rq.flags & STUB_MAIN_THREAD))
+            status = run_on_main(s, &rq, code, &text);
+        else if (rq.kind == STUB_RUN)
+            status = run_here(s, &rq, code, &text);
+        else if (rq.kind == STUB_IS_COMPLETE)
+            status = is_complete(s, code, &text);
+        else if (rq.kind == STUB_INTERRUPT)
+            status = interrupt(s, rq.session, &text);
+        else
+            status = STUB_ERROR, text = strdup("unknown request");
+        reply(fd, status, text ? text : "probed: out of memory\n");
+        free(text);
+        free(code);
+    }
+    close(fd);
+    return NULL;
+}
+
+static void start_detached(void *(*fn)(void *), void *arg)
+{
+    pthread_attr_t attr;
+    pthread_t th;
+    sigset_t all, old;
+
+    /* The target's signals must keep going to its own threads, never to ours. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&th, &attr, fn, arg) != 0 && fn == serve_connection)
+        close((int)(intptr_t)arg);
+    pthread_attr_destroy(&attr);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+/* The socket appears whole (bound, 0600, listening) under its final name, or not at all. */
+static int listen_socket(const char *dir)
+{
+    struct sockaddr_un tmp = {.sun_family = AF_UNIX}, final = {.sun_family = AF_UNIX};
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    if (fd < 0 || strlen(dir) > 96) { /* sun_path holds 107 bytes */
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    snprintf(tmp.sun_path, sizeof(tmp.sun_path), "%.96s/%s.tmp", dir, STUB_SOCKET_NAME);
+    snprintf(final.sun_path, sizeof(final.sun_path), "%.96s/%s", dir, STUB_SOCKET_NAME);
+    unlink(tmp.sun_path);
+    if (bind(fd, (struct sockaddr *)&tmp, sizeof(tmp)) < 0 || chmod(tmp.sun_path, 0600) < 0 ||
+        listen(fd, 8) < 0 || rename(tmp.sun_path, final.sun_path) < 0) {
+        close(fd);
+        unlink(tmp.sun_path);
+        return -1;
+    }
+    return fd;
+}
+
+static void *stub_main(void *arg)
+{
+    struct stub *s = arg;
+    int lfd = listen_socket(s->dir);
+
+    if (lfd < 0)
+        return NULL; /* the daemon, waiting for the socket, reports the failure */
+    for (;;) {
+        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd >= 0)
+            start_detached(serve_connection, (void *)(intptr_t)fd);
+        else if (errno != EINTR && errno != ECONNABORTED)
+            usleep(100 * 1000);
+    }
+    return NULL;
+}
+
+__attribute__((constructor)) static void stub_load(void)
+{
+    struct stub *s = &the_stub;
+    Dl_info info;
+    char *slash;
+
+    if (!dladdr((void *)stub_load, &info) || !info.dli_fname)
+        return;
+    snprintf(s->dir, sizeof(s->dir), "%s", info.dli_fname);
+    slash = strrchr(s->dir, '/');
+    if (!slash)
+        return;
+    *slash = '\0';
+    s->main_ident = (unsigned long)pthread_self(); /* we run on the hijacked main thread */
+    s->main_tid = syscall(SYS_gettid);
+    start_detached(stub_main, s);
+}
