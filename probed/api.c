@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "dump.h"
+#include "eval.h"
 #include "flame.h"
 #include "follow.h"
 #include "log.h"
@@ -34,6 +35,8 @@
 #define IO_TIMEOUT_S 10    /* a client that stalls this long is dropped (slow loris) */
 #define WORKERS_MAX 8      /* queries, flame graphs and backtraces running at once */
 #define PROBED_VERSION "0.1.0"
+#define EVAL_TIMEOUT_MS 10000 /* default wait for an eval's reply */
+#define EVAL_TIMEOUT_MAX_MS 600000
 
 struct api {
     struct event_base *base;
@@ -41,6 +44,7 @@ struct api {
     struct api_config cfg;
     struct sampler *sampler;
     struct writer *writer;
+    struct stubctl *stubs;  /* eval and repl: the stubs injected into targets */
     int64_t next_target_id; /* loop thread only */
     int listen_fd;
     bool serving; /* evhttp owns listen_fd */
@@ -330,7 +334,7 @@ static int targets_detach(struct api *a, struct evhttp_request *req, const struc
 
 /* ---- worker jobs: query, flame graph, backtrace ---- */
 
-enum job_kind { JOB_QUERY, JOB_FLAME, JOB_BACKTRACE };
+enum job_kind { JOB_QUERY, JOB_FLAME, JOB_BACKTRACE, JOB_EVAL };
 
 struct job {
     struct api *a;
@@ -341,6 +345,7 @@ struct job {
     struct flame_request flame;
     char format[16];
     int locals;
+    struct eval_request eval; /* eval.code and eval.mode are owned */
     /* result */
     int status;
     json_t *body;
@@ -351,6 +356,8 @@ struct job {
 
 static void job_free(struct job *j)
 {
+    free((char *)j->eval.code);
+    free((char *)j->eval.mode);
     free(j->sql);
     free(j->raw);
     json_decref(j->body);
@@ -461,6 +468,9 @@ static void *worker_main(void *arg)
     case JOB_BACKTRACE:
         run_backtrace(j);
         break;
+    case JOB_EVAL:
+        j->status = eval_run(j->a->stubs, j->a->cfg.db_path, &j->eval, &j->body);
+        break;
     }
     if (event_base_once(j->a->base, -1, EV_TIMEOUT, job_done, j, NULL) < 0)
         log_msg(LOG_ERR, "could not hand a reply back to the event loop");
@@ -537,6 +547,74 @@ static int query_post(struct api *a, struct evhttp_request *req, const struct pe
     }
     json_decref(body);
     return 0;
+}
+
+/* Reads the optional fields of an eval request into @rq; false when one is malformed. */
+static bool eval_fields(json_t *body, struct eval_request *rq, const char **ret_kind)
+{
+    json_t *jmain = json_object_get(body, "main_thread"), *jsid = json_object_get(body, "session");
+    json_t *jto = json_object_get(body, "timeout_s"), *jkind = json_object_get(body, "kind");
+    double to = jto ? json_number_value(jto) : EVAL_TIMEOUT_MS / 1000.0;
+
+    *ret_kind = jkind ? json_string_value(jkind) : "run";
+    if ((jmain && !json_is_boolean(jmain)) || (jsid && !json_is_integer(jsid)) ||
+        (jto && !json_is_number(jto)) || !*ret_kind || to <= 0 || to * 1000 > EVAL_TIMEOUT_MAX_MS ||
+        json_integer_value(jsid) < 0 || json_integer_value(jsid) > UINT32_MAX)
+        return false;
+    rq->main_thread = json_is_true(jmain);
+    rq->session = (uint32_t)json_integer_value(jsid);
+    rq->timeout_ms = (int64_t)(to * 1000);
+    if (strcmp(*ret_kind, "run") == 0)
+        rq->kind = STUB_RUN;
+    else if (strcmp(*ret_kind, "complete") == 0)
+        rq->kind = STUB_IS_COMPLETE;
+    else if (strcmp(*ret_kind, "interrupt") == 0)
+        rq->kind = STUB_INTERRUPT;
+    else
+        return false;
+    return true;
+}
+
+/* POST /v1/eval {"pid", "code", "main_thread", "timeout_s", "session", "kind", "mode"} */
+static int eval_post(struct api *a, struct evhttp_request *req, const struct peer *p)
+{
+    json_t *body = body_json(req), *jpid, *jcode, *jmode;
+    struct eval_request rq = {0};
+    const char *kind, *mode;
+    struct job *j;
+    int status = 0;
+
+    if (!body)
+        return 0;
+    jpid = json_object_get(body, "pid");
+    jcode = json_object_get(body, "code");
+    jmode = json_object_get(body, "mode");
+    mode = json_is_string(jmode) ? json_string_value(jmode) : "eval";
+    if (!json_is_integer(jpid) || json_integer_value(jpid) <= 0 ||
+        json_integer_value(jpid) > 0x7fffffff || !json_is_string(jcode) ||
+        !eval_fields(body, &rq, &kind)) {
+        status = reply_error(req, 400,
+                             "expected {\"pid\": int, \"code\": \"...\", optional "
+                             "\"main_thread\": bool, \"timeout_s\": 0 < s <= %d, "
+                             "\"session\": int, \"kind\": \"run\"|\"complete\"|\"interrupt\"}",
+                             EVAL_TIMEOUT_MAX_MS / 1000);
+    } else if (authorise_pid(req, p, (pid_t)json_integer_value(jpid)) < 0) {
+        status = 0; /* replied */
+    } else if ((j = job_new(a, req, JOB_EVAL, p)) != NULL) {
+        j->eval = rq;
+        j->eval.pid = (pid_t)json_integer_value(jpid);
+        j->eval.uid = p->uid;
+        j->eval.code = strdup(json_string_value(jcode));
+        j->eval.mode = strdup(strcmp(kind, "run") == 0 ? mode : kind);
+        if (j->eval.code && j->eval.mode) {
+            start_job(a, j);
+        } else {
+            reply_error(req, 500, "out of memory");
+            job_free(j);
+        }
+    }
+    json_decref(body);
+    return status;
 }
 
 struct rate_ctx {
@@ -768,6 +846,8 @@ static int route(struct api *a, struct evhttp_request *req, const struct peer *p
         return flamegraph_get(a, req, p, q);
     if (strcmp(path, "/v1/backtrace") == 0 && m == EVHTTP_REQ_GET)
         return backtrace_get(a, req, p, q);
+    if (strcmp(path, "/v1/eval") == 0 && m == EVHTTP_REQ_POST)
+        return eval_post(a, req, p);
     reply_error(req, 404, "no such endpoint: %s (see docs/api.md)", path);
     return 0;
 }
@@ -863,6 +943,11 @@ int api_new(struct event_base *base, const struct api_config *cfg, int gid, stru
                       .listen_fd = -1};
     pthread_mutex_init(&a->lock, NULL);
     pthread_cond_init(&a->idle, NULL);
+    r = stubctl_new(cfg->stub_path, &a->stubs);
+    if (r < 0) {
+        api_free(a);
+        return r;
+    }
     a->http = evhttp_new(base);
     if (!a->http) {
         api_free(a);
@@ -911,6 +996,7 @@ void api_free(struct api *a)
         close(a->listen_fd);
     if (a->listen_fd >= 0) /* ours: bound by listen_unix() */
         unlink(a->cfg.socket_path);
+    stubctl_free(a->stubs);
     pthread_cond_destroy(&a->idle);
     pthread_mutex_destroy(&a->lock);
     free(a);

@@ -20,6 +20,7 @@
 struct api_config {
     const char *socket_path;
     const char *db_path;
+    const char *stub_path; /* libprobed-stub.so, for eval and repl */
     int64_t query_time_ms;
     int64_t query_max_rows;
     uint32_t default_rate_hz;

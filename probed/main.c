@@ -36,7 +36,8 @@
 #define OUTBOX_SAMPLES (1 << 18) /* samples per flush: 64 targets x 100 Hz x 40 threads */
 
 struct options {
-    const char *socket_path, *db_path, *group;
+    const char *socket_path, *db_path, *group, *stub_path;
+    char stub_buf[4096];
     bool foreground;
     uint32_t rate_hz;
     int64_t retention_ns, max_db_bytes, query_time_ms;
@@ -53,8 +54,29 @@ static void usage(FILE *out)
             "  --retention DUR      delete samples older than this (default 7d; 0: keep)\n"
             "  --max-db-size SIZE   delete the oldest samples above this (default 1G; 0: none)\n"
             "  --query-timeout DUR  interrupt queries running longer (default 10s)\n"
-            "  --group NAME         group owning the socket (default probed, if it exists)\n",
-            DEFAULT_SOCKET, DEFAULT_DB);
+            "  --group NAME         group owning the socket (default probed, if it exists)\n"
+            "  --stub PATH          the library eval loads into targets (default: next to\n"
+            "                       probed, else %s/libprobed-stub.so)\n",
+            DEFAULT_SOCKET, DEFAULT_DB, PROBED_STUB_DIR);
+}
+
+/* The stub next to this executable (a build tree), else the installed one. */
+static const char *default_stub_path(char *buf, size_t size)
+{
+    ssize_t n = readlink("/proc/self/exe", buf, size - 32);
+    char *slash;
+
+    if (n > 0) {
+        buf[n] = '\0';
+        slash = strrchr(buf, '/');
+        if (slash) {
+            strcpy(slash + 1, "libprobed-stub.so");
+            if (access(buf, R_OK) == 0)
+                return buf;
+        }
+    }
+    snprintf(buf, size, "%s/libprobed-stub.so", PROBED_STUB_DIR);
+    return buf;
 }
 
 static int parse_args(int argc, char **argv, struct options *o)
@@ -68,6 +90,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"max-db-size", required_argument, NULL, 'M'},
         {"query-timeout", required_argument, NULL, 'q'},
         {"group", required_argument, NULL, 'g'},
+        {"stub", required_argument, NULL, 'S'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -94,6 +117,9 @@ static int parse_args(int argc, char **argv, struct options *o)
             break;
         case 'g':
             o->group = optarg;
+            break;
+        case 'S':
+            o->stub_path = optarg;
             break;
         case 'r':
             v = atoll(optarg);
@@ -134,6 +160,8 @@ static int parse_args(int argc, char **argv, struct options *o)
         usage(stderr);
         return -1;
     }
+    if (!o->stub_path)
+        o->stub_path = default_stub_path(o->stub_buf, sizeof(o->stub_buf));
     return 0;
 }
 
@@ -211,6 +239,7 @@ static int start(struct daemon *d, const struct options *o)
 {
     struct api_config acfg = {.socket_path = o->socket_path,
                               .db_path = o->db_path,
+                              .stub_path = o->stub_path,
                               .query_time_ms = o->query_time_ms,
                               .query_max_rows = 1000000,
                               .default_rate_hz = o->rate_hz,

@@ -67,8 +67,8 @@ static bool pragma_reads(const char *name, const char *arg)
 
 static bool is_raw_table(const char *name)
 {
-    static const char *const raw[] = {"targets", "threads", "samples",
-                                      "strings", "frames",  "stack_frames"};
+    static const char *const raw[] = {"targets", "threads",      "samples", "strings",
+                                      "frames",  "stack_frames", "evals"};
     for (size_t i = 0; i < sizeof(raw) / sizeof(raw[0]); i++)
         if (name && strcasecmp(name, raw[i]) == 0)
             return true;
@@ -189,7 +189,7 @@ static int setup_exec(sqlite3 *db, const char *sql, struct query_err *err)
 /* For a scoped user: targets, threads and samples shadowed by temp views of its targets. */
 static int shadow_tables(sqlite3 *db, const struct query_scope *sc, struct query_err *err)
 {
-    char sql[2048], cond[128];
+    char sql[2048], cond[128], eval_cond[128];
 
     if (sc->root && !sc->pid)
         return 0;
@@ -199,13 +199,22 @@ static int shadow_tables(sqlite3 *db, const struct query_scope *sc, struct query
         snprintf(cond, sizeof(cond), "uid = %u AND pid = %d", (unsigned)sc->uid, (int)sc->pid);
     else
         snprintf(cond, sizeof(cond), "uid = %u", (unsigned)sc->uid);
+    /* evals: those run in the user's processes (uid there is who asked) */
+    if (sc->root)
+        snprintf(eval_cond, sizeof(eval_cond), "pid = %d", (int)sc->pid);
+    else if (sc->pid)
+        snprintf(eval_cond, sizeof(eval_cond), "target_uid = %u AND pid = %d", (unsigned)sc->uid,
+                 (int)sc->pid);
+    else
+        snprintf(eval_cond, sizeof(eval_cond), "target_uid = %u", (unsigned)sc->uid);
     snprintf(sql, sizeof(sql),
              "CREATE TEMP VIEW targets AS SELECT * FROM main.targets WHERE %s;"
              "CREATE TEMP VIEW threads AS SELECT * FROM main.threads"
              " WHERE target_id IN (SELECT id FROM temp.targets);"
              "CREATE TEMP VIEW samples AS SELECT * FROM main.samples"
-             " WHERE target_id IN (SELECT id FROM temp.targets);",
-             cond);
+             " WHERE target_id IN (SELECT id FROM temp.targets);"
+             "CREATE TEMP VIEW evals AS SELECT * FROM main.evals WHERE %s;",
+             cond, eval_cond);
     return setup_exec(db, sql, err);
 }
 

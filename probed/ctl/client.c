@@ -96,3 +96,39 @@ int client_call(const char *socket_path, const char *method, const char *path, j
     free(reply.data);
     return 0;
 }
+
+/* One call; returns the reply (caller owns) or NULL after printing why. */
+json_t *client_request(const char *socket, const char *method, const char *path, json_t *body)
+{
+    char err[512];
+    json_t *reply = NULL;
+    long status = 0;
+    int r = client_call(client_socket_path(socket), method, path, body, &status, &reply, NULL, NULL,
+                        err, sizeof(err));
+
+    if (r < 0) {
+        fprintf(stderr, "probectl: %s%s\n", err,
+                r == -ENOENT || r == -ECONNREFUSED ? " (is probed running?)" : "");
+        return NULL;
+    }
+    if (status < 200 || status > 299 || !reply) {
+        fprintf(stderr, "probectl: %s\n", client_error_text(reply));
+        json_decref(reply);
+        return NULL;
+    }
+    return reply;
+}
+
+int client_parse_pid(const char *s, const char *cmd)
+{
+    char *end;
+    long v;
+
+    errno = 0;
+    v = s ? strtol(s, &end, 10) : 0;
+    if (!s || errno || *end || v <= 0 || v > 0x7fffffff) {
+        fprintf(stderr, "probectl %s: '%s' is not a pid\n", cmd, s ? s : "");
+        return -1;
+    }
+    return (int)v;
+}

@@ -26,4 +26,10 @@ int client_call(const char *socket_path, const char *method, const char *path, j
 /* The "error" string of an error reply, or a generic text. */
 const char *client_error_text(json_t *body);
 
+/* One call that must succeed: the reply (caller owns), or NULL after printing why to stderr. */
+json_t *client_request(const char *socket, const char *method, const char *path, json_t *body);
+
+/* @s as a pid, or -1 after printing "probectl @cmd: '@s' is not a pid". */
+int client_parse_pid(const char *s, const char *cmd);
+
 #endif

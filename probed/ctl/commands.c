@@ -22,42 +22,6 @@
         "help", no_argument, NULL, 'h'                                                             \
     }
 
-/* One call; returns the reply (caller owns) or NULL after printing why. */
-static json_t *call(const char *socket, const char *method, const char *path, json_t *body)
-{
-    char err[512];
-    json_t *reply = NULL;
-    long status = 0;
-    int r = client_call(client_socket_path(socket), method, path, body, &status, &reply, NULL, NULL,
-                        err, sizeof(err));
-
-    if (r < 0) {
-        fprintf(stderr, "probectl: %s%s\n", err,
-                r == -ENOENT || r == -ECONNREFUSED ? " (is probed running?)" : "");
-        return NULL;
-    }
-    if (status < 200 || status > 299 || !reply) {
-        fprintf(stderr, "probectl: %s\n", client_error_text(reply));
-        json_decref(reply);
-        return NULL;
-    }
-    return reply;
-}
-
-static int parse_pid(const char *s, const char *cmd)
-{
-    char *end;
-    long v;
-
-    errno = 0;
-    v = s ? strtol(s, &end, 10) : 0;
-    if (!s || errno || *end || v <= 0 || v > 0x7fffffff) {
-        fprintf(stderr, "probectl %s: '%s' is not a pid\n", cmd, s ? s : "");
-        return -1;
-    }
-    return (int)v;
-}
-
 static void print_target(json_t *t)
 {
     json_t *st = json_object_get(t, "stats");
@@ -125,7 +89,8 @@ int attach_main(int argc, char **argv)
             return 2;
         }
     }
-    if ((pid = parse_pid(optind < argc ? argv[optind] : NULL, "attach")) < 0 || optind + 1 != argc)
+    if ((pid = client_parse_pid(optind < argc ? argv[optind] : NULL, "attach")) < 0 ||
+        optind + 1 != argc)
         return 2;
     body = json_pack("{s:i}", "pid", pid);
     if (rate)
@@ -134,7 +99,7 @@ int attach_main(int argc, char **argv)
         json_object_set_new(body, "duration", json_string(duration));
     if (children)
         json_object_set_new(body, "children", json_true());
-    reply = call(socket, "POST", "/v1/targets", body);
+    reply = client_request(socket, "POST", "/v1/targets", body);
     json_decref(body);
     if (!reply)
         return 1;
@@ -168,10 +133,11 @@ int detach_main(int argc, char **argv)
             return 2;
         }
     }
-    if ((pid = parse_pid(optind < argc ? argv[optind] : NULL, "detach")) < 0 || optind + 1 != argc)
+    if ((pid = client_parse_pid(optind < argc ? argv[optind] : NULL, "detach")) < 0 ||
+        optind + 1 != argc)
         return 2;
     snprintf(path, sizeof(path), "/v1/targets/%d", pid);
-    reply = call(socket, "DELETE", path, NULL);
+    reply = client_request(socket, "DELETE", path, NULL);
     if (!reply)
         return 1;
     printf(
@@ -203,7 +169,7 @@ int list_main(int argc, char **argv)
             return 2;
         }
     }
-    reply = call(socket, "GET", "/v1/targets", NULL);
+    reply = client_request(socket, "GET", "/v1/targets", NULL);
     if (!reply)
         return 1;
     if (as_json) {
@@ -348,7 +314,7 @@ int query_main(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "p:f:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'p':
-            if ((pid = parse_pid(optarg, "query")) < 0)
+            if ((pid = client_parse_pid(optarg, "query")) < 0)
                 return 2;
             break;
         case 'f':
@@ -376,7 +342,7 @@ int query_main(int argc, char **argv)
     body = json_pack("{s:s}", "sql", argv[optind]);
     if (pid)
         json_object_set_new(body, "pid", json_integer(pid));
-    reply = call(socket, "POST", "/v1/query", body);
+    reply = client_request(socket, "POST", "/v1/query", body);
     json_decref(body);
     if (!reply)
         return 1;
@@ -444,7 +410,7 @@ int flamegraph_main(int argc, char **argv)
             return 2;
         }
     }
-    if ((pid = parse_pid(optind < argc ? argv[optind] : NULL, "flamegraph")) < 0 ||
+    if ((pid = client_parse_pid(optind < argc ? argv[optind] : NULL, "flamegraph")) < 0 ||
         optind + 1 != argc)
         return 2;
     snprintf(path, sizeof(path), "/v1/flamegraph?pid=%d&format=%s%s%s", pid, format,
@@ -597,7 +563,7 @@ static int top_once(const char *socket, int pid, int window_s, int rows, bool cl
              " WHERE pid = %d)",
              window_s, pid);
     body = json_pack("{s:s, s:i}", "sql", sql, "pid", pid);
-    totals = call(socket, "POST", "/v1/query", body);
+    totals = client_request(socket, "POST", "/v1/query", body);
     json_decref(body);
     if (!totals)
         return -1;
@@ -616,7 +582,7 @@ static int top_once(const char *socket, int pid, int window_s, int rows, bool cl
              " ORDER BY own DESC, total DESC LIMIT %d",
              window_s, pid, rows);
     body = json_pack("{s:s, s:i}", "sql", sql, "pid", pid);
-    reply = call(socket, "POST", "/v1/query", body);
+    reply = client_request(socket, "POST", "/v1/query", body);
     json_decref(body);
     if (!reply)
         return -1;
@@ -677,7 +643,8 @@ int top_main(int argc, char **argv)
             return 2;
         }
     }
-    if ((pid = parse_pid(optind < argc ? argv[optind] : NULL, "top")) < 0 || optind + 1 != argc)
+    if ((pid = client_parse_pid(optind < argc ? argv[optind] : NULL, "top")) < 0 ||
+        optind + 1 != argc)
         return 2;
     if (interval < 1 || window < 1 || rows < 1) {
         fprintf(stderr, "probectl top: --interval, --window and --rows must be positive\n");

@@ -8,6 +8,7 @@
 
 #include "backtrace.h"
 #include "commands.h"
+#include "eval.h"
 
 #define PROBED_VERSION "0.1.0"
 
@@ -27,6 +28,8 @@ static const struct command commands[] = {
     {"top", top_main, "the hottest functions of an attached process, live"},
     {"run", run_main, "run a command (python train.py ...) attached from its start"},
     {"flamegraph", flamegraph_main, "a flame graph (SVG or folded) of the stored samples"},
+    {"eval", eval_main, "run Python code inside a running process"},
+    {"repl", repl_main, "an interactive Python prompt inside a running process"},
 };
 
 static void usage(FILE *out)
