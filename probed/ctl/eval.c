@@ -275,11 +275,20 @@ static void repl_execute(const struct eval_opts *o, int pid, uint32_t session, c
     json_decref(run.reply);
 }
 
-/* Whether @code is a whole statement, as the target's own compiler sees it. */
-static bool repl_complete(const struct eval_opts *o, int pid, uint32_t session, const char *code)
+/* Whether @code is a whole statement, as the target's own compiler sees it (as the REPL
+ * asks it: without the newline of the last line, so that a block waits for an empty line). */
+static bool repl_complete(const struct eval_opts *o, int pid, uint32_t session, char *code)
 {
+    size_t len = strlen(code);
+    bool had_newline = len > 0 && code[len - 1] == '\n';
     int rc;
-    json_t *reply = eval_request(o, pid, "complete", code, session, "repl", &rc);
+    json_t *reply;
+
+    if (had_newline)
+        code[len - 1] = '\0';
+    reply = eval_request(o, pid, "complete", code, session, "repl", &rc);
+    if (had_newline)
+        code[len - 1] = '\n';
     const char *st = json_string_value(json_object_get(reply, "status"));
     bool complete = !st || strcmp(st, "incomplete") != 0;
 

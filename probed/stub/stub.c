@@ -97,6 +97,7 @@ struct stub {
     long main_tid;
     char init_error[256]; /* why Python cannot be used: reported on every request */
     bool ready;
+    bool threads_requested;   /* 3.6: the main thread was asked to make the GIL */
     PyObject *run, *complete; /* bootstrap.py's _run and _complete */
     pthread_mutex_t lock;     /* ready, init_error, running */
     struct running running[RUNNING_MAX];
@@ -179,21 +180,27 @@ static int init_threads_pending(void *arg)
     return 0;
 }
 
+/* Asks the main thread (once) to make the GIL, and waits a little for it. Not fatal: the next
+ * request asks again whether it happened. */
 static int wait_threads_initialised(struct stub *s, char *err, size_t errlen)
 {
     const struct capi *api = &s->api;
 
     if (!api->PyEval_ThreadsInitialized || api->PyEval_ThreadsInitialized())
         return 0;
-    if (!api->PyEval_InitThreads || api->Py_AddPendingCall(init_threads_pending, NULL) < 0)
-        return fail(err, errlen, "cannot start Python threads in this process");
-    for (int i = 0; i < 10000 && !api->PyEval_ThreadsInitialized(); i++)
+    if (!s->threads_requested) {
+        if (!api->PyEval_InitThreads || api->Py_AddPendingCall(init_threads_pending, NULL) < 0)
+            return fail(err, errlen, "cannot start Python threads in this process");
+        s->threads_requested = true;
+    }
+    for (int i = 0; i < 2000 && !api->PyEval_ThreadsInitialized(); i++)
         usleep(1000);
     return api->PyEval_ThreadsInitialized()
                ? 0
                : fail(err, errlen,
-                      "the main thread has not run Python for 10 s (Python 3.6 "
-                      "with no threads needs it once)");
+                      "this Python 3.6 has started no thread, and code can run beside its main "
+                      "thread only once that thread has run Python again (it is blocked outside "
+                      "Python now); try again when it is");
 }
 
 /* Runs bootstrap.py in a namespace of its own and keeps its two entry points. */
@@ -231,12 +238,14 @@ static bool ensure_python(struct stub *s, char *err, size_t errlen)
         char why[256] = "";
         if (resolve_api(&s->api, why, sizeof(why)) == 0 && !s->api.Py_IsInitialized())
             fail(why, sizeof(why), "Python is not initialised in this process");
-        if (!why[0])
-            wait_threads_initialised(s, why, sizeof(why));
+        if (!why[0] && wait_threads_initialised(s, err, errlen) < 0) {
+            pthread_mutex_unlock(&s->lock);
+            return false; /* not for good: asked again next time */
+        }
         if (!why[0])
             load_bootstrap(s, why, sizeof(why));
         s->ready = !why[0];
-        snprintf(s->init_error, sizeof(s->init_error), "%s", why);
+        snprintf(s->init_error, sizeof(s->init_error), "%s", why); /* for good */
     }
     ok = s->ready;
     if (!ok)

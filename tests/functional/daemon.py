@@ -88,3 +88,15 @@ class Daemon:
 
     def close(self):
         self.kill()
+
+
+TEST_USER = 'probedtest'
+
+
+def ensure_test_user():
+    """A user that is not root, for the refusal tests (created once on this machine)."""
+    if subprocess.run(['id', TEST_USER], stdout=subprocess.DEVNULL,
+                      stderr=subprocess.DEVNULL).returncode != 0:
+        subprocess.run(['useradd', '--no-create-home', '--shell', '/usr/sbin/nologin', TEST_USER],
+                       check=True)
+    return TEST_USER

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from conftest import INTERPRETERS, PROBECTL, interpreter_params, require, Target, TARGETS
-from daemon import Daemon
+from daemon import Daemon, ensure_test_user
 
 
 @pytest.fixture
@@ -172,11 +172,7 @@ def test_bad_requests_get_clear_errors(daemon):
 
 
 def test_other_users_see_only_their_own(daemon):
-    user = 'probedtest'
-    if subprocess.run(['id', user], stdout=subprocess.DEVNULL,
-                      stderr=subprocess.DEVNULL).returncode != 0:
-        subprocess.run(['useradd', '--no-create-home', '--shell', '/usr/sbin/nologin', user],
-                       check=True)
+    user = ensure_test_user()
     os.chmod(daemon.socket, 0o666)  # the group rule is tested by packaging; here: SO_PEERCRED
     root_target = busy('/usr/bin/python3')
     try:

@@ -1,0 +1,59 @@
+/*
+ * reinject.c - loads a library into a process N times with probed's injector (inject.c), each
+ * time from a fresh copy (a path dlopen() has not seen), for tests/functional/test_eval.py.
+ * usage: reinject <pid> <library> <dir as the target sees it> <dir as we reach it> <n>
+ * Prints {"ok": n, "failed": n, "last_error": "..."}; exit 0 when all loads succeeded.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "inject.h"
+
+static int copy(const char *from, const char *to)
+{
+    char buf[65536];
+    int in = open(from, O_RDONLY), out = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0755);
+    ssize_t n;
+    int r = in >= 0 && out >= 0 ? 0 : -1;
+
+    while (r == 0 && (n = read(in, buf, sizeof(buf))) > 0)
+        if (write(out, buf, (size_t)n) != n)
+            r = -1;
+    if (in >= 0)
+        close(in);
+    if (out >= 0)
+        close(out);
+    return r;
+}
+
+int main(int argc, char **argv)
+{
+    char err[512] = "", path[4096], in_target[4096];
+    int ok = 0, failed = 0, n;
+    pid_t pid;
+
+    if (argc != 6)
+        return fprintf(stderr, "usage: reinject <pid> <lib> <dir in target> <dir> <n>\n"), 2;
+    pid = atoi(argv[1]);
+    n = atoi(argv[5]);
+    for (int i = 0; i < n; i++) {
+        snprintf(path, sizeof(path), "%s/noop-%d.so", argv[4], i);
+        snprintf(in_target, sizeof(in_target), "%s/noop-%d.so", argv[3], i);
+        if (copy(argv[2], path) < 0 || inject_library(pid, in_target, err, sizeof(err)) < 0)
+            failed++;
+        else
+            ok++;
+        unlink(path);
+        if (kill(pid, 0) < 0)
+            break;
+    }
+    printf("{\"ok\": %d, \"failed\": %d, \"last_error\": \"%s\"}\n", ok, failed, err);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,275 @@
+"""probectl eval and repl end to end: a real daemon injects its real stub into real targets on
+every interpreter (tests/targets/evaltarget.py), in every state a target can be in."""
+import json
+import os
+import pty
+import select
+import shutil
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from conftest import BUILD, PYENV, Target, interpreter_params, require
+from daemon import Daemon, ensure_test_user
+
+REINJECT = os.path.join(BUILD, 'tests', 'reinject')
+NOOP_LIB = os.path.join(BUILD, 'tests', 'libnoop_lib.so')
+
+
+@pytest.fixture(scope='module')
+def daemon():
+    d = Daemon()
+    yield d
+    d.close()
+
+
+def target(python, mode):
+    return Target(python, 'evaltarget.py', mode)
+
+
+def py36(python):
+    return subprocess.run([python, '-c', 'import sys; print(sys.version_info[:2] == (3, 6))'],
+                          stdout=subprocess.PIPE, universal_newlines=True).stdout.strip() == 'True'
+
+
+def evals_of(d, pid):
+    return d.rows('SELECT mode, status, injected, output_bytes, uid, code FROM evals'
+                  ' WHERE pid = %d ORDER BY ts_ns' % pid)
+
+
+@pytest.mark.parametrize('python', interpreter_params())
+def test_eval_prints_values_output_and_tracebacks(daemon, python):
+    require(python)
+    t = target(python, 'sleep')
+    try:
+        r = daemon.ctl('eval', t.pid, 'import sys; (counter > 0, sys.version_info[0])')
+        assert r.returncode == 0, r.stderr + daemon.read_log()
+        assert r.stdout == '(True, 3)\n'
+        r = daemon.ctl('eval', t.pid, 'import sys\nprint("out")\nprint("err", file=sys.stderr)')
+        assert (r.returncode, r.stdout) == (0, 'out\nerr\n')
+        r = daemon.ctl('eval', t.pid, 'def f():\n    return 1 / 0\nf()')
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert 'Traceback (most recent call last)' in r.stdout
+        assert 'File "<probed>", line 2, in f' in r.stdout
+        assert r.stdout.rstrip().endswith('ZeroDivisionError: division by zero')
+        r = daemon.ctl('eval', t.pid, 'x = ')
+        assert r.returncode == 1 and 'SyntaxError' in r.stdout
+        rows = evals_of(daemon, t.pid)
+        assert [row[1] for row in rows] == ['ok', 'ok', 'exception', 'exception']
+        assert [row[2] for row in rows] == [1, 0, 0, 0]  # the stub was loaded once
+        assert rows[0][4] == 0 and rows[0][5].startswith('import sys')
+        assert t.proc.poll() is None
+    finally:
+        t.close()
+
+
+@pytest.mark.parametrize('python', interpreter_params())
+def test_threading_imported_by_an_eval_keeps_the_main_thread(daemon, python):
+    """The target never imported threading; the first eval does, on the stub's thread."""
+    require(python)
+    t = target(python, 'sleep')
+    try:
+        r = daemon.ctl('eval', t.pid, "import sys; 'threading' in sys.modules")
+        assert r.returncode == 0, r.stdout + r.stderr
+        if r.stdout == 'True\n':  # this build imports it at startup (pyenv 3.11.7 does)
+            print('%s imports threading at startup: nothing to repair' % python)
+        r = daemon.ctl('eval', t.pid, 'import threading; threading.main_thread().name')
+        assert r.returncode == 0, r.stdout + r.stderr
+        r = daemon.ctl('eval', '--main-thread', t.pid,
+                       'import threading; t = threading.current_thread();'
+                       ' (t is threading.main_thread(), t.name, t.is_alive())')
+        assert (r.returncode, r.stdout) == (0, "(True, 'MainThread', True)\n"), r.stderr
+    finally:
+        t.close()
+
+
+@pytest.mark.parametrize('python', interpreter_params())
+@pytest.mark.parametrize('mode', ['busy', 'sleep', 'read'])
+def test_eval_in_every_state(daemon, python, mode):
+    require(python)
+    t = target(python, mode)
+    try:
+        r = daemon.ctl('eval', '--timeout', '20', t.pid, 'counter >= 0')
+        if mode == 'read' and py36(python):  # a 3.6 with no thread has no GIL to share yet
+            assert r.returncode == 4 and 'has started no thread' in r.stderr, r.stderr
+            return
+        assert (r.returncode, r.stdout) == (0, 'True\n'), r.stderr + daemon.read_log()
+        if mode != 'read':  # the main thread runs Python: --main-thread gets it
+            r = daemon.ctl('eval', '--main-thread', '--timeout', '20', t.pid,
+                           'import threading; threading.current_thread().name')
+            assert (r.returncode, r.stdout) == (0, "'MainThread'\n"), r.stderr
+        assert t.proc.poll() is None
+    finally:
+        t.close()
+
+
+@pytest.mark.parametrize('python', interpreter_params())
+def test_timeouts_answer_and_never_wedge_the_daemon(daemon, python):
+    require(python)
+    t = target(python, 'cgil')  # holds the GIL in a C call, 3 s at a time
+    r2 = target(python, 'read')
+    try:
+        start = time.time()
+        r = daemon.ctl('eval', '--timeout', '1', t.pid, 'counter')
+        if r.returncode == 0:  # loaded between two C calls; the next one must time out
+            time.sleep(0.2)
+            r = daemon.ctl('eval', '--timeout', '1', t.pid, 'counter')
+        assert r.returncode == 3, r.stdout + r.stderr
+        assert 'may still be running' in r.stderr
+        assert time.time() - start < 15
+        assert daemon.ctl('list').returncode == 0  # the daemon serves meanwhile
+        r = daemon.ctl('eval', '--timeout', '10', t.pid, 'counter >= 0')
+        assert (r.returncode, r.stdout) == (0, 'True\n'), r.stderr
+        # the main thread blocked in read(): a pending call cannot run, the timeout answers
+        r = daemon.ctl('eval', '--main-thread', '--timeout', '1', r2.pid, '1')
+        assert r.returncode == 3, r.stdout + r.stderr
+        if not py36(python):  # (3.6: see test_eval_in_every_state)
+            assert daemon.ctl('eval', r2.pid, '2').stdout == '2\n'
+        statuses = [row[1] for row in evals_of(daemon, t.pid)]
+        assert 'timeout' in statuses
+    finally:
+        t.close()
+        r2.close()
+
+
+@pytest.mark.parametrize('python', interpreter_params())
+@pytest.mark.parametrize('mode', ['float', 'malloc'])
+def test_200_injections_and_evals_leave_no_trace(daemon, python, mode):
+    """The hijack of the main thread, again and again: FPU state, libc locks, restarts."""
+    require(python)
+    t = target(python, mode)
+    work = tempfile.mkdtemp(prefix='probed-reinject-')
+    try:
+        r = subprocess.run([REINJECT, str(t.pid), NOOP_LIB, work, work, '200'],
+                           stdout=subprocess.PIPE, universal_newlines=True, timeout=300)
+        assert r.returncode == 0, r.stdout
+        assert json.loads(r.stdout)['ok'] == 200
+        for i in range(200):
+            r = daemon.ctl('eval', t.pid, 'wrong, counter > 0')
+            assert (r.returncode, r.stdout) == (0, '(0, True)\n'), (i, r.stdout, r.stderr)
+        assert t.proc.poll() is None
+    finally:
+        t.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_what_cannot_be_evaluated_says_why(daemon):
+    sleeper = subprocess.Popen(['sleep', '300'])
+    try:
+        r = daemon.ctl('eval', sleeper.pid, '1')
+        assert r.returncode == 4 and 'not' in r.stderr and 'Python' in r.stderr, r.stderr
+        assert not os.path.exists('/proc/%d/root/tmp/probed-%d' % (sleeper.pid, sleeper.pid))
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    r = daemon.ctl('eval', 'abc', '1')
+    assert r.returncode == 2 and 'not a pid' in r.stderr
+    r = daemon.ctl('eval', 999999999, '1')
+    assert r.returncode == 4 and 'no such process' in r.stderr
+    py27 = sorted(p for p in (os.path.join(PYENV, 'versions', v, 'bin', 'python2.7')
+                              for v in os.listdir(os.path.join(PYENV, 'versions'))
+                              if v.startswith('2.7')) if os.path.exists(p))
+    if not py27:
+        pytest.fail('Python 2.7 is not installed: the unsupported-version case cannot run')
+    old = subprocess.Popen([py27[-1], '-c', 'import time; time.sleep(300)'])
+    try:
+        time.sleep(0.5)
+        r = daemon.ctl('eval', old.pid, '1')
+        assert r.returncode == 4 and 'Python 2, which is not supported' in r.stderr, r.stderr
+    finally:
+        old.kill()
+        old.wait()
+
+
+@pytest.mark.parametrize('python', interpreter_params()[-1:])
+def test_a_user_without_rights_is_refused(daemon, python):
+    require(python)
+    t = target(python, 'sleep')
+    try:
+        user = ensure_test_user()
+        os.chmod(daemon.socket, 0o666)  # the group rule is packaging's; here: SO_PEERCRED
+        r = daemon.ctl('eval', t.pid, '1', user=user)
+        assert r.returncode == 4 and 'permission denied' in r.stderr, r.stderr
+        assert evals_of(daemon, t.pid) == []
+    finally:
+        t.close()
+
+
+def test_garbage_requests_get_400(daemon):
+    for body in ('{', '{"pid": 1}', '{"pid": "x", "code": "1"}',
+                 '{"pid": 1, "code": "1", "timeout_s": 100000}',
+                 '{"pid": 1, "code": "1", "kind": "shell"}', '[]'):
+        r = daemon.curl('-o', '/dev/null', '-w', '%{http_code}', '-X', 'POST', '-d', body,
+                        'http://probed/v1/eval')
+        assert r.stdout == '400', body
+
+
+def pty_session(argv, env, inputs, timeout=60):
+    """Runs @argv on a pty. Each input is (prompt, text): the text is typed once the output
+    shows that prompt (each prompt seen is used once), or, with prompt None, a second after
+    the previous input."""
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execvpe(argv[0], argv, env)
+    out, seen = b'', 0
+    deadline = time.time() + timeout
+    pending, last_sent = list(inputs), time.time()
+    try:
+        while time.time() < deadline:
+            if pending:
+                prompt, text = pending[0]
+                at = out.find(prompt.encode(), seen) if prompt else -1
+                if at >= 0 or (prompt is None and time.time() - last_sent > 1):
+                    seen = at + len(prompt) if at >= 0 else len(out)
+                    os.write(fd, text.encode())
+                    pending.pop(0)
+                    last_sent = time.time()
+            r, _, _ = select.select([fd], [], [], 0.1)
+            if r:
+                try:
+                    chunk = os.read(fd, 4096)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                out += chunk
+        done, status = os.waitpid(pid, os.WNOHANG)
+        for _ in range(50):  # the pty closes a moment before the process is gone
+            if done:
+                break
+            time.sleep(0.1)
+            done, status = os.waitpid(pid, os.WNOHANG)
+        if done == 0:  # still there after the deadline
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            return -1, out.decode(errors='replace')
+        return status >> 8, out.decode(errors='replace')
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize('python', interpreter_params()[-1:])
+def test_repl_through_a_pty(daemon, python):
+    require(python)
+    t = target(python, 'sleep')
+    home = tempfile.mkdtemp(prefix='probed-home-')
+    try:
+        env = dict(os.environ, PROBED_SOCKET=daemon.socket, HOME=home, TERM='dumb')
+        rc, out = pty_session(
+            [os.path.join(BUILD, 'probed', 'probectl'), 'repl', str(t.pid)], env,
+            [('>>> ', 'def twice(x):\r'), ('... ', '    return 2 * x\r'), ('... ', '\r'),
+             ('>>> ', 'answer = twice(21)\r'), ('>>> ', 'answer, counter > 0\r'),
+             ('>>> ', 'while True: pass\r'), ('... ', '\r'), (None, '\x03'),
+             ('>>> ', 'answer + 1\r'), ('>>> ', '\x04')])
+        assert rc == 0, out
+        assert 'Python 3.' in out and 'in pid %d' % t.pid in out
+        assert '(42, True)' in out, out
+        assert 'KeyboardInterrupt' in out, out  # Ctrl-C stopped the loop
+        assert '43' in out.split('answer + 1')[-1], out  # and the session lives on
+        assert os.path.exists(os.path.join(home, '.probed_history'))
+        assert t.proc.poll() is None
+    finally:
+        t.close()
+        shutil.rmtree(home, ignore_errors=True)

@@ -1,0 +1,76 @@
+"""A target for the eval tests (tests/functional/test_eval.py); argv[1] says what it does.
+
+busy     pure Python, counting            sleep   in time.sleep() between counts
+read     blocked in os.read() on a pipe   cgil    in a C call that holds the GIL (3 s at a time)
+float    a float loop that checks every result (a clobbered FPU register shows as wrong)
+malloc   allocating and freeing large buffers (libc malloc/free) all the time
+It never imports threading, prints READY {"pid": ...}, and keeps `counter` and `wrong` as
+globals the tests read through eval.
+"""
+import json
+import math
+import os
+import sys
+import time
+
+counter = 0
+wrong = 0
+
+
+def busy():
+    global counter
+    while True:
+        counter += 1
+
+
+def sleep():
+    global counter
+    while True:
+        time.sleep(0.01)
+        counter += 1
+
+
+def read():
+    r, _w = os.pipe()
+    os.read(r, 1)  # never written: blocked for good
+
+
+def cgil():
+    import ctypes
+    libc = ctypes.PyDLL(None)  # PyDLL: the GIL stays held during the call
+    global counter
+    while True:
+        libc.sleep(3)
+        counter += 1
+
+
+def float_loop():
+    global counter, wrong
+    x = 1.5
+    while True:
+        for _ in range(1000):
+            y = math.sqrt(x)
+            if abs(y * y - x) > 1e-9 * x or abs(math.exp(math.log(x)) - x) > 1e-9 * x:
+                wrong += 1
+            x = x * 1.000001 + 0.25
+        counter += 1
+
+
+def malloc_loop():
+    global counter
+    while True:
+        for n in (100000, 300000, 70000):
+            b = bytearray(n)
+            b[-1] = 1
+            del b
+        counter += 1
+
+
+MODES = {'busy': busy, 'sleep': sleep, 'read': read, 'cgil': cgil, 'float': float_loop,
+         'malloc': malloc_loop}
+
+if __name__ == '__main__':
+    mode = sys.argv[1] if len(sys.argv) > 1 else 'busy'
+    print('READY ' + json.dumps({'pid': os.getpid(), 'mode': mode}))
+    sys.stdout.flush()
+    MODES[mode]()
