@@ -41,3 +41,9 @@ $ctl flamegraph "$pid" --format folded
 $ctl flamegraph "$pid" -o flamegraph.svg
 echo "(open flamegraph.svg in a browser: hover, click to zoom, Ctrl-F to search)"
 $ctl detach "$pid"
+echo
+echo "== probectl eval $pid: Python code run inside it (the stub is loaded on first use)"
+$ctl eval "$pid" "import threading; [t.name for t in threading.enumerate()]"
+echo
+echo "== probectl query: the audit trail of evals"
+$ctl query "SELECT uid, pid, mode, code, status, output_bytes FROM evals"
