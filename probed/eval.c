@@ -8,21 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "log.h"
 #include "procfs.h"
 #include "pyframes.h"
 #include "sampler.h"
 #include "units.h"
-
-static double now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
+#include "errbuf.h"
 
 static json_t *error_body(int status, const char *msg)
 {
@@ -137,12 +129,12 @@ int eval_run(struct stubctl *sc, const char *db_path, const struct eval_request 
 {
     struct stub_result res = {0};
     int64_t ts_ns = real_ns();
-    double t0 = now_ms(), elapsed;
+    double t0 = mono_ms(), elapsed;
     int status = call_stub(sc, rq, &res, ret_body);
     const char *name;
     size_t out_len;
 
-    elapsed = now_ms() - t0;
+    elapsed = mono_ms() - t0;
     if (status) {
         json_t *msg = json_object_get(*ret_body, "error");
         char what[300];

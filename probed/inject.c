@@ -10,7 +10,6 @@
 #include <inttypes.h>
 #include <libelf.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -20,8 +19,9 @@
 #include <sys/uio.h>
 #include <sys/user.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "errbuf.h"
 
 #define RANGES_MAX 16
 #define SAFE_POINT_TRIES 500
@@ -36,16 +36,6 @@ struct libs {
     uint64_t unsafe[RANGES_MAX][2];
     size_t n_unsafe;
 };
-
-static int fail(char *err, size_t errlen, int r, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return r;
-}
 
 static bool is_libc(const char *base)
 {
@@ -65,7 +55,8 @@ static int find_libs(pid_t pid, struct libs *l, char *err, size_t errlen)
     snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
     f = fopen(path, "re");
     if (!f)
-        return fail(err, errlen, -errno, "pid %d: open %s: %s", (int)pid, path, strerror(errno));
+        return errbuf_set(err, errlen, -errno, "pid %d: open %s: %s", (int)pid, path,
+                          strerror(errno));
     *l = (struct libs){0};
     while (fgets(line, sizeof(line), f)) {
         uint64_t lo, hi, off;
@@ -90,9 +81,10 @@ static int find_libs(pid_t pid, struct libs *l, char *err, size_t errlen)
     }
     fclose(f);
     if (!l->libc_base)
-        return fail(err, errlen, -ENOTSUP,
-                    "pid %d has no glibc mapped (a static or musl program): cannot load the stub",
-                    (int)pid);
+        return errbuf_set(
+            err, errlen, -ENOTSUP,
+            "pid %d has no glibc mapped (a static or musl program): cannot load the stub",
+            (int)pid);
     return 0;
 }
 
@@ -108,7 +100,8 @@ static int libc_symbol(pid_t pid, const struct libs *l, const char *name, uint64
     snprintf(path, sizeof(path), "/proc/%d/root%s", (int)pid, l->libc_path);
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return fail(err, errlen, -errno, "pid %d: open %s: %s", (int)pid, path, strerror(errno));
+        return errbuf_set(err, errlen, -errno, "pid %d: open %s: %s", (int)pid, path,
+                          strerror(errno));
     if (elf_version(EV_CURRENT) != EV_NONE)
         elf = elf_begin(fd, ELF_C_READ, NULL);
     while (elf && r == -ENOENT && (scn = elf_nextscn(elf, scn)) != NULL) {
@@ -130,7 +123,7 @@ static int libc_symbol(pid_t pid, const struct libs *l, const char *name, uint64
     if (elf)
         elf_end(elf);
     close(fd);
-    return r == 0 ? 0 : fail(err, errlen, r, "pid %d: %s has no %s", (int)pid, path, name);
+    return r == 0 ? 0 : errbuf_set(err, errlen, r, "pid %d: %s has no %s", (int)pid, path, name);
 }
 
 /* Waits for the next stop of @pid: 0 and the status, or -ESRCH when it exited. */
@@ -200,21 +193,23 @@ static int stop_at_safe_point(pid_t pid, const struct libs *l, struct user_regs_
         int r = interrupt_stop(pid);
         long nr;
         if (r < 0)
-            return fail(err, errlen, r, "pid %d: stop the main thread: %s", (int)pid, strerror(-r));
+            return errbuf_set(err, errlen, r, "pid %d: stop the main thread: %s", (int)pid,
+                              strerror(-r));
         if (ptrace(PTRACE_GETREGS, pid, 0, regs) < 0)
-            return fail(err, errlen, -errno, "pid %d: read registers: %s", (int)pid,
-                        strerror(errno));
+            return errbuf_set(err, errlen, -errno, "pid %d: read registers: %s", (int)pid,
+                              strerror(errno));
         nr = (long)regs->orig_rax;
         if (nr >= 0 ? safe_syscall(nr) : !in_ranges(l, regs->rip))
             return 0;
         if (ptrace(PTRACE_CONT, pid, 0, 0) < 0)
-            return fail(err, errlen, -errno, "pid %d: resume: %s", (int)pid, strerror(errno));
+            return errbuf_set(err, errlen, -errno, "pid %d: resume: %s", (int)pid, strerror(errno));
         usleep(200 + (unsigned)(i * 37 % 800));
     }
-    return fail(err, errlen, -EAGAIN,
-                "pid %d: the main thread never stopped at a safe point (it keeps running inside "
-                "libc or the dynamic loader)",
-                (int)pid);
+    return errbuf_set(
+        err, errlen, -EAGAIN,
+        "pid %d: the main thread never stopped at a safe point (it keeps running inside "
+        "libc or the dynamic loader)",
+        (int)pid);
 }
 
 static int mem_rw(int memfd, uint64_t at, void *buf, size_t len, bool write)
@@ -296,20 +291,21 @@ static int call_dlopen(pid_t pid, const char *path, uint64_t dlopen_fn, uint64_t
     snprintf(memf, sizeof(memf), "/proc/%d/mem", (int)pid);
     memfd = open(memf, O_RDWR | O_CLOEXEC);
     if (!old_mem || !xs.iov_base || memfd < 0 || len > STRING_MAX) {
-        r = fail(err, errlen, memfd < 0 ? -errno : -ENOMEM, "pid %d: prepare the call: %s",
-                 (int)pid, memfd < 0 ? strerror(errno) : "no memory or path too long");
+        r = errbuf_set(err, errlen, memfd < 0 ? -errno : -ENOMEM, "pid %d: prepare the call: %s",
+                       (int)pid, memfd < 0 ? strerror(errno) : "no memory or path too long");
         goto out;
     }
     /* The whole FPU/SSE/AVX state: the call clobbers it, the target's floats must not see it. */
     if (ptrace(PTRACE_GETREGSET, pid, NT_X86_XSTATE, &xs) < 0) {
-        r = fail(err, errlen, -errno, "pid %d: read the FPU state: %s", (int)pid, strerror(errno));
+        r = errbuf_set(err, errlen, -errno, "pid %d: read the FPU state: %s", (int)pid,
+                       strerror(errno));
         goto out;
     }
     memcpy(path_buf, path, len);
     if ((r = mem_rw(memfd, lo, old_mem, saved_len, false)) < 0 ||
         (r = mem_rw(memfd, str_at, path_buf, STRING_MAX, true)) < 0) {
-        fail(err, errlen, r, "pid %d: write below the stack at 0x%" PRIx64 ": %s", (int)pid, lo,
-             strerror(-r));
+        errbuf_set(err, errlen, r, "pid %d: write below the stack at 0x%" PRIx64 ": %s", (int)pid,
+                   lo, strerror(-r));
         goto out;
     }
     r = remote_call(pid, memfd, saved, sp, dlopen_fn, str_at, RTLD_NOW, &handle);
@@ -317,7 +313,8 @@ static int call_dlopen(pid_t pid, const char *path, uint64_t dlopen_fn, uint64_t
         remote_dlerror(pid, memfd, saved, sp, dlerror_fn, err, errlen);
         r = -ENOEXEC;
     } else if (r < 0) {
-        fail(err, errlen, r, "pid %d: the call to dlopen() failed: %s", (int)pid, strerror(-r));
+        errbuf_set(err, errlen, r, "pid %d: the call to dlopen() failed: %s", (int)pid,
+                   strerror(-r));
     }
     if (r != -ESRCH) {
         mem_rw(memfd, lo, old_mem, saved_len, true);
@@ -344,13 +341,15 @@ int inject_library(pid_t pid, const char *path_in_target, char *err, size_t errl
         (r = libc_symbol(pid, &l, "dlerror", &dlerror_fn, err, errlen)) < 0)
         return r;
     if (ptrace(PTRACE_SEIZE, pid, 0, 0) < 0)
-        return fail(err, errlen, -errno, "pid %d: ptrace: %s%s", (int)pid, strerror(errno),
-                    errno == EPERM ? " (another tracer, no CAP_SYS_PTRACE, or not dumpable)" : "");
+        return errbuf_set(err, errlen, -errno, "pid %d: ptrace: %s%s", (int)pid, strerror(errno),
+                          errno == EPERM ? " (another tracer, no CAP_SYS_PTRACE, or not dumpable)"
+                                         : "");
     r = stop_at_safe_point(pid, &l, &saved, err, errlen);
     if (r == 0)
         r = call_dlopen(pid, path_in_target, dlopen_fn, dlerror_fn, &saved, err, errlen);
     if (r == -ESRCH)
-        return fail(err, errlen, r, "pid %d exited while the stub was being loaded", (int)pid);
+        return errbuf_set(err, errlen, r, "pid %d exited while the stub was being loaded",
+                          (int)pid);
     ptrace(PTRACE_DETACH, pid, 0, 0); /* drops our SIGSEGV; the target runs on as it was */
     return r;
 }

@@ -7,7 +7,6 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +18,7 @@
 
 #include "inject.h"
 #include "procfs.h"
+#include "errbuf.h"
 
 #define SOCKET_WAIT_MS 3000 /* from dlopen() returning to the stub's socket being up */
 
@@ -58,24 +58,6 @@ void stubctl_free(struct stubctl *sc)
     free(sc);
 }
 
-static int fail(char *err, size_t errlen, int r, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return r;
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 static int place_of(pid_t pid, struct stub_place *p, char *err, size_t errlen)
 {
     char proc[32];
@@ -85,7 +67,7 @@ static int place_of(pid_t pid, struct stub_place *p, char *err, size_t errlen)
 
     snprintf(proc, sizeof(proc), "/proc/%d", (int)pid);
     if (r < 0 || stat(proc, &st) < 0)
-        return fail(err, errlen, -ESRCH, "pid %d does not exist", (int)pid);
+        return errbuf_set(err, errlen, -ESRCH, "pid %d does not exist", (int)pid);
     snprintf(p->dir_in_target, sizeof(p->dir_in_target), "/tmp/probed-%d-%" PRId64, (int)pid,
              start);
     snprintf(p->dir, sizeof(p->dir), "/proc/%d/root%s", (int)pid, p->dir_in_target);
@@ -122,14 +104,14 @@ static int make_dir(const struct stub_place *p, char *err, size_t errlen)
 
     if (mkdir(p->dir, 0700) == 0) {
         if (chown(p->dir, p->uid, p->gid) < 0)
-            return fail(err, errlen, -errno, "chown %s: %s", p->dir, strerror(errno));
+            return errbuf_set(err, errlen, -errno, "chown %s: %s", p->dir, strerror(errno));
         return 0;
     }
     if (errno != EEXIST)
-        return fail(err, errlen, -errno, "mkdir %s: %s", p->dir, strerror(errno));
+        return errbuf_set(err, errlen, -errno, "mkdir %s: %s", p->dir, strerror(errno));
     if (lstat(p->dir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != p->uid || (st.st_mode & 077))
-        return fail(err, errlen, -EPERM,
-                    "%s exists and is not a private directory of the target's user", p->dir);
+        return errbuf_set(err, errlen, -EPERM,
+                          "%s exists and is not a private directory of the target's user", p->dir);
     return 0;
 }
 
@@ -148,21 +130,21 @@ static int copy_stub(const struct stubctl *sc, const struct stub_place *p, char 
     snprintf(path, sizeof(path), "%s/%s", p->dir, name);
     in = open(sc->stub_path, O_RDONLY | O_CLOEXEC);
     if (in < 0)
-        return fail(err, errlen, -errno, "open %s: %s", sc->stub_path, strerror(errno));
+        return errbuf_set(err, errlen, -errno, "open %s: %s", sc->stub_path, strerror(errno));
     out = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0500);
     if (out < 0) {
-        r = fail(err, errlen, -errno, "create %s: %s", path, strerror(errno));
+        r = errbuf_set(err, errlen, -errno, "create %s: %s", path, strerror(errno));
         close(in);
         return r;
     }
     while (r == 0 && (n = read(in, buf, sizeof(buf))) > 0)
         if (write(out, buf, (size_t)n) != n)
-            r = fail(err, errlen, -EIO, "write %s: %s", path, strerror(errno));
+            r = errbuf_set(err, errlen, -EIO, "write %s: %s", path, strerror(errno));
     if (r == 0 && fchown(out, p->uid, p->gid) < 0)
-        r = fail(err, errlen, -errno, "chown %s: %s", path, strerror(errno));
+        r = errbuf_set(err, errlen, -errno, "chown %s: %s", path, strerror(errno));
     close(in);
     if (close(out) < 0 && r == 0)
-        r = fail(err, errlen, -errno, "close %s: %s", path, strerror(errno));
+        r = errbuf_set(err, errlen, -errno, "close %s: %s", path, strerror(errno));
     if (r < 0)
         unlink(path);
     return r;
@@ -183,13 +165,13 @@ static int inject_stub(struct stubctl *sc, pid_t pid, const struct stub_place *p
     r = inject_library(pid, in_target, err, errlen);
     if (r < 0)
         return r;
-    deadline = now_ms() + SOCKET_WAIT_MS;
-    while ((fd = connect_stub(p)) < 0 && now_ms() < deadline)
+    deadline = mono_ms() + SOCKET_WAIT_MS;
+    while ((fd = connect_stub(p)) < 0 && mono_ms() < deadline)
         usleep(2000);
     if (fd < 0)
-        return fail(err, errlen, -ETIMEDOUT,
-                    "pid %d loaded the stub but its socket %s did not appear within %d ms",
-                    (int)pid, p->sock, SOCKET_WAIT_MS);
+        return errbuf_set(err, errlen, -ETIMEDOUT,
+                          "pid %d loaded the stub but its socket %s did not appear within %d ms",
+                          (int)pid, p->sock, SOCKET_WAIT_MS);
     return fd;
 }
 
@@ -198,7 +180,7 @@ static int open_stub(struct stubctl *sc, pid_t pid, bool may_inject, struct stub
                      char *err, size_t errlen)
 {
     struct stub_place p;
-    double t0 = now_ms();
+    double t0 = mono_ms();
     int fd = place_of(pid, &p, err, errlen);
 
     if (fd < 0)
@@ -207,13 +189,13 @@ static int open_stub(struct stubctl *sc, pid_t pid, bool may_inject, struct stub
     if (fd >= 0)
         return fd;
     if (!may_inject)
-        return fail(err, errlen, -ENOENT, "pid %d has no stub loaded", (int)pid);
+        return errbuf_set(err, errlen, -ENOENT, "pid %d has no stub loaded", (int)pid);
     pthread_mutex_lock(&sc->inject_lock);
     fd = connect_stub(&p); /* another worker may have loaded it meanwhile */
     if (fd < 0) {
         fd = inject_stub(sc, pid, &p, err, errlen);
         res->injected = fd >= 0;
-        res->inject_ms = now_ms() - t0;
+        res->inject_ms = mono_ms() - t0;
     }
     pthread_mutex_unlock(&sc->inject_lock);
     return fd;
@@ -237,7 +219,7 @@ static int recv_all(int fd, void *buf, size_t len, double deadline)
 {
     for (size_t got = 0; got < len;) {
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        double left = deadline - now_ms();
+        double left = deadline - mono_ms();
         ssize_t n;
         int r;
 
@@ -266,33 +248,34 @@ static int exchange(int fd, pid_t pid, const struct stub_call *call, struct stub
                               .flags = (uint8_t)call->flags,
                               .session = call->session,
                               .len = (uint32_t)strlen(call->code)};
-    double deadline = now_ms() + (double)call->timeout_ms;
+    double deadline = mono_ms() + (double)call->timeout_ms;
     struct stub_reply h;
     int r;
 
     if (rq.len > STUB_CODE_MAX)
-        return fail(err, errlen, -E2BIG, "code of %u bytes: the limit is %u", rq.len,
-                    STUB_CODE_MAX);
+        return errbuf_set(err, errlen, -E2BIG, "code of %u bytes: the limit is %u", rq.len,
+                          STUB_CODE_MAX);
     if ((r = send_all(fd, &rq, sizeof(rq))) < 0 || (r = send_all(fd, call->code, rq.len)) < 0)
-        return fail(err, errlen, r, "pid %d: send to the stub: %s", (int)pid, strerror(-r));
+        return errbuf_set(err, errlen, r, "pid %d: send to the stub: %s", (int)pid, strerror(-r));
     r = recv_all(fd, &h, sizeof(h), deadline);
     if (r == -ETIMEDOUT) {
         res->timed_out = true;
         return 0;
     }
     if (r < 0 || h.magic != STUB_MAGIC)
-        return fail(err, errlen, r < 0 ? r : -EPROTO, "pid %d: the stub's reply: %s", (int)pid,
-                    r < 0 ? strerror(-r) : "garbled");
+        return errbuf_set(err, errlen, r < 0 ? r : -EPROTO, "pid %d: the stub's reply: %s",
+                          (int)pid, r < 0 ? strerror(-r) : "garbled");
     res->status = (enum stub_status)h.status;
     res->text = malloc((size_t)h.len + 1);
     if (!res->text)
-        return fail(err, errlen, -ENOMEM, "a reply of %u bytes", h.len);
+        return errbuf_set(err, errlen, -ENOMEM, "a reply of %u bytes", h.len);
     /* the header came: the text follows at once, whatever the timeout */
-    r = recv_all(fd, res->text, h.len, now_ms() + 10000);
+    r = recv_all(fd, res->text, h.len, mono_ms() + 10000);
     if (r < 0) {
         free(res->text);
         res->text = NULL;
-        return fail(err, errlen, r, "pid %d: the stub's reply text: %s", (int)pid, strerror(-r));
+        return errbuf_set(err, errlen, r, "pid %d: the stub's reply text: %s", (int)pid,
+                          strerror(-r));
     }
     res->text[h.len] = '\0';
     return 0;
