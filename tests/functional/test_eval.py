@@ -184,6 +184,23 @@ def test_what_cannot_be_evaluated_says_why(daemon):
 
 
 @pytest.mark.parametrize('python', interpreter_params()[-1:])
+def test_a_refused_load_says_why_and_leaves_the_target_running(daemon, python):
+    require(python)
+    t = target(python, 'seccomp')
+    try:
+        time.sleep(0.3)
+        r = daemon.ctl('eval', t.pid, 'counter')
+        assert r.returncode == 4, r.stdout + r.stderr
+        assert 'Operation not permitted' in r.stderr and '.so' in r.stderr, r.stderr
+        time.sleep(0.3)
+        assert t.proc.poll() is None
+        assert daemon.ctl('backtrace', t.pid).returncode == 0  # still a healthy process
+        assert evals_of(daemon, t.pid)[0][1].startswith('error: ')
+    finally:
+        t.close()
+
+
+@pytest.mark.parametrize('python', interpreter_params()[-1:])
 def test_a_user_without_rights_is_refused(daemon, python):
     require(python)
     t = target(python, 'sleep')

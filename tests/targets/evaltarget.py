@@ -4,6 +4,7 @@ busy     pure Python, counting            sleep   in time.sleep() between counts
 read     blocked in os.read() on a pipe   cgil    in a C call that holds the GIL (3 s at a time)
 float    a float loop that checks every result (a clobbered FPU register shows as wrong)
 malloc   allocating and freeing large buffers (libc malloc/free) all the time
+seccomp  sleeping under a seccomp filter that refuses openat() (the stub cannot be opened)
 It never imports threading, prints READY {"pid": ...}, and keeps `counter` and `wrong` as
 globals the tests read through eval.
 """
@@ -66,7 +67,25 @@ def malloc_loop():
         counter += 1
 
 
-MODES = {'busy': busy, 'sleep': sleep, 'read': read, 'cgil': cgil, 'float': float_loop,
+def seccomp():
+    """sleep, under a seccomp filter that refuses every openat() with EPERM (so no dlopen)."""
+    import ctypes
+    import struct
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
+    ld_nr = struct.pack('HBBI', 0x20, 0, 0, 0)                # ld [nr]
+    is_openat = struct.pack('HBBI', 0x15, 0, 1, 257)          # jeq openat, 0, 1
+    deny = struct.pack('HBBI', 0x06, 0, 0, 0x00050000 | 1)   # ret ERRNO(EPERM)
+    allow = struct.pack('HBBI', 0x06, 0, 0, 0x7fff0000)       # ret ALLOW
+    code = ctypes.create_string_buffer(ld_nr + is_openat + deny + allow)
+    prog = struct.pack('HxxxxxxP', 4, ctypes.addressof(code))
+    prog_buf = ctypes.create_string_buffer(prog)
+    if libc.prctl(38, 1, 0, 0, 0) != 0 or libc.prctl(22, 2, ctypes.addressof(prog_buf), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), 'seccomp')
+    sleep()
+
+
+MODES = {'seccomp': seccomp, 'busy': busy, 'sleep': sleep, 'read': read, 'cgil': cgil, 'float': float_loop,
          'malloc': malloc_loop}
 
 if __name__ == '__main__':
