@@ -155,6 +155,32 @@ def test_200_injections_and_evals_leave_no_trace(daemon, python, mode):
         shutil.rmtree(work, ignore_errors=True)
 
 
+SEED_EXAMPLES = [  # ../shared/seeds/: what users of `probing <pid> eval` run
+    ("import threading; [print(f'{t.name}: {t.is_alive()}') for t in threading.enumerate()]",
+     'MainThread: True\n'),
+    ("import threading; [(t.name, t.is_alive(), t.daemon) for t in threading.enumerate()]",
+     "[('MainThread', True, False)"),
+    ("import torch; print(f'GPU available: {torch.cuda.is_available()}')", 'GPU available: '),
+    ("import torch; print(f'GPU: {torch.cuda.memory_allocated()/1024**3:.1f}GB allocated, "
+     "{torch.cuda.memory_reserved()/1024**3:.1f}GB cached') if torch.cuda.is_available() "
+     "else print('CUDA unavailable')", 'CUDA unavailable'),
+    ("import gc, torch; gc.collect(); torch.cuda.empty_cache() if torch.cuda.is_available() "
+     "else None; print('Cleanup complete')", 'Cleanup complete\n'),
+]
+
+
+def test_the_seeds_eval_examples_run(daemon):
+    """With Debian's python3 and python3-torch, as the seeds' users would."""
+    t = target('/usr/bin/python3', 'sleep')
+    try:
+        for code, expected in SEED_EXAMPLES:
+            r = daemon.ctl('eval', '--timeout', '120', t.pid, code, timeout=180)
+            assert r.returncode == 0, (code, r.stdout, r.stderr)
+            assert expected in r.stdout, (code, r.stdout)
+    finally:
+        t.close()
+
+
 def test_what_cannot_be_evaluated_says_why(daemon):
     sleeper = subprocess.Popen(['sleep', '300'])
     try:
