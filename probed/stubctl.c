@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "stubctl.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -36,6 +37,50 @@ struct stub_place {
     gid_t gid;
 };
 
+/* Empties and removes one stale stub directory (opened without following links). */
+static void remove_stub_dir(int tmp_fd, const char *name)
+{
+    int fd = openat(tmp_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    struct dirent *e;
+
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    while ((e = readdir(d)) != NULL)
+        if (strncmp(e->d_name, "stub-", 5) == 0 || strncmp(e->d_name, STUB_SOCKET_NAME, 4) == 0)
+            unlinkat(fd, e->d_name, 0);
+    closedir(d);
+    unlinkat(tmp_fd, name, AT_REMOVEDIR);
+}
+
+/* The stubs of processes that are gone (a normal exit removes its own; kill -9 cannot): the
+ * /tmp/probed-PID-START directories in our mount namespace whose process is no more. */
+static void sweep_stale_stubs(void)
+{
+    int tmp_fd = open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = tmp_fd >= 0 ? fdopendir(dup(tmp_fd)) : NULL;
+    struct dirent *e;
+
+    while (d && (e = readdir(d)) != NULL) {
+        int pid;
+        long long start;
+        int64_t now;
+        char tail;
+        if (sscanf(e->d_name, "probed-%d-%lld%c", &pid, &start, &tail) != 2 || pid <= 0)
+            continue;
+        if (procfs_start_time(pid, &now) == 0 && now == start)
+            continue; /* alive */
+        remove_stub_dir(tmp_fd, e->d_name);
+    }
+    if (d)
+        closedir(d);
+    if (tmp_fd >= 0)
+        close(tmp_fd);
+}
+
 int stubctl_new(const char *stub_path, struct stubctl **ret)
 {
     struct stubctl *sc = calloc(1, sizeof(*sc));
@@ -45,6 +90,7 @@ int stubctl_new(const char *stub_path, struct stubctl **ret)
         return -ENOMEM;
     }
     pthread_mutex_init(&sc->inject_lock, NULL);
+    sweep_stale_stubs();
     *ret = sc;
     return 0;
 }
@@ -158,6 +204,7 @@ static int inject_stub(struct stubctl *sc, pid_t pid, const struct stub_place *p
     double deadline;
     int r, fd;
 
+    sweep_stale_stubs();
     if ((r = make_dir(p, err, errlen)) < 0 ||
         (r = copy_stub(sc, p, name, sizeof(name), err, errlen)) < 0)
         return r;

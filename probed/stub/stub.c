@@ -34,6 +34,8 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -568,4 +570,22 @@ __attribute__((constructor)) static void stub_load(void)
     s->main_ident = (unsigned long)pthread_self(); /* we run on the hijacked main thread */
     s->main_tid = syscall(SYS_gettid);
     start_detached(stub_main, s);
+}
+
+/* At a normal exit the stub's directory goes: the socket and every copy of the library in it
+ * (all of them this process's: the directory is named after its pid and start time). After a
+ * kill -9 the daemon sweeps it instead (stubctl.c). */
+__attribute__((destructor)) static void stub_unload(void)
+{
+    struct stub *s = &the_stub;
+    DIR *d = s->dir[0] ? opendir(s->dir) : NULL;
+    struct dirent *e;
+
+    if (!d)
+        return;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, STUB_SOCKET_NAME) == 0 || strncmp(e->d_name, "stub-", 5) == 0)
+            unlinkat(dirfd(d), e->d_name, 0);
+    closedir(d);
+    rmdir(s->dir);
 }

@@ -181,6 +181,33 @@ def test_the_seeds_eval_examples_run(daemon):
         t.close()
 
 
+def test_the_stub_leaves_no_files_behind(daemon):
+    """A normal exit removes the stub's directory; after a kill -9 the daemon sweeps it."""
+    for how in ('exit', 'kill'):
+        t = target('/usr/bin/python3', 'sleep')
+        try:
+            # a normal exit: SystemExit from a handler of SIGUSR1 (an uncaught SIGINT or
+            # SIGTERM ends Python by the signal, and no library's destructor runs then)
+            r = daemon.ctl('eval', '--main-thread', t.pid, 'import signal, sys; '
+                           'signal.signal(signal.SIGUSR1, lambda *a: sys.exit(0))')
+            assert r.returncode == 0, r.stdout + r.stderr
+            start = open('/proc/%d/stat' % t.pid).read().split(')')[1].split()[19]
+            where = '/tmp/probed-%d-%s' % (t.pid, start)
+            assert sorted(os.listdir(where))[0] == 'sock'
+            t.proc.send_signal(10 if how == 'exit' else 9)
+            t.proc.wait(timeout=30)
+            if how == 'kill':
+                assert os.path.isdir(where)
+                other = target('/usr/bin/python3', 'sleep')
+                try:  # the next load sweeps
+                    assert daemon.ctl('eval', other.pid, '1').returncode == 0
+                finally:
+                    other.close()
+            assert not os.path.exists(where), (how, os.listdir(where))
+        finally:
+            t.close()
+
+
 def test_what_cannot_be_evaluated_says_why(daemon):
     sleeper = subprocess.Popen(['sleep', '300'])
     try:
