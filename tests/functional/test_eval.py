@@ -253,6 +253,23 @@ def test_a_refused_load_says_why_and_leaves_the_target_running(daemon, python):
         t.close()
 
 
+def test_a_traced_target_cannot_be_loaded_and_says_why(daemon):
+    """Another tracer (strace) holds the process: ptrace is refused, the reason is given."""
+    p = subprocess.Popen(['strace', '-f', '-o', '/dev/null', '/usr/bin/python3',
+                          os.path.join(os.path.dirname(__file__), '..', 'targets', 'evaltarget.py'),
+                          'sleep'], stdout=subprocess.PIPE, universal_newlines=True)
+    pid = None
+    try:
+        pid = json.loads(p.stdout.readline()[5:])['pid']
+        r = daemon.ctl('eval', pid, '1')
+        assert r.returncode == 4 and 'another tracer' in r.stderr, r.stderr
+        assert os.path.exists('/proc/%d' % pid)
+    finally:
+        if pid:
+            os.kill(pid, 9)
+        p.wait(timeout=30)
+
+
 @pytest.mark.parametrize('python', interpreter_params()[-1:])
 def test_a_user_without_rights_is_refused(daemon, python):
     require(python)
