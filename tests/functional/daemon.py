@@ -1,4 +1,5 @@
 """A real probed on a temporary socket and database, for the daemon tests."""
+import http.client
 import json
 import os
 import signal
@@ -10,6 +11,17 @@ import time
 from conftest import BUILD, PROBECTL
 
 PROBED = os.path.join(BUILD, 'probed', 'probed')
+
+
+class _UnixHTTP(http.client.HTTPConnection):
+    def __init__(self, path):
+        super().__init__('probed', timeout=120)
+        self.unix_path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.settimeout(120)
+        self.sock.connect(self.unix_path)
 
 
 class Daemon:
@@ -70,6 +82,17 @@ class Daemon:
 
     def rows(self, sql, *args, user=None):
         return self.query(sql, *args, user=user)['rows']
+
+    def api(self, method, path, body=None):
+        """One API request in this process (no probectl to start): (status, JSON reply)."""
+        conn = _UnixHTTP(self.socket)
+        try:
+            conn.request(method, path, json.dumps(body) if body is not None else None,
+                         {'Content-Type': 'application/json'})
+            r = conn.getresponse()
+            return r.status, json.loads(r.read() or b'null')
+        finally:
+            conn.close()
 
     def curl(self, *args):
         return subprocess.run(['curl', '-s', '--max-time', '20', '--unix-socket', self.socket]
