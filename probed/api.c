@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "dump.h"
+#include "errbuf.h"
 #include "eval.h"
 #include "flame.h"
 #include "follow.h"
@@ -241,21 +242,6 @@ static int targets_list(struct api *a, struct evhttp_request *req, const struct 
     return 0;
 }
 
-static int pyf_status(const struct pyf_err *e)
-{
-    switch (e->kind) {
-    case PYF_GONE:
-        return 404;
-    case PYF_DENIED:
-        return 403;
-    case PYF_NOT_PYTHON:
-    case PYF_UNSUPPORTED:
-        return 422;
-    default:
-        return 500;
-    }
-}
-
 static int targets_attach(struct api *a, struct evhttp_request *req, const struct peer *p)
 {
     json_t *body = body_json(req), *jpid, *jrate, *jdur;
@@ -292,7 +278,7 @@ static int targets_attach(struct api *a, struct evhttp_request *req, const struc
         return 0;
     r = target_new((pid_t)pid, (uint32_t)rate, &t, &e);
     if (r < 0)
-        return reply_error(req, pyf_status(&e), "%s", e.msg);
+        return reply_error(req, errbuf_http_status(&e), "%s", e.msg);
     t->id = a->next_target_id;
     t->follow_children = children;
     if (dur_ns > 0)
@@ -446,7 +432,7 @@ static void run_backtrace(struct job *j)
     struct pyf_err e = {0};
 
     if (dump_json(j->scope.pid, j->locals, &j->body, &e) < 0) {
-        j->status = pyf_status(&e);
+        j->status = errbuf_http_status(&e);
         j->body = json_pack("{s:s, s:i}", "error", e.msg, "status", j->status);
         return;
     }

@@ -32,10 +32,7 @@ static int check_python(pid_t pid, json_t **ret_body)
         pyf_target_free(t);
         return 0;
     }
-    status = e.kind == PYF_GONE                                      ? 404
-             : e.kind == PYF_DENIED                                  ? 403
-             : e.kind == PYF_NOT_PYTHON || e.kind == PYF_UNSUPPORTED ? 422
-                                                                     : 500;
+    status = errbuf_http_status(&e);
     *ret_body = error_body(status, e.msg);
     return status;
 }

@@ -15,6 +15,21 @@ int errbuf_set(char *err, size_t errlen, int r, const char *fmt, ...)
     return r;
 }
 
+int errbuf_http_status(const struct pyf_err *e)
+{
+    switch (e->kind) {
+    case PYF_GONE:
+        return 404;
+    case PYF_DENIED:
+        return 403;
+    case PYF_NOT_PYTHON:
+    case PYF_UNSUPPORTED:
+        return 422;
+    default:
+        return 500;
+    }
+}
+
 double mono_ms(void)
 {
     struct timespec ts;
