@@ -183,6 +183,22 @@ def test_the_seeds_eval_examples_run(daemon):
         t.close()
 
 
+def test_concurrent_first_evals_load_the_stub_once(daemon):
+    t = target('/usr/bin/python3', 'busy')
+    try:
+        env = dict(os.environ, PROBED_SOCKET=daemon.socket)
+        procs = [subprocess.Popen([os.path.join(BUILD, 'probed', 'probectl'), 'eval', str(t.pid),
+                                   '%d * 2' % i], stdout=subprocess.PIPE,
+                                  universal_newlines=True, env=env) for i in range(6)]
+        outs = sorted(p.communicate(timeout=60)[0] for p in procs)
+        assert outs == sorted('%d\n' % (i * 2) for i in range(6)), outs
+        assert sum(row[2] for row in evals_of(daemon, t.pid)) == 1  # injected once
+        status, reply = daemon.api('POST', '/v1/eval', {'pid': t.pid, 'code': 'counter > 0'})
+        assert (status, reply['output'], reply['injected']) == (200, 'True\n', False)
+    finally:
+        t.close()
+
+
 def test_the_stub_leaves_no_files_behind(daemon):
     """A normal exit removes the stub's directory; after a kill -9 the daemon sweeps it."""
     for how in ('exit', 'kill'):
