@@ -199,6 +199,18 @@ def test_concurrent_first_evals_load_the_stub_once(daemon):
         t.close()
 
 
+def test_a_target_that_exits_during_an_eval(daemon):
+    t = target('/usr/bin/python3', 'sleep')
+    try:
+        r = daemon.ctl('eval', t.pid, 'import os; os._exit(3)')
+        assert r.returncode == 4 and 'pid %d' % t.pid in r.stderr, r.stdout + r.stderr
+        assert t.proc.wait(timeout=10) == 3
+        assert daemon.ctl('list').returncode == 0
+        assert evals_of(daemon, t.pid)[-1][1].startswith('error: ')
+    finally:
+        t.close()
+
+
 def test_the_stub_leaves_no_files_behind(daemon):
     """A normal exit removes the stub's directory; after a kill -9 the daemon sweeps it."""
     for how in ('exit', 'kill'):
