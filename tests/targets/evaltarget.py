@@ -5,7 +5,8 @@ read     blocked in os.read() on a pipe   cgil    in a C call that holds the GIL
 float    a float loop that checks every result (a clobbered FPU register shows as wrong)
 malloc   allocating and freeing large buffers (libc malloc/free) all the time
 seccomp  sleeping under a seccomp filter that refuses openat() (the stub cannot be opened)
-It never imports threading, prints READY {"pid": ...}, and keeps `counter` and `wrong` as
+printer  sleeping while another thread prints (imports threading, unlike the others)
+Only `printer` imports threading. It prints READY {"pid": ...}, and keeps `counter` and `wrong` as
 globals the tests read through eval.
 """
 import json
@@ -85,7 +86,19 @@ def seccomp():
     sleep()
 
 
-MODES = {'seccomp': seccomp, 'busy': busy, 'sleep': sleep, 'read': read, 'cgil': cgil, 'float': float_loop,
+def printer():
+    """sleep, while a thread prints a line every millisecond (its output is not an eval's)."""
+    import threading
+
+    def tick():
+        while True:
+            print('tick')
+            time.sleep(0.001)
+    threading.Thread(target=tick, daemon=True).start()
+    sleep()
+
+
+MODES = {'printer': printer, 'seccomp': seccomp, 'busy': busy, 'sleep': sleep, 'read': read, 'cgil': cgil, 'float': float_loop,
          'malloc': malloc_loop}
 
 if __name__ == '__main__':
