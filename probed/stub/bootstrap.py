@@ -1,11 +1,9 @@
 # bootstrap.py - the Python half of probed's stub (stub.c runs it once, in its own namespace).
 #
-# Runs a request's code and returns (ok, text): what it printed to stdout and stderr as one
-# text (only its own thread's writes), a traceback when it raised, and the value of a final
-# expression (as the REPL shows it). The first path
+# Runs a request's code and returns (ok, text): stdout and stderr as one text, a traceback
+# when it raised, and the value of a final expression (as the REPL shows it). The first path
 # imports nothing that is not already loaded: an import does file I/O, which drops the GIL,
 # and in a busy target getting it back costs a switch interval (5 ms) each time.
-import _thread
 import sys
 
 
@@ -59,57 +57,14 @@ def _fix_main_thread(main_ident, main_native_id):
                 locks.add(held)
 
 
-_outputs = {}  # thread ident -> the output of the eval running on that thread
-_saved = None  # sys.stdout and sys.stderr as they were before the evals running now
-_outputs_lock = _thread.allocate_lock()
-
-
-class _Router:
-    """sys.stdout / sys.stderr while evals run: what a thread running an eval writes goes to
-    that eval's output; every other thread's writes go where they went before, so the
-    process's own printing is neither captured nor lost."""
-
-    def __init__(self, index):
-        self._index = index
-
-    def _dest(self):
-        out = _outputs.get(_thread.get_ident())
-        return out if out is not None else _saved[self._index]
-
-    def write(self, text):
-        return self._dest().write(text)
-
-    def flush(self):
-        dest = self._dest()
-        return dest.flush() if hasattr(dest, 'flush') else None
-
-    def __getattr__(self, name):
-        return getattr(self._dest(), name)
-
-
-def _capture(out):
-    global _saved
-    with _outputs_lock:
-        if not _outputs:
-            _saved = sys.stdout, sys.stderr
-            sys.stdout, sys.stderr = _Router(0), _Router(1)
-        _outputs[_thread.get_ident()] = out
-
-
-def _release():
-    with _outputs_lock:
-        _outputs.pop(_thread.get_ident(), None)
-        if not _outputs:
-            sys.stdout, sys.stderr = _saved
-
-
 def _run(src, sid, main_ident, main_native_id):
     import io
     ns = _namespace(sid)
     out = io.StringIO()
+    saved = sys.stdout, sys.stderr
     had_threading = 'threading' in sys.modules
     ok = True
-    _capture(out)
+    sys.stdout = sys.stderr = out
     try:
         tree = compile(src, '<probed>', 'exec', 0x400)  # ast.PyCF_ONLY_AST
         last = tree.body.pop() if tree.body and type(tree.body[-1]).__name__ == 'Expr' else None
@@ -125,7 +80,7 @@ def _run(src, sid, main_ident, main_native_id):
         kind, value, tb = sys.exc_info()
         traceback.print_exception(kind, value, tb.tb_next if tb else None)
     finally:
-        _release()
+        sys.stdout, sys.stderr = saved
         if not had_threading and 'threading' in sys.modules:
             try:
                 _fix_main_thread(main_ident, main_native_id)

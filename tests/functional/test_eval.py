@@ -199,21 +199,6 @@ def test_concurrent_first_evals_load_the_stub_once(daemon):
         t.close()
 
 
-@pytest.mark.parametrize('python', interpreter_params())
-def test_the_process_own_printing_is_neither_captured_nor_lost(daemon, python):
-    require(python)
-    t = target(python, 'printer')
-    try:
-        for _ in range(20):
-            r = daemon.ctl('eval', t.pid, 'import time\nfor i in range(3):\n    print(i)\n'
-                           '    time.sleep(0.005)')
-            assert (r.returncode, r.stdout) == (0, '0\n1\n2\n'), r.stdout + r.stderr
-        lines = [t.proc.stdout.readline() for _ in range(100)]
-        assert lines.count('tick\n') == 100  # the target's stdout still gets its own lines
-    finally:
-        t.close()
-
-
 def test_a_target_that_exits_during_an_eval(daemon):
     t = target('/usr/bin/python3', 'sleep')
     try:

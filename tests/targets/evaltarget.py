@@ -5,8 +5,7 @@ read     blocked in os.read() on a pipe   cgil    in a C call that holds the GIL
 float    a float loop that checks every result (a clobbered FPU register shows as wrong)
 malloc   allocating and freeing large buffers (libc malloc/free) all the time
 seccomp  sleeping under a seccomp filter that refuses openat() (the stub cannot be opened)
-printer  sleeping while another thread prints (imports threading, unlike the others)
-Only `printer` imports threading. It prints READY {"pid": ...}, and keeps `counter` and `wrong` as
+It never imports threading, prints READY {"pid": ...}, and keeps `counter` and `wrong` as
 globals the tests read through eval.
 """
 import json
@@ -86,19 +85,7 @@ def seccomp():
     sleep()
 
 
-def printer():
-    """sleep, while a thread prints a line every millisecond (its output is not an eval's)."""
-    import threading
-
-    def tick():
-        while True:
-            print('tick')
-            time.sleep(0.001)
-    threading.Thread(target=tick, daemon=True).start()
-    sleep()
-
-
-MODES = {'printer': printer, 'seccomp': seccomp, 'busy': busy, 'sleep': sleep, 'read': read, 'cgil': cgil, 'float': float_loop,
+MODES = {'seccomp': seccomp, 'busy': busy, 'sleep': sleep, 'read': read, 'cgil': cgil, 'float': float_loop,
          'malloc': malloc_loop}
 
 if __name__ == '__main__':
