@@ -120,7 +120,9 @@ def test_timeouts_answer_and_never_wedge_the_daemon(daemon, python):
         assert 'may still be running' in r.stderr
         assert time.time() - start < 15
         assert daemon.ctl('list').returncode == 0  # the daemon serves meanwhile
-        r = daemon.ctl('eval', '--timeout', '10', t.pid, 'counter >= 0')
+        # the GIL comes free between two 3 s calls, once per waiting thread: the timed-out
+        # eval's thread is served first, then this one
+        r = daemon.ctl('eval', '--timeout', '40', t.pid, 'counter >= 0')
         assert (r.returncode, r.stdout) == (0, 'True\n'), r.stderr
         # the main thread blocked in read(): a pending call cannot run, the timeout answers
         r = daemon.ctl('eval', '--main-thread', '--timeout', '1', r2.pid, '1')
