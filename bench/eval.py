@@ -156,7 +156,8 @@ def main():
     work = tempfile.mkdtemp(prefix='probed-bench-eval-')
     sock = os.path.join(work, 's')
     daemon = subprocess.Popen([os.path.join(args.build, 'probed', 'probed'), '--foreground',
-                               '--socket', sock, '--db', os.path.join(work, 'db')],
+                               '--socket', sock, '--db', os.path.join(work, 'db'),
+                               '--metrics', 'off'],
                               stderr=subprocess.DEVNULL)
     while not os.path.exists(sock):
         time.sleep(0.05)

@@ -26,6 +26,7 @@
 #include "flame.h"
 #include "follow.h"
 #include "log.h"
+#include "metrics.h"
 #include "procfs.h"
 #include "pprof.h"
 #include "query.h"
@@ -45,8 +46,10 @@ struct api {
     struct api_config cfg;
     struct sampler *sampler;
     struct writer *writer;
-    struct stubctl *stubs;  /* eval and repl: the stubs injected into targets */
-    int64_t next_target_id; /* loop thread only */
+    struct stubctl *stubs;   /* eval and repl: the stubs injected into targets */
+    struct metrics *metrics; /* Prometheus /metrics, on config metrics_address */
+    uint32_t rate_hz;        /* config sample_rate as last applied to the targets */
+    int64_t next_target_id;  /* loop thread only */
     int listen_fd;
     bool serving; /* evhttp owns listen_fd */
 
@@ -259,7 +262,7 @@ static int targets_attach(struct api *a, struct evhttp_request *req, const struc
     jdur = json_object_get(body, "duration");
     children = json_is_true(json_object_get(body, "children"));
     pid = json_integer_value(jpid);
-    rate = jrate ? json_integer_value(jrate) : a->cfg.default_rate_hz;
+    rate = jrate ? json_integer_value(jrate) : config_num(a->cfg.config, CFG_SAMPLE_RATE);
     pid_ok = json_is_integer(jpid) && pid > 0 && pid <= 0x7fffffff;
     rate_ok = (!jrate || json_is_integer(jrate)) && rate >= 1 && rate <= a->cfg.max_rate_hz;
     if (jdur)
@@ -281,6 +284,7 @@ static int targets_attach(struct api *a, struct evhttp_request *req, const struc
         return reply_error(req, errbuf_http_status(&e), "%s", e.msg);
     t->id = a->next_target_id;
     t->follow_children = children;
+    t->rate_is_default = !jrate;
     if (dur_ns > 0)
         t->deadline_ns = mono_ns() + dur_ns;
     r = sampler__add(a->sampler, t);
@@ -371,7 +375,7 @@ static void job_done(evutil_socket_t fd, short what, void *arg)
 
 static void run_query(struct job *j, const char *sql)
 {
-    struct query_limits lim = {.time_ms = j->a->cfg.query_time_ms,
+    struct query_limits lim = {.time_ms = config_num(j->a->cfg.config, CFG_QUERY_TIMEOUT) / 1000000,
                                .max_rows = j->a->cfg.query_max_rows};
     struct query_err err = {0};
 
@@ -619,7 +623,8 @@ static void find_rate(const struct target *t, void *ctx)
 /* The sampling rate of @pid's (last) attach; the default when not in the list. */
 static uint32_t rate_of(struct api *a, pid_t pid)
 {
-    struct rate_ctx r = {.pid = pid, .rate_hz = a->cfg.default_rate_hz};
+    struct rate_ctx r = {.pid = pid,
+                         .rate_hz = (uint32_t)config_num(a->cfg.config, CFG_SAMPLE_RATE)};
 
     sampler__each(a->sampler, find_rate, &r);
     return r.rate_hz ? r.rate_hz : 100;
@@ -792,6 +797,75 @@ static int status_get(struct api *a, struct evhttp_request *req)
     return 0;
 }
 
+/* ---- settings ---- */
+
+static int config_get(struct api *a, struct evhttp_request *req)
+{
+    char path[CONFIG_VALUE_MAX];
+
+    pthread_mutex_lock(&a->cfg.config->lock);
+    snprintf(path, sizeof(path), "%s", a->cfg.config->path);
+    pthread_mutex_unlock(&a->cfg.config->lock);
+    return reply_json(
+        req, 200, json_pack("{s:s, s:o}", "file", path, "settings", config_json(a->cfg.config)));
+}
+
+/* Makes the running daemon follow the settings that need more than a new number. */
+int api__config_changed(struct api *a, char *err, size_t errlen)
+{
+    char address[CONFIG_VALUE_MAX];
+    uint32_t hz = (uint32_t)config_num(a->cfg.config, CFG_SAMPLE_RATE);
+
+    if (hz != a->rate_hz) {
+        sampler__default_rate(a->sampler, hz);
+        a->rate_hz = hz;
+    }
+    config_text(a->cfg.config, CFG_METRICS_ADDRESS, address, sizeof(address));
+    return metrics__listen(a->metrics, address, err, errlen);
+}
+
+/* {"key": "sample_rate", "value": "200"}: checked, then applied; refused changes nothing. */
+static int config_put(struct api *a, struct evhttp_request *req, const struct peer *p)
+{
+    json_t *body = body_json(req);
+    const char *name, *value;
+    char err[512], now[CONFIG_VALUE_MAX];
+    int64_t num;
+    int k;
+
+    if (!body)
+        return 0;
+    name = json_string_value(json_object_get(body, "key"));
+    value = json_string_value(json_object_get(body, "value"));
+    k = name ? config_key_of(name) : -1;
+    if (!name || !value) {
+        json_decref(body);
+        return reply_error(req, 400, "expected {\"key\": \"...\", \"value\": \"...\"}");
+    }
+    if (k < 0) {
+        reply_error(req, 400, "unknown setting '%s' (probectl config lists them)", name);
+        json_decref(body);
+        return 400;
+    }
+    if (!p->root) {
+        json_decref(body);
+        return reply_error(req, 403, "only root may change probed's settings");
+    }
+    /* The metrics address is tried before it is stored: a port in use refuses the change. */
+    if (config_check((enum config_key)k, value, &num, err, sizeof(err)) < 0 ||
+        (k == CFG_METRICS_ADDRESS && metrics__listen(a->metrics, value, err, sizeof(err)) < 0) ||
+        config_set(a->cfg.config, (enum config_key)k, value, true, false, err, sizeof(err)) < 0) {
+        json_decref(body);
+        return reply_error(req, 400, "%s", err);
+    }
+    config_text(a->cfg.config, (enum config_key)k, now, sizeof(now));
+    json_decref(body);
+    api__config_changed(a, err, sizeof(err));
+    log_msg(LOG_INFO, "config: %s = %s (uid %u)", config_key_name((enum config_key)k), now,
+            (unsigned)p->uid);
+    return config_get(a, req);
+}
+
 /* "/v1/targets/123" -> 123; 0 when @path is not of that form. */
 static pid_t path_pid(const char *path, const char *prefix)
 {
@@ -834,6 +908,10 @@ static int route(struct api *a, struct evhttp_request *req, const struct peer *p
         return backtrace_get(a, req, p, q);
     if (strcmp(path, "/v1/eval") == 0 && m == EVHTTP_REQ_POST)
         return eval_post(a, req, p);
+    if (strcmp(path, "/v1/config") == 0 && m == EVHTTP_REQ_GET)
+        return config_get(a, req);
+    if (strcmp(path, "/v1/config") == 0 && m == EVHTTP_REQ_PUT)
+        return config_put(a, req, p);
     reply_error(req, 404, "no such endpoint: %s (see docs/api.md)", path);
     return 0;
 }
@@ -914,9 +992,10 @@ static int listen_unix(const char *path, int gid, int *ret_fd)
 }
 
 int api_new(struct event_base *base, const struct api_config *cfg, int gid, struct sampler *s,
-            struct writer *w, int64_t next_target_id, struct api **ret)
+            struct writer *w, struct meter *m, int64_t next_target_id, struct api **ret)
 {
     struct api *a = calloc(1, sizeof(*a));
+    char err[512];
     int r;
 
     if (!a)
@@ -926,10 +1005,23 @@ int api_new(struct event_base *base, const struct api_config *cfg, int gid, stru
                       .sampler = s,
                       .writer = w,
                       .next_target_id = next_target_id,
+                      .rate_hz = (uint32_t)config_num(cfg->config, CFG_SAMPLE_RATE),
                       .listen_fd = -1};
     pthread_mutex_init(&a->lock, NULL);
     pthread_cond_init(&a->idle, NULL);
     r = stubctl_new(cfg->stub_path, &a->stubs);
+    if (r == 0)
+        r = metrics_new(base,
+                        &(struct metrics_sources){.sampler = s,
+                                                  .writer = w,
+                                                  .meter = m,
+                                                  .db_path = cfg->db_path,
+                                                  .requests = &a->requests,
+                                                  .queries = &a->queries,
+                                                  .query_errors = &a->query_errors},
+                        &a->metrics);
+    if (r == 0 && (r = api__config_changed(a, err, sizeof(err))) < 0)
+        log_msg(LOG_ERR, "%s", err);
     if (r < 0) {
         api_free(a);
         return r;
@@ -942,7 +1034,8 @@ int api_new(struct event_base *base, const struct api_config *cfg, int gid, stru
     evhttp_set_max_body_size(a->http, BODY_MAX);
     evhttp_set_max_headers_size(a->http, HEADERS_MAX);
     evhttp_set_timeout(a->http, IO_TIMEOUT_S);
-    evhttp_set_allowed_methods(a->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_DELETE);
+    evhttp_set_allowed_methods(a->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_DELETE |
+                                            EVHTTP_REQ_PUT);
     evhttp_set_gencb(a->http, on_request, a);
     a->follow_timer = event_new(base, -1, EV_PERSIST, on_follow_timer, a);
     if (!a->follow_timer ||
@@ -983,6 +1076,7 @@ void api_free(struct api *a)
     if (a->listen_fd >= 0) /* ours: bound by listen_unix() */
         unlink(a->cfg.socket_path);
     stubctl_free(a->stubs);
+    metrics_free(a->metrics);
     pthread_cond_destroy(&a->idle);
     pthread_mutex_destroy(&a->lock);
     free(a);

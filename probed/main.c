@@ -2,8 +2,12 @@
  * main.c - probed, the daemon: parses options, opens the store, starts the sampler and
  * writer threads and serves the API until SIGTERM/SIGINT.
  *
- *   probed [--socket PATH] [--db PATH] [--foreground] [--rate HZ] [--retention DUR]
- *          [--max-db-size BYTES] [--query-timeout DUR] [--group NAME]
+ *   probed [--config PATH] [--socket PATH] [--db PATH] [--foreground] [--rate HZ]
+ *          [--retention DUR] [--max-db-size SIZE] [--query-timeout DUR] [--metrics ADDR]
+ *          [--memory-interval DUR] [--group NAME] [--stub PATH]
+ *
+ * Settings come from config.h: defaults, then probed.conf, then these options; SIGHUP
+ * re-reads the file and the API changes the live ones (probectl config).
  *
  * On start it picks up again the targets the store says were being sampled (a daemon
  * restarted, or killed with -9) when the same process (pid + start time) still runs.
@@ -23,41 +27,45 @@
 #include <unistd.h>
 
 #include "api.h"
+#include "config.h"
+#include "meter.h"
 #include "log.h"
 #include "procfs.h"
 #include "outbox.h"
 #include "sampler.h"
 #include "store.h"
-#include "units.h"
 #include "writer.h"
 
-#define DEFAULT_SOCKET "/run/probed/probed.sock"
-#define DEFAULT_DB "/var/lib/probed/probed.db"
 #define OUTBOX_SAMPLES (1 << 18) /* samples per flush: 64 targets x 100 Hz x 40 threads */
 
 struct options {
-    const char *socket_path, *db_path, *group, *stub_path;
-    char stub_buf[4096];
+    struct config cfg;
+    const char *config_path;
+    bool config_explicit; /* --config given: the file must exist */
     bool foreground;
-    uint32_t rate_hz;
-    int64_t retention_ns, max_db_bytes, query_time_ms;
+    char stub_buf[4096];
 };
 
 static void usage(FILE *out)
 {
     fprintf(out,
             "usage: probed [options]\n"
-            "  --socket PATH        API socket (default %s)\n"
-            "  --db PATH            SQLite database (default %s)\n"
-            "  --foreground         do not detach from the terminal\n"
-            "  --rate HZ            default sampling rate of an attach (default 100)\n"
-            "  --retention DUR      delete samples older than this (default 7d; 0: keep)\n"
-            "  --max-db-size SIZE   delete the oldest samples above this (default 1G; 0: none)\n"
-            "  --query-timeout DUR  interrupt queries running longer (default 10s)\n"
-            "  --group NAME         group owning the socket (default probed, if it exists)\n"
-            "  --stub PATH          the library eval loads into targets (default: next to\n"
-            "                       probed, else %s/libprobed-stub.so)\n",
-            DEFAULT_SOCKET, DEFAULT_DB, PROBED_STUB_DIR);
+            "  --config PATH          settings file (default %s)\n"
+            "  --socket PATH          API socket (default /run/probed/probed.sock)\n"
+            "  --db PATH              SQLite database (default /var/lib/probed/probed.db)\n"
+            "  --foreground           do not detach from the terminal\n"
+            "  --rate HZ              default sampling rate of an attach (default 100)\n"
+            "  --retention DUR        delete samples older than this (default 7d; 0: keep)\n"
+            "  --max-db-size SIZE     delete the oldest samples above this (default 1G; 0: none)\n"
+            "  --query-timeout DUR    interrupt queries running longer (default 10s)\n"
+            "  --metrics ADDR         host:port of Prometheus /metrics (default\n"
+            "                         127.0.0.1:9464; off: not served)\n"
+            "  --memory-interval DUR  how often targets' memory and CPU are recorded (default 1s)\n"
+            "  --group NAME           group owning the socket (default probed, if it exists)\n"
+            "  --stub PATH            the library eval loads into targets (default: next to\n"
+            "                         probed, else %s/libprobed-stub.so)\n"
+            "Options override %s (see probed.conf(5)); SIGHUP re-reads it.\n",
+            CONFIG_DEFAULT_PATH, PROBED_STUB_DIR, CONFIG_DEFAULT_PATH);
 }
 
 /* The stub next to this executable (a build tree), else the installed one. */
@@ -79,74 +87,51 @@ static const char *default_stub_path(char *buf, size_t size)
     return buf;
 }
 
+/* Command-line options that set a config key, applied after the file. */
+static const struct {
+    const char *option;
+    enum config_key key;
+} option_keys[] = {
+    {"socket", CFG_SOCKET},
+    {"db", CFG_DATABASE},
+    {"rate", CFG_SAMPLE_RATE},
+    {"retention", CFG_RETENTION},
+    {"max-db-size", CFG_MAX_DB_SIZE},
+    {"query-timeout", CFG_QUERY_TIMEOUT},
+    {"metrics", CFG_METRICS_ADDRESS},
+    {"memory-interval", CFG_MEMORY_INTERVAL},
+    {"group", CFG_GROUP},
+    {"stub", CFG_STUB},
+};
+#define N_OPTION_KEYS (sizeof(option_keys) / sizeof(option_keys[0]))
+
 static int parse_args(int argc, char **argv, struct options *o)
 {
-    static const struct option longopts[] = {
-        {"socket", required_argument, NULL, 's'},
-        {"db", required_argument, NULL, 'd'},
-        {"foreground", no_argument, NULL, 'f'},
-        {"rate", required_argument, NULL, 'r'},
-        {"retention", required_argument, NULL, 'R'},
-        {"max-db-size", required_argument, NULL, 'M'},
-        {"query-timeout", required_argument, NULL, 'q'},
-        {"group", required_argument, NULL, 'g'},
-        {"stub", required_argument, NULL, 'S'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    int c;
+    struct option longopts[N_OPTION_KEYS + 4];
+    const char *values[N_OPTION_KEYS] = {0};
+    char err[512];
+    int c, idx;
 
-    *o = (struct options){.socket_path = DEFAULT_SOCKET,
-                          .db_path = DEFAULT_DB,
-                          .rate_hz = 100,
-                          .retention_ns = 7 * 86400e9,
-                          .max_db_bytes = 1LL << 30,
-                          .query_time_ms = 10000,
-                          .group = "probed"};
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        int64_t v;
+    for (size_t i = 0; i < N_OPTION_KEYS; i++)
+        longopts[i] = (struct option){option_keys[i].option, required_argument, NULL, 0};
+    longopts[N_OPTION_KEYS] = (struct option){"config", required_argument, NULL, 'c'};
+    longopts[N_OPTION_KEYS + 1] = (struct option){"foreground", no_argument, NULL, 'f'};
+    longopts[N_OPTION_KEYS + 2] = (struct option){"help", no_argument, NULL, 'h'};
+    longopts[N_OPTION_KEYS + 3] = (struct option){NULL, 0, NULL, 0};
+    memset(o, 0, sizeof(*o));
+    config_init(&o->cfg);
+    o->config_path = CONFIG_DEFAULT_PATH;
+    while ((c = getopt_long(argc, argv, "h", longopts, &idx)) != -1) {
         switch (c) {
-        case 's':
-            o->socket_path = optarg;
+        case 0:
+            values[idx] = optarg;
             break;
-        case 'd':
-            o->db_path = optarg;
+        case 'c':
+            o->config_path = optarg;
+            o->config_explicit = true;
             break;
         case 'f':
             o->foreground = true;
-            break;
-        case 'g':
-            o->group = optarg;
-            break;
-        case 'S':
-            o->stub_path = optarg;
-            break;
-        case 'r':
-            v = atoll(optarg);
-            if (v < 1 || v > 10000) {
-                fprintf(stderr, "probed: --rate must be 1..10000 Hz\n");
-                return -1;
-            }
-            o->rate_hz = (uint32_t)v;
-            break;
-        case 'R':
-        case 'q':
-            v = units_duration_ns(optarg);
-            if (v < 0 || (c == 'q' && v < 1000000)) {
-                fprintf(stderr, "probed: bad duration '%s' (e.g. 30s, 5m, 2h, 7d)\n", optarg);
-                return -1;
-            }
-            if (c == 'R')
-                o->retention_ns = v;
-            else
-                o->query_time_ms = v / 1000000;
-            break;
-        case 'M':
-            o->max_db_bytes = units_size_bytes(optarg);
-            if (o->max_db_bytes < 0) {
-                fprintf(stderr, "probed: bad size '%s' (e.g. 512M, 2G)\n", optarg);
-                return -1;
-            }
             break;
         case 'h':
             usage(stdout);
@@ -160,8 +145,18 @@ static int parse_args(int argc, char **argv, struct options *o)
         usage(stderr);
         return -1;
     }
-    if (!o->stub_path)
-        o->stub_path = default_stub_path(o->stub_buf, sizeof(o->stub_buf));
+    if (config_load(&o->cfg, o->config_path, o->config_explicit, false, NULL, 0, err, sizeof(err)) <
+        0) {
+        fprintf(stderr, "probed: %s\n", err);
+        return -1;
+    }
+    for (size_t i = 0; i < N_OPTION_KEYS; i++) {
+        if (values[i] &&
+            config_set(&o->cfg, option_keys[i].key, values[i], false, true, err, sizeof(err)) < 0) {
+            fprintf(stderr, "probed: --%s: %s\n", option_keys[i].option, err);
+            return -1;
+        }
+    }
     return 0;
 }
 
@@ -226,34 +221,57 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 }
 
 struct daemon {
+    struct options *opts;
     struct store *store;
     struct outbox *ob;
     struct sampler *sampler;
     struct writer writer;
+    struct meter meter;
     struct event_base *base;
-    struct event *sigterm, *sigint;
+    struct event *sigterm, *sigint, *sighup;
     struct api *api;
 };
 
-static int start(struct daemon *d, const struct options *o)
+/* SIGHUP: probed.conf again; a bad file changes nothing, keys needing a restart are named. */
+static void on_reload(evutil_socket_t sig, short what, void *arg)
 {
-    struct api_config acfg = {.socket_path = o->socket_path,
-                              .db_path = o->db_path,
-                              .stub_path = o->stub_path,
-                              .query_time_ms = o->query_time_ms,
-                              .query_max_rows = 1000000,
-                              .default_rate_hz = o->rate_hz,
-                              .max_rate_hz = 10000};
+    struct daemon *d = arg;
+    char err[512], restart[256];
+
+    (void)sig;
+    (void)what;
+    if (config_load(&d->opts->cfg, d->opts->config_path, false, true, restart, sizeof(restart), err,
+                    sizeof(err)) < 0) {
+        log_msg(LOG_ERR, "reload: %s (settings unchanged)", err);
+        return;
+    }
+    if (api__config_changed(d->api, err, sizeof(err)) < 0)
+        log_msg(LOG_ERR, "reload: %s", err);
+    log_msg(LOG_INFO, "reloaded %s%s%s", d->opts->config_path,
+            restart[0] ? "; needs a restart to change: " : "", restart);
+}
+
+static int start(struct daemon *d, struct options *o)
+{
+    const char *db_path = o->cfg.text[CFG_DATABASE], *socket_path = o->cfg.text[CFG_SOCKET];
+    struct api_config acfg = {
+        .socket_path = socket_path,
+        .db_path = db_path,
+        .stub_path = o->cfg.text[CFG_STUB][0] ? o->cfg.text[CFG_STUB]
+                                              : default_stub_path(o->stub_buf, sizeof(o->stub_buf)),
+        .query_max_rows = 1000000,
+        .max_rate_hz = 10000,
+        .config = &o->cfg};
     struct resume_ctx rc;
     struct store_err err;
-    struct group *gr = getgrnam(o->group);
+    struct group *gr = getgrnam(o->cfg.text[CFG_GROUP]);
     int64_t next_id = 1;
     int r;
 
-    if ((r = make_parent(o->db_path, 0750)) < 0 || (r = make_parent(o->socket_path, 0755)) < 0)
-        return log_errno(LOG_ERR, r, "creating the directories of %s and %s", o->db_path,
-                         o->socket_path);
-    r = store_open(o->db_path, &d->store, &err);
+    d->opts = o;
+    if ((r = make_parent(db_path, 0750)) < 0 || (r = make_parent(socket_path, 0755)) < 0)
+        return log_errno(LOG_ERR, r, "creating the directories of %s and %s", db_path, socket_path);
+    r = store_open(db_path, &d->store, &err);
     if (r == 0)
         r = store__next_target_id(d->store, &next_id, &err);
     if (r < 0) {
@@ -265,24 +283,26 @@ static int start(struct daemon *d, const struct options *o)
     rc = (struct resume_ctx){.sampler = d->sampler, .ob = d->ob};
     if (store__live_targets(d->store, resume_one, &rc, &err) < 0)
         log_msg(LOG_WARN, "not resuming targets: %s", err.msg);
-    d->writer = (struct writer){.cfg = {.flush_ns = 1000000000LL,
-                                        .retention_ns = o->retention_ns,
-                                        .max_db_bytes = o->max_db_bytes},
+    d->writer = (struct writer){.flush_ns = 1000000000LL,
+                                .config = &o->cfg,
                                 .store = d->store,
                                 .ob = d->ob,
                                 .sampler = d->sampler};
-    if ((r = sampler_start(d->sampler)) < 0 || (r = writer_start(&d->writer)) < 0)
+    d->meter = (struct meter){.sampler = d->sampler, .ob = d->ob, .cfg = &o->cfg};
+    if ((r = sampler_start(d->sampler)) < 0 || (r = writer_start(&d->writer)) < 0 ||
+        (r = meter_start(&d->meter)) < 0)
         return log_errno(LOG_ERR, r, "starting threads");
     d->base = event_base_new();
     if (!d->base)
         return log_errno(LOG_ERR, -ENOMEM, "event_base_new");
     d->sigterm = evsignal_new(d->base, SIGTERM, on_signal, d->base);
     d->sigint = evsignal_new(d->base, SIGINT, on_signal, d->base);
-    if (!d->sigterm || !d->sigint || evsignal_add(d->sigterm, NULL) < 0 ||
-        evsignal_add(d->sigint, NULL) < 0)
+    d->sighup = evsignal_new(d->base, SIGHUP, on_reload, d);
+    if (!d->sigterm || !d->sigint || !d->sighup || evsignal_add(d->sigterm, NULL) < 0 ||
+        evsignal_add(d->sigint, NULL) < 0 || evsignal_add(d->sighup, NULL) < 0)
         return log_errno(LOG_ERR, -EIO, "installing signal handlers");
-    return api_new(d->base, &acfg, gr ? (int)gr->gr_gid : -1, d->sampler, &d->writer, next_id,
-                   &d->api);
+    return api_new(d->base, &acfg, gr ? (int)gr->gr_gid : -1, d->sampler, &d->writer, &d->meter,
+                   next_id, &d->api);
 }
 
 static void stop(struct daemon *d)
@@ -292,8 +312,11 @@ static void stop(struct daemon *d)
         event_free(d->sigterm);
     if (d->sigint)
         event_free(d->sigint);
+    if (d->sighup)
+        event_free(d->sighup);
     if (d->base)
         event_base_free(d->base);
+    meter_stop(&d->meter);
     sampler_free(d->sampler); /* targets stay "live" in the store: a restart resumes them */
     writer_stop(&d->writer);  /* after the sampler: its last samples are flushed */
     outbox_free(d->ob);
@@ -319,9 +342,11 @@ int main(int argc, char **argv)
     }
     r = start(&d, &o);
     if (r == 0) {
-        log_msg(LOG_INFO, "serving on %s, database %s", o.socket_path, o.db_path);
+        log_msg(LOG_INFO, "serving on %s, database %s", o.cfg.text[CFG_SOCKET],
+                o.cfg.text[CFG_DATABASE]);
         event_base_dispatch(d.base);
     }
     stop(&d);
+    config_destroy(&o.cfg);
     return r < 0 ? 1 : 0;
 }

@@ -14,6 +14,8 @@ static void half_free(struct ob_half *h)
     free(h->stacks);
     free(h->threads);
     free(h->arena);
+    free(h->usage);
+    free(h->thread_cpu);
 }
 
 static int half_init(struct ob_half *h, const struct outbox *ob)
@@ -25,7 +27,10 @@ static int half_init(struct ob_half *h, const struct outbox *ob)
     h->stacks = calloc(ob->cap_defs, sizeof(*h->stacks));
     h->threads = calloc(ob->cap_defs, sizeof(*h->threads));
     h->arena = malloc(ob->cap_arena);
-    if (!h->samples || !h->frames || !h->strings || !h->stacks || !h->threads || !h->arena)
+    h->usage = calloc(OB_USAGE_MAX, sizeof(*h->usage));
+    h->thread_cpu = calloc(OB_THREAD_CPU_MAX, sizeof(*h->thread_cpu));
+    if (!h->samples || !h->frames || !h->strings || !h->stacks || !h->threads || !h->arena ||
+        !h->usage || !h->thread_cpu)
         return -ENOMEM;
     return 0;
 }
@@ -162,6 +167,26 @@ bool ob_half__end(struct ob_half *h, int64_t target_id, int64_t ended_ns, const 
     return true;
 }
 
+bool ob_half__usage(struct ob_half *h, const struct ob_usage *u)
+{
+    if (h->n_usage == OB_USAGE_MAX) {
+        h->n_usage_dropped++;
+        return false;
+    }
+    h->usage[h->n_usage++] = *u;
+    return true;
+}
+
+bool ob_half__thread_cpu(struct ob_half *h, const struct ob_thread_cpu *c)
+{
+    if (h->n_thread_cpu == OB_THREAD_CPU_MAX) {
+        h->n_usage_dropped++;
+        return false;
+    }
+    h->thread_cpu[h->n_thread_cpu++] = *c;
+    return true;
+}
+
 struct ob_half *outbox__swap(struct outbox *ob)
 {
     struct ob_half *full, *empty = ob->spare;
@@ -172,6 +197,8 @@ struct ob_half *outbox__swap(struct outbox *ob)
     empty->n_targets = empty->n_ends = 0;
     empty->arena_used = 0;
     empty->n_dropped = 0;
+    empty->n_usage = empty->n_thread_cpu = 0;
+    empty->n_usage_dropped = 0;
     pthread_mutex_lock(&ob->lock);
     full = ob->fill;
     ob->fill = empty;

@@ -10,7 +10,8 @@
  * the second), so the sampler only remembers, lossily, which ones it already sent.
  *
  * Threads: outbox__lock/unlock + the add functions on the sampler side (the API thread also
- * adds target events), outbox__swap on the writer. Memory: all of it allocated by outbox_new.
+ * adds target events, the meter thread memory and CPU readings), outbox__swap on the writer.
+ * Memory: all of it allocated by outbox_new.
  */
 #ifndef PROBED_OUTBOX_H
 #define PROBED_OUTBOX_H
@@ -53,6 +54,20 @@ struct ob_end {
 
 #define OB_TARGETS_MAX 256 /* attaches and ends per second */
 
+/* A target's memory and CPU at one instant (meter.c), and one of its threads' CPU. */
+struct ob_usage {
+    int64_t target_id, ts_ns, rss, pss, uss, swap, cpu_ns;
+    int32_t threads;
+};
+
+struct ob_thread_cpu {
+    int64_t target_id, ts_ns, cpu_ns;
+    int32_t tid;
+};
+
+#define OB_USAGE_MAX 4096       /* target readings per half */
+#define OB_THREAD_CPU_MAX 65536 /* thread readings per half */
+
 struct ob_half {
     struct ob_target targets[OB_TARGETS_MAX];
     struct ob_end ends[OB_TARGETS_MAX];
@@ -64,6 +79,10 @@ struct ob_half {
     uint8_t *arena;
     size_t arena_used;
     uint64_t n_dropped; /* samples lost because this half was full */
+    struct ob_usage *usage;
+    struct ob_thread_cpu *thread_cpu;
+    size_t n_usage, n_thread_cpu;
+    uint64_t n_usage_dropped; /* usage and thread rows lost because this half was full */
 };
 
 struct outbox {
@@ -90,6 +109,8 @@ bool ob_half__thread(struct outbox *ob, struct ob_half *h, int64_t target_id, in
 
 bool ob_half__target(struct ob_half *h, const struct ob_target *t);
 bool ob_half__end(struct ob_half *h, int64_t target_id, int64_t ended_ns, const char *reason);
+bool ob_half__usage(struct ob_half *h, const struct ob_usage *u);
+bool ob_half__thread_cpu(struct ob_half *h, const struct ob_thread_cpu *c);
 
 /* Writer: takes the filled half (the sampler continues in the other, emptied one). The
  * returned half is the writer's until the next swap. */

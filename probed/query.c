@@ -67,8 +67,8 @@ static bool pragma_reads(const char *name, const char *arg)
 
 static bool is_raw_table(const char *name)
 {
-    static const char *const raw[] = {"targets", "threads",      "samples", "strings",
-                                      "frames",  "stack_frames", "evals"};
+    static const char *const raw[] = {"targets",      "threads", "samples", "strings",   "frames",
+                                      "stack_frames", "evals",   "memory",  "thread_cpu"};
     for (size_t i = 0; i < sizeof(raw) / sizeof(raw[0]); i++)
         if (name && strcasecmp(name, raw[i]) == 0)
             return true;
@@ -186,7 +186,8 @@ static int setup_exec(sqlite3 *db, const char *sql, struct query_err *err)
     return -EIO;
 }
 
-/* For a scoped user: targets, threads and samples shadowed by temp views of its targets. */
+/* For a scoped user: targets, threads, samples, memory and thread_cpu shadowed by temp views of its
+ * targets. */
 static int shadow_tables(sqlite3 *db, const struct query_scope *sc, struct query_err *err)
 {
     char sql[2048], cond[128], eval_cond[128];
@@ -212,6 +213,10 @@ static int shadow_tables(sqlite3 *db, const struct query_scope *sc, struct query
              "CREATE TEMP VIEW threads AS SELECT * FROM main.threads"
              " WHERE target_id IN (SELECT id FROM temp.targets);"
              "CREATE TEMP VIEW samples AS SELECT * FROM main.samples"
+             " WHERE target_id IN (SELECT id FROM temp.targets);"
+             "CREATE TEMP VIEW memory AS SELECT * FROM main.memory"
+             " WHERE target_id IN (SELECT id FROM temp.targets);"
+             "CREATE TEMP VIEW thread_cpu AS SELECT * FROM main.thread_cpu"
              " WHERE target_id IN (SELECT id FROM temp.targets);"
              "CREATE TEMP VIEW evals AS SELECT * FROM main.evals WHERE %s;",
              cond, eval_cond);

@@ -122,9 +122,10 @@ static void record(struct sampler *s, struct target *t, size_t n, int64_t ts)
         smp.stack_id = stack_id(s, h, &t->stacks[i]);
         smp.state = (th->on_cpu ? 1 : 0) | (th->holds_gil ? 2 : 0);
         name_thread(s, h, t, th->tid);
-        if (ob_half__sample(s->ob, h, &smp))
+        if (ob_half__sample(s->ob, h, &smp)) {
             t->stats.samples++;
-        else
+            t->stats.by_state[smp.state & 3]++;
+        } else
             t->stats.dropped++;
     }
     outbox__unlock(s->ob);
@@ -190,6 +191,19 @@ static void wait_until(struct sampler *s, int64_t when_ns)
     pthread_cond_timedwait(&s->wake, &s->lock, &ts);
 }
 
+const double sampler_hist_bounds_us[SAMPLER_HIST_N] = {10,  25,   50,   100,   250,
+                                                       500, 1000, 2500, 10000, 100000};
+
+static void count_tick(struct sampler *s, int64_t ns)
+{
+    int b = 0;
+
+    while (b < SAMPLER_HIST_N && (double)ns > sampler_hist_bounds_us[b] * 1000)
+        b++;
+    s->tick_hist[b]++;
+    s->tick_ns_sum += (uint64_t)ns;
+}
+
 static void *sampler_main(void *arg)
 {
     struct sampler *s = arg;
@@ -213,6 +227,7 @@ static void *sampler_main(void *arg)
             continue; /* the list may have changed meanwhile */
         }
         sample_target(s, t, now);
+        count_tick(s, mono_ns() - now);
         t->next_ns += t->period_ns;
         /* A short hiccup (the thread was descheduled for a period or two) is caught up on the
          * same schedule; falling further behind skips ahead rather than burst. */
@@ -367,5 +382,33 @@ void sampler__each(struct sampler *s, void (*fn)(const struct target *t, void *c
     pthread_mutex_lock(&s->lock);
     for (size_t i = 0; i < s->n_targets; i++)
         fn(s->targets[i], ctx);
+    pthread_mutex_unlock(&s->lock);
+}
+
+void sampler__set_usage(struct sampler *s, int64_t target_id, const struct proc_usage *u,
+                        int64_t ts_ns)
+{
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < s->n_targets; i++) {
+        if (s->targets[i]->id == target_id) {
+            s->targets[i]->usage = *u;
+            s->targets[i]->usage_ns = ts_ns;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+void sampler__default_rate(struct sampler *s, uint32_t hz)
+{
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < s->n_targets; i++) {
+        struct target *t = s->targets[i];
+        if (!t->rate_is_default || t->rate_hz == hz)
+            continue;
+        t->rate_hz = hz;
+        t->period_ns = 1000000000LL / hz;
+        t->next_ns = mono_ns() + t->period_ns;
+    }
+    pthread_cond_signal(&s->wake);
     pthread_mutex_unlock(&s->lock);
 }

@@ -22,7 +22,11 @@
 #include "target.h"
 
 #define SAMPLER_TARGETS_MAX 1024
-#define SENT_SLOTS 16384 /* direct-mapped memory of definitions already sent */
+#define SENT_SLOTS 16384  /* direct-mapped memory of definitions already sent */
+#define SAMPLER_HIST_N 10 /* buckets of the time one target's tick takes (+Inf besides) */
+
+/* Upper bounds of the tick-time histogram buckets, in microseconds (for /metrics). */
+extern const double sampler_hist_bounds_us[SAMPLER_HIST_N];
 
 struct sampler {
     pthread_t thread;
@@ -33,6 +37,8 @@ struct sampler {
     struct target *targets[SAMPLER_TARGETS_MAX];
     size_t n_targets;
     atomic_bool forget_sent; /* the store lost a batch: send every definition again */
+    /* how long each tick of one target took: cumulative-less buckets, summed by /metrics */
+    atomic_uint_fast64_t tick_hist[SAMPLER_HIST_N + 1], tick_ns_sum;
 
     /* sampler thread only */
     int64_t sent_strings[SENT_SLOTS], sent_frames[SENT_SLOTS], sent_stacks[SENT_SLOTS];
@@ -49,6 +55,12 @@ void sampler_free(struct sampler *s); /* stops the thread; frees the targets sti
 int sampler__add(struct sampler *s, struct target *t);
 /* Stops sampling @pid and hands its target back to the caller (NULL: none). */
 struct target *sampler__remove(struct sampler *s, pid_t pid);
+
+/* The meter's latest reading of the target with id @target_id (if still listed). */
+void sampler__set_usage(struct sampler *s, int64_t target_id, const struct proc_usage *u,
+                        int64_t ts_ns);
+/* config sample_rate changed: targets attached at the default rate now sample at @hz. */
+void sampler__default_rate(struct sampler *s, uint32_t hz);
 
 /* Calls @fn for each target under the lock (@fn must be quick and must not call back). */
 void sampler__each(struct sampler *s, void (*fn)(const struct target *t, void *ctx), void *ctx);

@@ -18,6 +18,8 @@ enum stmt_id {
     INS_FRAME,
     INS_STACK_FRAME,
     INS_SAMPLE,
+    INS_USAGE,
+    INS_THREAD_CPU,
     N_STMTS,
 };
 
@@ -34,6 +36,10 @@ static const char *const stmt_sql[N_STMTS] = {
                         " VALUES (?, ?, ?)",
     [INS_SAMPLE] = "INSERT OR IGNORE INTO samples(ts_ns, target_id, tid, stack_id, state)"
                    " VALUES (?, ?, ?, ?, ?)",
+    [INS_USAGE] = "INSERT OR IGNORE INTO memory(target_id, ts_ns, rss, pss, uss, swap, cpu_ns,"
+                  " threads) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    [INS_THREAD_CPU] = "INSERT OR IGNORE INTO thread_cpu(target_id, ts_ns, tid, cpu_ns)"
+                       " VALUES (?, ?, ?, ?)",
 };
 
 struct store {
@@ -224,6 +230,15 @@ int store__write(struct store *st, const struct ob_half *h, struct store_err *er
         r = run(st, INS_SAMPLE, "iiiii", s->ts_ns, s->target_id, (int64_t)s->tid, s->stack_id,
                 (int64_t)s->state);
     }
+    for (size_t i = 0; r == 0 && i < h->n_usage; i++) {
+        const struct ob_usage *u = &h->usage[i];
+        r = run(st, INS_USAGE, "iiiiiiii", u->target_id, u->ts_ns, u->rss, u->pss, u->uss, u->swap,
+                u->cpu_ns, (int64_t)u->threads);
+    }
+    for (size_t i = 0; r == 0 && i < h->n_thread_cpu; i++) {
+        const struct ob_thread_cpu *c = &h->thread_cpu[i];
+        r = run(st, INS_THREAD_CPU, "iiii", c->target_id, c->ts_ns, (int64_t)c->tid, c->cpu_ns);
+    }
     /* Ends last: a target's final samples are in the same transaction. */
     for (size_t i = 0; r == 0 && i < h->n_ends; i++)
         r = run(st, END_TARGET, "iti", h->ends[i].ended_ns, h->ends[i].reason, -1,
@@ -286,21 +301,34 @@ int64_t store__size(struct store *st)
     return pages < 0 || free_pages < 0 || page < 0 ? -1 : (pages - free_pages) * page;
 }
 
-static int64_t delete_before(struct store *st, int64_t before_ns, struct store_err *err)
+/* Deletes the rows of @table older than @before_ns; returns how many. */
+static int64_t delete_from(struct store *st, const char *table, int64_t before_ns,
+                           struct store_err *err)
 {
+    char sql[160];
     sqlite3_stmt *q;
     int64_t n;
 
-    /* Per target, so that the (target_id, ts_ns) index finds the rows: no full scan. */
-    if (sqlite3_prepare_v2(st->db,
-                           "DELETE FROM samples WHERE target_id IN (SELECT id FROM targets)"
-                           " AND ts_ns < ?",
-                           -1, &q, NULL) != SQLITE_OK)
-        return fail(err, -EIO, "retention: %s", sqlite3_errmsg(st->db));
+    /* Per target, so that the (target_id, ts_ns) key finds the rows: no full scan. */
+    snprintf(sql, sizeof(sql),
+             "DELETE FROM %s WHERE target_id IN (SELECT id FROM targets) AND ts_ns < ?", table);
+    if (sqlite3_prepare_v2(st->db, sql, -1, &q, NULL) != SQLITE_OK)
+        return fail(err, -EIO, "retention of %s: %s", table, sqlite3_errmsg(st->db));
     sqlite3_bind_int64(q, 1, before_ns);
     n = sqlite3_step(q) == SQLITE_DONE ? sqlite3_changes64(st->db) : -1;
     sqlite3_finalize(q);
-    return n < 0 ? fail(err, -EIO, "retention: %s", sqlite3_errmsg(st->db)) : n;
+    return n < 0 ? fail(err, -EIO, "retention of %s: %s", table, sqlite3_errmsg(st->db)) : n;
+}
+
+/* Samples, and the memory timeline with them; returns the samples deleted. */
+static int64_t delete_before(struct store *st, int64_t before_ns, struct store_err *err)
+{
+    int64_t n = delete_from(st, "samples", before_ns, err);
+
+    if (n >= 0 && (delete_from(st, "memory", before_ns, err) < 0 ||
+                   delete_from(st, "thread_cpu", before_ns, err) < 0))
+        return -EIO;
+    return n;
 }
 
 int64_t store__retain(struct store *st, int64_t before_ns, int64_t max_bytes, struct store_err *err)

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "procfs.h"
 #include "pyframes.h"
 
 #define TARGET_THREADS_MAX 64 /* Python threads sampled per process; more are dropped */
@@ -23,12 +24,13 @@
 enum target_state { TARGET_SAMPLING, TARGET_EXITED, TARGET_DETACHED, TARGET_FAILED };
 
 struct target_stats {
-    uint64_t ticks;   /* times the process was sampled */
-    uint64_t samples; /* thread stacks recorded */
-    uint64_t torn;    /* thread stacks that kept changing while read: dropped */
-    uint64_t errors;  /* ticks that failed as a whole (not fatal) */
-    uint64_t late;    /* times sampling fell over 3 periods behind and skipped ahead */
-    uint64_t dropped; /* samples the outbox had no room for */
+    uint64_t ticks;       /* times the process was sampled */
+    uint64_t samples;     /* thread stacks recorded */
+    uint64_t torn;        /* thread stacks that kept changing while read: dropped */
+    uint64_t errors;      /* ticks that failed as a whole (not fatal) */
+    uint64_t late;        /* times sampling fell over 3 periods behind and skipped ahead */
+    uint64_t dropped;     /* samples the outbox had no room for */
+    uint64_t by_state[4]; /* samples by state: bit 0 on CPU, bit 1 holds the GIL */
 };
 
 struct target {
@@ -43,6 +45,7 @@ struct target {
     int rank, local_rank, world_size; /* from RANK/LOCAL_RANK/WORLD_SIZE; -1: not set */
 
     uint32_t rate_hz;
+    bool rate_is_default;       /* attached without a rate: follows config sample_rate */
     int64_t period_ns, next_ns; /* CLOCK_MONOTONIC */
     int64_t deadline_ns;        /* --duration: detach at this CLOCK_MONOTONIC time; 0: never */
     int64_t attached_ns;        /* CLOCK_REALTIME */
@@ -50,6 +53,8 @@ struct target {
     enum target_state state;
     char end_reason[128];
     struct target_stats stats;
+    struct proc_usage usage; /* the meter's latest reading (meter.h); usage_ns 0: none yet */
+    int64_t usage_ns;
     uint64_t errors_seen; /* stats.errors when the process was last checked to be the same */
 
     /* sampling buffers: owned, sized in target_new(); freed early when the target ends */

@@ -15,6 +15,7 @@ static void flush(struct writer *w)
     struct store_err err;
 
     w->samples_dropped += h->n_dropped;
+    w->usage_dropped += h->n_usage_dropped;
     if (store__write(w->store, h, &err) < 0) {
         if (w->write_errors++ == 0)
             log_msg(LOG_ERR,
@@ -31,8 +32,9 @@ static void flush(struct writer *w)
 static void retain(struct writer *w)
 {
     struct store_err err;
-    int64_t before = w->cfg.retention_ns ? real_ns() - w->cfg.retention_ns : 0;
-    int64_t n = store__retain(w->store, before, w->cfg.max_db_bytes, &err);
+    int64_t keep_ns = config_num(w->config, CFG_RETENTION);
+    int64_t before = keep_ns ? real_ns() - keep_ns : 0;
+    int64_t n = store__retain(w->store, before, config_num(w->config, CFG_MAX_DB_SIZE), &err);
 
     if (n < 0)
         log_msg(LOG_WARN, "retention: %s", err.msg);
@@ -48,7 +50,7 @@ static void *writer_main(void *arg)
 
     pthread_mutex_lock(&w->lock);
     while (!w->stopping) {
-        int64_t due = mono_ns() + w->cfg.flush_ns;
+        int64_t due = mono_ns() + w->flush_ns;
         struct timespec ts = {.tv_sec = due / 1000000000LL, .tv_nsec = due % 1000000000LL};
 
         while (!w->stopping && pthread_cond_timedwait(&w->wake, &w->lock, &ts) != ETIMEDOUT)

@@ -14,18 +14,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "config.h"
 #include "outbox.h"
 #include "sampler.h"
 #include "store.h"
 
-struct writer_config {
-    int64_t flush_ns;     /* how often the outbox is written (at most 1 s) */
-    int64_t retention_ns; /* samples older than this are deleted; 0: kept */
-    int64_t max_db_bytes; /* oldest samples deleted above this; 0: no limit */
-};
-
 struct writer {
-    struct writer_config cfg;
+    int64_t flush_ns;      /* how often the outbox is written (at most 1 s) */
+    struct config *config; /* retention and max_db_size, read at every pass */
     struct store *store;
     struct outbox *ob;
     struct sampler *sampler;
@@ -35,6 +31,7 @@ struct writer {
     bool started, stopping;
     /* counters, read by the API thread */
     atomic_uint_fast64_t flushes, write_errors, samples_written, samples_dropped, retained;
+    atomic_uint_fast64_t usage_dropped; /* memory/CPU rows the outbox had no room for */
     atomic_int_fast64_t db_bytes;
 };
 

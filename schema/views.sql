@@ -47,3 +47,31 @@ SELECT s.ts_ns, t.pid, s.tid, th.name AS thread, s.state & 1 AS on_cpu,
 FROM samples s
 JOIN targets t ON t.id = s.target_id
 LEFT JOIN threads th ON th.target_id = s.target_id AND th.tid = s.tid;
+
+-- The memory timeline (meter.c, table memory) in megabytes, with the CPU use since the
+-- previous reading (100 = one core). timestamp is UTC text, so the seeds' queries read as
+-- SQLite: WHERE timestamp > datetime('now', '-5 minutes'); GROUP BY strftime('%H', timestamp).
+-- memory_mb is the RSS. The previous reading is found by key (target_id, ts_ns): no scan.
+CREATE TEMP VIEW memory_usage AS
+SELECT strftime('%Y-%m-%d %H:%M:%f', m.ts_ns / 1e9, 'unixepoch') AS timestamp, t.pid,
+       round(m.rss / 1048576.0, 2) AS memory_mb, round(m.rss / 1048576.0, 2) AS rss_mb,
+       round(m.pss / 1048576.0, 2) AS pss_mb, round(m.uss / 1048576.0, 2) AS uss_mb,
+       round(m.swap / 1048576.0, 2) AS swap_mb, m.threads, round(m.cpu_ns / 1e9, 2) AS cpu_seconds,
+       round(100.0 * (m.cpu_ns - p.cpu_ns) / (m.ts_ns - p.ts_ns), 1) AS cpu_pct,
+       t.rank, m.ts_ns, m.target_id
+FROM memory m
+JOIN targets t ON t.id = m.target_id
+LEFT JOIN memory p ON p.target_id = m.target_id
+     AND p.ts_ns = (SELECT max(ts_ns) FROM memory WHERE target_id = m.target_id AND ts_ns < m.ts_ns);
+
+-- Each thread's CPU use between two readings (100 = one core), with its name.
+CREATE TEMP VIEW thread_cpu_usage AS
+SELECT strftime('%Y-%m-%d %H:%M:%f', c.ts_ns / 1e9, 'unixepoch') AS timestamp, t.pid, c.tid,
+       th.name AS thread, round(c.cpu_ns / 1e9, 3) AS cpu_seconds,
+       round(100.0 * (c.cpu_ns - p.cpu_ns) / (c.ts_ns - p.ts_ns), 1) AS cpu_pct,
+       c.ts_ns, c.target_id
+FROM thread_cpu c
+JOIN targets t ON t.id = c.target_id
+LEFT JOIN threads th ON th.target_id = c.target_id AND th.tid = c.tid
+LEFT JOIN thread_cpu p ON p.target_id = c.target_id AND p.tid = c.tid
+     AND p.ts_ns = (SELECT max(ts_ns) FROM memory WHERE target_id = c.target_id AND ts_ns < c.ts_ns);

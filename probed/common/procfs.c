@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -42,21 +43,92 @@ void procfs_cmdline(pid_t pid, char *buf, size_t size)
         buf[n] = '\0';
 }
 
-int procfs_start_time(pid_t pid, int64_t *ret)
+/* Fields of a stat file (/proc/PID/stat or /proc/PID/task/TID/stat) that probed uses. */
+struct stat_fields {
+    unsigned long long utime, stime; /* clock ticks */
+    long long threads, start_time;
+};
+
+static int read_stat(const char *name, pid_t pid, struct stat_fields *f)
 {
     char buf[1024], *p;
-    long long start = -1;
-    ssize_t n = procfs_read(pid, "stat", buf, sizeof(buf));
+    ssize_t n = procfs_read(pid, name, buf, sizeof(buf));
 
     if (n <= 0)
         return n < 0 ? (int)n : -EIO;
-    /* The command name can hold spaces and parentheses: fields start after the last ')'. */
+    /* The command name can hold spaces and parentheses: fields start after the last ')'.
+     * From field 3 (state): 14 utime, 15 stime, 20 num_threads, 22 starttime. */
     p = strrchr(buf, ')');
     if (!p || sscanf(p + 2,
-                     "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d "
-                     "%*d %*d %*d %lld",
-                     &start) != 1)
+                     "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d "
+                     "%*d %lld %*d %lld",
+                     &f->utime, &f->stime, &f->threads, &f->start_time) != 4)
         return -EPROTO;
-    *ret = start;
+    return 0;
+}
+
+static int64_t ticks_ns(unsigned long long ticks)
+{
+    long hz = sysconf(_SC_CLK_TCK);
+
+    return (int64_t)ticks * (1000000000LL / (hz > 0 ? hz : 100));
+}
+
+int procfs_start_time(pid_t pid, int64_t *ret)
+{
+    struct stat_fields f;
+    int r = read_stat("stat", pid, &f);
+
+    if (r == 0)
+        *ret = f.start_time;
+    return r;
+}
+
+int procfs_thread_cpu(pid_t pid, pid_t tid, int64_t *cpu_ns)
+{
+    char name[48];
+    struct stat_fields f;
+    int r;
+
+    snprintf(name, sizeof(name), "task/%d/stat", (int)tid);
+    r = read_stat(name, pid, &f);
+    if (r == 0)
+        *cpu_ns = ticks_ns(f.utime + f.stime);
+    return r;
+}
+
+/* The value of "@key:   123 kB" lines, in bytes (0 when absent). */
+static int64_t rollup_field(const char *text, const char *key)
+{
+    size_t n = strlen(key);
+
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (strncmp(p, key, n) == 0 && p[n] == ':')
+            return strtoll(p + n + 1, NULL, 10) * 1024;
+    return 0;
+}
+
+int procfs_usage(pid_t pid, struct proc_usage *u)
+{
+    char buf[2048];
+    struct stat_fields f;
+    ssize_t n;
+    int r = read_stat("stat", pid, &f);
+
+    if (r < 0)
+        return r;
+    /* smaps_rollup: one walk of the mappings in the kernel (Linux 4.14+) */
+    n = procfs_read(pid, "smaps_rollup", buf, sizeof(buf));
+    if (n <= 0)
+        return n < 0 ? (int)n : -ESRCH; /* empty: a zombie, or a kernel thread */
+    *u = (struct proc_usage){
+        .rss = rollup_field(buf, "Rss"),
+        .pss = rollup_field(buf, "Pss"),
+        .uss = rollup_field(buf, "Private_Clean") + rollup_field(buf, "Private_Dirty"),
+        .swap = rollup_field(buf, "Swap"),
+        .cpu_ns = ticks_ns(f.utime + f.stime),
+        .start_time = f.start_time,
+        .threads = (int32_t)f.threads,
+    };
     return 0;
 }

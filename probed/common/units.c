@@ -17,13 +17,13 @@ int64_t units_duration_ns(const char *s)
     if (!s || !*s)
         return -1;
     v = strtod(s, &end);
-    if (end == s || v < 0)
+    if (end == s || !(v >= 0)) /* also NaN */
         return -1;
     while (*end == ' ')
         end++;
     for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
         if (strcmp(end, units[i].unit) == 0)
-            return (int64_t)(v * units[i].ns);
+            return v * units[i].ns < 9e18 ? (int64_t)(v * units[i].ns) : -1; /* also inf */
     return -1;
 }
 
@@ -36,7 +36,7 @@ int64_t units_size_bytes(const char *s)
     if (!s || !*s)
         return -1;
     v = strtod(s, &end);
-    if (end == s || v < 0)
+    if (end == s || !(v >= 0) || v >= 9e18)
         return -1;
     if (!*end)
         return (int64_t)v;
@@ -45,5 +45,5 @@ int64_t units_size_bytes(const char *s)
         return -1;
     for (const char *p = units; p <= u; p++)
         v *= 1024;
-    return (int64_t)v;
+    return v < 9e18 ? (int64_t)v : -1;
 }

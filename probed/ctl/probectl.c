@@ -9,6 +9,7 @@
 #include "backtrace.h"
 #include "commands.h"
 #include "eval.h"
+#include "ops.h"
 
 #define PROBED_VERSION "0.1.0"
 
@@ -30,6 +31,8 @@ static const struct command commands[] = {
     {"flamegraph", flamegraph_main, "a flame graph (SVG or folded) of the stored samples"},
     {"eval", eval_main, "run Python code inside a running process"},
     {"repl", repl_main, "an interactive Python prompt inside a running process"},
+    {"memory", memory_main, "memory now, peak and growth per minute of an attached process"},
+    {"config", config_main, "read or change the daemon's settings live"},
 };
 
 static void usage(FILE *out)

@@ -30,7 +30,8 @@ class Daemon:
         os.chmod(self.dir, 0o755)
         self.socket = os.path.join(self.dir, 'probed.sock')
         self.db = os.path.join(self.dir, 'probed.db')
-        self.extra = list(extra)
+        # Prometheus /metrics only where a test asks: daemons run side by side
+        self.extra = list(extra) if '--metrics' in extra else ['--metrics', 'off'] + list(extra)
         self.log_path = os.path.join(self.dir, 'probed.log')
         self.proc = None
         self.start()

@@ -1,0 +1,305 @@
+/* ops.c - see ops.h. */
+#define _GNU_SOURCE
+#include "ops.h"
+
+#include <getopt.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+
+#define COMMON_LONGOPTS                                                                            \
+    {"socket", required_argument, NULL, 'S'},                                                      \
+    {                                                                                              \
+        "help", no_argument, NULL, 'h'                                                             \
+    }
+
+/* ---- config ---- */
+
+static json_t *find_setting(json_t *settings, const char *key)
+{
+    size_t i;
+    json_t *s;
+    const char *bare = strncmp(key, "probed.", 7) == 0 ? key + 7 : key;
+
+    json_array_foreach(settings, i, s)
+    {
+        if (strcmp(json_string_value(json_object_get(s, "key")), bare) == 0)
+            return s;
+    }
+    return NULL;
+}
+
+static void print_settings(json_t *reply)
+{
+    json_t *settings = json_object_get(reply, "settings"), *s;
+    const char *file = json_string_value(json_object_get(reply, "file"));
+    size_t i;
+
+    printf("# %s\n", file && *file ? file : "no probed.conf read: defaults and options");
+    json_array_foreach(settings, i, s)
+    {
+        const char *value = json_string_value(json_object_get(s, "value"));
+        const char *def = json_string_value(json_object_get(s, "default"));
+        bool live = json_is_true(json_object_get(s, "live"));
+
+        bool same = strcmp(value, def) == 0;
+
+        printf("%-16s = %-28s # %s%s%s%s\n", json_string_value(json_object_get(s, "key")),
+               *value ? value : "\"\"", live ? "" : "restart to change; ",
+               json_is_true(json_object_get(s, "pinned")) ? "command line; " : "",
+               same ? "default" : "default: ",
+               same   ? ""
+               : *def ? def
+                      : "\"\"");
+    }
+}
+
+/* key=value: one change through PUT /v1/config. */
+static int set_one(const char *socket, const char *assignment)
+{
+    const char *eq = strchr(assignment, '=');
+    char key[128];
+    json_t *body, *reply, *s;
+
+    if (eq - assignment >= (long)sizeof(key) || eq == assignment) {
+        fprintf(stderr, "probectl config: '%s' is not key=value\n", assignment);
+        return 2;
+    }
+    snprintf(key, sizeof(key), "%.*s", (int)(eq - assignment), assignment);
+    body = json_pack("{s:s, s:s}", "key", key, "value", eq + 1);
+    reply = client_request(socket, "PUT", "/v1/config", body);
+    json_decref(body);
+    if (!reply)
+        return 1;
+    s = find_setting(json_object_get(reply, "settings"), key);
+    printf("%s = %s (applied now; until a restart: set it in the config file to keep it)\n",
+           json_string_value(json_object_get(s, "key")),
+           json_string_value(json_object_get(s, "value")));
+    json_decref(reply);
+    return 0;
+}
+
+int config_main(int argc, char **argv)
+{
+    static const struct option longopts[] = {COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
+    const char *socket = NULL;
+    json_t *reply, *s;
+    int c, r = 0;
+
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'S':
+            socket = optarg;
+            break;
+        case 'h':
+            printf("usage: probectl config [key | key=value ...]\n"
+                   "  Without arguments, every setting of the daemon and its default; with a\n"
+                   "  key, its value; key=value changes a live setting now (root only). A value\n"
+                   "  that is refused changes nothing. See probed.conf(5).\n");
+            return 0;
+        default:
+            return 2;
+        }
+    }
+    for (int i = optind; i < argc && r == 0; i++)
+        if (strchr(argv[i], '='))
+            r = set_one(socket, argv[i]);
+    if (r != 0 || (optind < argc && strchr(argv[argc - 1], '=')))
+        return r;
+    reply = client_request(socket, "GET", "/v1/config", NULL);
+    if (!reply)
+        return 1;
+    if (optind == argc)
+        print_settings(reply);
+    for (int i = optind; i < argc; i++) {
+        if (strchr(argv[i], '='))
+            continue;
+        s = find_setting(json_object_get(reply, "settings"), argv[i]);
+        if (!s) {
+            fprintf(stderr, "probectl config: unknown setting '%s'\n", argv[i]);
+            r = 1;
+            continue;
+        }
+        printf("%s\n", json_string_value(json_object_get(s, "value")));
+    }
+    json_decref(reply);
+    return r;
+}
+
+/* ---- memory ---- */
+
+/* The rows of one query, or NULL after printing why. */
+static json_t *rows_of(const char *socket, int pid, const char *sql, json_t **keep)
+{
+    json_t *body = json_pack("{s:s, s:i}", "sql", sql, "pid", pid);
+
+    *keep = client_request(socket, "POST", "/v1/query", body);
+    json_decref(body);
+    return *keep ? json_object_get(*keep, "rows") : NULL;
+}
+
+static double num(json_t *row, size_t i)
+{
+    json_t *v = json_array_get(row, i);
+    return json_is_number(v) ? json_number_value(v) : 0.0;
+}
+
+/* Integers exactly (a timestamp in ns does not fit a double's 53 bits). */
+static long long whole(json_t *row, size_t i)
+{
+    return (long long)json_integer_value(json_array_get(row, i));
+}
+
+/* The latest reading, and peak and growth per minute over @window_ns before it. */
+static int print_memory(const char *socket, int pid, long long target, long long window_ns,
+                        const char *window)
+{
+    static const char *const names[] = {"RSS", "PSS", "USS", "Swap"};
+    char sql[2048];
+    json_t *keep, *rows, *now, *trend;
+    size_t i;
+    json_t *row;
+
+    snprintf(sql, sizeof(sql),
+             "SELECT timestamp, rss_mb, pss_mb, uss_mb, swap_mb, cpu_pct, cpu_seconds, threads,"
+             " ts_ns FROM memory_usage WHERE target_id = %lld ORDER BY ts_ns DESC LIMIT 1",
+             target);
+    rows = rows_of(socket, pid, sql, &keep);
+    if (!rows)
+        return 1;
+    now = json_incref(json_array_get(rows, 0));
+    json_decref(keep);
+    if (!now) {
+        fprintf(stderr,
+                "probectl memory: pid %d has no memory readings yet (memory_interval"
+                " 0, or attached less than a reading ago)\n",
+                pid);
+        return 1;
+    }
+    snprintf(sql, sizeof(sql),
+             "WITH w AS (SELECT (ts_ns - %lld) / 60e9 AS x, rss / 1048576.0 AS a,"
+             " pss / 1048576.0 AS b, uss / 1048576.0 AS c, swap / 1048576.0 AS d FROM memory"
+             " WHERE target_id = %lld AND ts_ns >= %lld)"
+             " SELECT count(*), -min(x),"
+             " max(a), (count(*) * sum(x * a) - sum(x) * sum(a)) / nullif(count(*) * sum(x * x)"
+             " - sum(x) * sum(x), 0), max(b), (count(*) * sum(x * b) - sum(x) * sum(b)) /"
+             " nullif(count(*) * sum(x * x) - sum(x) * sum(x), 0), max(c), (count(*) * sum(x *"
+             " c) - sum(x) * sum(c)) / nullif(count(*) * sum(x * x) - sum(x) * sum(x), 0), max(d),"
+             " (count(*) * sum(x * d) - sum(x) * sum(d)) / nullif(count(*) * sum(x * x) - sum(x)"
+             " * sum(x), 0) FROM w",
+             whole(now, 8), target, whole(now, 8) - window_ns);
+    rows = rows_of(socket, pid, sql, &keep);
+    if (!rows) {
+        json_decref(now);
+        return 1;
+    }
+    trend = json_array_get(rows, 0);
+    printf("at %s UTC: %.0f%% CPU (100%% = one core), %.1f s CPU in all, %d threads\n\n",
+           json_string_value(json_array_get(now, 0)), num(now, 5), num(now, 6), (int)num(now, 7));
+    printf("%-5s %12s %12s %16s\n", "", "now MB", "peak MB", "growth MB/min");
+    for (int k = 0; k < 4; k++) {
+        json_t *slope = json_array_get(trend, 3 + 2 * (size_t)k);
+        printf("%-5s %12.1f %12.1f ", names[k], num(now, 1 + (size_t)k),
+               num(trend, 2 + 2 * (size_t)k));
+        if (json_is_number(slope))
+            printf("%+16.2f\n", json_number_value(slope));
+        else
+            printf("%16s\n", "-");
+    }
+    printf("(peak and growth: %d readings over %.1f min, window %s; growth is the slope of a"
+           " least-squares line)\n\n",
+           (int)num(trend, 0), num(trend, 1), window);
+    json_decref(keep);
+
+    snprintf(sql, sizeof(sql),
+             "SELECT tid, thread, cpu_pct, cpu_seconds FROM thread_cpu_usage WHERE"
+             " target_id = %lld AND ts_ns = %lld ORDER BY cpu_pct DESC, cpu_seconds DESC LIMIT 10",
+             target, whole(now, 8));
+    json_decref(now);
+    rows = rows_of(socket, pid, sql, &keep);
+    if (!rows)
+        return 1;
+    printf("%8s %-20s %7s %10s\n", "TID", "THREAD", "CPU%", "CPU s");
+    json_array_foreach(rows, i, row)
+    {
+        const char *name = json_string_value(json_array_get(row, 1));
+        printf("%8d %-20s %7.1f %10.2f\n", (int)num(row, 0), name ? name : "?", num(row, 2),
+               num(row, 3));
+    }
+    json_decref(keep);
+    return 0;
+}
+
+int memory_main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"window", required_argument, NULL, 'w'}, COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
+    const char *socket = NULL, *window = "10m";
+    char sql[512];
+    json_t *keep, *rows, *t;
+    double minutes;
+    char *end;
+    int c, pid, r;
+
+    while ((c = getopt_long(argc, argv, "w:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'w':
+            window = optarg;
+            break;
+        case 'S':
+            socket = optarg;
+            break;
+        case 'h':
+            printf("usage: probectl memory <pid> [--window MINUTESm]\n"
+                   "  The memory of an attached process now (RSS, PSS, USS, swap from\n"
+                   "  smaps_rollup), its peak and growth per minute over the window (default\n"
+                   "  10m), and its threads by CPU. The timeline is the memory_usage view.\n");
+            return 0;
+        default:
+            return 2;
+        }
+    }
+    minutes = strtod(window, &end);
+    if (end == window || !(minutes > 0) ||
+        (strcmp(end, "m") != 0 && strcmp(end, "min") != 0 && strcmp(end, "h") != 0)) {
+        fprintf(stderr, "probectl memory: --window must be minutes or hours, e.g. 10m, 2h\n");
+        return 2;
+    }
+    if (*end == 'h')
+        minutes *= 60;
+    if (optind + 1 != argc) {
+        fprintf(stderr, "probectl memory: expected one pid\n");
+        return 2;
+    }
+    if ((pid = client_parse_pid(argv[optind], "memory")) < 0)
+        return 2;
+    snprintf(sql, sizeof(sql),
+             "SELECT id, cmdline, py_version, ended_ns IS NULL, coalesce(end_reason, '')"
+             " FROM targets WHERE pid = %d ORDER BY id DESC LIMIT 1",
+             pid);
+    rows = rows_of(socket, pid, sql, &keep);
+    if (!rows)
+        return 1;
+    t = json_array_get(rows, 0);
+    if (!t) {
+        fprintf(stderr,
+                "probectl memory: pid %d was never attached: its memory is recorded while it"
+                " is (probectl attach %d)\n",
+                pid, pid);
+        json_decref(keep);
+        return 1;
+    }
+    printf("pid %d: %s (Python %s)%s%s\n", pid, json_string_value(json_array_get(t, 1)),
+           json_string_value(json_array_get(t, 2)),
+           json_is_true(json_array_get(t, 3)) || num(t, 3) ? "" : ", no longer attached: ",
+           json_is_true(json_array_get(t, 3)) || num(t, 3)
+               ? ""
+               : json_string_value(json_array_get(t, 4)));
+    r = print_memory(socket, pid, whole(t, 0), (long long)(minutes * 60e9), window);
+    json_decref(keep);
+    return r;
+}

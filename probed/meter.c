@@ -1,0 +1,161 @@
+/* meter.c - see meter.h. */
+#define _GNU_SOURCE
+#include "meter.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "log.h"
+#include "procfs.h"
+
+#define IDLE_CHECK_NS 1000000000LL /* memory_interval 0: look again at the config this often */
+
+/* Who to read this pass, copied out under the sampler's lock. */
+struct due {
+    int64_t id, start_time;
+    pid_t pid;
+};
+
+struct due_list {
+    struct due items[SAMPLER_TARGETS_MAX];
+    size_t n;
+};
+
+static void collect(const struct target *t, void *ctx)
+{
+    struct due_list *l = ctx;
+
+    if (t->state == TARGET_SAMPLING && l->n < SAMPLER_TARGETS_MAX)
+        l->items[l->n++] = (struct due){.id = t->id, .start_time = t->start_time, .pid = t->pid};
+}
+
+/* Every thread's CPU time, appended to @h (under the outbox lock: a directory listing and
+ * one small read per thread, tens of microseconds). */
+static void read_threads(struct meter *m, const struct due *d, int64_t ts)
+{
+    char path[48];
+    struct dirent *e;
+    struct ob_half *h;
+    DIR *dir;
+
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)d->pid);
+    dir = opendir(path);
+    if (!dir)
+        return;
+    h = outbox__lock(m->ob);
+    while ((e = readdir(dir))) {
+        struct ob_thread_cpu c = {.target_id = d->id, .ts_ns = ts, .tid = atoi(e->d_name)};
+        if (c.tid > 0 && procfs_thread_cpu(d->pid, c.tid, &c.cpu_ns) == 0)
+            ob_half__thread_cpu(h, &c);
+    }
+    outbox__unlock(m->ob);
+    closedir(dir);
+}
+
+static void read_target(struct meter *m, const struct due *d)
+{
+    struct proc_usage u;
+    int64_t ts = real_ns();
+    struct ob_half *h;
+
+    /* A target that exited is the sampler's to notice; a reused pid is not ours to read. */
+    if (procfs_usage(d->pid, &u) < 0 || u.start_time != d->start_time) {
+        m->failures++;
+        return;
+    }
+    m->readings++;
+    h = outbox__lock(m->ob);
+    ob_half__usage(h, &(struct ob_usage){.target_id = d->id,
+                                         .ts_ns = ts,
+                                         .rss = u.rss,
+                                         .pss = u.pss,
+                                         .uss = u.uss,
+                                         .swap = u.swap,
+                                         .cpu_ns = u.cpu_ns,
+                                         .threads = u.threads});
+    outbox__unlock(m->ob);
+    read_threads(m, d, ts);
+    sampler__set_usage(m->sampler, d->id, &u, ts);
+}
+
+static void pass(struct meter *m, struct due_list *l)
+{
+    int64_t t0 = mono_ns();
+
+    l->n = 0;
+    sampler__each(m->sampler, collect, l);
+    for (size_t i = 0; i < l->n; i++)
+        read_target(m, &l->items[i]);
+    m->last_pass_ns = mono_ns() - t0;
+}
+
+static void *meter_main(void *arg)
+{
+    struct meter *m = arg;
+    struct due_list *l = malloc(sizeof(*l));
+    int64_t due = mono_ns();
+
+    if (!l) {
+        log_msg(LOG_ERR, "meter: out of memory: no memory timeline");
+        return NULL;
+    }
+    pthread_mutex_lock(&m->lock);
+    while (!m->stopping) {
+        int64_t interval = config_num(m->cfg, CFG_MEMORY_INTERVAL), now = mono_ns();
+        struct timespec ts;
+
+        if (interval > 0 && now >= due) {
+            pthread_mutex_unlock(&m->lock);
+            pass(m, l);
+            pthread_mutex_lock(&m->lock);
+            /* on the interval's grid; after a slow pass, from now */
+            due = due + interval > now ? due + interval : now + interval;
+            continue;
+        }
+        /* Wake at the due time, and at least once a second to see a changed interval. */
+        int64_t wake = interval > 0 ? due : now + IDLE_CHECK_NS;
+        if (wake > now + IDLE_CHECK_NS)
+            wake = now + IDLE_CHECK_NS;
+        if (interval > 0 && due > now + interval)
+            due = now + interval; /* the interval was shortened */
+        ts = (struct timespec){.tv_sec = wake / 1000000000LL, .tv_nsec = wake % 1000000000LL};
+        pthread_cond_timedwait(&m->wake, &m->lock, &ts);
+    }
+    pthread_mutex_unlock(&m->lock);
+    free(l);
+    return NULL;
+}
+
+int meter_start(struct meter *m)
+{
+    pthread_condattr_t ca;
+    int r;
+
+    pthread_mutex_init(&m->lock, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&m->wake, &ca);
+    pthread_condattr_destroy(&ca);
+    r = pthread_create(&m->thread, NULL, meter_main, m);
+    if (r != 0)
+        return -r;
+    pthread_setname_np(m->thread, "probed-meter");
+    m->started = true;
+    return 0;
+}
+
+void meter_stop(struct meter *m)
+{
+    if (!m->started)
+        return;
+    pthread_mutex_lock(&m->lock);
+    m->stopping = true;
+    pthread_cond_signal(&m->wake);
+    pthread_mutex_unlock(&m->lock);
+    pthread_join(m->thread, NULL);
+    pthread_cond_destroy(&m->wake);
+    pthread_mutex_destroy(&m->lock);
+    m->started = false;
+}

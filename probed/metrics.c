@@ -1,0 +1,384 @@
+/* metrics.c - see metrics.h. */
+#define _GNU_SOURCE
+#include "metrics.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/http.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "errbuf.h"
+#include "log.h"
+#include "procfs.h"
+
+#define PROBED_VERSION "0.1.0"
+
+/* One sampled target as a scrape reports it, copied out under the sampler's lock. */
+struct row {
+    pid_t pid;
+    int rank, local_rank;
+    uint32_t rate_hz;
+    char cmd[128], python[32];
+    struct target_stats stats;
+    struct proc_usage usage;
+    int64_t usage_ns;
+};
+
+struct metrics {
+    struct event_base *base;
+    struct metrics_sources src;
+    struct evhttp *http; /* NULL: not serving */
+    char address[CONFIG_VALUE_MAX];
+    struct row rows[SAMPLER_TARGETS_MAX];
+    size_t n_rows, n_ended;
+};
+
+static void copy_row(const struct target *t, void *ctx)
+{
+    struct metrics *m = ctx;
+    struct row *r;
+
+    if (t->state != TARGET_SAMPLING) {
+        m->n_ended++;
+        return;
+    }
+    r = &m->rows[m->n_rows++];
+    *r = (struct row){.pid = t->pid,
+                      .rank = t->rank,
+                      .local_rank = t->local_rank,
+                      .rate_hz = t->rate_hz,
+                      .stats = t->stats,
+                      .usage = t->usage,
+                      .usage_ns = t->usage_ns};
+    snprintf(r->cmd, sizeof(r->cmd), "%.*s", (int)sizeof(r->cmd) - 1, t->cmdline);
+    snprintf(r->python, sizeof(r->python), "%s", t->py_version);
+}
+
+/* A label value: backslash, double quote and newline escaped (the exposition format). */
+static void add_label(struct evbuffer *out, const char *name, const char *value, bool first)
+{
+    evbuffer_add_printf(out, "%s%s=\"", first ? "" : ",", name);
+    for (const char *p = value; *p; p++) {
+        if (*p == '\\' || *p == '"')
+            evbuffer_add_printf(out, "\\%c", *p);
+        else if (*p == '\n')
+            evbuffer_add(out, "\\n", 2);
+        else
+            evbuffer_add(out, p, 1);
+    }
+    evbuffer_add(out, "\"", 1);
+}
+
+static void add_target_labels(struct evbuffer *out, const struct row *r)
+{
+    char num[16];
+
+    snprintf(num, sizeof(num), "%d", (int)r->pid);
+    add_label(out, "pid", num, true);
+    snprintf(num, sizeof(num), "%d", r->rank);
+    add_label(out, "rank", r->rank >= 0 ? num : "", false);
+    snprintf(num, sizeof(num), "%d", r->local_rank);
+    add_label(out, "local_rank", r->local_rank >= 0 ? num : "", false);
+    add_label(out, "cmd", r->cmd, false);
+    add_label(out, "python", r->python, false);
+}
+
+static void family(struct evbuffer *out, const char *name, const char *type, const char *help)
+{
+    evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void one(struct evbuffer *out, const char *name, const char *type, const char *help,
+                double v)
+{
+    family(out, name, type, help);
+    evbuffer_add_printf(out, "%s %.17g\n", name, v);
+}
+
+/* What a per-target metric reads from a row. */
+typedef double (*row_value_fn)(const struct row *r);
+
+static double r_cpu(const struct row *r)
+{
+    return (double)r->usage.cpu_ns / 1e9;
+}
+static double r_rss(const struct row *r)
+{
+    return (double)r->usage.rss;
+}
+static double r_pss(const struct row *r)
+{
+    return (double)r->usage.pss;
+}
+static double r_uss(const struct row *r)
+{
+    return (double)r->usage.uss;
+}
+static double r_swap(const struct row *r)
+{
+    return (double)r->usage.swap;
+}
+static double r_threads(const struct row *r)
+{
+    return r->usage.threads;
+}
+static double r_rate(const struct row *r)
+{
+    return r->rate_hz;
+}
+static double r_torn(const struct row *r)
+{
+    return (double)r->stats.torn;
+}
+static double r_dropped(const struct row *r)
+{
+    return (double)r->stats.dropped;
+}
+
+static void per_target(struct metrics *m, struct evbuffer *out, const char *name, const char *type,
+                       const char *help, row_value_fn fn, bool needs_usage)
+{
+    family(out, name, type, help);
+    for (size_t i = 0; i < m->n_rows; i++) {
+        const struct row *r = &m->rows[i];
+        if (needs_usage && !r->usage_ns)
+            continue; /* not read yet: absent rather than a false 0 */
+        evbuffer_add_printf(out, "%s{", name);
+        add_target_labels(out, r);
+        evbuffer_add_printf(out, "} %.17g\n", fn(r));
+    }
+}
+
+static void samples_by_state(struct metrics *m, struct evbuffer *out)
+{
+    /* index: bit 0 on CPU, bit 1 holds the GIL */
+    static const char *const state[4] = {"idle", "running", "gil_idle", "running_gil"};
+
+    family(out, "probed_target_samples_total", "counter",
+           "Thread samples recorded, by state: running_gil (on CPU holding the GIL), running"
+           " (on CPU without it), gil_idle (holds it, off CPU), idle");
+    for (size_t i = 0; i < m->n_rows; i++)
+        for (int s = 0; s < 4; s++) {
+            evbuffer_add_printf(out, "probed_target_samples_total{");
+            add_target_labels(out, &m->rows[i]);
+            add_label(out, "state", state[s], false);
+            evbuffer_add_printf(out, "} %llu\n", (unsigned long long)m->rows[i].stats.by_state[s]);
+        }
+}
+
+static void tick_histogram(struct metrics *m, struct evbuffer *out)
+{
+    struct sampler *s = m->src.sampler;
+    uint64_t cumulative = 0;
+
+    family(out, "probed_sample_tick_seconds", "histogram",
+           "Time one sampling tick of one target takes (all its threads' stacks)");
+    for (int b = 0; b < SAMPLER_HIST_N; b++) {
+        cumulative += s->tick_hist[b];
+        evbuffer_add_printf(out, "probed_sample_tick_seconds_bucket{le=\"%g\"} %llu\n",
+                            sampler_hist_bounds_us[b] / 1e6, (unsigned long long)cumulative);
+    }
+    cumulative += s->tick_hist[SAMPLER_HIST_N];
+    evbuffer_add_printf(out, "probed_sample_tick_seconds_bucket{le=\"+Inf\"} %llu\n",
+                        (unsigned long long)cumulative);
+    evbuffer_add_printf(out, "probed_sample_tick_seconds_sum %.9f\n", (double)s->tick_ns_sum / 1e9);
+    evbuffer_add_printf(out, "probed_sample_tick_seconds_count %llu\n",
+                        (unsigned long long)cumulative);
+}
+
+static int64_t file_size(const char *path, const char *suffix)
+{
+    char p[4200];
+    struct stat st;
+
+    snprintf(p, sizeof(p), "%s%s", path, suffix);
+    return stat(p, &st) == 0 ? (int64_t)st.st_size : 0;
+}
+
+/* The daemon's own process_* metrics, as every Prometheus client library names them. */
+static void own_process(struct evbuffer *out)
+{
+    struct proc_usage u = {0};
+    struct rusage ru;
+
+    if (getrusage(RUSAGE_SELF, &ru) == 0)
+        one(out, "process_cpu_seconds_total", "counter", "CPU time of probed itself",
+            (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+                ru.ru_stime.tv_usec / 1e6);
+    if (procfs_usage(getpid(), &u) == 0)
+        one(out, "process_resident_memory_bytes", "gauge", "Resident memory of probed itself",
+            (double)u.rss);
+}
+
+static void render(struct metrics *m, struct evbuffer *out)
+{
+    struct writer *w = m->src.writer;
+    struct meter *mt = m->src.meter;
+
+    m->n_rows = m->n_ended = 0;
+    sampler__each(m->src.sampler, copy_row, m);
+
+    family(out, "probed_build_info", "gauge", "probed's version");
+    evbuffer_add_printf(out, "probed_build_info{version=\"%s\"} 1\n", PROBED_VERSION);
+    family(out, "probed_targets", "gauge", "Processes listed, by state");
+    evbuffer_add_printf(out, "probed_targets{state=\"sampling\"} %zu\n", m->n_rows);
+    evbuffer_add_printf(out, "probed_targets{state=\"ended\"} %zu\n", m->n_ended);
+    one(out, "probed_samples_written_total", "counter", "Thread samples stored in SQLite",
+        (double)w->samples_written);
+    one(out, "probed_samples_dropped_total", "counter",
+        "Thread samples lost: the outbox was full (the database too slow)",
+        (double)w->samples_dropped);
+    one(out, "probed_write_errors_total", "counter", "Batches that could not be stored",
+        (double)w->write_errors);
+    tick_histogram(m, out);
+    one(out, "probed_db_size_bytes", "gauge", "Database file and its write-ahead log",
+        (double)(file_size(m->src.db_path, "") + file_size(m->src.db_path, "-wal")));
+    one(out, "probed_db_used_bytes", "gauge", "Database pages in use (retention's measure)",
+        (double)w->db_bytes);
+    one(out, "probed_requests_total", "counter", "API requests", (double)*m->src.requests);
+    one(out, "probed_queries_total", "counter", "SQL queries run", (double)*m->src.queries);
+    one(out, "probed_query_errors_total", "counter", "SQL queries that failed or were refused",
+        (double)*m->src.query_errors);
+    one(out, "probed_memory_readings_total", "counter", "Memory/CPU readings of targets",
+        (double)mt->readings);
+    one(out, "probed_memory_pass_seconds", "gauge",
+        "Time the last memory/CPU reading of every target took", (double)mt->last_pass_ns / 1e9);
+    own_process(out);
+
+    per_target(m, out, "probed_target_cpu_seconds_total", "counter",
+               "CPU time of the target, all threads, user + system", r_cpu, true);
+    per_target(m, out, "probed_target_rss_bytes", "gauge", "Resident memory", r_rss, true);
+    per_target(m, out, "probed_target_pss_bytes", "gauge",
+               "Proportional memory: shared pages divided among their users", r_pss, true);
+    per_target(m, out, "probed_target_uss_bytes", "gauge", "Memory private to the target", r_uss,
+               true);
+    per_target(m, out, "probed_target_swap_bytes", "gauge", "Swapped out", r_swap, true);
+    per_target(m, out, "probed_target_threads", "gauge", "OS threads", r_threads, true);
+    per_target(m, out, "probed_target_sample_rate_hz", "gauge", "Samples per second", r_rate,
+               false);
+    per_target(m, out, "probed_target_torn_total", "counter",
+               "Stacks that kept changing while read and were dropped", r_torn, false);
+    per_target(m, out, "probed_target_dropped_total", "counter",
+               "Samples the outbox had no room for", r_dropped, false);
+    samples_by_state(m, out);
+}
+
+static void on_request(struct evhttp_request *req, void *arg)
+{
+    struct metrics *m = arg;
+    const char *uri = evhttp_request_get_uri(req);
+    struct evbuffer *out = evbuffer_new();
+
+    if (!out) {
+        evhttp_send_error(req, 500, "out of memory");
+        return;
+    }
+    if (evhttp_request_get_command(req) != EVHTTP_REQ_GET ||
+        (strcmp(uri, "/metrics") != 0 && strncmp(uri, "/metrics?", 9) != 0)) {
+        evbuffer_add_printf(out, "probed: Prometheus metrics are at GET /metrics\n");
+        evhttp_send_reply(req, 404, "Not Found", out);
+        evbuffer_free(out);
+        return;
+    }
+    render(m, out);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
+                      "text/plain; version=0.0.4; charset=utf-8");
+    evhttp_send_reply(req, 200, "OK", out);
+    evbuffer_free(out);
+}
+
+int metrics_new(struct event_base *base, const struct metrics_sources *src, struct metrics **ret)
+{
+    struct metrics *m = calloc(1, sizeof(*m));
+
+    if (!m)
+        return -ENOMEM;
+    m->base = base;
+    m->src = *src;
+    snprintf(m->address, sizeof(m->address), "off");
+    *ret = m;
+    return 0;
+}
+
+void metrics_free(struct metrics *m)
+{
+    if (!m)
+        return;
+    if (m->http)
+        evhttp_free(m->http);
+    free(m);
+}
+
+/* A listening TCP socket on "host:port" ("[v6]:port" too). */
+static int listen_tcp(const char *address, int *ret_fd, char *err, size_t errlen)
+{
+    char host[CONFIG_VALUE_MAX], *colon;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai;
+    int fd, rc, one_ = 1;
+
+    snprintf(host, sizeof(host), "%s", address);
+    colon = strrchr(host, ':');
+    if (!colon)
+        return errbuf_set(err, errlen, -EINVAL, "metrics_address: '%s' is not host:port", address);
+    *colon = '\0';
+    if (host[0] == '[' && colon > host + 1 && colon[-1] == ']') {
+        colon[-1] = '\0';
+        memmove(host, host + 1, strlen(host));
+    }
+    rc = getaddrinfo(host, colon + 1, &hints, &ai);
+    if (rc != 0)
+        return errbuf_set(err, errlen, -EINVAL, "metrics_address: %s: %s", address,
+                          gai_strerror(rc));
+    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one_, sizeof(one_)) < 0 ||
+        bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 64) < 0) {
+        rc = -errno;
+        if (fd >= 0)
+            close(fd);
+        freeaddrinfo(ai);
+        return errbuf_set(err, errlen, rc, "metrics_address: listening on %s: %s", address,
+                          strerror(-rc));
+    }
+    freeaddrinfo(ai);
+    *ret_fd = fd;
+    return 0;
+}
+
+int metrics__listen(struct metrics *m, const char *address, char *err, size_t errlen)
+{
+    struct evhttp *http = NULL;
+    int fd = -1, r;
+
+    if (strcmp(address, m->address) == 0)
+        return 0;
+    if (strcmp(address, "off") != 0) {
+        r = listen_tcp(address, &fd, err, errlen);
+        if (r < 0)
+            return r;
+        http = evhttp_new(m->base);
+        if (!http || evhttp_accept_socket(http, fd) < 0) {
+            if (http)
+                evhttp_free(http);
+            close(fd);
+            return errbuf_set(err, errlen, -ENOMEM, "metrics_address: serving %s failed", address);
+        }
+        evhttp_set_timeout(http, 10);
+        evhttp_set_max_headers_size(http, 16384);
+        evhttp_set_max_body_size(http, 0);
+        evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD);
+        evhttp_set_gencb(http, on_request, m);
+    }
+    if (m->http)
+        evhttp_free(m->http); /* closes the old listening socket */
+    m->http = http;
+    snprintf(m->address, sizeof(m->address), "%s", address);
+    log_msg(LOG_INFO, "metrics: %s%s", http ? "serving /metrics on " : "", address);
+    return 0;
+}
