@@ -280,8 +280,15 @@ static void on_request(struct evhttp_request *req, void *arg)
         evhttp_send_error(req, 500, "out of memory");
         return;
     }
-    if (evhttp_request_get_command(req) != EVHTTP_REQ_GET ||
-        (strcmp(uri, "/metrics") != 0 && strncmp(uri, "/metrics?", 9) != 0)) {
+    if (strcmp(uri, "/metrics") == 0 || strncmp(uri, "/metrics?", 9) == 0) {
+        if (evhttp_request_get_command(req) != EVHTTP_REQ_GET) {
+            evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET");
+            evbuffer_add_printf(out, "probed: /metrics answers GET only\n");
+            evhttp_send_reply(req, 405, "Method Not Allowed", out);
+            evbuffer_free(out);
+            return;
+        }
+    } else {
         evbuffer_add_printf(out, "probed: Prometheus metrics are at GET /metrics\n");
         evhttp_send_reply(req, 404, "Not Found", out);
         evbuffer_free(out);
@@ -372,7 +379,8 @@ int metrics__listen(struct metrics *m, const char *address, char *err, size_t er
         evhttp_set_timeout(http, 10);
         evhttp_set_max_headers_size(http, 16384);
         evhttp_set_max_body_size(http, 0);
-        evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD);
+        evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |
+                                             EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE);
         evhttp_set_gencb(http, on_request, m);
     }
     if (m->http)

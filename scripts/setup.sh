@@ -11,7 +11,7 @@ packages="
   libelf-dev libdw-dev libunwind-dev libbpf-dev bpftool linux-libc-dev
   libsqlite3-dev sqlite3 libxxhash-dev libprotobuf-c-dev protobuf-c-compiler zlib1g-dev
   libevent-dev libjansson-dev libcurl4-openssl-dev libedit-dev
-  python3 python3-pytest python3-torch procps util-linux curl golang-go strace
+  python3 python3-pytest python3-torch procps util-linux curl golang-go strace prometheus
   chromium chromium-driver python3-selenium
 "
 missing=""

@@ -1,0 +1,487 @@
+"""Operations end to end: the real Prometheus from Debian scraping a real probed (and running
+every query of the Grafana dashboard), the memory timeline and `probectl memory`, and live
+settings (`probectl config`, probed.conf, SIGHUP)."""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from conftest import BUILD, ROOT, Target
+from daemon import Daemon, PROBED, ensure_test_user
+
+PYTHON = '/usr/bin/python3'
+DASHBOARD = os.path.join(ROOT, 'packaging', 'grafana', 'probed-dashboard.json')
+
+
+def wait_for(pred, timeout=20, what='condition'):
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        last = pred()
+        if last:
+            return last
+        time.sleep(0.25)
+    raise AssertionError('timed out waiting for %s (last: %r)' % (what, last))
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(('127.0.0.1', 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def http_get(url, timeout=10):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.status, r.read().decode()
+
+
+def refused(port):
+    s = socket.socket()
+    try:
+        s.connect(('127.0.0.1', port))
+        return False
+    except ConnectionRefusedError:
+        return True
+    finally:
+        s.close()
+
+
+def vm_rss(pid):
+    with open('/proc/%d/status' % pid) as f:
+        return int(re.search(r'VmRSS:\s+(\d+) kB', f.read()).group(1)) * 1024
+
+
+class Prometheus:
+    """The real server (Debian's prometheus), scraping @targets every second."""
+
+    def __init__(self, targets):
+        if not shutil.which('prometheus'):
+            pytest.fail('prometheus is not installed (scripts/setup.sh installs it)')
+        self.dir = tempfile.mkdtemp(prefix='probed-prom-')
+        self.port = free_port()
+        conf = os.path.join(self.dir, 'prometheus.yml')
+        with open(conf, 'w') as f:
+            f.write('global: {scrape_interval: 1s, evaluation_interval: 1s}\n'
+                    'scrape_configs:\n'
+                    '  - job_name: probed\n'
+                    '    static_configs: [{targets: [%s]}]\n'
+                    % ', '.join("'%s'" % t for t in targets))
+        self.log = open(os.path.join(self.dir, 'log'), 'w')
+        self.proc = subprocess.Popen(
+            ['prometheus', '--config.file=' + conf, '--storage.tsdb.path=' + self.dir + '/data',
+             '--web.listen-address=127.0.0.1:%d' % self.port], stdout=self.log, stderr=self.log)
+        wait_for(self.ready, 60, 'prometheus to be ready')
+
+    def ready(self):
+        try:
+            return http_get('http://127.0.0.1:%d/-/ready' % self.port)[0] == 200
+        except OSError:
+            return False
+
+    def query(self, expr):
+        """The result vector of an instant query; fails on any error Prometheus reports."""
+        url = 'http://127.0.0.1:%d/api/v1/query?%s' % (self.port,
+                                                         urllib.parse.urlencode({'query': expr}))
+        status, body = http_get(url)
+        reply = json.loads(body)
+        assert status == 200 and reply['status'] == 'success', (expr, body)
+        return reply['data']['result']
+
+    def value(self, expr):
+        """The single value of @expr, or None while it has no result."""
+        result = self.query(expr)
+        return float(result[0]['value'][1]) if result else None
+
+    def close(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope='module')
+def scraped():
+    """A daemon serving /metrics, a busy target attached with ranks, Prometheus scraping."""
+    port = free_port()
+    d = Daemon('--metrics', '127.0.0.1:%d' % port)
+    env = dict(os.environ, RANK='3', LOCAL_RANK='1', WORLD_SIZE='4')
+    t = Target(PYTHON, 'busy.py', env=env)
+    prom = None
+    try:
+        d.ctl('attach', t.pid, check=True)
+        prom = Prometheus(['127.0.0.1:%d' % port])
+        yield d, t, prom, port
+    finally:
+        if prom:
+            prom.close()
+        t.close()
+        d.close()
+
+
+def test_prometheus_scrapes_daemon_and_target_metrics(scraped):
+    d, t, prom, port = scraped
+    sel = '{pid="%d"}' % t.pid
+    wait_for(lambda: prom.value('up{job="probed"}') == 1, what='a successful scrape')
+    wait_for(lambda: prom.query('probed_target_rss_bytes' + sel), what='the target in Prometheus')
+    series = prom.query('probed_target_rss_bytes' + sel)[0]['metric']
+    assert series['rank'] == '3' and series['local_rank'] == '1', series
+    assert 'busy.py' in series['cmd'] and series['python'].startswith('3.'), series
+    rss = prom.value('probed_target_rss_bytes' + sel)
+    assert 0.7 < rss / vm_rss(t.pid) < 1.3, (rss, vm_rss(t.pid))
+    assert prom.value('probed_target_uss_bytes' + sel) <= prom.value('probed_target_pss_bytes' + sel) <= rss
+    assert prom.value('probed_target_threads' + sel) == 2  # main + sleeper
+    assert prom.value('probed_targets{state="sampling"}') == 1
+    # The busy main thread runs holding the GIL; the sleeper idles: both at about 100 Hz.
+    # (A rate over a window longer than the series is underestimated: wait for 6 scrapes.)
+    wait_for(lambda: (prom.value('count_over_time(probed_target_threads%s[6s])' % sel) or 0) >= 6,
+             what='six scrapes of the target')
+    gil = prom.value('rate(probed_target_samples_total{pid="%d",state="running_gil"}[5s])'
+                     % t.pid)
+    idle = prom.value('rate(probed_target_samples_total{pid="%d",state="idle"}[5s])' % t.pid)
+    assert 60 < gil < 140 and 60 < idle < 140, (gil, idle)
+    cpu = wait_for(lambda: prom.value('rate(probed_target_cpu_seconds_total%s[5s])' % sel),
+                   what='a CPU rate')
+    assert 0.3 < cpu < 1.2, cpu
+    assert prom.value('probed_sample_tick_seconds_count') > 100
+    assert prom.value('histogram_quantile(0.5, rate(probed_sample_tick_seconds_bucket[10s]))') < 0.01
+    assert prom.value('probed_db_size_bytes') > 0
+    assert prom.value('process_resident_memory_bytes{job="probed"}') > 1e6
+
+    # Queries and their errors are counted, and Prometheus sees the new counts.
+    before = prom.value('probed_queries_total')
+    errors_before = prom.value('probed_query_errors_total')
+    for _ in range(3):
+        d.rows('SELECT 1')
+    assert d.ctl('query', 'SELECT * FROM no_such_table').returncode == 1
+    wait_for(lambda: prom.value('probed_queries_total') >= before + 4, what='the query count')
+    wait_for(lambda: prom.value('probed_query_errors_total') >= errors_before + 1,
+             what='the error count')
+
+
+def test_metrics_exposition_is_valid_and_http_is_strict(scraped):
+    d, t, prom, port = scraped
+    status, text = http_get('http://127.0.0.1:%d/metrics' % port)
+    assert status == 200
+    check = subprocess.run(['promtool', 'check', 'metrics'], input=text,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           universal_newlines=True)
+    assert check.returncode == 0, check.stdout
+    # every family has HELP and TYPE; no sample without them
+    families = set(re.findall(r'^# TYPE (\S+) ', text, re.M))
+    for name in re.findall(r'^([a-z_]+?)(?:_bucket|_sum|_count)?[{ ]', text, re.M):
+        assert name in families or re.sub(r'_(bucket|sum|count)$', '', name) in families, name
+    with pytest.raises(urllib.error.HTTPError) as e:
+        http_get('http://127.0.0.1:%d/nothing' % port)
+    assert e.value.code == 404
+    r = subprocess.run(['curl', '-s', '-o', '/dev/null', '-w', '%{http_code}', '-X', 'POST',
+                        'http://127.0.0.1:%d/metrics' % port], stdout=subprocess.PIPE,
+                       universal_newlines=True)
+    assert r.stdout == '405'
+    # garbage on the port: the daemon keeps serving
+    s = socket.create_connection(('127.0.0.1', port))
+    s.sendall(b'\x00\xff garbage \r\n\r\n')
+    s.close()
+    assert http_get('http://127.0.0.1:%d/metrics' % port)[0] == 200
+
+
+def dashboard_exprs():
+    with open(DASHBOARD) as f:
+        dash = json.load(f)
+    names = [v['name'] for v in dash['templating']['list']]
+    assert names == ['datasource', 'job', 'instance', 'pid']
+    for panel in dash['panels']:
+        for target in panel['targets']:
+            yield panel['title'], target['expr']
+
+
+def test_grafana_dashboard_queries_run_in_prometheus(scraped):
+    """Every panel's query, with the dashboard's variables at "All", gives data."""
+    d, t, prom, port = scraped
+    exprs = list(dashboard_exprs())
+    assert len(exprs) >= 12
+    for title, expr in exprs:
+        q = (expr.replace('$__rate_interval', '5s').replace('$job', '.+')
+             .replace('$instance', '.+').replace('$pid', '.+'))
+        # dropped, torn and query errors are 0 but present; a rate needs two scrapes
+        wait_for(lambda: prom.query(q), what='data for panel %r: %s' % (title, q))
+    # the variables' queries
+    assert prom.query('probed_build_info')[0]['metric']['job'] == 'probed'
+
+
+# ---- the memory timeline ----
+
+def test_memory_timeline_and_probectl_memory():
+    d = Daemon('--memory-interval', '200ms')
+    t = Target(PYTHON, 'grower.py', env=dict(os.environ, STEP_S='0.02', CAP_MB='400'))
+    try:
+        d.ctl('attach', t.pid, check=True)
+        time.sleep(3)
+        r = d.ctl('memory', t.pid, check=True)
+        out = r.stdout
+        assert 'pid %d:' % t.pid in out and 'grower.py' in out, out
+        rss_now, rss_peak, rss_growth = re.search(
+            r'^RSS\s+([\d.]+)\s+([\d.]+)\s+([-+][\d.]+)$', out, re.M).groups()
+        # 1 MiB per 20 ms is up to 3000 MB/min; sleeps and allocation make it less
+        assert 300 < float(rss_growth) < 4000, out
+        assert float(rss_peak) >= float(rss_now) > 20, out
+        assert re.search(r'^USS\s+[\d.]+\s+[\d.]+\s+\+[\d.]+$', out, re.M), out
+        # the spinner thread shows up busy in the thread table
+        threads = re.findall(r'^\s+(\d+) (\S+)\s+([\d.]+)\s+([\d.]+)$', out, re.M)
+        assert len(threads) == 2 and max(float(th[2]) for th in threads) > 30, out
+
+        # rows every 200 ms, and RSS agrees with the kernel's own figure of the moment
+        n, lo, hi = d.rows('SELECT count(*), min(ts_ns), max(ts_ns) FROM memory')[0]
+        assert n >= 8 and 3 < (n - 1) / ((hi - lo) / 1e9) < 6, (n, lo, hi)
+        rss_db = d.rows('SELECT rss FROM memory ORDER BY ts_ns DESC LIMIT 1')[0][0]
+        assert abs(rss_db - vm_rss(t.pid)) < 0.3 * vm_rss(t.pid) + 20e6
+        bad = d.rows('SELECT count(*) FROM memory WHERE NOT (uss <= pss AND pss <= rss)')
+        assert bad[0][0] == 0
+
+        # the seeds' memory queries, in SQLite's words
+        recent = d.query("SELECT * FROM memory_usage WHERE timestamp > datetime('now',"
+                         " '-5 minutes')")
+        assert len(recent['rows']) == n and 'memory_mb' in recent['columns']
+        by_hour = d.rows("SELECT strftime('%H', timestamp), avg(memory_mb) FROM memory_usage"
+                         " GROUP BY strftime('%H', timestamp)")
+        assert by_hour and by_hour[0][1] > 10
+        per_thread = d.rows('SELECT tid, max(cpu_pct) FROM thread_cpu_usage GROUP BY tid')
+        assert sorted(r[0] for r in per_thread)[0] == t.pid and len(per_thread) == 2
+
+        # another user sees none of root's readings, and not the raw table
+        user = ensure_test_user()
+        os.chmod(d.socket, 0o666)  # the group rule is tested with the package
+        assert d.rows('SELECT count(*) FROM memory_usage', user=user)[0][0] == 0
+        r = d.ctl('query', 'SELECT * FROM main.memory', user=user)
+        assert r.returncode == 1 and 'reserved to root' in r.stderr
+
+        # the target exits: readings stop, and memory says so
+        t.close()
+        wait_for(lambda: 'no longer attached' in d.ctl('memory', t.pid).stdout,
+                 what='the exit to be recorded')
+        n_after = d.rows('SELECT count(*) FROM memory')[0][0]
+        time.sleep(1.5)
+        assert d.rows('SELECT count(*) FROM memory')[0][0] == n_after
+    finally:
+        t.close()
+        d.close()
+
+
+def test_memory_errors_are_clear(tmp_path):
+    d = Daemon()
+    try:
+        r = d.ctl('memory', os.getpid())
+        assert r.returncode == 1 and 'never attached' in r.stderr
+        for bad in (['memory'], ['memory', 'abc'], ['memory', '1', '--window', 'soon']):
+            r = d.ctl(*bad)
+            assert r.returncode == 2 and r.stderr, bad
+    finally:
+        d.close()
+
+
+# ---- live settings ----
+
+def settings(d):
+    status, reply = d.api('GET', '/v1/config')
+    assert status == 200
+    return {s['key']: s['value'] for s in reply['settings']}
+
+
+def list_rate(d, pid):
+    status, reply = d.api('GET', '/v1/targets/%d' % pid)
+    return reply['rate_hz']
+
+
+def test_config_lists_every_setting_with_its_default():
+    d = Daemon()
+    try:
+        out = d.ctl('config', check=True).stdout
+        for key, default in (('sample_rate', '100'), ('retention', '7d'), ('max_db_size', '1G'),
+                             ('query_timeout', '10s'), ('memory_interval', '1s'),
+                             ('metrics_address', 'off'), ('socket', d.socket)):
+            assert re.search(r'^%s\s+= %s\s' % (key, re.escape(default)), out, re.M), out
+        assert 'default: 127.0.0.1:9464' in out and 'command line' in out
+        assert d.ctl('config', 'retention', check=True).stdout == '7d\n'
+    finally:
+        d.close()
+
+
+def test_config_changes_take_effect_without_restart():
+    d = Daemon()
+    a = Target(PYTHON, 'busy.py')
+    b = Target(PYTHON, 'busy.py')
+    held = socket.socket()
+    try:
+        pid_before = d.proc.pid
+        # sample rate: new attaches and targets at the default rate follow; an explicit rate stays
+        d.ctl('config', 'sample_rate=20', check=True)
+        d.ctl('attach', a.pid, check=True)
+        d.ctl('attach', b.pid, '--rate', '10', check=True)
+        assert list_rate(d, a.pid) == 20 and list_rate(d, b.pid) == 10
+        time.sleep(2.5)
+        n, lo, hi = d.rows('SELECT count(*), min(ts_ns), max(ts_ns) FROM samples WHERE'
+                           ' tid = %d' % a.pid)[0]
+        assert 15 < (n - 1) / ((hi - lo) / 1e9) < 25
+        d.ctl('config', 'sample_rate=50', check=True)
+        assert list_rate(d, a.pid) == 50 and list_rate(d, b.pid) == 10
+
+        # query time limit
+        d.ctl('config', 'query_timeout=300ms', check=True)
+        start = time.time()
+        r = d.ctl('query', 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c)'
+                  ' SELECT count(*) FROM c')
+        assert r.returncode == 1 and 'interrupted after 300 ms' in r.stderr, r.stderr
+        assert time.time() - start < 5
+
+        # memory interval: from none to five a second
+        d.ctl('config', 'memory_interval=0', check=True)
+        time.sleep(1.5)
+        n0 = d.rows('SELECT count(*) FROM memory')[0][0]
+        time.sleep(1.5)
+        assert d.rows('SELECT count(*) FROM memory')[0][0] == n0
+        d.ctl('config', 'memory_interval=200ms', check=True)
+        time.sleep(2.5)
+        assert d.rows('SELECT count(*) FROM memory')[0][0] - n0 >= 2 * 8
+
+        # metrics address: served, moved, refused when the port is taken, turned off
+        p1, p2 = free_port(), free_port()
+        d.ctl('config', 'metrics_address=127.0.0.1:%d' % p1, check=True)
+        assert http_get('http://127.0.0.1:%d/metrics' % p1)[0] == 200
+        d.ctl('config', 'metrics_address=127.0.0.1:%d' % p2, check=True)
+        assert refused(p1) and http_get('http://127.0.0.1:%d/metrics' % p2)[0] == 200
+        held.bind(('127.0.0.1', 0))
+        held.listen(1)
+        r = d.ctl('config', 'metrics_address=127.0.0.1:%d' % held.getsockname()[1])
+        assert r.returncode == 1 and 'Address already in use' in r.stderr, r.stderr
+        assert settings(d)['metrics_address'] == '127.0.0.1:%d' % p2
+        assert http_get('http://127.0.0.1:%d/metrics' % p2)[0] == 200
+        d.ctl('config', 'metrics_address=off', check=True)
+        assert refused(p2)
+
+        # retention: samples older than 1 s go at the next pass (every 10 s)
+        d.ctl('config', 'retention=1s', check=True)
+        wait_for(lambda: d.rows('SELECT (strftime(\'%s\', \'now\') * 1e9 - min(ts_ns)) / 1e9'
+                                ' FROM samples')[0][0] < 4, timeout=25, what='retention')
+        assert d.proc.pid == pid_before and d.proc.poll() is None  # never restarted
+    finally:
+        held.close()
+        a.close()
+        b.close()
+        d.close()
+
+
+@pytest.mark.parametrize('assignment, why', [
+    ('sample_rate=0', "sample_rate: 0 Hz is outside 1..10000"),
+    ('sample_rate=fast', "sample_rate: 'fast' is not an integer number of Hz"),
+    ('sample_rate=100000', 'outside 1..10000'),
+    ('retention=forever', "retention: 'forever' is not a duration"),
+    ('retention=-1d', 'is not a duration'),
+    ('max_db_size=1Q', "max_db_size: '1Q' is not a size"),
+    ('max_db_size=1K', 'too small'),
+    ('query_timeout=0', 'query_timeout: \'0\' is too small (0 is not allowed)'),
+    ('query_timeout=nan', 'is not a duration'),
+    ('memory_interval=1ms', 'too small'),
+    ('metrics_address=localhost', 'is not host:port'),
+    ('metrics_address=127.0.0.1:99999', 'is not 1..65535'),
+    ('metrics_address=no.such.host.invalid:9464', 'metrics_address: no.such.host.invalid:9464'),
+    ('socket=/tmp/elsewhere.sock', 'socket: changes only with a restart'),
+    ('database=/tmp/other.db', 'database: changes only with a restart'),
+    ('bogus=1', "unknown setting 'bogus'"),
+    ('=1', 'is not key=value'),
+])
+def test_bad_settings_are_refused_and_change_nothing(assignment, why):
+    d = Daemon()
+    try:
+        before = settings(d)
+        r = d.ctl('config', assignment)
+        assert r.returncode in (1, 2) and why in r.stderr, r.stderr
+        assert settings(d) == before
+    finally:
+        d.close()
+
+
+def test_config_api_refuses_garbage_and_other_users():
+    d = Daemon()
+    try:
+        before = settings(d)
+        for body in (None, 'text', {'key': 'sample_rate'}, {'key': 'sample_rate', 'value': 5},
+                     {'value': '5'}, ['sample_rate', '5'],
+                     {'key': 'sample_rate', 'value': '5\n6'}):
+            status, reply = d.api('PUT', '/v1/config', body)
+            assert status == 400 and reply['error'], (body, reply)
+        user = ensure_test_user()
+        os.chmod(d.socket, 0o666)
+        r = d.ctl('config', 'sample_rate=5', user=user)
+        assert r.returncode == 1 and 'only root' in r.stderr
+        assert d.ctl('config', 'sample_rate', user=user, check=True).stdout == '100\n'
+        status, _ = d.api('POST', '/v1/config', {'key': 'sample_rate', 'value': '5'})
+        assert status == 404
+        assert settings(d) == before
+    finally:
+        d.close()
+
+
+def test_probed_conf_startup_reload_and_errors(tmp_path):
+    conf = tmp_path / 'probed.conf'
+    sock, db = str(tmp_path / 'p.sock'), str(tmp_path / 'p.db')
+    conf.write_text('# probed settings\n\nsocket = %s\ndatabase=%s\n  sample_rate = 30  # Hz\n'
+                    'metrics_address = off\nstub = ""\n' % (sock, db))
+    log = open(str(tmp_path / 'log'), 'w+')
+    proc = subprocess.Popen([PROBED, '--foreground', '--config', str(conf), '--retention', '2h'],
+                            stdout=log, stderr=log)
+    d = None
+    try:
+        wait_for(lambda: os.path.exists(sock), what='the socket the file names')
+        d = Daemon.__new__(Daemon)  # a client of that daemon: only .socket and .api are used
+        d.socket, d.log_path = sock, str(tmp_path / 'log')
+        s = settings(d)
+        assert s['sample_rate'] == '30' and s['database'] == db and s['retention'] == '2h'
+        assert d.api('GET', '/v1/config')[1]['file'] == str(conf)
+
+        # SIGHUP: live keys change, restart keys are named, command-line keys stay
+        conf.write_text('socket = /tmp/elsewhere.sock\ndatabase = %s\nsample_rate = 40\n'
+                        'retention = 1d\nquery_timeout = 5s\nmetrics_address = off\n' % db)
+        proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: settings(d)['sample_rate'] == '40', what='the reload')
+        s = settings(d)
+        assert s['query_timeout'] == '5s' and s['retention'] == '2h' and s['socket'] == sock
+        wait_for(lambda: 'needs a restart to change: socket' in open(d.log_path).read(),
+                 what='the log line')
+
+        # a broken file changes nothing, and the log says where
+        conf.write_text('sample_rate = fast\n')
+        proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "probed.conf:1: sample_rate: 'fast'" in open(d.log_path).read(),
+                 what='the error in the log')
+        assert settings(d)['sample_rate'] == '40'
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+        log.close()
+
+    # refused at startup, naming the file and line
+    for text, why in (('sample_rate = fast\n', "probed.conf:1: sample_rate: 'fast'"),
+                      ('\nnope = 1\n', "probed.conf:2: unknown key 'nope'"),
+                      ('sample_rate 30\n', 'probed.conf:1: expected key = value')):
+        conf.write_text(text)
+        r = subprocess.run([PROBED, '--foreground', '--config', str(conf)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True, timeout=30)
+        assert r.returncode == 2 and why in r.stderr, r.stderr
+    r = subprocess.run([PROBED, '--foreground', '--config', str(tmp_path / 'missing.conf')],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                       timeout=30)
+    assert r.returncode == 2 and 'missing.conf: No such file' in r.stderr
+    r = subprocess.run([PROBED, '--foreground', '--rate', '0'], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True, timeout=30)
+    assert r.returncode == 2 and '--rate: sample_rate: 0 Hz' in r.stderr
