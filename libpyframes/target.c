@@ -105,10 +105,11 @@ static int find_runtime_file(pid_t pid, const struct procmaps *pm, struct runtim
 {
     char exe_link[64], exe[PATH_MAX] = "";
     ssize_t n;
-    bool saw_py2 = false;
+    bool saw_py2 = false, denied = false;
 
     snprintf(exe_link, sizeof(exe_link), "/proc/%d/exe", (int)pid);
     n = readlink(exe_link, exe, sizeof(exe) - 1);
+    denied = n < 0 && (errno == EACCES || errno == EPERM);
     exe[n > 0 ? n : 0] = '\0';
     if (n > 10 && strcmp(exe + n - 10, " (deleted)") == 0)
         exe[n - 10] = '\0';
@@ -116,6 +117,7 @@ static int find_runtime_file(pid_t pid, const struct procmaps *pm, struct runtim
         for (size_t i = 0; i < pm->n; i++) {
             const char *path = pm->maps[i].path;
             struct runtime_file rf = {0};
+            struct pyf_err ce = {0};
             bool dup = false;
 
             if (path[0] != '/' || pm->maps[i].offset != 0 || candidate_rank(path, exe) != rank)
@@ -124,9 +126,10 @@ static int find_runtime_file(pid_t pid, const struct procmaps *pm, struct runtim
                 dup = pm->maps[j].offset == 0 && strcmp(pm->maps[j].path, path) == 0;
             if (dup)
                 continue;
-            if (open_candidate(pid, pm, path, &rf, NULL) < 0 || rf.kind == RUNTIME_NONE ||
+            if (open_candidate(pid, pm, path, &rf, &ce) < 0 || rf.kind == RUNTIME_NONE ||
                 rf.kind == RUNTIME_2) {
                 saw_py2 |= rf.kind == RUNTIME_2;
+                denied |= ce.kind == PYF_DENIED;
                 elfimg_free(rf.img);
                 continue;
             }
@@ -139,6 +142,13 @@ static int find_runtime_file(pid_t pid, const struct procmaps *pm, struct runtim
                         "pid %d runs Python 2, which is not supported (probed reads CPython "
                         "3.6 to 3.13)",
                         (int)pid);
+    /* Without CAP_SYS_PTRACE another user's /proc/PID/root and exe are closed to us: that
+     * is not "not Python", and the user should hear why. */
+    if (denied)
+        return pyf_fail(e, PYF_DENIED, EACCES, 0,
+                        "pid %d: permission denied opening its files through /proc/%d/root "
+                        "(run as root with CAP_SYS_PTRACE, or as the process's owner)",
+                        (int)pid, (int)pid);
     return pyf_fail(e, PYF_NOT_PYTHON, ENOENT, 0,
                     "pid %d (%s) is not a CPython 3 process: none of its mapped files holds "
                     "a Python runtime",

@@ -32,11 +32,10 @@
 #include "query.h"
 #include "units.h"
 
-#define BODY_MAX (1 << 20) /* bytes of a request body */
-#define HEADERS_MAX 16384  /* bytes of request headers */
-#define IO_TIMEOUT_S 10    /* a client that stalls this long is dropped (slow loris) */
-#define WORKERS_MAX 8      /* queries, flame graphs and backtraces running at once */
-#define PROBED_VERSION "0.1.0"
+#define BODY_MAX (1 << 20)    /* bytes of a request body */
+#define HEADERS_MAX 16384     /* bytes of request headers */
+#define IO_TIMEOUT_S 10       /* a client that stalls this long is dropped (slow loris) */
+#define WORKERS_MAX 8         /* queries, flame graphs and backtraces running at once */
 #define EVAL_TIMEOUT_MS 10000 /* default wait for an eval's reply */
 #define EVAL_TIMEOUT_MAX_MS 600000
 

@@ -64,6 +64,7 @@ static void usage(FILE *out)
             "  --group NAME           group owning the socket (default probed, if it exists)\n"
             "  --stub PATH            the library eval loads into targets (default: next to\n"
             "                         probed, else %s/libprobed-stub.so)\n"
+            "  --version              print the version and exit\n"
             "Options override %s (see probed.conf(5)); SIGHUP re-reads it.\n",
             CONFIG_DEFAULT_PATH, PROBED_STUB_DIR, CONFIG_DEFAULT_PATH);
 }
@@ -107,7 +108,7 @@ static const struct {
 
 static int parse_args(int argc, char **argv, struct options *o)
 {
-    struct option longopts[N_OPTION_KEYS + 4];
+    struct option longopts[N_OPTION_KEYS + 5];
     const char *values[N_OPTION_KEYS] = {0};
     char err[512];
     int c, idx;
@@ -117,7 +118,8 @@ static int parse_args(int argc, char **argv, struct options *o)
     longopts[N_OPTION_KEYS] = (struct option){"config", required_argument, NULL, 'c'};
     longopts[N_OPTION_KEYS + 1] = (struct option){"foreground", no_argument, NULL, 'f'};
     longopts[N_OPTION_KEYS + 2] = (struct option){"help", no_argument, NULL, 'h'};
-    longopts[N_OPTION_KEYS + 3] = (struct option){NULL, 0, NULL, 0};
+    longopts[N_OPTION_KEYS + 3] = (struct option){"version", no_argument, NULL, 'V'};
+    longopts[N_OPTION_KEYS + 4] = (struct option){NULL, 0, NULL, 0};
     memset(o, 0, sizeof(*o));
     config_init(&o->cfg);
     o->config_path = CONFIG_DEFAULT_PATH;
@@ -135,6 +137,9 @@ static int parse_args(int argc, char **argv, struct options *o)
             break;
         case 'h':
             usage(stdout);
+            exit(0);
+        case 'V':
+            printf("probed %s\n", PROBED_VERSION);
             exit(0);
         default:
             usage(stderr);

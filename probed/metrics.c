@@ -18,8 +18,6 @@
 #include "log.h"
 #include "procfs.h"
 
-#define PROBED_VERSION "0.1.0"
-
 /* One sampled target as a scrape reports it, copied out under the sampler's lock. */
 struct row {
     pid_t pid;

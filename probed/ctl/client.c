@@ -7,7 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 struct reply {
     char *data;
@@ -39,6 +43,22 @@ const char *client_error_text(json_t *body)
 {
     const char *s = json_string_value(json_object_get(body, "error"));
     return s ? s : "the daemon returned an error";
+}
+
+/* Why connect() to @path fails, which libcurl does not say: "Permission denied" is the one a
+ * user can act on (join the socket's group). 0 when it connects. */
+static int connect_errno(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), r = 0;
+
+    if (fd < 0)
+        return errno;
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+        r = errno;
+    close(fd);
+    return r;
 }
 
 int client_call(const char *socket_path, const char *method, const char *path, json_t *body,
@@ -81,6 +101,15 @@ int client_call(const char *socket_path, const char *method, const char *path, j
     curl_slist_free_all(headers);
     curl_easy_cleanup(curl);
     free(payload);
+    if (rc == CURLE_COULDNT_CONNECT && (errno = connect_errno(socket_path)) == EACCES) {
+        struct group *g = getgrgid(st.st_gid);
+        snprintf(err, err_len,
+                 "talking to the daemon at %s: Permission denied (members of its group '%s' may"
+                 " use it; root may add you: usermod -aG %s $USER)",
+                 socket_path, g ? g->gr_name : "?", g ? g->gr_name : "<group>");
+        free(reply.data);
+        return -EACCES;
+    }
     if (rc != CURLE_OK) {
         free(reply.data);
         snprintf(err, err_len, "talking to the daemon at %s: %s", socket_path,

@@ -11,8 +11,6 @@
 #include "eval.h"
 #include "ops.h"
 
-#define PROBED_VERSION "0.1.0"
-
 struct command {
     const char *name;
     int (*main)(int argc, char **argv);
