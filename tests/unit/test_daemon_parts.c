@@ -26,6 +26,9 @@ int test_units(void)
     CHECK(units_duration_ns("") == -1 && units_duration_ns(NULL) == -1);
     CHECK(units_duration_ns("5x") == -1 && units_duration_ns("-3s") == -1);
     CHECK(units_duration_ns("s") == -1);
+    CHECK(units_duration_ns("nan") == -1 && units_duration_ns("inf") == -1);
+    CHECK(units_duration_ns("1e12d") == -1 && units_size_bytes("1e30") == -1);
+    CHECK(units_size_bytes("nanG") == -1 && units_size_bytes("1e9T") == -1);
     CHECK(units_size_bytes("1000") == 1000);
     CHECK(units_size_bytes("300K") == 300 * 1024);
     CHECK(units_size_bytes("1G") == 1LL << 30 && units_size_bytes("1GiB") == 1LL << 30);
