@@ -26,23 +26,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..'))
 sys.path.insert(0, os.path.join(ROOT, 'tests', 'functional'))
 os.environ.setdefault('PROBED_BUILD', os.path.join(ROOT, 'build'))
 from daemon import Daemon  # noqa: E402
-
-HZ = os.sysconf('SC_CLK_TCK')
-
-
-def cpu_seconds(pid):
-    with open('/proc/%d/stat' % pid) as f:
-        fields = f.read().rsplit(')', 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / HZ
-
-
-def rss_mib(pid):
-    with open('/proc/%d/status' % pid) as f:
-        for line in f:
-            if line.startswith('VmRSS:'):
-                return int(line.split()[1]) / 1024
-    return 0
-
+from procstat import cpu_seconds, rss_mib  # noqa: E402
 
 def sample_load(n_targets, window):
     targets = [subprocess.Popen([sys.executable, os.path.join(ROOT, 'bench', 'targets',

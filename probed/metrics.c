@@ -6,6 +6,8 @@
 #include <event2/buffer.h>
 #include <event2/http.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,10 +22,8 @@
 
 /* One sampled target as a scrape reports it, copied out under the sampler's lock. */
 struct row {
-    pid_t pid;
-    int rank, local_rank;
+    char labels[512]; /* pid="..",rank="..",...: escaped once per scrape */
     uint32_t rate_hz;
-    char cmd[128], python[32];
     struct target_stats stats;
     struct proc_usage usage;
     int64_t usage_ns;
@@ -38,54 +38,49 @@ struct metrics {
     size_t n_rows, n_ended;
 };
 
+/* Appends label @name="@value" to @buf (at *@len, @size bytes), escaping backslash, double
+ * quote and newline as the exposition format asks; a value that does not fit is cut. */
+static void add_label(char *buf, size_t size, size_t *len, const char *name, const char *value)
+{
+    size_t n = *len;
+
+    n += (size_t)snprintf(buf + n, size - n, "%s%s=\"", n ? "," : "", name);
+    for (const char *p = value; *p && n + 4 < size; p++) {
+        if (*p == '\\' || *p == '"' || *p == '\n')
+            buf[n++] = '\\';
+        buf[n++] = *p == '\n' ? 'n' : *p;
+    }
+    if (n + 2 < size)
+        buf[n++] = '"';
+    buf[n] = '\0';
+    *len = n;
+}
+
 static void copy_row(const struct target *t, void *ctx)
 {
     struct metrics *m = ctx;
     struct row *r;
+    char num[16];
+    size_t len = 0;
 
     if (t->state != TARGET_SAMPLING) {
         m->n_ended++;
         return;
     }
     r = &m->rows[m->n_rows++];
-    *r = (struct row){.pid = t->pid,
-                      .rank = t->rank,
-                      .local_rank = t->local_rank,
-                      .rate_hz = t->rate_hz,
-                      .stats = t->stats,
-                      .usage = t->usage,
-                      .usage_ns = t->usage_ns};
-    snprintf(r->cmd, sizeof(r->cmd), "%.*s", (int)sizeof(r->cmd) - 1, t->cmdline);
-    snprintf(r->python, sizeof(r->python), "%s", t->py_version);
-}
-
-/* A label value: backslash, double quote and newline escaped (the exposition format). */
-static void add_label(struct evbuffer *out, const char *name, const char *value, bool first)
-{
-    evbuffer_add_printf(out, "%s%s=\"", first ? "" : ",", name);
-    for (const char *p = value; *p; p++) {
-        if (*p == '\\' || *p == '"')
-            evbuffer_add_printf(out, "\\%c", *p);
-        else if (*p == '\n')
-            evbuffer_add(out, "\\n", 2);
-        else
-            evbuffer_add(out, p, 1);
-    }
-    evbuffer_add(out, "\"", 1);
-}
-
-static void add_target_labels(struct evbuffer *out, const struct row *r)
-{
-    char num[16];
-
-    snprintf(num, sizeof(num), "%d", (int)r->pid);
-    add_label(out, "pid", num, true);
-    snprintf(num, sizeof(num), "%d", r->rank);
-    add_label(out, "rank", r->rank >= 0 ? num : "", false);
-    snprintf(num, sizeof(num), "%d", r->local_rank);
-    add_label(out, "local_rank", r->local_rank >= 0 ? num : "", false);
-    add_label(out, "cmd", r->cmd, false);
-    add_label(out, "python", r->python, false);
+    r->rate_hz = t->rate_hz;
+    r->stats = t->stats;
+    r->usage = t->usage;
+    r->usage_ns = t->usage_ns;
+    r->labels[0] = '\0';
+    snprintf(num, sizeof(num), "%d", (int)t->pid);
+    add_label(r->labels, sizeof(r->labels), &len, "pid", num);
+    snprintf(num, sizeof(num), "%d", t->rank);
+    add_label(r->labels, sizeof(r->labels), &len, "rank", t->rank >= 0 ? num : "");
+    snprintf(num, sizeof(num), "%d", t->local_rank);
+    add_label(r->labels, sizeof(r->labels), &len, "local_rank", t->local_rank >= 0 ? num : "");
+    add_label(r->labels, sizeof(r->labels), &len, "cmd", t->cmdline);
+    add_label(r->labels, sizeof(r->labels), &len, "python", t->py_version);
 }
 
 static void family(struct evbuffer *out, const char *name, const char *type, const char *help)
@@ -148,9 +143,7 @@ static void per_target(struct metrics *m, struct evbuffer *out, const char *name
         const struct row *r = &m->rows[i];
         if (needs_usage && !r->usage_ns)
             continue; /* not read yet: absent rather than a false 0 */
-        evbuffer_add_printf(out, "%s{", name);
-        add_target_labels(out, r);
-        evbuffer_add_printf(out, "} %.17g\n", fn(r));
+        evbuffer_add_printf(out, "%s{%s} %.17g\n", name, r->labels, fn(r));
     }
 }
 
@@ -163,12 +156,10 @@ static void samples_by_state(struct metrics *m, struct evbuffer *out)
            "Thread samples recorded, by state: running_gil (on CPU holding the GIL), running"
            " (on CPU without it), gil_idle (holds it, off CPU), idle");
     for (size_t i = 0; i < m->n_rows; i++)
-        for (int s = 0; s < 4; s++) {
-            evbuffer_add_printf(out, "probed_target_samples_total{");
-            add_target_labels(out, &m->rows[i]);
-            add_label(out, "state", state[s], false);
-            evbuffer_add_printf(out, "} %llu\n", (unsigned long long)m->rows[i].stats.by_state[s]);
-        }
+        for (int s = 0; s < 4; s++)
+            evbuffer_add_printf(out, "probed_target_samples_total{%s,state=\"%s\"} %llu\n",
+                                m->rows[i].labels, state[s],
+                                (unsigned long long)m->rows[i].stats.by_state[s]);
 }
 
 static void tick_histogram(struct metrics *m, struct evbuffer *out)
@@ -203,16 +194,19 @@ static int64_t file_size(const char *path, const char *suffix)
 /* The daemon's own process_* metrics, as every Prometheus client library names them. */
 static void own_process(struct evbuffer *out)
 {
-    struct proc_usage u = {0};
     struct rusage ru;
+    char statm[128];
+    long long pages_resident;
 
     if (getrusage(RUSAGE_SELF, &ru) == 0)
         one(out, "process_cpu_seconds_total", "counter", "CPU time of probed itself",
             (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
                 ru.ru_stime.tv_usec / 1e6);
-    if (procfs_usage(getpid(), &u) == 0)
+    /* statm, not smaps_rollup: a scrape must not walk our own mappings */
+    if (procfs_read(getpid(), "statm", statm, sizeof(statm)) > 0 &&
+        sscanf(statm, "%*s %lld", &pages_resident) == 1)
         one(out, "process_resident_memory_bytes", "gauge", "Resident memory of probed itself",
-            (double)u.rss);
+            (double)pages_resident * (double)sysconf(_SC_PAGESIZE));
 }
 
 static void render(struct metrics *m, struct evbuffer *out)
@@ -342,7 +336,10 @@ static int listen_tcp(const char *address, int *ret_fd, char *err, size_t errlen
         return errbuf_set(err, errlen, -EINVAL, "metrics_address: %s: %s", address,
                           gai_strerror(rc));
     fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+    /* TCP_NODELAY (inherited by accepted sockets): a reply in several segments is not held
+     * back waiting for the client's delayed ACK (40 ms each). */
     if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one_, sizeof(one_)) < 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one_, sizeof(one_)) < 0 ||
         bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 64) < 0) {
         rc = -errno;
         if (fd >= 0)
