@@ -88,11 +88,24 @@ static void family(struct evbuffer *out, const char *name, const char *type, con
     evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* A sample value: integers as integers (bytes, counts), others with 12 significant digits
+ * (2.92, not 2.9199999999999999). */
+static const char *value_text(double v, char buf[32])
+{
+    if (v > -9e15 && v < 9e15 && v == (double)(long long)v)
+        snprintf(buf, 32, "%lld", (long long)v);
+    else
+        snprintf(buf, 32, "%.12g", v);
+    return buf;
+}
+
 static void one(struct evbuffer *out, const char *name, const char *type, const char *help,
                 double v)
 {
+    char text[32];
+
     family(out, name, type, help);
-    evbuffer_add_printf(out, "%s %.17g\n", name, v);
+    evbuffer_add_printf(out, "%s %s\n", name, value_text(v, text));
 }
 
 /* What a per-target metric reads from a row. */
@@ -143,7 +156,9 @@ static void per_target(struct metrics *m, struct evbuffer *out, const char *name
         const struct row *r = &m->rows[i];
         if (needs_usage && !r->usage_ns)
             continue; /* not read yet: absent rather than a false 0 */
-        evbuffer_add_printf(out, "%s{%s} %.17g\n", name, r->labels, fn(r));
+        char text[32];
+
+        evbuffer_add_printf(out, "%s{%s} %s\n", name, r->labels, value_text(fn(r), text));
     }
 }
 

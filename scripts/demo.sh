@@ -10,8 +10,9 @@ py=${PYTHON:-/usr/bin/python3}
 work=$(mktemp -d)
 export PROBED_SOCKET="$work/probed.sock"
 ctl=./build/probed/probectl
+metrics=127.0.0.1:${METRICS_PORT:-19464}
 ./build/probed/probed --foreground --socket "$PROBED_SOCKET" --db "$work/probed.db" \
-    2>"$work/probed.log" &
+    --metrics "$metrics" 2>"$work/probed.log" &
 daemon=$!
 "$py" tests/targets/busy.py >"$work/target.out" 2>&1 &
 pid=$!
@@ -35,6 +36,16 @@ $ctl query "SELECT func, file, self_samples, total_samples, self_pct FROM functi
 echo
 echo "== probectl query: live stacks (python.backtrace)"
 $ctl query "SELECT tid, depth, func, lineno FROM python.backtrace ORDER BY tid, depth"
+echo
+echo "== probectl memory $pid   (the memory timeline: RSS/PSS/USS, growth, threads by CPU)"
+$ctl memory "$pid"
+echo
+echo "== Prometheus: curl http://$metrics/metrics (per-target series)"
+curl -s "http://$metrics/metrics" | grep -E '^probed_target_(cpu_seconds_total|rss_bytes|samples_total)'
+echo
+echo "== probectl config sample_rate=50   (live; probectl config lists every setting)"
+$ctl config sample_rate=50
+$ctl config | grep -E '^(sample_rate|metrics_address|memory_interval) '
 echo
 echo "== probectl flamegraph $pid --format folded"
 $ctl flamegraph "$pid" --format folded
