@@ -22,14 +22,7 @@ import time
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..'))
 sys.path.insert(0, os.path.join(ROOT, 'tests', 'functional'))
 from procstat import cpu_seconds, rss_mib  # noqa: E402
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(('127.0.0.1', 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+from conftest import free_port  # noqa: E402
 
 
 def scrape(port):

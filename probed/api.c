@@ -47,6 +47,7 @@ struct api {
     struct writer *writer;
     struct stubctl *stubs;   /* eval and repl: the stubs injected into targets */
     struct metrics *metrics; /* Prometheus /metrics, on config metrics_address */
+    struct meter *meter;     /* woken when memory_interval changes */
     uint32_t rate_hz;        /* config sample_rate as last applied to the targets */
     int64_t next_target_id;  /* loop thread only */
     int listen_fd;
@@ -819,6 +820,7 @@ int api__config_changed(struct api *a, char *err, size_t errlen)
         sampler__default_rate(a->sampler, hz);
         a->rate_hz = hz;
     }
+    meter__wake(a->meter);
     config_text(a->cfg.config, CFG_METRICS_ADDRESS, address, sizeof(address));
     return metrics__listen(a->metrics, address, err, errlen);
 }
@@ -1003,6 +1005,7 @@ int api_new(struct event_base *base, const struct api_config *cfg, int gid, stru
                       .cfg = *cfg,
                       .sampler = s,
                       .writer = w,
+                      .meter = m,
                       .next_target_id = next_target_id,
                       .rate_hz = (uint32_t)config_num(cfg->config, CFG_SAMPLE_RATE),
                       .listen_fd = -1};

@@ -5,12 +5,11 @@
 #include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "log.h"
 #include "procfs.h"
 
-#define IDLE_CHECK_NS 1000000000LL /* memory_interval 0: look again at the config this often */
+#define IDLE_CHECK_NS 60000000000LL /* memory_interval 0: a change wakes us; this is a backstop */
 
 /* Who to read this pass, copied out under the sampler's lock. */
 struct due {
@@ -101,61 +100,39 @@ static void *meter_main(void *arg)
         log_msg(LOG_ERR, "meter: out of memory: no memory timeline");
         return NULL;
     }
-    pthread_mutex_lock(&m->lock);
-    while (!m->stopping) {
+    pthread_mutex_lock(&m->bg.lock);
+    while (!m->bg.stopping) {
         int64_t interval = config_num(m->cfg, CFG_MEMORY_INTERVAL), now = mono_ns();
-        struct timespec ts;
 
         if (interval > 0 && now >= due) {
-            pthread_mutex_unlock(&m->lock);
+            pthread_mutex_unlock(&m->bg.lock);
             pass(m, l);
-            pthread_mutex_lock(&m->lock);
+            pthread_mutex_lock(&m->bg.lock);
             /* on the interval's grid; after a slow pass, from now */
             due = due + interval > now ? due + interval : now + interval;
             continue;
         }
-        /* Wake at the due time, and at least once a second to see a changed interval. */
-        int64_t wake = interval > 0 ? due : now + IDLE_CHECK_NS;
-        if (wake > now + IDLE_CHECK_NS)
-            wake = now + IDLE_CHECK_NS;
         if (interval > 0 && due > now + interval)
             due = now + interval; /* the interval was shortened */
-        ts = (struct timespec){.tv_sec = wake / 1000000000LL, .tv_nsec = wake % 1000000000LL};
-        pthread_cond_timedwait(&m->wake, &m->lock, &ts);
+        /* interval 0: sleep until woken (meter__wake) */
+        bgthread_wait_until(&m->bg, interval > 0 ? due : now + IDLE_CHECK_NS);
     }
-    pthread_mutex_unlock(&m->lock);
+    pthread_mutex_unlock(&m->bg.lock);
     free(l);
     return NULL;
 }
 
 int meter_start(struct meter *m)
 {
-    pthread_condattr_t ca;
-    int r;
-
-    pthread_mutex_init(&m->lock, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&m->wake, &ca);
-    pthread_condattr_destroy(&ca);
-    r = pthread_create(&m->thread, NULL, meter_main, m);
-    if (r != 0)
-        return -r;
-    pthread_setname_np(m->thread, "probed-meter");
-    m->started = true;
-    return 0;
+    return bgthread_start(&m->bg, "probed-meter", meter_main, m);
 }
 
 void meter_stop(struct meter *m)
 {
-    if (!m->started)
-        return;
-    pthread_mutex_lock(&m->lock);
-    m->stopping = true;
-    pthread_cond_signal(&m->wake);
-    pthread_mutex_unlock(&m->lock);
-    pthread_join(m->thread, NULL);
-    pthread_cond_destroy(&m->wake);
-    pthread_mutex_destroy(&m->lock);
-    m->started = false;
+    bgthread_stop(&m->bg);
+}
+
+void meter__wake(struct meter *m)
+{
+    bgthread_wake(&m->bg);
 }

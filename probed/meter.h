@@ -8,15 +8,15 @@
  * and `list`. smaps_rollup walks the target's mappings in the kernel under its mmap lock, a
  * millisecond or so for a large process, so it is read on this thread and never more than
  * ten times a second, not on the sampler thread.
- * Threads: meter_start/stop from main; the thread reads the config and calls the sampler.
+ * Threads: meter_start/stop from main, meter__wake from the API; the thread reads the config
+ * and calls the sampler.
  */
 #ifndef PROBED_METER_H
 #define PROBED_METER_H
 
-#include <pthread.h>
 #include <stdatomic.h>
-#include <stdbool.h>
 
+#include "bgthread.h"
 #include "config.h"
 #include "outbox.h"
 #include "sampler.h"
@@ -25,15 +25,14 @@ struct meter {
     struct sampler *sampler;
     struct outbox *ob;
     struct config *cfg;
-    pthread_t thread;
-    pthread_mutex_t lock;
-    pthread_cond_t wake;
-    bool started, stopping;
+    struct bgthread bg;
     atomic_uint_fast64_t readings, failures; /* targets read, and reads that failed */
     atomic_int_fast64_t last_pass_ns;        /* how long the last pass over all targets took */
 };
 
 int meter_start(struct meter *m);
 void meter_stop(struct meter *m);
+/* memory_interval changed: take it into account now, not at the next wake-up. */
+void meter__wake(struct meter *m);
 
 #endif

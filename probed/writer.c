@@ -3,7 +3,6 @@
 #include "writer.h"
 
 #include <errno.h>
-#include <time.h>
 
 #include "log.h"
 
@@ -48,52 +47,29 @@ static void *writer_main(void *arg)
     struct writer *w = arg;
     unsigned n = 0;
 
-    pthread_mutex_lock(&w->lock);
-    while (!w->stopping) {
+    pthread_mutex_lock(&w->bg.lock);
+    while (!w->bg.stopping) {
         int64_t due = mono_ns() + w->flush_ns;
-        struct timespec ts = {.tv_sec = due / 1000000000LL, .tv_nsec = due % 1000000000LL};
 
-        while (!w->stopping && pthread_cond_timedwait(&w->wake, &w->lock, &ts) != ETIMEDOUT)
-            ;
-        pthread_mutex_unlock(&w->lock);
+        while (!w->bg.stopping && mono_ns() < due)
+            bgthread_wait_until(&w->bg, due);
+        pthread_mutex_unlock(&w->bg.lock);
         flush(w);
         if (n++ % RETAIN_EVERY == 0)
             retain(w);
-        pthread_mutex_lock(&w->lock);
+        pthread_mutex_lock(&w->bg.lock);
     }
-    pthread_mutex_unlock(&w->lock);
+    pthread_mutex_unlock(&w->bg.lock);
     flush(w); /* what the sampler added while we stopped */
     return NULL;
 }
 
 int writer_start(struct writer *w)
 {
-    pthread_condattr_t ca;
-    int r;
-
-    pthread_mutex_init(&w->lock, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&w->wake, &ca);
-    pthread_condattr_destroy(&ca);
-    r = pthread_create(&w->thread, NULL, writer_main, w);
-    if (r != 0)
-        return -r;
-    pthread_setname_np(w->thread, "probed-writer");
-    w->started = true;
-    return 0;
+    return bgthread_start(&w->bg, "probed-writer", writer_main, w);
 }
 
 void writer_stop(struct writer *w)
 {
-    if (!w->started)
-        return;
-    pthread_mutex_lock(&w->lock);
-    w->stopping = true;
-    pthread_cond_signal(&w->wake);
-    pthread_mutex_unlock(&w->lock);
-    pthread_join(w->thread, NULL);
-    pthread_cond_destroy(&w->wake);
-    pthread_mutex_destroy(&w->lock);
-    w->started = false;
+    bgthread_stop(&w->bg);
 }

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "bgthread.h"
 #include "config.h"
 #include "outbox.h"
 #include "sampler.h"
@@ -25,10 +26,7 @@ struct writer {
     struct store *store;
     struct outbox *ob;
     struct sampler *sampler;
-    pthread_t thread;
-    pthread_mutex_t lock;
-    pthread_cond_t wake;
-    bool started, stopping;
+    struct bgthread bg;
     /* counters, read by the API thread */
     atomic_uint_fast64_t flushes, write_errors, samples_written, samples_dropped, retained;
     atomic_uint_fast64_t usage_dropped; /* memory/CPU rows the outbox had no room for */

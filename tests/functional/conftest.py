@@ -7,6 +7,7 @@ import glob
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -95,6 +96,27 @@ def target_factory():
     yield make
     for t in made:
         t.close()
+
+
+def wait_for(pred, timeout=20, what='condition'):
+    """@pred's first true value, polled every 0.2 s; fails after @timeout seconds."""
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        last = pred()
+        if last:
+            return last
+        time.sleep(0.2)
+    raise AssertionError('timed out waiting for %s (last: %r)' % (what, last))
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 free at the time of the call."""
+    s = socket.socket()
+    s.bind(('127.0.0.1', 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
 
 
 def probectl(*args, user=None, check=False):

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import INTERPRETERS, PROBECTL, interpreter_params, require, Target, TARGETS
+from conftest import INTERPRETERS, PROBECTL, interpreter_params, require, Target, TARGETS, wait_for
 from daemon import Daemon, ensure_test_user
 
 
@@ -23,16 +23,6 @@ def daemon():
 
 def busy(python):
     return Target(python, 'busy.py')
-
-
-def wait_for(pred, timeout=15, what='condition'):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.2)
-    raise AssertionError('timed out waiting for ' + what)
 
 
 def main_thread_samples(d, pid):

@@ -11,11 +11,10 @@ import re
 import shutil
 import subprocess
 import tempfile
-import time
 
 import pytest
 
-from conftest import BUILD, TARGETS
+from conftest import BUILD, TARGETS, wait_for
 from daemon import ensure_test_user
 
 UNIT = '/usr/lib/systemd/system/probed.service'
@@ -30,16 +29,6 @@ def run(*cmd, check=True, **kw):
     if check and r.returncode != 0:
         raise AssertionError('%s failed (%d):\n%s\n%s' % (cmd, r.returncode, r.stdout, r.stderr))
     return r
-
-
-def wait_for(pred, timeout=20, what='condition'):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.2)
-    raise AssertionError('timed out waiting for ' + what)
 
 
 @pytest.fixture(scope='module')
