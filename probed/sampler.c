@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <string.h>
 #include <time.h>
 
@@ -204,6 +205,27 @@ static void count_tick(struct sampler *s, int64_t ns)
     s->tick_ns_sum += (uint64_t)ns;
 }
 
+/* Between two targets: when another thread waits for the lock (a scrape, list, attach, the
+ * meter), it goes first. Without this, targets due at the same moment are sampled back to back
+ * under the lock for milliseconds, and a mutex is not fair. */
+static void let_others_in(struct sampler *s)
+{
+    if (atomic_load(&s->lock_waiters) == 0)
+        return;
+    pthread_mutex_unlock(&s->lock);
+    while (atomic_load(&s->lock_waiters) > 0)
+        sched_yield();
+    pthread_mutex_lock(&s->lock);
+}
+
+/* The lock, for every thread but the sampler's (see let_others_in). */
+static void lock_from_outside(struct sampler *s)
+{
+    atomic_fetch_add(&s->lock_waiters, 1);
+    pthread_mutex_lock(&s->lock);
+    atomic_fetch_sub(&s->lock_waiters, 1);
+}
+
 static void *sampler_main(void *arg)
 {
     struct sampler *s = arg;
@@ -228,6 +250,7 @@ static void *sampler_main(void *arg)
         }
         sample_target(s, t, now);
         count_tick(s, mono_ns() - now);
+        let_others_in(s);
         t->next_ns += t->period_ns;
         /* A short hiccup (the thread was descheduled for a period or two) is caught up on the
          * same schedule; falling further behind skips ahead rather than burst. */
@@ -273,7 +296,7 @@ void sampler_free(struct sampler *s)
     if (!s)
         return;
     if (s->started) {
-        pthread_mutex_lock(&s->lock);
+        lock_from_outside(s);
         s->stopping = true;
         pthread_cond_signal(&s->wake);
         pthread_mutex_unlock(&s->lock);
@@ -339,7 +362,7 @@ int sampler__add(struct sampler *s, struct target *t)
 {
     int r = 0;
 
-    pthread_mutex_lock(&s->lock);
+    lock_from_outside(s);
     for (size_t i = 0; i < s->n_targets && r == 0; i++)
         if (s->targets[i]->pid == t->pid && s->targets[i]->state == TARGET_SAMPLING)
             r = -EEXIST;
@@ -361,7 +384,7 @@ struct target *sampler__remove(struct sampler *s, pid_t pid)
 {
     struct target *t = NULL;
 
-    pthread_mutex_lock(&s->lock);
+    lock_from_outside(s);
     for (size_t i = 0; i < s->n_targets; i++) {
         if (s->targets[i]->pid == pid) {
             t = s->targets[i];
@@ -379,7 +402,7 @@ struct target *sampler__remove(struct sampler *s, pid_t pid)
 
 void sampler__each(struct sampler *s, void (*fn)(const struct target *t, void *ctx), void *ctx)
 {
-    pthread_mutex_lock(&s->lock);
+    lock_from_outside(s);
     for (size_t i = 0; i < s->n_targets; i++)
         fn(s->targets[i], ctx);
     pthread_mutex_unlock(&s->lock);
@@ -388,7 +411,7 @@ void sampler__each(struct sampler *s, void (*fn)(const struct target *t, void *c
 void sampler__set_usage(struct sampler *s, int64_t target_id, const struct proc_usage *u,
                         int64_t ts_ns)
 {
-    pthread_mutex_lock(&s->lock);
+    lock_from_outside(s);
     for (size_t i = 0; i < s->n_targets; i++) {
         if (s->targets[i]->id == target_id) {
             s->targets[i]->usage = *u;
@@ -400,7 +423,7 @@ void sampler__set_usage(struct sampler *s, int64_t target_id, const struct proc_
 
 void sampler__default_rate(struct sampler *s, uint32_t hz)
 {
-    pthread_mutex_lock(&s->lock);
+    lock_from_outside(s);
     for (size_t i = 0; i < s->n_targets; i++) {
         struct target *t = s->targets[i];
         if (!t->rate_is_default || t->rate_hz == hz)

@@ -37,6 +37,7 @@ struct sampler {
     struct target *targets[SAMPLER_TARGETS_MAX];
     size_t n_targets;
     atomic_bool forget_sent; /* the store lost a batch: send every definition again */
+    atomic_int lock_waiters; /* other threads waiting for the lock: the sampler lets them in */
     /* how long each tick of one target took: cumulative-less buckets, summed by /metrics */
     atomic_uint_fast64_t tick_hist[SAMPLER_HIST_N + 1], tick_ns_sum;
 
