@@ -211,6 +211,13 @@ static json_t *target_json(const struct target *t)
         json_object_set_new(j, "world_size", json_integer(t->world_size));
     if (t->end_reason[0])
         json_object_set_new(j, "end_reason", json_string(t->end_reason));
+    if (t->usage_ns) /* the meter's latest reading (meter.h) */
+        json_object_set_new(
+            j, "usage",
+            json_pack("{s:I, s:I, s:I, s:I, s:I, s:f, s:I}", "ts_ns", (json_int_t)t->usage_ns,
+                      "rss", (json_int_t)t->usage.rss, "pss", (json_int_t)t->usage.pss, "uss",
+                      (json_int_t)t->usage.uss, "swap", (json_int_t)t->usage.swap, "cpu_seconds",
+                      (double)t->usage.cpu_ns / 1e9, "threads", (json_int_t)t->usage.threads));
     return j;
 }
 

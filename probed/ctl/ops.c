@@ -210,9 +210,10 @@ static int print_memory(const char *socket, int pid, long long target, long long
         else
             printf("%16s\n", "-");
     }
-    printf("(peak and growth: %d readings over %.1f min, window %s; growth is the slope of a"
+    printf("(peak and growth: %d readings over %.1f %s, window %s; growth is the slope of a"
            " least-squares line)\n\n",
-           (int)num(trend, 0), num(trend, 1), window);
+           (int)num(trend, 0), num(trend, 1) < 1 ? 60 * num(trend, 1) : num(trend, 1),
+           num(trend, 1) < 1 ? "s" : "min", window);
     json_decref(keep);
 
     snprintf(sql, sizeof(sql),
