@@ -20,6 +20,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "allocs.h"
 #include "dump.h"
 #include "errbuf.h"
 #include "eval.h"
@@ -38,6 +39,7 @@
 #define WORKERS_MAX 8         /* queries, flame graphs and backtraces running at once */
 #define EVAL_TIMEOUT_MS 10000 /* default wait for an eval's reply */
 #define EVAL_TIMEOUT_MAX_MS 600000
+#define TRACKED_MAX 64 /* processes with allocation tracking on */
 
 struct api {
     struct event_base *base;
@@ -61,6 +63,15 @@ struct api {
         int64_t start_time;
     } not_python[FOLLOW_MAX];
     size_t n_not_python;
+
+    /* allocation tracking on (allocs.h): snapshots every allocation_interval; loop thread */
+    struct event *allocs_timer;
+    struct tracked {
+        pid_t pid;
+        int64_t target_id, next_ns; /* CLOCK_MONOTONIC */
+        bool busy;                  /* a snapshot is running */
+    } tracked[TRACKED_MAX];
+    size_t n_tracked;
 
     pthread_mutex_t lock; /* workers count, for api_free() to wait on */
     pthread_cond_t idle;
@@ -331,7 +342,7 @@ static int targets_detach(struct api *a, struct evhttp_request *req, const struc
 
 /* ---- worker jobs: query, flame graph, backtrace ---- */
 
-enum job_kind { JOB_QUERY, JOB_FLAME, JOB_BACKTRACE, JOB_EVAL };
+enum job_kind { JOB_QUERY, JOB_FLAME, JOB_BACKTRACE, JOB_EVAL, JOB_ALLOCS };
 
 struct job {
     struct api *a;
@@ -343,6 +354,7 @@ struct job {
     char format[16];
     int locals;
     struct eval_request eval; /* eval.code and eval.mode are owned */
+    struct allocs_request allocs;
     /* result */
     int status;
     json_t *body;
@@ -362,6 +374,42 @@ static void job_free(struct job *j)
     free(j);
 }
 
+static struct tracked *tracked_of(struct api *a, pid_t pid)
+{
+    for (size_t i = 0; i < a->n_tracked; i++)
+        if (a->tracked[i].pid == pid)
+            return &a->tracked[i];
+    return NULL;
+}
+
+static void untrack(struct api *a, struct tracked *t)
+{
+    *t = a->tracked[--a->n_tracked];
+}
+
+/* Loop thread: what an allocation job means for the list of tracked processes. */
+static void allocs_done(struct api *a, const struct job *j)
+{
+    struct tracked *t = tracked_of(a, j->allocs.pid);
+    int64_t every = config_num(a->cfg.config, CFG_ALLOCATION_INTERVAL);
+
+    if (t)
+        t->busy = false;
+    if (j->status == 200 && j->allocs.action == ALLOCS_ON && !t && a->n_tracked < TRACKED_MAX) {
+        t = &a->tracked[a->n_tracked++];
+        *t = (struct tracked){.pid = j->allocs.pid, .target_id = j->allocs.target_id};
+    }
+    if (t && j->status == 200)
+        t->next_ns = mono_ns() + (every ? every : INT64_MAX / 2);
+    /* off, or the process gone or no longer tracing: stop taking snapshots */
+    if (t && (j->allocs.action == ALLOCS_OFF || (j->status != 200 && j->status != 503))) {
+        if (j->status != 200 && !j->req)
+            log_msg(LOG_WARN, "pid %d: allocation snapshots stop: %s", (int)t->pid,
+                    json_string_value(json_object_get(j->body, "error")));
+        untrack(a, t);
+    }
+}
+
 /* Loop thread: the worker is done; reply. */
 static void job_done(evutil_socket_t fd, short what, void *arg)
 {
@@ -369,7 +417,11 @@ static void job_done(evutil_socket_t fd, short what, void *arg)
     struct api *a = j->a;
 
     (void)fd, (void)what;
-    if (j->raw)
+    if (j->kind == JOB_ALLOCS)
+        allocs_done(a, j);
+    if (!j->req) /* a snapshot the daemon took on its own */
+        ;
+    else if (j->raw)
         reply_raw(j->req, j->raw_type, j->raw, j->raw_len);
     else
         reply_json(j->req, j->status, json_incref(j->body));
@@ -468,10 +520,23 @@ static void *worker_main(void *arg)
     case JOB_EVAL:
         j->status = eval_run(j->a->stubs, j->a->cfg.db_path, &j->eval, &j->body);
         break;
+    case JOB_ALLOCS:
+        j->status = allocs_run(j->a->stubs, j->a->cfg.db_path, &j->allocs, &j->body);
+        break;
     }
     if (event_base_once(j->a->base, -1, EV_TIMEOUT, job_done, j, NULL) < 0)
         log_msg(LOG_ERR, "could not hand a reply back to the event loop");
     return NULL;
+}
+
+/* A job that never ran: a snapshot of a tracked process may be taken again. */
+static void job_dropped(struct api *a, struct job *j)
+{
+    struct tracked *t = j->kind == JOB_ALLOCS ? tracked_of(a, j->allocs.pid) : NULL;
+
+    if (t)
+        t->busy = false;
+    job_free(j);
 }
 
 /* Takes @j: runs it on a worker thread, or replies 503 when too many run. */
@@ -487,8 +552,9 @@ static void start_job(struct api *a, struct job *j)
         a->workers++;
     pthread_mutex_unlock(&a->lock);
     if (r < 0) {
-        reply_error(j->req, 503, "too many queries running (%d); try again", WORKERS_MAX);
-        job_free(j);
+        if (j->req)
+            reply_error(j->req, 503, "too many queries running (%d); try again", WORKERS_MAX);
+        job_dropped(a, j);
         return;
     }
     pthread_attr_init(&attr);
@@ -499,8 +565,11 @@ static void start_job(struct api *a, struct job *j)
         pthread_mutex_lock(&a->lock);
         a->workers--;
         pthread_mutex_unlock(&a->lock);
-        reply_error(j->req, 503, "could not start a worker: %s", strerror(r));
-        job_free(j);
+        if (j->req)
+            reply_error(j->req, 503, "could not start a worker: %s", strerror(r));
+        else
+            log_msg(LOG_WARN, "could not start a worker: %s", strerror(r));
+        job_dropped(a, j);
     }
 }
 
@@ -612,6 +681,117 @@ static int eval_post(struct api *a, struct evhttp_request *req, const struct pee
     }
     json_decref(body);
     return status;
+}
+
+/* ---- allocation tracking ---- */
+
+struct sampling_ctx {
+    pid_t pid;
+    int64_t target_id; /* 0: not being sampled */
+};
+
+static void find_sampling(const struct target *t, void *ctx)
+{
+    struct sampling_ctx *c = ctx;
+
+    if (t->pid == c->pid && t->state == TARGET_SAMPLING)
+        c->target_id = t->id;
+}
+
+/* The id of @pid's attach while it is sampled, else 0. */
+static int64_t sampling_id(struct api *a, pid_t pid)
+{
+    struct sampling_ctx c = {.pid = pid};
+
+    sampler__each(a->sampler, find_sampling, &c);
+    return c.target_id;
+}
+
+/* POST /v1/allocations {"pid", "action": "on"|"snapshot"|"off", "top": 1..1000} */
+static int allocs_post(struct api *a, struct evhttp_request *req, const struct peer *p)
+{
+    static const char *const actions[] = {"on", "snapshot", "off"};
+    json_t *body = body_json(req), *jpid, *jtop;
+    const char *action;
+    struct job *j;
+    int64_t target_id;
+    int k = -1, top;
+    pid_t pid;
+
+    if (!body)
+        return 0;
+    jpid = json_object_get(body, "pid");
+    jtop = json_object_get(body, "top");
+    action = json_string_value(json_object_get(body, "action"));
+    for (int i = 0; action && i < 3; i++)
+        if (strcmp(action, actions[i]) == 0)
+            k = i;
+    top = jtop ? (int)json_integer_value(jtop) : 20;
+    pid = json_is_integer(jpid) && json_integer_value(jpid) > 0 &&
+                  json_integer_value(jpid) <= 0x7fffffff
+              ? (pid_t)json_integer_value(jpid)
+              : 0;
+    json_decref(body);
+    if (!pid || k < 0 || (jtop && !json_is_integer(jtop)) || top < 1 || top > 1000)
+        return reply_error(req, 400,
+                           "expected {\"pid\": int, \"action\": \"on\"|\"snapshot\"|\"off\","
+                           " optional \"top\": 1..1000}");
+    if (authorise_pid(req, p, pid) < 0)
+        return 0;
+    target_id = sampling_id(a, pid);
+    if (!target_id)
+        return reply_error(req, 404,
+                           "pid %d is not attached: allocations are recorded with its attach"
+                           " (probectl attach %d)",
+                           (int)pid, (int)pid);
+    if (tracked_of(a, pid) && tracked_of(a, pid)->busy)
+        return reply_error(req, 409, "pid %d: a snapshot is being taken; try again", (int)pid);
+    if (k == ALLOCS_ON && !tracked_of(a, pid) && a->n_tracked == TRACKED_MAX)
+        return reply_error(req, 503, "allocation tracking is on in %d processes already",
+                           TRACKED_MAX);
+    j = job_new(a, req, JOB_ALLOCS, p);
+    if (!j)
+        return 0;
+    j->allocs = (struct allocs_request){
+        .pid = pid, .uid = p->uid, .target_id = target_id, .action = k, .top = top};
+    if (tracked_of(a, pid))
+        tracked_of(a, pid)->busy = true;
+    start_job(a, j);
+    return 0;
+}
+
+/* Once a second: a snapshot of each tracked process that is due; a process no longer
+ * sampled (detached, exited) gets tracking turned off, and is dropped (allocs_done). */
+static void on_allocs_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct api *a = arg;
+    int64_t now = mono_ns();
+
+    (void)fd, (void)what;
+    for (size_t i = 0; i < a->n_tracked; i++) {
+        struct tracked *t = &a->tracked[i];
+        struct job *j;
+
+        bool ended;
+
+        if (t->busy)
+            continue;
+        /* detached or exited: tracemalloc off (if the process still runs), then forget it */
+        ended = sampling_id(a, t->pid) != t->target_id;
+        if (!ended && (now < t->next_ns || !config_num(a->cfg.config, CFG_ALLOCATION_INTERVAL)))
+            continue;
+        j = calloc(1, sizeof(*j));
+        if (!j)
+            return;
+        *j = (struct job){.a = a, .kind = JOB_ALLOCS, .scope = {.root = true}};
+        j->allocs = (struct allocs_request){.pid = t->pid,
+                                            .uid = 0, /* the daemon itself */
+                                            .target_id = t->target_id,
+                                            .action = ended ? ALLOCS_OFF : ALLOCS_SNAPSHOT,
+                                            .top = 20};
+        t->busy = true;
+        start_job(a, j);
+    }
 }
 
 struct rate_ctx {
@@ -916,6 +1096,8 @@ static int route(struct api *a, struct evhttp_request *req, const struct peer *p
         return backtrace_get(a, req, p, q);
     if (strcmp(path, "/v1/eval") == 0 && m == EVHTTP_REQ_POST)
         return eval_post(a, req, p);
+    if (strcmp(path, "/v1/allocations") == 0 && m == EVHTTP_REQ_POST)
+        return allocs_post(a, req, p);
     if (strcmp(path, "/v1/config") == 0 && m == EVHTTP_REQ_GET)
         return config_get(a, req);
     if (strcmp(path, "/v1/config") == 0 && m == EVHTTP_REQ_PUT)
@@ -1053,6 +1235,12 @@ int api_new(struct event_base *base, const struct api_config *cfg, int gid, stru
         api_free(a);
         return -ENOMEM;
     }
+    a->allocs_timer = event_new(base, -1, EV_PERSIST, on_allocs_timer, a);
+    if (!a->allocs_timer ||
+        event_add(a->allocs_timer, &(struct timeval){.tv_sec = 1, .tv_usec = 0}) < 0) {
+        api_free(a);
+        return -ENOMEM;
+    }
     r = listen_unix(cfg->socket_path, gid, &a->listen_fd);
     if (r == 0 && evhttp_accept_socket(a->http, a->listen_fd) < 0)
         r = log_errno(LOG_ERR, -EIO, "serving on %s", cfg->socket_path);
@@ -1078,6 +1266,8 @@ void api_free(struct api *a)
     pthread_mutex_unlock(&a->lock);
     if (a->follow_timer)
         event_free(a->follow_timer);
+    if (a->allocs_timer)
+        event_free(a->allocs_timer);
     if (a->http)
         evhttp_free(a->http); /* closes the listening socket it serves */
     if (a->listen_fd >= 0 && !a->serving)

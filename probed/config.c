@@ -49,6 +49,10 @@ static const struct key_def keys[CFG_N] = {
     [CFG_MEMORY_INTERVAL] = {"memory_interval", K_DURATION, true, "1s", NS / 10, 3600 * NS, true,
                              "how often each target's RSS/PSS/USS and thread CPU are"
                              " recorded (0: not recorded)"},
+    [CFG_ALLOCATION_INTERVAL] = {"allocation_interval", K_DURATION, true, "30s", NS, 3600 * NS,
+                                 true,
+                                 "how often a snapshot of where memory went is taken while"
+                                 " allocation tracking is on (0: on request only)"},
 };
 
 void config_init(struct config *c)

@@ -23,16 +23,17 @@
 #define CONFIG_VALUE_MAX 256
 
 enum config_key {
-    CFG_SOCKET,          /* path of the API socket (restart) */
-    CFG_DATABASE,        /* path of the SQLite database (restart) */
-    CFG_GROUP,           /* group that owns the socket (restart) */
-    CFG_STUB,            /* libprobed-stub.so; "" = next to probed, else the installed one */
-    CFG_SAMPLE_RATE,     /* Hz of an attach that does not say */
-    CFG_RETENTION,       /* ns; 0 = keep */
-    CFG_MAX_DB_SIZE,     /* bytes; 0 = no limit */
-    CFG_QUERY_TIMEOUT,   /* ns */
-    CFG_METRICS_ADDRESS, /* host:port of /metrics, or "off" */
-    CFG_MEMORY_INTERVAL, /* ns between memory/CPU rows of a target; 0 = none */
+    CFG_SOCKET,              /* path of the API socket (restart) */
+    CFG_DATABASE,            /* path of the SQLite database (restart) */
+    CFG_GROUP,               /* group that owns the socket (restart) */
+    CFG_STUB,                /* libprobed-stub.so; "" = next to probed, else the installed one */
+    CFG_SAMPLE_RATE,         /* Hz of an attach that does not say */
+    CFG_RETENTION,           /* ns; 0 = keep */
+    CFG_MAX_DB_SIZE,         /* bytes; 0 = no limit */
+    CFG_QUERY_TIMEOUT,       /* ns */
+    CFG_METRICS_ADDRESS,     /* host:port of /metrics, or "off" */
+    CFG_MEMORY_INTERVAL,     /* ns between memory/CPU rows of a target; 0 = none */
+    CFG_ALLOCATION_INTERVAL, /* ns between allocation snapshots while tracking; 0 = on request */
     CFG_N
 };
 

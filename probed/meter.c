@@ -17,9 +17,12 @@ struct due {
     pid_t pid;
 };
 
+#define METER_THREADS_MAX 4096 /* threads read per target */
+
 struct due_list {
     struct due items[SAMPLER_TARGETS_MAX];
     size_t n;
+    struct ob_thread_cpu threads[METER_THREADS_MAX]; /* one target's, being read */
 };
 
 static void collect(const struct target *t, void *ctx)
@@ -30,41 +33,43 @@ static void collect(const struct target *t, void *ctx)
         l->items[l->n++] = (struct due){.id = t->id, .start_time = t->start_time, .pid = t->pid};
 }
 
-/* Every thread's CPU time, appended to @h (under the outbox lock: a directory listing and
- * one small read per thread, tens of microseconds). */
-static void read_threads(struct meter *m, const struct due *d, int64_t ts)
+/* Every thread's CPU time into @l->threads (a directory listing and one small read per
+ * thread); how many. */
+static size_t read_threads(struct due_list *l, const struct due *d, int64_t ts)
 {
     char path[48];
     struct dirent *e;
-    struct ob_half *h;
+    size_t n = 0;
     DIR *dir;
 
     snprintf(path, sizeof(path), "/proc/%d/task", (int)d->pid);
     dir = opendir(path);
     if (!dir)
-        return;
-    h = outbox__lock(m->ob);
-    while ((e = readdir(dir))) {
+        return 0;
+    while ((e = readdir(dir)) && n < METER_THREADS_MAX) {
         struct ob_thread_cpu c = {.target_id = d->id, .ts_ns = ts, .tid = atoi(e->d_name)};
         if (c.tid > 0 && procfs_thread_cpu(d->pid, c.tid, &c.cpu_ns) == 0)
-            ob_half__thread_cpu(h, &c);
+            l->threads[n++] = c;
     }
-    outbox__unlock(m->ob);
     closedir(dir);
+    return n;
 }
 
-static void read_target(struct meter *m, const struct due *d)
+static void read_target(struct meter *m, struct due_list *l, const struct due *d)
 {
     struct proc_usage u;
     int64_t ts = real_ns();
     struct ob_half *h;
+    size_t n;
 
     /* A target that exited is the sampler's to notice; a reused pid is not ours to read. */
     if (procfs_usage(d->pid, &u) < 0 || u.start_time != d->start_time) {
         m->failures++;
         return;
     }
+    n = read_threads(l, d, ts);
     m->readings++;
+    /* One hold of the outbox: the reading and its threads reach the same transaction. */
     h = outbox__lock(m->ob);
     ob_half__usage(h, &(struct ob_usage){.target_id = d->id,
                                          .ts_ns = ts,
@@ -74,8 +79,9 @@ static void read_target(struct meter *m, const struct due *d)
                                          .swap = u.swap,
                                          .cpu_ns = u.cpu_ns,
                                          .threads = u.threads});
+    for (size_t i = 0; i < n; i++)
+        ob_half__thread_cpu(h, &l->threads[i]);
     outbox__unlock(m->ob);
-    read_threads(m, d, ts);
     sampler__set_usage(m->sampler, d->id, &u, ts);
 }
 
@@ -86,7 +92,7 @@ static void pass(struct meter *m, struct due_list *l)
     l->n = 0;
     sampler__each(m->sampler, collect, l);
     for (size_t i = 0; i < l->n; i++)
-        read_target(m, &l->items[i]);
+        read_target(m, l, &l->items[i]);
     m->last_pass_ns = mono_ns() - t0;
 }
 

@@ -67,8 +67,9 @@ static bool pragma_reads(const char *name, const char *arg)
 
 static bool is_raw_table(const char *name)
 {
-    static const char *const raw[] = {"targets",      "threads", "samples", "strings",   "frames",
-                                      "stack_frames", "evals",   "memory",  "thread_cpu"};
+    static const char *const raw[] = {"targets",    "threads",      "samples", "strings",
+                                      "frames",     "stack_frames", "evals",   "memory",
+                                      "thread_cpu", "allocations"};
     for (size_t i = 0; i < sizeof(raw) / sizeof(raw[0]); i++)
         if (name && strcasecmp(name, raw[i]) == 0)
             return true;
@@ -217,6 +218,8 @@ static int shadow_tables(sqlite3 *db, const struct query_scope *sc, struct query
              "CREATE TEMP VIEW memory AS SELECT * FROM main.memory"
              " WHERE target_id IN (SELECT id FROM temp.targets);"
              "CREATE TEMP VIEW thread_cpu AS SELECT * FROM main.thread_cpu"
+             " WHERE target_id IN (SELECT id FROM temp.targets);"
+             "CREATE TEMP VIEW allocations AS SELECT * FROM main.allocations"
              " WHERE target_id IN (SELECT id FROM temp.targets);"
              "CREATE TEMP VIEW evals AS SELECT * FROM main.evals WHERE %s;",
              cond, eval_cond);

@@ -326,7 +326,8 @@ static int64_t delete_before(struct store *st, int64_t before_ns, struct store_e
     int64_t n = delete_from(st, "samples", before_ns, err);
 
     if (n >= 0 && (delete_from(st, "memory", before_ns, err) < 0 ||
-                   delete_from(st, "thread_cpu", before_ns, err) < 0))
+                   delete_from(st, "thread_cpu", before_ns, err) < 0 ||
+                   delete_from(st, "allocations", before_ns, err) < 0))
         return -EIO;
     return n;
 }

@@ -75,3 +75,14 @@ JOIN targets t ON t.id = c.target_id
 LEFT JOIN threads th ON th.target_id = c.target_id AND th.tid = c.tid
 LEFT JOIN thread_cpu p ON p.target_id = c.target_id AND p.tid = c.tid
      AND p.ts_ns = (SELECT max(ts_ns) FROM memory WHERE target_id = c.target_id AND ts_ns < c.ts_ns);
+
+-- Allocation tracking (probectl memory PID --allocations on): per snapshot, the source lines
+-- whose memory grew or shrank most since the previous one. The seeds' leak query reads as
+-- SELECT function_name, sum(allocated_bytes) AS total_alloc FROM memory_allocations
+-- WHERE timestamp > datetime('now', '-1 hour') GROUP BY function_name ORDER BY total_alloc DESC
+CREATE TEMP VIEW memory_allocations AS
+SELECT strftime('%Y-%m-%d %H:%M:%f', a.ts_ns / 1e9, 'unixepoch') AS timestamp, t.pid,
+       a.function_name, a.file, a.line, a.allocated_bytes, a.allocations, a.live_bytes,
+       a.live_blocks, a.ts_ns, a.target_id
+FROM allocations a
+JOIN targets t ON t.id = a.target_id;

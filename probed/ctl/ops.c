@@ -154,6 +154,36 @@ static long long whole(json_t *row, size_t i)
     return (long long)json_integer_value(json_array_get(row, i));
 }
 
+/* With allocation tracking: the functions whose memory grew most over the window. */
+static int print_allocations(const char *socket, int pid, long long target, long long window_ns,
+                             const char *window)
+{
+    char sql[1024];
+    json_t *keep, *rows, *row;
+    size_t i;
+
+    snprintf(sql, sizeof(sql),
+             "SELECT function_name, sum(allocated_bytes) AS grown, count(DISTINCT ts_ns),"
+             " min(file || ':' || line) FROM memory_allocations WHERE target_id = %lld AND"
+             " ts_ns > now_ns() - %lld GROUP BY function_name ORDER BY grown DESC LIMIT 10",
+             target, window_ns);
+    rows = rows_of(socket, pid, sql, &keep);
+    if (!rows)
+        return 1;
+    if (json_array_size(rows) > 0) {
+        printf("\nwhere memory grew, by function (allocation snapshots over %s):\n", window);
+        printf("%12s %9s  %s\n", "GROWTH KB", "SNAPSHOTS", "FUNCTION (FIRST LINE SEEN)");
+        json_array_foreach(rows, i, row)
+        {
+            printf("%+12.1f %9lld  %s (%s)\n", num(row, 1) / 1024, whole(row, 2),
+                   json_string_value(json_array_get(row, 0)),
+                   json_string_value(json_array_get(row, 3)));
+        }
+    }
+    json_decref(keep);
+    return 0;
+}
+
 /* The latest reading, and peak and growth per minute over @window_ns before it. */
 static int print_memory(const char *socket, int pid, long long target, long long window_ns,
                         const char *window)
@@ -232,33 +262,88 @@ static int print_memory(const char *socket, int pid, long long target, long long
                num(row, 3));
     }
     json_decref(keep);
+    return print_allocations(socket, pid, target, window_ns, window);
+}
+
+/* --allocations on|now|off: POST /v1/allocations and what it says. */
+static int allocations(const char *socket, int pid, const char *what)
+{
+    const char *action = strcmp(what, "now") == 0 ? "snapshot" : what;
+    json_t *body, *reply, *row;
+    size_t i;
+
+    if (strcmp(action, "on") != 0 && strcmp(action, "off") != 0 &&
+        strcmp(action, "snapshot") != 0) {
+        fprintf(stderr, "probectl memory: --allocations takes on, now or off\n");
+        return 2;
+    }
+    body = json_pack("{s:i, s:s}", "pid", pid, "action", action);
+    reply = client_request(socket, "POST", "/v1/allocations", body);
+    json_decref(body);
+    if (!reply)
+        return 1;
+    if (strcmp(action, "off") == 0) {
+        printf("pid %d: allocation tracking off%s\n", pid,
+               json_is_true(json_object_get(reply, "tracing"))
+                   ? " (the process traced before probed: tracemalloc stays on)"
+                   : "");
+    } else if (strcmp(action, "on") == 0) {
+        printf("pid %d: allocation tracking on (tracemalloc%s); snapshots every"
+               " allocation_interval (probectl config), or now: probectl memory %d"
+               " --allocations now\n",
+               pid,
+               json_is_true(json_object_get(reply, "started_by_probed")) ? ", started by probed"
+                                                                         : ", already tracing",
+               pid);
+    } else {
+        printf("pid %d: where memory went since the previous snapshot (%.1f MB traced):\n\n", pid,
+               json_number_value(json_object_get(reply, "traced_bytes")) / 1048576);
+        printf("%12s %10s %12s  %s\n", "GROWTH KB", "BLOCKS", "LIVE KB", "FUNCTION (FILE:LINE)");
+        json_array_foreach(json_object_get(reply, "rows"), i, row)
+        {
+            printf("%+12.1f %+10lld %12.1f  %s (%s:%lld)\n", num(row, 3) / 1024, whole(row, 4),
+                   num(row, 5) / 1024, json_string_value(json_array_get(row, 0)),
+                   json_string_value(json_array_get(row, 1)), whole(row, 2));
+        }
+    }
+    json_decref(reply);
     return 0;
 }
 
 int memory_main(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"window", required_argument, NULL, 'w'}, COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
-    const char *socket = NULL, *window = "10m";
+    static const struct option longopts[] = {{"window", required_argument, NULL, 'w'},
+                                             {"allocations", required_argument, NULL, 'a'},
+                                             COMMON_LONGOPTS,
+                                             {NULL, 0, NULL, 0}};
+    const char *socket = NULL, *window = "10m", *allocs = NULL;
     char sql[512];
     json_t *keep, *rows, *t;
     double minutes;
     char *end;
     int c, pid, r;
 
-    while ((c = getopt_long(argc, argv, "w:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "w:a:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'w':
             window = optarg;
+            break;
+        case 'a':
+            allocs = optarg;
             break;
         case 'S':
             socket = optarg;
             break;
         case 'h':
-            printf("usage: probectl memory <pid> [--window MINUTESm]\n"
+            printf("usage: probectl memory <pid> [--window MINUTESm] [--allocations on|now|off]\n"
                    "  The memory of an attached process now (RSS, PSS, USS, swap from\n"
                    "  smaps_rollup), its peak and growth per minute over the window (default\n"
-                   "  10m), and its threads by CPU. The timeline is the memory_usage view.\n");
+                   "  10m), its threads by CPU, and where memory grew by function when\n"
+                   "  allocation tracking is on. The timeline is the memory_usage view.\n"
+                   "  --allocations on   start tracemalloc in the process (it slows allocation\n"
+                   "                     down) and take a snapshot every allocation_interval\n"
+                   "  --allocations now  a snapshot now: the lines whose memory grew most\n"
+                   "  --allocations off  stop (tracemalloc stops if probed started it)\n");
             return 0;
         default:
             return 2;
@@ -278,6 +363,8 @@ int memory_main(int argc, char **argv)
     }
     if ((pid = client_parse_pid(argv[optind], "memory")) < 0)
         return 2;
+    if (allocs)
+        return allocations(socket, pid, allocs);
     snprintf(sql, sizeof(sql),
              "SELECT id, cmdline, py_version, ended_ns IS NULL, coalesce(end_reason, '')"
              " FROM targets WHERE pid = %d ORDER BY id DESC LIMIT 1",

@@ -1,0 +1,173 @@
+/* allocs.c - see allocs.h. */
+#define _GNU_SOURCE
+#include "allocs.h"
+
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "eval.h"
+#include "log.h"
+#include "sampler.h"
+
+#define ALLOCS_TIMEOUT_MS 30000 /* a snapshot of a large heap takes a while */
+
+extern const char allocs_py[]; /* allocs.py, embedded at build time */
+
+static json_t *error_body(int status, const char *msg)
+{
+    return json_pack("{s:s, s:i}", "error", msg, "status", status);
+}
+
+/* allocs.py with its two parameters in front. */
+static char *script(const struct allocs_request *rq)
+{
+    static const char *const actions[] = {"on", "snapshot", "off"};
+    char *code = NULL;
+
+    if (asprintf(&code, "_PROBED_ACTION = '%s'\n_PROBED_TOP = %d\n%s", actions[rq->action], rq->top,
+                 allocs_py) < 0)
+        return NULL;
+    return code;
+}
+
+/* The snapshot's rows into the allocations table, in one transaction on a connection of
+ * our own (a few dozen rows every allocation_interval). */
+static int store_rows(const char *db_path, int64_t target_id, int64_t ts_ns, json_t *rows,
+                      char *err, size_t errlen)
+{
+    static const char sql[] =
+        "INSERT OR REPLACE INTO allocations (target_id, ts_ns, function_name, file, line,"
+        " allocated_bytes, allocations, live_bytes, live_blocks) VALUES (?,?,?,?,?,?,?,?,?)";
+    sqlite3 *db = NULL;
+    sqlite3_stmt *q = NULL;
+    json_t *row;
+    size_t i;
+    int rc = sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READWRITE, NULL);
+
+    if (rc == SQLITE_OK) {
+        sqlite3_busy_timeout(db, 5000);
+        rc = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL);
+    }
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(db, sql, -1, &q, NULL);
+    json_array_foreach(rows, i, row)
+    {
+        if (rc != SQLITE_OK)
+            break;
+        sqlite3_bind_int64(q, 1, target_id);
+        sqlite3_bind_int64(q, 2, ts_ns);
+        sqlite3_bind_text(q, 3, json_string_value(json_array_get(row, 0)), -1, SQLITE_STATIC);
+        sqlite3_bind_text(q, 4, json_string_value(json_array_get(row, 1)), -1, SQLITE_STATIC);
+        for (int k = 2; k < 7; k++)
+            sqlite3_bind_int64(q, k + 3, json_integer_value(json_array_get(row, (size_t)k)));
+        rc = sqlite3_step(q) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
+        sqlite3_reset(q);
+    }
+    if (rc == SQLITE_OK)
+        rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+    if (rc != SQLITE_OK)
+        snprintf(err, errlen, "storing allocations in %s: %s", db_path,
+                 db ? sqlite3_errmsg(db) : "out of memory");
+    sqlite3_finalize(q);
+    sqlite3_close(db);
+    return rc == SQLITE_OK ? 0 : -1;
+}
+
+/* Checks the shape allocs.py promises: [[str, str, int, int, int, int, int], ...]. */
+static bool rows_ok(json_t *rows)
+{
+    json_t *row;
+    size_t i;
+
+    if (!json_is_array(rows))
+        return false;
+    json_array_foreach(rows, i, row)
+    {
+        if (json_array_size(row) != 7 || !json_is_string(json_array_get(row, 0)) ||
+            !json_is_string(json_array_get(row, 1)))
+            return false;
+        for (size_t k = 2; k < 7; k++)
+            if (!json_is_integer(json_array_get(row, k)))
+                return false;
+    }
+    return true;
+}
+
+/* The JSON line allocs.py printed, checked; else an error status and body. */
+static int parse_reply(const struct allocs_request *rq, json_t *eval_body, json_t **ret)
+{
+    const char *status = json_string_value(json_object_get(eval_body, "status"));
+    const char *output = json_string_value(json_object_get(eval_body, "output"));
+    char msg[600];
+    json_t *result;
+
+    if (!status || strcmp(status, "ok") != 0) {
+        snprintf(msg, sizeof(msg), "pid %d: tracemalloc failed (%s): %.400s", (int)rq->pid,
+                 status ? status : "?", output ? output : "");
+        *ret = error_body(502, msg);
+        return 502;
+    }
+    result = output ? json_loads(output, 0, NULL) : NULL;
+    if (!json_is_object(result) ||
+        (json_object_get(result, "rows") && !rows_ok(json_object_get(result, "rows")))) {
+        json_decref(result);
+        snprintf(msg, sizeof(msg), "pid %d: unexpected reply from tracemalloc: %.400s",
+                 (int)rq->pid, output ? output : "");
+        *ret = error_body(502, msg);
+        return 502;
+    }
+    if (json_is_string(json_object_get(result, "error"))) {
+        snprintf(msg, sizeof(msg), "pid %d: %s (probectl memory %d --allocations on)", (int)rq->pid,
+                 json_string_value(json_object_get(result, "error")), (int)rq->pid);
+        json_decref(result);
+        *ret = error_body(409, msg);
+        return 409;
+    }
+    *ret = result;
+    return 200;
+}
+
+int allocs_run(struct stubctl *sc, const char *db_path, const struct allocs_request *rq,
+               json_t **ret_body)
+{
+    struct eval_request ev = {.pid = rq->pid,
+                              .uid = rq->uid,
+                              .kind = STUB_RUN,
+                              .timeout_ms = ALLOCS_TIMEOUT_MS,
+                              .mode = "allocations"};
+    json_t *eval_body = NULL, *result = NULL;
+    int64_t ts_ns = real_ns();
+    char *code = script(rq), err[600];
+    int status;
+
+    if (!code) {
+        *ret_body = error_body(500, "out of memory");
+        return 500;
+    }
+    ev.code = code;
+    status = eval_run(sc, db_path, &ev, &eval_body);
+    free(code);
+    if (status != 200) {
+        *ret_body = eval_body;
+        return status;
+    }
+    status = parse_reply(rq, eval_body, &result);
+    json_decref(eval_body);
+    if (status != 200) {
+        *ret_body = result;
+        return status;
+    }
+    if (json_array_size(json_object_get(result, "rows")) > 0 &&
+        store_rows(db_path, rq->target_id, ts_ns, json_object_get(result, "rows"), err,
+                   sizeof(err)) < 0) {
+        log_msg(LOG_ERR, "pid %d: %s", (int)rq->pid, err);
+        json_decref(result);
+        *ret_body = error_body(500, err);
+        return 500;
+    }
+    json_object_set_new(result, "ts_ns", json_integer(ts_ns));
+    *ret_body = result;
+    return 200;
+}

@@ -1,0 +1,37 @@
+/*
+ * allocs.h - where a target's memory goes, by Python source line: tracemalloc inside the
+ * target, driven through its stub like an eval (allocs.py, embedded), each snapshot compared
+ * with the previous one and the lines that changed most stored in the allocations table
+ * (view memory_allocations). The daemon takes a snapshot every config allocation_interval
+ * while tracking is on, and on request.
+ *
+ * Tracking costs the target: tracemalloc makes each allocation several times slower and
+ * keeps a record per live block, so it is off until asked for, and "off" stops tracemalloc
+ * when probed started it (a process that traced already keeps tracing).
+ * Threads: a worker thread per call. Failure: an HTTP status and a JSON error body.
+ */
+#ifndef PROBED_ALLOCS_H
+#define PROBED_ALLOCS_H
+
+#include <jansson.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "stubctl.h"
+
+enum allocs_action { ALLOCS_ON, ALLOCS_SNAPSHOT, ALLOCS_OFF };
+
+struct allocs_request {
+    pid_t pid;
+    uid_t uid;         /* who asks (the evals audit row) */
+    int64_t target_id; /* the attach the rows belong to */
+    enum allocs_action action;
+    int top; /* lines kept per snapshot */
+};
+
+/* Returns the HTTP status; *ret_body (owned by the caller): {"tracing", "rows": [[function,
+ * file, line, allocated_bytes, allocations, live_bytes, live_blocks], ...], "ts_ns", ...}. */
+int allocs_run(struct stubctl *sc, const char *db_path, const struct allocs_request *rq,
+               json_t **ret_body);
+
+#endif
