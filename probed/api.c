@@ -726,13 +726,13 @@ static int allocs_post(struct api *a, struct evhttp_request *req, const struct p
     for (int i = 0; action && i < 3; i++)
         if (strcmp(action, actions[i]) == 0)
             k = i;
-    top = jtop ? (int)json_integer_value(jtop) : 20;
+    top = !jtop ? 20 : json_is_integer(jtop) ? (int)json_integer_value(jtop) : -1;
     pid = json_is_integer(jpid) && json_integer_value(jpid) > 0 &&
                   json_integer_value(jpid) <= 0x7fffffff
               ? (pid_t)json_integer_value(jpid)
               : 0;
-    json_decref(body);
-    if (!pid || k < 0 || (jtop && !json_is_integer(jtop)) || top < 1 || top > 1000)
+    json_decref(body); /* jpid, jtop and action die with it */
+    if (!pid || k < 0 || top < 1 || top > 1000)
         return reply_error(req, 400,
                            "expected {\"pid\": int, \"action\": \"on\"|\"snapshot\"|\"off\","
                            " optional \"top\": 1..1000}");

@@ -37,6 +37,7 @@ class Daemon:
         self.start()
 
     def start(self):
+        self.stopped = False
         self.log = open(self.log_path, 'a')
         self.proc = subprocess.Popen([PROBED, '--foreground', '--socket', self.socket,
                                       '--db', self.db] + self.extra,
@@ -105,6 +106,11 @@ class Daemon:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(sig)
             rc = self.proc.wait(timeout=30)
+        elif self.proc and not self.stopped:
+            self.log.close()  # it died on its own (a crash, a sanitizer report): say so
+            raise AssertionError('probed had exited (%d) before the test stopped it:\n%s'
+                                 % (self.proc.returncode, self.read_log()))
+        self.stopped = True  # by us: a second kill() has nothing to say
         self.log.close()
         if sig == signal.SIGTERM and rc is not None:
             log = self.read_log()
