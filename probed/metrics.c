@@ -20,6 +20,8 @@
 #include "log.h"
 #include "procfs.h"
 
+#define CMD_LABEL_MAX 127 /* bytes of the command line in the cmd label */
+
 /* One sampled target as a scrape reports it, copied out under the sampler's lock. */
 struct row {
     char labels[512]; /* pid="..",rank="..",...: escaped once per scrape */
@@ -39,19 +41,25 @@ struct metrics {
 };
 
 /* Appends label @name="@value" to @buf (at *@len, @size bytes), escaping backslash, double
- * quote and newline as the exposition format asks; a value that does not fit is cut. */
-static void add_label(char *buf, size_t size, size_t *len, const char *name, const char *value)
+ * quote and newline as the exposition format asks; the value is cut after @max bytes, and a
+ * label that does not fit is left out. */
+static void add_label(char *buf, size_t size, size_t *len, const char *name, const char *value,
+                      size_t max)
 {
     size_t n = *len;
+    int w = snprintf(buf + n, size - n, "%s%s=\"", n ? "," : "", name);
 
-    n += (size_t)snprintf(buf + n, size - n, "%s%s=\"", n ? "," : "", name);
-    for (const char *p = value; *p && n + 4 < size; p++) {
+    if (w < 0 || (size_t)w + 3 >= size - n) {
+        buf[n] = '\0';
+        return;
+    }
+    n += (size_t)w;
+    for (const char *p = value; *p && (size_t)(p - value) < max && n + 3 < size; p++) {
         if (*p == '\\' || *p == '"' || *p == '\n')
             buf[n++] = '\\';
         buf[n++] = *p == '\n' ? 'n' : *p;
     }
-    if (n + 2 < size)
-        buf[n++] = '"';
+    buf[n++] = '"';
     buf[n] = '\0';
     *len = n;
 }
@@ -74,13 +82,14 @@ static void copy_row(const struct target *t, void *ctx)
     r->usage_ns = t->usage_ns;
     r->labels[0] = '\0';
     snprintf(num, sizeof(num), "%d", (int)t->pid);
-    add_label(r->labels, sizeof(r->labels), &len, "pid", num);
+    add_label(r->labels, sizeof(r->labels), &len, "pid", num, sizeof(num));
     snprintf(num, sizeof(num), "%d", t->rank);
-    add_label(r->labels, sizeof(r->labels), &len, "rank", t->rank >= 0 ? num : "");
+    add_label(r->labels, sizeof(r->labels), &len, "rank", t->rank >= 0 ? num : "", sizeof(num));
     snprintf(num, sizeof(num), "%d", t->local_rank);
-    add_label(r->labels, sizeof(r->labels), &len, "local_rank", t->local_rank >= 0 ? num : "");
-    add_label(r->labels, sizeof(r->labels), &len, "cmd", t->cmdline);
-    add_label(r->labels, sizeof(r->labels), &len, "python", t->py_version);
+    add_label(r->labels, sizeof(r->labels), &len, "local_rank", t->local_rank >= 0 ? num : "",
+              sizeof(num));
+    add_label(r->labels, sizeof(r->labels), &len, "cmd", t->cmdline, CMD_LABEL_MAX);
+    add_label(r->labels, sizeof(r->labels), &len, "python", t->py_version, sizeof(t->py_version));
 }
 
 static void family(struct evbuffer *out, const char *name, const char *type, const char *help)

@@ -153,7 +153,21 @@ def test_prometheus_scrapes_daemon_and_target_metrics(scraped):
 
 def test_metrics_exposition_is_valid_and_http_is_strict(scraped):
     d, t, prom, port = scraped
-    status, text = http_get('http://127.0.0.1:%d/metrics' % port)
+    # a command line with quotes, backslashes, a newline and 300 more bytes: escaped, cut
+    odd_arg = 'a"b\\c\nd' + 'x' * 300
+    odd = subprocess.Popen([PYTHON, '-c', 'import time\nwhile True: time.sleep(0.1)', odd_arg])
+    try:
+        d.ctl('attach', odd.pid, check=True)
+        status, text = http_get('http://127.0.0.1:%d/metrics' % port)
+        label = re.search(r'^probed_target_sample_rate_hz\{pid="%d",[^\n]*cmd="((?:[^"\\]|\\.)*)"'
+                          % odd.pid, text, re.M).group(1)
+        cmd = '%s -c import time while True: time.sleep(0.1) %s' % (PYTHON, odd_arg)
+        want = cmd.replace('\n', ' ')[:127]  # /proc cmdline: newlines read as spaces
+        assert label == want.replace('\\', '\\\\').replace('"', '\\"'), label
+        d.ctl('detach', odd.pid, check=True)
+    finally:
+        odd.kill()
+        odd.wait()
     assert status == 200
     check = subprocess.run(['promtool', 'check', 'metrics'], input=text,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
