@@ -5,9 +5,11 @@
  * (view memory_allocations). The daemon takes a snapshot every config allocation_interval
  * while tracking is on, and on request.
  *
- * Tracking costs the target: tracemalloc makes each allocation several times slower and
- * keeps a record per live block, so it is off until asked for, and "off" stops tracemalloc
- * when probed started it (a process that traced already keeps tracing).
+ * Tracking costs the target: tracemalloc makes allocation slower (1.5x on a loop of small
+ * objects here) and keeps a record per live block, and each snapshot holds the GIL while it
+ * groups every live block (about 2 us per block: 0.5 s at 200k). So it is off until asked
+ * for, and "off" stops tracemalloc when probed started it (a process that traced already
+ * keeps tracing).
  * Threads: a worker thread per call. Failure: an HTTP status and a JSON error body.
  */
 #ifndef PROBED_ALLOCS_H

@@ -57,18 +57,37 @@ def _probed_allocs(action, top):
             st = _tm._probed_state = {'started': started, 'snap': None, 'funcs': {}}
     elif st is None or not _tm.is_tracing():
         return {'error': 'allocation tracking is off in this process'}
-    snap = _tm.take_snapshot().filter_traces((
-        _tm.Filter(False, _tm.__file__), _tm.Filter(False, '<probed*>'),
-        _tm.Filter(False, _lc.__file__)))
+    # Per line (size, count) now, against the previous snapshot's. This runs holding the GIL,
+    # so it groups tracemalloc's raw traces (most recent frame first) in one loop rather than
+    # through Snapshot.filter_traces/compare_to (Python loops over every trace, several times).
+    now = {}
+    for trace in _tm._get_traces():
+        key = trace[2][0] if trace[2] else ('<unknown>', 0)
+        acc = now.get(key)
+        if acc is None:
+            now[key] = [trace[1], 1]
+        else:
+            acc[0] += trace[1]
+            acc[1] += 1
+    for own in (_tm.__file__, _lc.__file__, '<probed>'):
+        for key in [k for k in now if k[0] == own]:
+            del now[key]
     rows = []
-    if st['snap'] is not None:
-        for s in snap.compare_to(st['snap'], 'lineno')[:top]:
-            if s.size_diff == 0 and s.count_diff == 0:
-                continue
-            fr = s.traceback[0]
-            rows.append([_probed_func_of(fr.filename, fr.lineno, st['funcs']), fr.filename,
-                         fr.lineno, s.size_diff, s.count_diff, s.size, s.count])
-    st['snap'] = snap
+    prev = st['snap']
+    if prev is not None:
+        changes = []
+        for key, (size, count) in now.items():
+            old = prev.get(key, (0, 0))
+            if size != old[0] or count != old[1]:
+                changes.append((size - old[0], count - old[1], size, count, key))
+        for key, (size, count) in prev.items():
+            if key not in now:
+                changes.append((-size, -count, 0, 0, key))
+        changes.sort(key=lambda c: (-abs(c[0]), -c[2]))
+        for size_diff, count_diff, size, count, (filename, lineno) in changes[:top]:
+            rows.append([_probed_func_of(filename, lineno, st['funcs']), filename, lineno,
+                         size_diff, count_diff, size, count])
+    st['snap'] = now
     return {'tracing': True, 'started_by_probed': st['started'], 'first': not rows and action == 'on',
             'traced_bytes': _tm.get_traced_memory()[0], 'rows': rows}
 
