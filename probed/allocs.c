@@ -32,24 +32,35 @@ static char *script(const struct allocs_request *rq)
     return code;
 }
 
-/* The snapshot's rows into the allocations table, in one transaction on a connection of
- * our own (a few dozen rows every allocation_interval). */
+/* A read-write connection to the store of our own (allocation requests are rare). */
+static sqlite3 *open_store(const char *db_path, char *err, size_t errlen)
+{
+    sqlite3 *db = NULL;
+
+    if (sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
+        snprintf(err, errlen, "opening %s: %s", db_path, db ? sqlite3_errmsg(db) : "no memory");
+        sqlite3_close(db);
+        return NULL;
+    }
+    sqlite3_busy_timeout(db, 5000);
+    return db;
+}
+
+/* The snapshot's rows into the allocations table, in one transaction. */
 static int store_rows(const char *db_path, int64_t target_id, int64_t ts_ns, json_t *rows,
                       char *err, size_t errlen)
 {
     static const char sql[] =
         "INSERT OR REPLACE INTO allocations (target_id, ts_ns, function_name, file, line,"
         " allocated_bytes, allocations, live_bytes, live_blocks) VALUES (?,?,?,?,?,?,?,?,?)";
-    sqlite3 *db = NULL;
+    sqlite3 *db = open_store(db_path, err, errlen);
     sqlite3_stmt *q = NULL;
     json_t *row;
     size_t i;
-    int rc = sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READWRITE, NULL);
+    int rc = db ? sqlite3_exec(db, "BEGIN", NULL, NULL, NULL) : SQLITE_ERROR;
 
-    if (rc == SQLITE_OK) {
-        sqlite3_busy_timeout(db, 5000);
-        rc = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL);
-    }
+    if (!db)
+        return -1;
     if (rc == SQLITE_OK)
         rc = sqlite3_prepare_v2(db, sql, -1, &q, NULL);
     json_array_foreach(rows, i, row)
@@ -68,11 +79,28 @@ static int store_rows(const char *db_path, int64_t target_id, int64_t ts_ns, jso
     if (rc == SQLITE_OK)
         rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
     if (rc != SQLITE_OK)
-        snprintf(err, errlen, "storing allocations in %s: %s", db_path,
-                 db ? sqlite3_errmsg(db) : "out of memory");
+        snprintf(err, errlen, "storing allocations in %s: %s", db_path, sqlite3_errmsg(db));
     sqlite3_finalize(q);
     sqlite3_close(db);
     return rc == SQLITE_OK ? 0 : -1;
+}
+
+/* Remembers (or forgets) that tracking is on for @target_id, for a daemon that restarts. */
+static void remember_tracking(const char *db_path, int64_t target_id, bool on)
+{
+    char err[600] = "", sql[128];
+    sqlite3 *db = open_store(db_path, err, sizeof(err));
+
+    snprintf(sql, sizeof(sql),
+             on ? "INSERT OR IGNORE INTO allocation_tracking(target_id) VALUES (%lld)"
+                : "DELETE FROM allocation_tracking WHERE target_id = %lld",
+             (long long)target_id);
+    if (db && sqlite3_exec(db, sql, NULL, NULL, NULL) != SQLITE_OK)
+        snprintf(err, sizeof(err), "%s", sqlite3_errmsg(db));
+    if (err[0])
+        log_msg(LOG_WARN, "recording allocation tracking of target %lld: %s", (long long)target_id,
+                err);
+    sqlite3_close(db);
 }
 
 /* Checks the shape allocs.py promises: [[str, str, int, int, int, int, int], ...]. */
@@ -149,6 +177,8 @@ int allocs_run(struct stubctl *sc, const char *db_path, const struct allocs_requ
     ev.code = code;
     status = eval_run(sc, db_path, &ev, &eval_body);
     free(code);
+    if (rq->action == ALLOCS_OFF) /* also when the process is gone */
+        remember_tracking(db_path, rq->target_id, false);
     if (status != 200) {
         *ret_body = eval_body;
         return status;
@@ -167,6 +197,8 @@ int allocs_run(struct stubctl *sc, const char *db_path, const struct allocs_requ
         *ret_body = error_body(500, err);
         return 500;
     }
+    if (rq->action == ALLOCS_ON)
+        remember_tracking(db_path, rq->target_id, true);
     json_object_set_new(result, "ts_ns", json_integer(ts_ns));
     *ret_body = result;
     return 200;

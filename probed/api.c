@@ -760,6 +760,18 @@ static int allocs_post(struct api *a, struct evhttp_request *req, const struct p
     return 0;
 }
 
+/* At start: targets resumed with allocation tracking on go on being snapshotted. */
+static void track_resumed(const struct target *t, void *ctx)
+{
+    struct api *a = ctx;
+
+    if (t->allocation_tracking && t->state == TARGET_SAMPLING && a->n_tracked < TRACKED_MAX) {
+        a->tracked[a->n_tracked++] = (struct tracked){
+            .pid = t->pid, .target_id = t->id, .next_ns = mono_ns() + 1000000000LL};
+        log_msg(LOG_INFO, "pid %d: allocation tracking resumed", (int)t->pid);
+    }
+}
+
 /* Once a second: a snapshot of each tracked process that is due; a process no longer
  * sampled (detached, exited) gets tracking turned off, and is dropped (allocs_done). */
 static void on_allocs_timer(evutil_socket_t fd, short what, void *arg)
@@ -1235,6 +1247,7 @@ int api_new(struct event_base *base, const struct api_config *cfg, int gid, stru
         api_free(a);
         return -ENOMEM;
     }
+    sampler__each(s, track_resumed, a);
     a->allocs_timer = event_new(base, -1, EV_PERSIST, on_allocs_timer, a);
     if (!a->allocs_timer ||
         event_add(a->allocs_timer, &(struct timeval){.tv_sec = 1, .tv_usec = 0}) < 0) {

@@ -61,6 +61,8 @@ static void usage(FILE *out)
             "  --metrics ADDR         host:port of Prometheus /metrics (default\n"
             "                         127.0.0.1:9464; off: not served)\n"
             "  --memory-interval DUR  how often targets' memory and CPU are recorded (default 1s)\n"
+            "  --allocation-interval DUR  how often allocation snapshots are taken while\n"
+            "                         tracking is on (default 30s; 0: on request)\n"
             "  --group NAME           group owning the socket (default probed, if it exists)\n"
             "  --stub PATH            the library eval loads into targets (default: next to\n"
             "                         probed, else %s/libprobed-stub.so)\n"
@@ -101,6 +103,7 @@ static const struct {
     {"query-timeout", CFG_QUERY_TIMEOUT},
     {"metrics", CFG_METRICS_ADDRESS},
     {"memory-interval", CFG_MEMORY_INTERVAL},
+    {"allocation-interval", CFG_ALLOCATION_INTERVAL},
     {"group", CFG_GROUP},
     {"stub", CFG_STUB},
 };
@@ -194,8 +197,8 @@ struct resume_ctx {
 };
 
 /* A target the store says was being sampled: the same process again, or recorded as ended. */
-static void resume_one(int64_t id, int32_t pid, int64_t start_time, int32_t rate_hz,
-                       bool follow_children, void *arg)
+static void resume_one(int64_t id, int32_t pid, int64_t start_time, int32_t rate_hz, unsigned flags,
+                       void *arg)
 {
     struct resume_ctx *c = arg;
     struct pyf_err e = {0};
@@ -206,7 +209,8 @@ static void resume_one(int64_t id, int32_t pid, int64_t start_time, int32_t rate
         target_new(pid, (uint32_t)(rate_hz > 0 ? rate_hz : 100), &t, &e) == 0) {
         t->id = id;
         t->resumed = true;
-        t->follow_children = follow_children;
+        t->follow_children = flags & STORE_FOLLOW_CHILDREN;
+        t->allocation_tracking = flags & STORE_ALLOCATION_TRACKING;
         if (sampler__add(c->sampler, t) == 0) {
             log_msg(LOG_INFO, "resumed sampling pid %d (attached before a restart)", pid);
             return;

@@ -67,9 +67,17 @@ static bool pragma_reads(const char *name, const char *arg)
 
 static bool is_raw_table(const char *name)
 {
-    static const char *const raw[] = {"targets",    "threads",      "samples", "strings",
-                                      "frames",     "stack_frames", "evals",   "memory",
-                                      "thread_cpu", "allocations"};
+    static const char *const raw[] = {"targets",
+                                      "threads",
+                                      "samples",
+                                      "strings",
+                                      "frames",
+                                      "stack_frames",
+                                      "evals",
+                                      "memory",
+                                      "thread_cpu",
+                                      "allocations",
+                                      "allocation_tracking"};
     for (size_t i = 0; i < sizeof(raw) / sizeof(raw[0]); i++)
         if (name && strcasecmp(name, raw[i]) == 0)
             return true;

@@ -281,13 +281,14 @@ int store__live_targets(struct store *st, store_target_fn fn, void *ctx, struct 
     int rc;
 
     if (sqlite3_prepare_v2(st->db,
-                           "SELECT id, pid, start_time, rate_hz, follow_children FROM targets"
-                           " WHERE ended_ns IS NULL",
+                           "SELECT id, pid, start_time, rate_hz, (follow_children <> 0) |"
+                           " (id IN (SELECT target_id FROM allocation_tracking)) << 1"
+                           " FROM targets WHERE ended_ns IS NULL",
                            -1, &q, NULL) != SQLITE_OK)
         return fail(err, -EIO, "reading targets: %s", sqlite3_errmsg(st->db));
     while ((rc = sqlite3_step(q)) == SQLITE_ROW)
         fn(sqlite3_column_int64(q, 0), sqlite3_column_int(q, 1), sqlite3_column_int64(q, 2),
-           sqlite3_column_int(q, 3), sqlite3_column_int(q, 4) != 0, ctx);
+           sqlite3_column_int(q, 3), (unsigned)sqlite3_column_int(q, 4), ctx);
     sqlite3_finalize(q);
     return rc == SQLITE_DONE ? 0 : fail(err, -EIO, "reading targets: %s", sqlite3_errmsg(st->db));
 }

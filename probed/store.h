@@ -33,8 +33,10 @@ int store__write(struct store *st, const struct ob_half *h, struct store_err *er
 int store__next_target_id(struct store *st, int64_t *ret, struct store_err *err);
 
 /* Calls @fn for each target the store says was being sampled (not ended). */
+#define STORE_FOLLOW_CHILDREN 1u     /* attach --children */
+#define STORE_ALLOCATION_TRACKING 2u /* allocation tracking was on */
 typedef void (*store_target_fn)(int64_t id, int32_t pid, int64_t start_time, int32_t rate_hz,
-                                bool follow_children, void *ctx);
+                                unsigned flags, void *ctx);
 int store__live_targets(struct store *st, store_target_fn fn, void *ctx, struct store_err *err);
 
 /* Deletes samples older than @before_ns, then the oldest ones until the live data fits in

@@ -34,9 +34,10 @@ struct target_stats {
 };
 
 struct target {
-    int64_t id;           /* targets.id in the store */
-    bool resumed;         /* picked up again after a daemon restart: its row exists already */
-    bool follow_children; /* attach --children: its new descendants are attached too */
+    int64_t id;               /* targets.id in the store */
+    bool resumed;             /* picked up again after a daemon restart: its row exists already */
+    bool follow_children;     /* attach --children: its new descendants are attached too */
+    bool allocation_tracking; /* resumed with allocation tracking on (allocs.h) */
     pid_t pid;
     uid_t uid;
     int64_t start_time; /* /proc/PID/stat field 22 */

@@ -566,3 +566,26 @@ def test_allocation_snapshots_on_their_own_and_in_probectl_memory():
         t.close()
         pre.close()
         d.close()
+
+
+def test_allocation_tracking_survives_kill_9():
+    """A daemon killed with -9 and started again goes on taking snapshots where it was."""
+    d = Daemon('--memory-interval', '0', '--allocation-interval', '1s')
+    t = Target(PYTHON, 'leaker.py')
+    try:
+        d.ctl('attach', t.pid, check=True)
+        d.ctl('memory', t.pid, '--allocations', 'on', check=True)
+        snapshots = 'SELECT count(DISTINCT ts_ns) FROM allocations'
+        wait_for(lambda: d.rows(snapshots)[0][0] >= 1, what='a first snapshot')
+        d.kill(signal.SIGKILL)
+        d.start()
+        n = d.rows(snapshots)[0][0]
+        wait_for(lambda: d.rows(snapshots)[0][0] >= n + 2, what='snapshots after the restart')
+        assert 'allocation tracking resumed' in d.read_log()
+        d.ctl('memory', t.pid, '--allocations', 'off', check=True)
+        assert d.ctl('eval', t.pid, 'import tracemalloc; tracemalloc.is_tracing()',
+                     check=True).stdout == 'False\n'
+        assert d.rows('SELECT count(*) FROM allocation_tracking')[0][0] == 0
+    finally:
+        t.close()
+        d.close()
