@@ -334,17 +334,22 @@ def pty_session(argv, env, inputs, timeout=60):
         os.execvpe(argv[0], argv, env)
     out, seen = b'', 0
     deadline = time.time() + timeout
-    pending, last_sent = list(inputs), time.time()
+    pending, last_sent, prompt_at = list(inputs), time.time(), None
     try:
         while time.time() < deadline:
             if pending:
                 prompt, text = pending[0]
                 at = out.find(prompt.encode(), seen) if prompt else -1
-                if at >= 0 or (prompt is None and time.time() - last_sent > 1):
+                if at >= 0 and prompt_at is None:
+                    prompt_at = time.time()
+                # type a moment after the prompt shows, as a person would: a key pressed
+                # before the line editor has set up the terminal may be read in the wrong mode
+                if (at >= 0 and time.time() - prompt_at > 0.2) or (
+                        prompt is None and time.time() - last_sent > 1):
                     seen = at + len(prompt) if at >= 0 else len(out)
                     os.write(fd, text.encode())
                     pending.pop(0)
-                    last_sent = time.time()
+                    last_sent, prompt_at = time.time(), None
             r, _, _ = select.select([fd], [], [], 0.1)
             if r:
                 try:
