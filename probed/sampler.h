@@ -20,6 +20,7 @@
 
 #include "outbox.h"
 #include "target.h"
+struct torch_drained; /* torchtrace.h */
 
 #define SAMPLER_TARGETS_MAX 1024
 #define SENT_SLOTS 16384  /* direct-mapped memory of definitions already sent */
@@ -58,6 +59,10 @@ int sampler__add(struct sampler *s, struct target *t);
 struct target *sampler__remove(struct sampler *s, pid_t pid);
 
 /* The meter's latest reading of the target with id @target_id (if still listed). */
+/* Adds a torch trace drain to @target_id's totals (torchtrace.h); @dropped: the target's
+ * count so far. */
+void sampler__add_torch(struct sampler *s, int64_t target_id, const struct torch_drained *d,
+                        uint64_t dropped);
 void sampler__set_usage(struct sampler *s, int64_t target_id, const struct proc_usage *u,
                         int64_t ts_ns);
 /* config sample_rate changed: targets attached at the default rate now sample at @hz. */

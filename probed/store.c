@@ -282,7 +282,8 @@ int store__live_targets(struct store *st, store_target_fn fn, void *ctx, struct 
 
     if (sqlite3_prepare_v2(st->db,
                            "SELECT id, pid, start_time, rate_hz, (follow_children <> 0) |"
-                           " (id IN (SELECT target_id FROM allocation_tracking)) << 1"
+                           " (id IN (SELECT target_id FROM allocation_tracking)) << 1 |"
+                           " (id IN (SELECT target_id FROM torch_tracing)) << 2"
                            " FROM targets WHERE ended_ns IS NULL",
                            -1, &q, NULL) != SQLITE_OK)
         return fail(err, -EIO, "reading targets: %s", sqlite3_errmsg(st->db));
@@ -328,7 +329,10 @@ static int64_t delete_before(struct store *st, int64_t before_ns, struct store_e
 
     if (n >= 0 && (delete_from(st, "memory", before_ns, err) < 0 ||
                    delete_from(st, "thread_cpu", before_ns, err) < 0 ||
-                   delete_from(st, "allocations", before_ns, err) < 0))
+                   delete_from(st, "allocations", before_ns, err) < 0 ||
+                   delete_from(st, "torch_records", before_ns, err) < 0 ||
+                   delete_from(st, "torch_values", before_ns, err) < 0 ||
+                   delete_from(st, "torch_steps", before_ns, err) < 0))
         return -EIO;
     return n;
 }

@@ -33,11 +33,22 @@ struct target_stats {
     uint64_t by_state[4]; /* samples by state: bit 0 on CPU, bit 1 holds the GIL */
 };
 
+/* The torch trace of a target, as its drains reported it (for /metrics). */
+struct target_torch {
+    bool on;             /* a drain came */
+    uint64_t steps;      /* steps with a wall time */
+    double step_seconds; /* their sum */
+    uint64_t dropped;    /* records the target could not buffer */
+    bool has_memory, has_reserved;
+    double allocated_mb, reserved_mb;
+};
+
 struct target {
     int64_t id;               /* targets.id in the store */
     bool resumed;             /* picked up again after a daemon restart: its row exists already */
     bool follow_children;     /* attach --children: its new descendants are attached too */
     bool allocation_tracking; /* resumed with allocation tracking on (allocs.h) */
+    bool torch_tracing;       /* resumed with the torch trace on (torchtrace.h) */
     pid_t pid;
     uid_t uid;
     int64_t start_time; /* /proc/PID/stat field 22 */
@@ -56,7 +67,8 @@ struct target {
     struct target_stats stats;
     struct proc_usage usage; /* the meter's latest reading (meter.h); usage_ns 0: none yet */
     int64_t usage_ns;
-    uint64_t errors_seen; /* stats.errors when the process was last checked to be the same */
+    struct target_torch torch; /* the torch trace's totals, from its drains */
+    uint64_t errors_seen;      /* stats.errors when the process was last checked to be the same */
 
     /* sampling buffers: owned, sized in target_new(); freed early when the target ends */
     struct pyf_target *pyf;

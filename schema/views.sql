@@ -86,3 +86,30 @@ SELECT strftime('%Y-%m-%d %H:%M:%f', a.ts_ns / 1e9, 'unixepoch') AS timestamp, t
        a.live_blocks, a.ts_ns, a.target_id
 FROM allocations a
 JOIN targets t ON t.id = a.target_id;
+
+-- The torch trace (probectl torch PID on), under the seeds' names: python.torch_trace and
+-- python.variables read these two. duration is in seconds, allocated and reserved in MB.
+-- SELECT step, module, SUM(allocated) AS total_memory_mb, COUNT(*) AS operation_count
+-- FROM python.torch_trace WHERE step > 100 GROUP BY step, module ORDER BY total_memory_mb DESC
+CREATE TEMP VIEW torch_trace AS
+SELECT r.step, r.module, r.stage, r.duration_ns / 1e9 AS duration, r.allocated_mb AS allocated,
+       r.reserved_mb AS reserved, strftime('%Y-%m-%d %H:%M:%f', r.ts_ns / 1e9, 'unixepoch') AS ts,
+       t.pid, t.rank, r.duration_ns, r.ts_ns, r.target_id
+FROM torch_records r
+JOIN targets t ON t.id = r.target_id;
+
+CREATE TEMP VIEW torch_variables AS
+SELECT v.step, v.function AS func, v.name, v.value,
+       strftime('%Y-%m-%d %H:%M:%f', v.ts_ns / 1e9, 'unixepoch') AS ts, t.pid, t.rank, v.ts_ns,
+       v.target_id
+FROM torch_values v
+JOIN targets t ON t.id = v.target_id;
+
+-- Each step's wall time, from one step's start to the next's (the first traced step is
+-- partial and left out).
+CREATE TEMP VIEW torch_step_times AS
+SELECT s.step, s.duration_ns / 1e9 AS duration,
+       strftime('%Y-%m-%d %H:%M:%f', s.ts_ns / 1e9, 'unixepoch') AS ts, t.pid, t.rank, s.ts_ns,
+       s.duration_ns, s.target_id
+FROM torch_steps s
+JOIN targets t ON t.id = s.target_id;

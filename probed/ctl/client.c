@@ -161,3 +161,23 @@ int client_parse_pid(const char *s, const char *cmd)
     }
     return (int)v;
 }
+
+json_t *client_rows(const char *socket, int pid, const char *sql, json_t **keep)
+{
+    json_t *body = json_pack("{s:s, s:i}", "sql", sql, "pid", pid);
+
+    *keep = client_request(socket, "POST", "/v1/query", body);
+    json_decref(body);
+    return *keep ? json_object_get(*keep, "rows") : NULL;
+}
+
+double client_num(json_t *row, size_t i)
+{
+    json_t *v = json_array_get(row, i);
+    return json_is_number(v) ? json_number_value(v) : 0.0;
+}
+
+long long client_int(json_t *row, size_t i)
+{
+    return (long long)json_integer_value(json_array_get(row, i));
+}

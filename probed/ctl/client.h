@@ -29,6 +29,15 @@ const char *client_error_text(json_t *body);
 /* One call that must succeed: the reply (caller owns), or NULL after printing why to stderr. */
 json_t *client_request(const char *socket, const char *method, const char *path, json_t *body);
 
+/* The rows of one query (POST /v1/query, scoped to @pid), or NULL after printing why; they
+ * live in *keep, which the caller frees. */
+json_t *client_rows(const char *socket, int pid, const char *sql, json_t **keep);
+
+/* Cell @i of a row: a number (0 when it is not one), an integer exactly (a timestamp in ns
+ * does not fit a double's 53 bits). */
+double client_num(json_t *row, size_t i);
+long long client_int(json_t *row, size_t i);
+
 /* @s as a pid, or -1 after printing "probectl @cmd: '@s' is not a pid". */
 int client_parse_pid(const char *s, const char *cmd);
 

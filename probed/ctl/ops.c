@@ -132,28 +132,6 @@ int config_main(int argc, char **argv)
 
 /* ---- memory ---- */
 
-/* The rows of one query, or NULL after printing why. */
-static json_t *rows_of(const char *socket, int pid, const char *sql, json_t **keep)
-{
-    json_t *body = json_pack("{s:s, s:i}", "sql", sql, "pid", pid);
-
-    *keep = client_request(socket, "POST", "/v1/query", body);
-    json_decref(body);
-    return *keep ? json_object_get(*keep, "rows") : NULL;
-}
-
-static double num(json_t *row, size_t i)
-{
-    json_t *v = json_array_get(row, i);
-    return json_is_number(v) ? json_number_value(v) : 0.0;
-}
-
-/* Integers exactly (a timestamp in ns does not fit a double's 53 bits). */
-static long long whole(json_t *row, size_t i)
-{
-    return (long long)json_integer_value(json_array_get(row, i));
-}
-
 /* With allocation tracking: the functions whose memory grew most over the window. */
 static int print_allocations(const char *socket, int pid, long long target, long long window_ns,
                              const char *window)
@@ -167,7 +145,7 @@ static int print_allocations(const char *socket, int pid, long long target, long
              " min(file || ':' || line) FROM memory_allocations WHERE target_id = %lld AND"
              " ts_ns > now_ns() - %lld GROUP BY function_name ORDER BY grown DESC LIMIT 10",
              target, window_ns);
-    rows = rows_of(socket, pid, sql, &keep);
+    rows = client_rows(socket, pid, sql, &keep);
     if (!rows)
         return 1;
     if (json_array_size(rows) > 0) {
@@ -175,7 +153,7 @@ static int print_allocations(const char *socket, int pid, long long target, long
         printf("%12s %9s  %s\n", "GROWTH KB", "SNAPSHOTS", "FUNCTION (FIRST LINE SEEN)");
         json_array_foreach(rows, i, row)
         {
-            printf("%+12.1f %9lld  %s (%s)\n", num(row, 1) / 1024, whole(row, 2),
+            printf("%+12.1f %9lld  %s (%s)\n", client_num(row, 1) / 1024, client_int(row, 2),
                    json_string_value(json_array_get(row, 0)),
                    json_string_value(json_array_get(row, 3)));
         }
@@ -198,7 +176,7 @@ static int print_memory(const char *socket, int pid, long long target, long long
              "SELECT timestamp, rss_mb, pss_mb, uss_mb, swap_mb, cpu_pct, cpu_seconds, threads,"
              " ts_ns FROM memory_usage WHERE target_id = %lld ORDER BY ts_ns DESC LIMIT 1",
              target);
-    rows = rows_of(socket, pid, sql, &keep);
+    rows = client_rows(socket, pid, sql, &keep);
     if (!rows)
         return 1;
     now = json_incref(json_array_get(rows, 0));
@@ -221,20 +199,21 @@ static int print_memory(const char *socket, int pid, long long target, long long
              " c) - sum(x) * sum(c)) / nullif(count(*) * sum(x * x) - sum(x) * sum(x), 0), max(d),"
              " (count(*) * sum(x * d) - sum(x) * sum(d)) / nullif(count(*) * sum(x * x) - sum(x)"
              " * sum(x), 0) FROM w",
-             whole(now, 8), target, whole(now, 8) - window_ns);
-    rows = rows_of(socket, pid, sql, &keep);
+             client_int(now, 8), target, client_int(now, 8) - window_ns);
+    rows = client_rows(socket, pid, sql, &keep);
     if (!rows) {
         json_decref(now);
         return 1;
     }
     trend = json_array_get(rows, 0);
     printf("at %s UTC: %.0f%% CPU (100%% = one core), %.1f s CPU in all, %d threads\n\n",
-           json_string_value(json_array_get(now, 0)), num(now, 5), num(now, 6), (int)num(now, 7));
+           json_string_value(json_array_get(now, 0)), client_num(now, 5), client_num(now, 6),
+           (int)client_num(now, 7));
     printf("%-5s %12s %12s %16s\n", "", "now MB", "peak MB", "growth MB/min");
     for (int k = 0; k < 4; k++) {
         json_t *slope = json_array_get(trend, 3 + 2 * (size_t)k);
-        printf("%-5s %12.1f %12.1f ", names[k], num(now, 1 + (size_t)k),
-               num(trend, 2 + 2 * (size_t)k));
+        printf("%-5s %12.1f %12.1f ", names[k], client_num(now, 1 + (size_t)k),
+               client_num(trend, 2 + 2 * (size_t)k));
         if (json_is_number(slope))
             printf("%+16.2f\n", json_number_value(slope));
         else
@@ -242,24 +221,25 @@ static int print_memory(const char *socket, int pid, long long target, long long
     }
     printf("(peak and growth: %d readings over %.1f %s, window %s; growth is the slope of a"
            " least-squares line)\n\n",
-           (int)num(trend, 0), num(trend, 1) < 1 ? 60 * num(trend, 1) : num(trend, 1),
-           num(trend, 1) < 1 ? "s" : "min", window);
+           (int)client_num(trend, 0),
+           client_num(trend, 1) < 1 ? 60 * client_num(trend, 1) : client_num(trend, 1),
+           client_num(trend, 1) < 1 ? "s" : "min", window);
     json_decref(keep);
 
     snprintf(sql, sizeof(sql),
              "SELECT tid, thread, cpu_pct, cpu_seconds FROM thread_cpu_usage WHERE"
              " target_id = %lld AND ts_ns = %lld ORDER BY cpu_pct DESC, cpu_seconds DESC LIMIT 10",
-             target, whole(now, 8));
+             target, client_int(now, 8));
     json_decref(now);
-    rows = rows_of(socket, pid, sql, &keep);
+    rows = client_rows(socket, pid, sql, &keep);
     if (!rows)
         return 1;
     printf("%8s %-20s %7s %10s\n", "TID", "THREAD", "CPU%", "CPU s");
     json_array_foreach(rows, i, row)
     {
         const char *name = json_string_value(json_array_get(row, 1));
-        printf("%8d %-20s %7.1f %10.2f\n", (int)num(row, 0), name ? name : "?", num(row, 2),
-               num(row, 3));
+        printf("%8d %-20s %7.1f %10.2f\n", (int)client_num(row, 0), name ? name : "?",
+               client_num(row, 2), client_num(row, 3));
     }
     json_decref(keep);
     return print_allocations(socket, pid, target, window_ns, window);
@@ -301,9 +281,10 @@ static int allocations(const char *socket, int pid, const char *what)
         printf("%12s %10s %12s  %s\n", "GROWTH KB", "BLOCKS", "LIVE KB", "FUNCTION (FILE:LINE)");
         json_array_foreach(json_object_get(reply, "rows"), i, row)
         {
-            printf("%+12.1f %+10lld %12.1f  %s (%s:%lld)\n", num(row, 3) / 1024, whole(row, 4),
-                   num(row, 5) / 1024, json_string_value(json_array_get(row, 0)),
-                   json_string_value(json_array_get(row, 1)), whole(row, 2));
+            printf("%+12.1f %+10lld %12.1f  %s (%s:%lld)\n", client_num(row, 3) / 1024,
+                   client_int(row, 4), client_num(row, 5) / 1024,
+                   json_string_value(json_array_get(row, 0)),
+                   json_string_value(json_array_get(row, 1)), client_int(row, 2));
         }
     }
     json_decref(reply);
@@ -369,7 +350,7 @@ int memory_main(int argc, char **argv)
              "SELECT id, cmdline, py_version, ended_ns IS NULL, coalesce(end_reason, '')"
              " FROM targets WHERE pid = %d ORDER BY id DESC LIMIT 1",
              pid);
-    rows = rows_of(socket, pid, sql, &keep);
+    rows = client_rows(socket, pid, sql, &keep);
     if (!rows)
         return 1;
     t = json_array_get(rows, 0);
@@ -383,11 +364,11 @@ int memory_main(int argc, char **argv)
     }
     printf("pid %d: %s (Python %s)%s%s\n", pid, json_string_value(json_array_get(t, 1)),
            json_string_value(json_array_get(t, 2)),
-           json_is_true(json_array_get(t, 3)) || num(t, 3) ? "" : ", no longer attached: ",
-           json_is_true(json_array_get(t, 3)) || num(t, 3)
+           json_is_true(json_array_get(t, 3)) || client_num(t, 3) ? "" : ", no longer attached: ",
+           json_is_true(json_array_get(t, 3)) || client_num(t, 3)
                ? ""
                : json_string_value(json_array_get(t, 4)));
-    r = print_memory(socket, pid, whole(t, 0), (long long)(minutes * 60e9), window);
+    r = print_memory(socket, pid, client_int(t, 0), (long long)(minutes * 60e9), window);
     json_decref(keep);
     return r;
 }

@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "eval.h"
 #include "ops.h"
+#include "torch.h"
 
 struct command {
     const char *name;
@@ -31,6 +32,7 @@ static const struct command commands[] = {
     {"repl", repl_main, "an interactive Python prompt inside a running process"},
     {"memory", memory_main, "memory now, peak and growth per minute of an attached process"},
     {"config", config_main, "read or change the daemon's settings live"},
+    {"torch", torch_main, "per-step, per-module time and memory of a PyTorch job (on|off|summary)"},
 };
 
 static void usage(FILE *out)

@@ -1,0 +1,345 @@
+/* torch.c - see torch.h. */
+#define _GNU_SOURCE
+#include "torch.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+
+#define TREND_BUCKETS 10
+
+/* POST /v1/torch; the reply, or NULL with its status in *status and the error printed (unless
+ * @quiet_404 and the status is 404: the process is not attached). */
+static json_t *torch_call(const char *socket, json_t *body, long *status, bool quiet_404)
+{
+    char err[512];
+    json_t *reply = NULL;
+    int r = client_call(client_socket_path(socket), "POST", "/v1/torch", body, status, &reply, NULL,
+                        NULL, err, sizeof(err));
+
+    if (r < 0) {
+        fprintf(stderr, "probectl: %s%s\n", err,
+                r == -ENOENT || r == -ECONNREFUSED ? " (is probed running?)" : "");
+        *status = 0;
+        return NULL;
+    }
+    if (*status < 200 || *status > 299) {
+        if (!quiet_404 || *status != 404)
+            fprintf(stderr, "probectl torch: %s\n", client_error_text(reply));
+        json_decref(reply);
+        return NULL;
+    }
+    return reply;
+}
+
+/* The trace lives with an attach: attach first when the process is not. */
+static int ensure_attached(const char *socket, int pid)
+{
+    json_t *body = json_pack("{s:i}", "pid", pid), *reply;
+
+    reply = client_request(socket, "POST", "/v1/targets", body);
+    json_decref(body);
+    if (!reply)
+        return -1;
+    printf("attached to pid %d (Python %s) at %lld Hz\n", pid,
+           json_string_value(json_object_get(reply, "python_version")),
+           (long long)json_integer_value(json_object_get(reply, "rate_hz")));
+    json_decref(reply);
+    return 0;
+}
+
+static int turn_on(const char *socket, int pid, int every, const char *exprs)
+{
+    json_t *body = json_pack("{s:i, s:s, s:i, s:s}", "pid", pid, "action", "on", "every", every,
+                             "exprs", exprs ? exprs : ""),
+           *reply;
+    long status = 0;
+
+    reply = torch_call(socket, body, &status, true);
+    if (!reply && status == 404 && ensure_attached(socket, pid) == 0)
+        reply = torch_call(socket, body, &status, false);
+    json_decref(body);
+    if (!reply)
+        return 1;
+    printf("pid %d: torch trace %s (torch %s on %s, every %lld step%s%s%s; optimizer steps from"
+           " %s)\n",
+           pid,
+           json_is_true(json_object_get(reply, "started")) ? "on" : "already on, settings changed",
+           json_string_value(json_object_get(reply, "torch")),
+           json_string_value(json_object_get(reply, "device")),
+           (long long)json_integer_value(json_object_get(reply, "every")),
+           json_integer_value(json_object_get(reply, "every")) == 1 ? "" : "s",
+           exprs && *exprs ? ", tracking " : "", exprs && *exprs ? exprs : "",
+           json_string_value(json_object_get(reply, "optimizer_hooks")));
+    printf("  see: probectl torch %d summary; probectl query \"SELECT * FROM python.torch_trace"
+           " WHERE pid = %d\"\n",
+           pid, pid);
+    json_decref(reply);
+    return 0;
+}
+
+static int turn_off(const char *socket, int pid)
+{
+    json_t *body = json_pack("{s:i, s:s}", "pid", pid, "action", "off"), *reply;
+    long status;
+
+    reply = torch_call(socket, body, &status, false);
+    json_decref(body);
+    if (!reply)
+        return 1;
+    printf("pid %d: torch trace off, every hook removed (%lld steps seen; %lld rows stored by"
+           " the last drain%s)\n",
+           pid, (long long)json_integer_value(json_object_get(reply, "steps_seen")),
+           (long long)json_integer_value(json_object_get(reply, "stored")),
+           json_integer_value(json_object_get(reply, "dropped")) > 0 ? ", some records dropped"
+                                                                     : "");
+    json_decref(reply);
+    return 0;
+}
+
+/* The latest attach of @pid with torch records: its id, or 0 after printing why. */
+static long long traced_target(const char *socket, int pid)
+{
+    char sql[256];
+    json_t *keep, *rows;
+    long long id;
+
+    snprintf(sql, sizeof(sql), "SELECT max(target_id) FROM torch_trace WHERE pid = %d", pid);
+    rows = client_rows(socket, pid, sql, &keep);
+    if (!rows)
+        return 0;
+    id = client_int(json_array_get(rows, 0), 0);
+    json_decref(keep);
+    if (!id)
+        fprintf(stderr,
+                "probectl torch: no torch trace recorded for pid %d (probectl torch %d on)\n", pid,
+                pid);
+    return id;
+}
+
+static void print_slowest(const char *socket, int pid, long long target, int top)
+{
+    char sql[1024];
+    json_t *keep, *rows, *row;
+    size_t i;
+
+    snprintf(sql, sizeof(sql),
+             "SELECT module, stage, count(*), avg(duration) * 1e3, max(duration) * 1e3,"
+             " sum(duration) * 1e3, avg(allocated), max(reserved) FROM torch_trace"
+             " WHERE target_id = %lld GROUP BY module, stage ORDER BY avg(duration) DESC"
+             " LIMIT %d",
+             target, top);
+    rows = client_rows(socket, pid, sql, &keep);
+    if (!rows)
+        return;
+    printf("slowest modules (mean time per call; a parent's time includes its children's):\n");
+    printf("%-32s %-9s %7s %10s %10s %11s %10s\n", "MODULE", "STAGE", "CALLS", "MEAN ms", "MAX ms",
+           "TOTAL ms", "ALLOC MB");
+    json_array_foreach(rows, i, row)
+    {
+        printf("%-32.32s %-9s %7lld %10.3f %10.3f %11.1f %10.1f\n",
+               json_string_value(json_array_get(row, 0)), json_string_value(json_array_get(row, 1)),
+               client_int(row, 2), client_num(row, 3), client_num(row, 4), client_num(row, 5),
+               client_num(row, 6));
+    }
+    json_decref(keep);
+}
+
+static void print_trend(const char *socket, int pid, long long target)
+{
+    char sql[1024];
+    json_t *keep, *rows, *row;
+    size_t i;
+
+    snprintf(sql, sizeof(sql),
+             "WITH r AS (SELECT min(step) AS lo, max(step) AS hi FROM torch_step_times"
+             " WHERE target_id = %lld),"
+             " b AS (SELECT max(1, (hi - lo + %d) / %d) AS width, lo FROM r)"
+             " SELECT min(step), max(step), count(*), avg(duration) * 1e3, min(duration) * 1e3,"
+             " max(duration) * 1e3 FROM torch_step_times, b WHERE target_id = %lld"
+             " GROUP BY (step - b.lo) / b.width ORDER BY 1",
+             target, TREND_BUCKETS, TREND_BUCKETS, target);
+    rows = client_rows(socket, pid, sql, &keep);
+    if (!rows)
+        return;
+    if (json_array_size(rows) == 0) {
+        printf("\nno step times yet (a step's time is known when the next one begins)\n");
+        json_decref(keep);
+        return;
+    }
+    printf("\nstep time trend:\n%-15s %7s %10s %10s %10s\n", "STEPS", "COUNT", "MEAN ms", "MIN ms",
+           "MAX ms");
+    json_array_foreach(rows, i, row)
+    {
+        char steps[32];
+        snprintf(steps, sizeof(steps), "%lld-%lld", client_int(row, 0), client_int(row, 1));
+        printf("%-15s %7lld %10.3f %10.3f %10.3f\n", steps, client_int(row, 2), client_num(row, 3),
+               client_num(row, 4), client_num(row, 5));
+    }
+    json_decref(keep);
+}
+
+static void print_variables(const char *socket, int pid, long long target)
+{
+    char sql[1024];
+    json_t *keep, *rows, *row;
+    size_t i;
+
+    snprintf(sql, sizeof(sql),
+             "SELECT name, func, count(*), min(step), max(step),"
+             " (SELECT value FROM torch_variables w WHERE w.target_id = v.target_id AND"
+             " w.name = v.name AND w.func = v.func ORDER BY step LIMIT 1),"
+             " (SELECT value FROM torch_variables w WHERE w.target_id = v.target_id AND"
+             " w.name = v.name AND w.func = v.func ORDER BY step DESC LIMIT 1)"
+             " FROM torch_variables v WHERE target_id = %lld GROUP BY name, func ORDER BY name",
+             target);
+    rows = client_rows(socket, pid, sql, &keep);
+    if (!rows || json_array_size(rows) == 0) {
+        json_decref(keep);
+        return;
+    }
+    printf("\ntracked variables:\n%-24s %7s %-13s %-18s %-18s\n", "NAME@FUNCTION", "VALUES",
+           "STEPS", "FIRST", "LAST");
+    json_array_foreach(rows, i, row)
+    {
+        char name[80], steps[32], *first = json_dumps(json_array_get(row, 5), JSON_ENCODE_ANY),
+                                  *last = json_dumps(json_array_get(row, 6), JSON_ENCODE_ANY);
+        snprintf(name, sizeof(name), "%s@%s", json_string_value(json_array_get(row, 0)),
+                 json_string_value(json_array_get(row, 1)));
+        snprintf(steps, sizeof(steps), "%lld-%lld", client_int(row, 3), client_int(row, 4));
+        printf("%-24s %7lld %-13s %-18.18s %-18.18s\n", name, client_int(row, 2), steps,
+               first ? first : "?", last ? last : "?");
+        free(first);
+        free(last);
+    }
+    json_decref(keep);
+}
+
+static int summary(const char *socket, int pid, int top)
+{
+    json_t *body = json_pack("{s:i, s:s}", "pid", pid, "action", "drain"), *reply;
+    char sql[512];
+    json_t *keep, *rows, *row;
+    long long target;
+    long status;
+
+    /* what the process buffered since the last drain, first; a trace already off is fine */
+    reply = torch_call(socket, body, &status, true);
+    json_decref(body);
+    if (!reply && status != 409 && status != 404 && status != 422)
+        return 1; /* no daemon, or the process is gone: said why */
+    target = traced_target(socket, pid);
+    if (!target) {
+        json_decref(reply);
+        return 1;
+    }
+    snprintf(sql, sizeof(sql),
+             "SELECT count(DISTINCT step), min(step), max(step), count(*) FROM torch_trace"
+             " WHERE target_id = %lld",
+             target);
+    rows = client_rows(socket, pid, sql, &keep);
+    if (!rows) {
+        json_decref(reply);
+        return 1;
+    }
+    row = json_array_get(rows, 0);
+    printf("pid %d: torch trace %s: %lld steps recorded (%lld-%lld), %lld records", pid,
+           reply ? "on" : "off", client_int(row, 0), client_int(row, 1), client_int(row, 2),
+           client_int(row, 3));
+    if (reply)
+        printf(", every %lld step%s, now at step %lld on %s%s",
+               (long long)json_integer_value(json_object_get(reply, "every")),
+               json_integer_value(json_object_get(reply, "every")) == 1 ? "" : "s",
+               (long long)json_integer_value(json_object_get(reply, "step")),
+               json_string_value(json_object_get(reply, "device")),
+               json_integer_value(json_object_get(reply, "dropped")) > 0
+                   ? " (the process dropped records: probed drained too slowly)"
+                   : "");
+    printf("\n\n");
+    json_decref(keep);
+    json_decref(reply);
+    print_slowest(socket, pid, target, top);
+    print_trend(socket, pid, target);
+    print_variables(socket, pid, target);
+    return 0;
+}
+
+static void usage(void)
+{
+    printf("usage: probectl torch <pid> on [--every N] [--exprs name@function,...]\n"
+           "       probectl torch <pid> off\n"
+           "       probectl torch <pid> summary [--top N]\n"
+           "  on       record, in a running PyTorch job, what each step and module costs:\n"
+           "           forward and backward of every module and the optimizer step, with\n"
+           "           their time and memory (CUDA allocated/reserved, or RSS on CPU), in\n"
+           "           python.torch_trace. torch's global hooks; the job's code is unchanged.\n"
+           "           Attaches the process first when it is not.\n"
+           "  --every N   record every Nth step only (default 1)\n"
+           "  --exprs     read these locals of live frames once per recorded step\n"
+           "              (e.g. loss@train,acc1@train) into python.variables\n"
+           "  off      remove every hook; the job runs exactly as before\n"
+           "  summary  the slowest modules, the step time trend, the tracked variables\n");
+}
+
+int torch_main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"every", required_argument, NULL, 'e'}, {"exprs", required_argument, NULL, 'x'},
+        {"top", required_argument, NULL, 't'},   {"socket", required_argument, NULL, 'S'},
+        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0}};
+    const char *socket = NULL, *exprs = NULL, *action;
+    long every = 1, top = 15;
+    char *end;
+    int c, pid;
+
+    while ((c = getopt_long(argc, argv, "e:x:t:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'e':
+            every = strtol(optarg, &end, 10);
+            if (*end || every < 1 || every > 1000000) {
+                fprintf(stderr, "probectl torch: --every takes a number of steps, 1..1000000\n");
+                return 2;
+            }
+            break;
+        case 'x':
+            exprs = optarg;
+            break;
+        case 't':
+            top = strtol(optarg, &end, 10);
+            if (*end || top < 1 || top > 1000) {
+                fprintf(stderr, "probectl torch: --top takes 1..1000\n");
+                return 2;
+            }
+            break;
+        case 'S':
+            socket = optarg;
+            break;
+        case 'h':
+            usage();
+            return 0;
+        default:
+            return 2;
+        }
+    }
+    if (optind + 2 != argc) {
+        fprintf(stderr, "probectl torch: expected <pid> on|off|summary\n");
+        return 2;
+    }
+    if ((pid = client_parse_pid(argv[optind], "torch")) < 0)
+        return 2;
+    action = argv[optind + 1];
+    if (strcmp(action, "on") == 0)
+        return turn_on(socket, pid, (int)every, exprs);
+    if (strcmp(action, "off") == 0)
+        return turn_off(socket, pid);
+    if (strcmp(action, "summary") == 0)
+        return summary(socket, pid, (int)top);
+    fprintf(stderr, "probectl torch: '%s': expected on, off or summary\n", action);
+    return 2;
+}

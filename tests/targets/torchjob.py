@@ -1,0 +1,115 @@
+"""A real PyTorch job (Debian's python3-torch) for the torch trace tests and benchmark.
+
+    torchjob.py MODEL MODE EPOCHS STEPS GO_FILE LOG_FILE
+      MODEL  mlp | transformer (a small MLP, or an embedding + one pre-norm transformer
+             block + a head, on random data)
+      MODE   train (SGD steps: zero_grad, forward, loss, backward, step) | infer (no_grad
+             forward calls, no optimizer)
+      GO_FILE  the loop waits (sleeping, no module called) until this file exists, so that a
+               test can turn the trace on first
+      LOG_FILE one JSON line per step: {"step": global index from 0, "loss": float, "t": s}
+
+Prints `READY {"pid": N}` once built, then, after the last step, `DONE` and sleeps until
+killed, so that the daemon can still drain and turn the trace off.
+"""
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+torch.set_num_threads(1)  # steady timings on a small, busy machine
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(64, 128)
+        self.act = nn.ReLU()
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(dim)
+        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.ln2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x):
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyTransformer(nn.Module):
+    def __init__(self, vocab=100, dim=64, heads=4):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.block = Block(dim, heads)
+        self.head = nn.Linear(dim, vocab)
+
+    def forward(self, tokens):
+        return self.head(self.block(self.embed(tokens)))
+
+
+def batch(model_name):
+    if model_name == 'mlp':
+        return torch.randn(32, 64), torch.randint(0, 10, (32,))
+    tokens = torch.randint(0, 100, (8, 16))
+    return tokens, torch.randint(0, 100, (8 * 16,))
+
+
+def train(model, model_name, epochs, steps, log):
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loss_fn = nn.CrossEntropyLoss()
+    step = 0
+    for epoch in range(epochs):
+        for i in range(steps):
+            x, y = batch(model_name)
+            opt.zero_grad()
+            out = model(x)
+            loss = loss_fn(out.reshape(-1, out.shape[-1]), y)
+            loss.backward()
+            opt.step()
+            log.write(json.dumps({'step': step, 'epoch': epoch, 'loss': loss.item(),
+                                  't': time.perf_counter()}) + '\n')
+            step += 1
+
+
+def infer(model, model_name, epochs, steps, log):
+    step = 0
+    with torch.no_grad():
+        for epoch in range(epochs):
+            for i in range(steps):
+                x, _ = batch(model_name)
+                out = model(x)
+                log.write(json.dumps({'step': step, 'epoch': epoch, 'mean': out.mean().item(),
+                                      't': time.perf_counter()}) + '\n')
+                step += 1
+
+
+def main():
+    model_name, mode, epochs, steps, go, log_path = sys.argv[1:7]
+    model = MLP() if model_name == 'mlp' else TinyTransformer()
+    print('READY ' + json.dumps({'pid': os.getpid()}))
+    sys.stdout.flush()
+    while not os.path.exists(go):
+        time.sleep(0.02)
+    with open(log_path, 'w') as log:
+        (train if mode == 'train' else infer)(model, model_name, int(epochs), int(steps), log)
+    print('DONE')
+    sys.stdout.flush()
+    while True:
+        time.sleep(1)
+
+
+if __name__ == '__main__':
+    main()
