@@ -1,0 +1,378 @@
+"""The torch trace end to end: a real PyTorch job (Debian's /usr/bin/python3 with python3-torch:
+a small MLP and a small transformer block on random data) traced by a real probed through
+`probectl torch`, the rows read back with SQL under the seeds' names, and the job checked to
+run exactly as it would untraced."""
+import json
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+import pytest
+
+from conftest import Target, free_port, wait_for
+from daemon import Daemon
+
+PYTHON = '/usr/bin/python3'
+# torch 1.x has no optimizer hooks: the trace replaces the no-op torch calls after each step
+ON_STEP_CODE = 'Tracer.install.<locals>._optimizer_step_code'
+
+MLP_MODULES = {'MLP', 'fc1', 'act', 'fc2', 'CrossEntropyLoss'}
+TRANSFORMER_MODULES = {'TinyTransformer', 'embed', 'block', 'block.ln1', 'block.attn',
+                       'block.ln2', 'block.mlp', 'block.mlp.0', 'block.mlp.1', 'block.mlp.2',
+                       'head', 'CrossEntropyLoss'}
+
+
+def have_torch():
+    return subprocess.run([PYTHON, '-c', 'import torch'], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL).returncode == 0
+
+
+@pytest.fixture(autouse=True)
+def torch_installed():
+    if not have_torch():
+        pytest.fail('python3-torch is not installed for %s (scripts/setup.sh installs it)'
+                    % PYTHON)
+
+
+class Job:
+    """tests/targets/torchjob.py, waiting for its go file."""
+
+    def __init__(self, model, mode, epochs, steps):
+        self.dir = tempfile.mkdtemp(prefix='probed-torch-')
+        self.go = os.path.join(self.dir, 'go')
+        self.log = os.path.join(self.dir, 'steps.log')
+        self.steps = epochs * steps
+        self.target = Target(PYTHON, 'torchjob.py', model, mode, str(epochs), str(steps),
+                             self.go, self.log)
+        self.pid = self.target.pid
+
+    def start(self):
+        open(self.go, 'w').close()
+
+    def wait_done(self, timeout=120):
+        line = self.target.proc.stdout.readline()
+        deadline = time.time() + timeout
+        while line.strip() != 'DONE' and time.time() < deadline:
+            if not line and self.target.proc.poll() is not None:
+                raise AssertionError('the job died: ' + self.target.proc.stderr.read())
+            line = self.target.proc.stdout.readline()
+        assert line.strip() == 'DONE'
+
+    def logged(self):
+        with open(self.log) as f:
+            return [json.loads(line) for line in f]
+
+    def close(self):
+        self.target.close()
+
+
+def hooks_left(d, pid):
+    """What torch's global hook registries hold, read through eval."""
+    r = d.ctl('eval', pid,
+              'import sys, torch\n'
+              'from torch.nn.modules import module as m\n'
+              'print(len(m._global_forward_pre_hooks), len(m._global_forward_hooks),'
+              ' len(m._global_backward_hooks),'
+              ' torch.optim.Optimizer.__dict__["_optimizer_step_code"].__qualname__,'
+              ' getattr(sys.modules.get("_probed_torch"), "_tracer", None) is None)',
+              check=True)
+    return r.stdout.split()
+
+
+def drained(d, pid, steps, timeout=30):
+    """Waits until the daemon stored the last step's optimizer record."""
+    wait_for(lambda: d.rows("SELECT count(*) FROM torch_trace WHERE pid = %d AND stage = 'step'"
+                            " AND step = %d" % (pid, steps - 1))[0][0] == 1,
+             timeout=timeout, what='step %d drained' % (steps - 1))
+
+
+@pytest.mark.parametrize('model,modules', [('mlp', MLP_MODULES),
+                                           ('transformer', TRANSFORMER_MODULES)])
+def test_training_loop_traced(model, modules):
+    d = Daemon()
+    job = Job(model, 'train', 3, 8)
+    try:
+        out = d.ctl('torch', job.pid, 'on', '--exprs', 'loss@train,epoch@train', check=True).stdout
+        assert 'attached to pid %d' % job.pid in out, out  # attached on the way
+        assert 'torch trace on (torch ' in out and 'on cpu' in out, out
+        assert 'tracking loss@train,epoch@train' in out, out
+        job.start()
+        job.wait_done()
+        drained(d, job.pid, job.steps)
+
+        # every step, every module, forward and backward, and the optimizer's step
+        rows = d.rows("SELECT step, module, stage, duration, allocated, reserved FROM"
+                      " python.torch_trace WHERE pid = %d" % job.pid)
+        steps = {}
+        for step, module, stage, duration, allocated, reserved in rows:
+            steps.setdefault(step, set()).add((module, stage))
+            assert 0 < duration < 5, (module, stage, duration)
+            assert reserved is None  # CPU: RSS only
+        want = {(m, s) for m in modules for s in ('forward', 'backward')} | {('SGD', 'step')}
+        assert sorted(steps) == list(range(job.steps)), sorted(steps)
+        for step, seen in steps.items():
+            assert seen == want, (step, seen ^ want)
+        # one call of each module per step and stage
+        assert len(rows) == job.steps * len(want)
+
+        # memory on CPU is the process's RSS
+        rss_mb = int(re.search(r'VmRSS:\s+(\d+)', open('/proc/%d/status' % job.pid).read())
+                     .group(1)) / 1024
+        last = d.rows("SELECT allocated FROM torch_trace WHERE pid = %d ORDER BY ts_ns DESC"
+                      " LIMIT 1" % job.pid)[0][0]
+        assert 0.8 * rss_mb < last < 1.2 * rss_mb, (last, rss_mb)
+
+        # the tracked loss is the value the script logged, step by step
+        logged = job.logged()
+        assert [e['step'] for e in logged] == list(range(job.steps))
+        values = d.rows("SELECT step, value FROM python.variables WHERE pid = %d AND"
+                        " name = 'loss' AND func = 'train' ORDER BY step" % job.pid)
+        assert values == [[e['step'], e['loss']] for e in logged]
+        epochs = d.rows("SELECT step, value FROM torch_variables WHERE pid = %d AND"
+                        " name = 'epoch' ORDER BY step" % job.pid)
+        assert epochs == [[e['step'], e['epoch']] for e in logged]
+
+        # step times: every step after the first (which began before tracing), close to the
+        # script's own clock
+        times = d.rows("SELECT step, duration FROM torch_step_times WHERE pid = %d ORDER BY"
+                       " step" % job.pid)
+        assert [s for s, _ in times] == list(range(1, job.steps)), times
+        own = [b['t'] - a['t'] for a, b in zip(logged, logged[1:])]
+        total = sum(dur for _, dur in times)
+        assert abs(total - sum(own)) < 0.2 * sum(own) + 0.01, (total, sum(own))
+
+        # the seeds' queries, as written there (SQLite takes them unchanged)
+        top = d.rows("SELECT step, module, SUM(allocated) as total_memory_mb, COUNT(*) as"
+                     " operation_count FROM python.torch_trace WHERE step > 10 GROUP BY step,"
+                     " module ORDER BY total_memory_mb DESC LIMIT 10")
+        assert len(top) == 10 and all(r[0] > 10 and r[3] >= 1 for r in top), top
+        trend = d.rows("SELECT step, AVG(allocated) as avg_memory, MAX(allocated) as peak_memory"
+                       " FROM python.torch_trace WHERE step >= (SELECT MAX(step) - 20 FROM"
+                       " python.torch_trace) GROUP BY step ORDER BY step")
+        assert [r[0] for r in trend] == list(range(job.steps - 21, job.steps)), trend
+        hot = d.rows("SELECT module, stage, AVG(allocated) as avg_memory, COUNT(*) as frequency"
+                     " FROM python.torch_trace WHERE step >= (SELECT MAX(step) - 5 FROM"
+                     " python.torch_trace) GROUP BY module, stage ORDER BY avg_memory DESC"
+                     " LIMIT 10")
+        assert len(hot) == 10 and all(r[3] == 6 for r in hot), hot
+
+        out = d.ctl('torch', job.pid, 'summary', '--top', '100', check=True).stdout
+        assert '%d steps recorded (0-%d)' % (job.steps, job.steps - 1) in out, out
+        for module in modules:
+            assert re.search(r'^%s\s+(forward|backward)\s+%d ' % (re.escape(module), job.steps),
+                             out, re.M), (module, out)
+        assert 'step time trend' in out and re.search(r'^1-\d+\s+\d+\s+[\d.]+', out, re.M), out
+        assert re.search(r'^loss@train\s+%d\s+0-%d\s+%s' % (job.steps, job.steps - 1,
+                                                            re.escape(repr(logged[0]['loss']))[:8]),
+                         out, re.M), out
+
+        # off: nothing of probed's is left in torch's hook registries
+        assert hooks_left(d, job.pid) == ['1', '1', '0', ON_STEP_CODE, 'False']
+        out = d.ctl('torch', job.pid, 'off', check=True).stdout
+        assert 'torch trace off, every hook removed (%d steps seen' % job.steps in out, out
+        assert hooks_left(d, job.pid) == ['0', '0', '0', 'Optimizer._optimizer_step_code', 'True']
+        # on and off were audited, the drains (the daemon's own) were not
+        assert d.rows("SELECT code FROM evals WHERE mode = 'torch' ORDER BY ts_ns") == [
+            ["torch on --every 1 --exprs 'loss@train,epoch@train'"], ['torch off']]
+        assert job.target.proc.poll() is None
+    finally:
+        job.close()
+        d.close()
+
+
+def test_hooks_while_on_and_a_second_on():
+    d = Daemon()
+    job = Job('mlp', 'train', 1, 2)
+    try:
+        d.ctl('torch', job.pid, 'on', check=True)
+        assert hooks_left(d, job.pid) == ['1', '1', '0', ON_STEP_CODE, 'False']
+        out = d.ctl('torch', job.pid, 'on', '--every', '2', check=True).stdout
+        assert 'already on, settings changed' in out and 'every 2 steps' in out, out
+        assert hooks_left(d, job.pid) == ['1', '1', '0', ON_STEP_CODE, 'False']
+        d.ctl('torch', job.pid, 'off', check=True)
+        assert hooks_left(d, job.pid) == ['0', '0', '0', 'Optimizer._optimizer_step_code', 'True']
+        r = d.ctl('torch', job.pid, 'off')
+        assert r.returncode == 1 and 'the torch trace is off in this process' in r.stderr, r.stderr
+    finally:
+        job.close()
+        d.close()
+
+
+def test_off_mid_training_leaves_the_job_as_it_was():
+    """Same seed, one thread: the untraced run and a run traced for a while, then turned off
+    mid-flight, compute the same losses bit for bit, and the job finishes every step."""
+    d = Daemon()
+    plain = Job('transformer', 'train', 1, 400)
+    traced = Job('transformer', 'train', 1, 400)
+    try:
+        plain.start()
+        d.ctl('torch', traced.pid, 'on', '--exprs', 'loss@train', check=True)
+        traced.start()
+        wait_for(lambda: d.rows("SELECT count(*) FROM torch_variables WHERE pid = %d"
+                                % traced.pid)[0][0] >= 5, what='some steps traced')
+        d.ctl('torch', traced.pid, 'off', check=True)
+        plain.wait_done()
+        traced.wait_done()
+        assert [e['loss'] for e in traced.logged()] == [e['loss'] for e in plain.logged()]
+        n = d.rows("SELECT count(DISTINCT step) FROM torch_trace WHERE pid = %d" % traced.pid)
+        assert 5 <= n[0][0] < 400, n
+        assert traced.target.proc.poll() is None
+        assert hooks_left(d, traced.pid)[:3] == ['0', '0', '0']
+    finally:
+        plain.close()
+        traced.close()
+        d.close()
+
+
+def test_every_nth_step():
+    d = Daemon()
+    job = Job('mlp', 'train', 2, 10)
+    try:
+        d.ctl('torch', job.pid, 'on', '--every', '4', '--exprs', 'loss@train', check=True)
+        job.start()
+        job.wait_done()
+        wait_for(lambda: d.rows("SELECT count(*) FROM torch_trace WHERE pid = %d AND step = 16"
+                                " AND stage = 'step'" % job.pid)[0][0] == 1, what='step 16')
+        time.sleep(1.5)  # one more drain: nothing else comes
+        steps = d.rows("SELECT DISTINCT step FROM torch_trace WHERE pid = %d ORDER BY step"
+                       % job.pid)
+        assert steps == [[0], [4], [8], [12], [16]], steps
+        loss = d.rows("SELECT step, value FROM torch_variables WHERE pid = %d ORDER BY step"
+                      % job.pid)
+        logged = job.logged()
+        assert loss == [[s, logged[s]['loss']] for s in (0, 4, 8, 12, 16)], loss
+        # the wall time of every step is still known
+        assert d.rows("SELECT count(*) FROM torch_step_times WHERE pid = %d"
+                      % job.pid)[0][0] == 19
+    finally:
+        job.close()
+        d.close()
+
+
+def test_inference_steps_are_top_level_calls():
+    d = Daemon()
+    job = Job('transformer', 'infer', 2, 6)
+    try:
+        d.ctl('torch', job.pid, 'on', check=True)
+        job.start()
+        job.wait_done()
+        # the last call's step ends when the model is called again: 11 complete steps
+        wait_for(lambda: d.rows("SELECT count(DISTINCT step) FROM torch_trace WHERE pid = %d"
+                                % job.pid)[0][0] == 12, what='12 steps')
+        rows = d.rows("SELECT step, module, stage FROM torch_trace WHERE pid = %d" % job.pid)
+        assert {r[2] for r in rows} == {'forward'}  # no_grad: no backward, no optimizer
+        per_step = {}
+        for step, module, _ in rows:
+            per_step.setdefault(step, set()).add(module)
+        assert sorted(per_step) == list(range(12))
+        modules = TRANSFORMER_MODULES - {'CrossEntropyLoss'}
+        assert all(m == modules for m in per_step.values()), per_step
+        # a step's time runs from one boundary to the next: steps 1-10 (the first boundary is
+        # the second call; the last call's step has not ended)
+        assert d.rows("SELECT step FROM torch_step_times WHERE pid = %d ORDER BY step"
+                      % job.pid) == [[s] for s in range(1, 11)]
+    finally:
+        job.close()
+        d.close()
+
+
+def test_torch_series_in_prometheus_metrics():
+    port = free_port()
+    d = Daemon('--metrics', '127.0.0.1:%d' % port)
+    job = Job('mlp', 'train', 1, 20)
+    try:
+        d.ctl('torch', job.pid, 'on', check=True)
+        job.start()
+        job.wait_done()
+        drained(d, job.pid, job.steps)
+        with urllib.request.urlopen('http://127.0.0.1:%d/metrics' % port, timeout=10) as r:
+            text = r.read().decode()
+        check = subprocess.run(['promtool', 'check', 'metrics'], input=text,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               universal_newlines=True)
+        assert check.returncode == 0, check.stdout
+
+        def value(name):
+            m = re.search(r'^%s\{pid="%d"[^}]*\} (\S+)$' % (name, job.pid), text, re.M)
+            return float(m.group(1)) if m else None
+
+        assert value('probed_torch_steps_total') == job.steps - 1
+        seconds = d.rows("SELECT sum(duration) FROM torch_step_times WHERE pid = %d"
+                         % job.pid)[0][0]
+        assert abs(value('probed_torch_step_seconds_total') - seconds) < 1e-6
+        assert value('probed_torch_allocated_bytes') > 50e6  # RSS of a torch process
+        assert value('probed_torch_reserved_bytes') is None  # CPU: absent, not a false 0
+        assert value('probed_torch_dropped_total') == 0
+    finally:
+        job.close()
+        d.close()
+
+
+def test_daemon_killed_and_restarted_goes_on_draining():
+    d = Daemon()
+    job = Job('mlp', 'train', 1, 30)
+    try:
+        d.ctl('torch', job.pid, 'on', '--exprs', 'loss@train', check=True)
+        # the attach made on the way reaches the database with the writer's next batch
+        wait_for(lambda: d.rows('SELECT count(*) FROM targets WHERE pid = %d' % job.pid)[0][0],
+                 what='the attach stored')
+        d.kill(signal.SIGKILL)
+        job.start()
+        job.wait_done()  # buffered in the job meanwhile
+        d.start()
+        drained(d, job.pid, job.steps)
+        assert d.rows("SELECT count(DISTINCT step) FROM torch_trace WHERE pid = %d"
+                      % job.pid)[0][0] == job.steps
+        assert d.rows("SELECT count(*) FROM torch_variables WHERE pid = %d"
+                      % job.pid)[0][0] == job.steps
+        d.ctl('torch', job.pid, 'off', check=True)
+        assert hooks_left(d, job.pid)[:3] == ['0', '0', '0']
+    finally:
+        job.close()
+        d.close()
+
+
+def test_a_process_without_torch_and_bad_requests():
+    d = Daemon()
+    plain = Target(PYTHON, 'busy.py')
+    try:
+        r = d.ctl('torch', plain.pid, 'on')
+        assert r.returncode == 1, r.stdout
+        assert 'torch is not loaded in this process' in r.stderr, r.stderr
+        r = d.ctl('eval', plain.pid, 'import sys; ("torch" in sys.modules,'
+                  ' "_probed_torch" in sys.modules)', check=True)
+        assert r.stdout == '(False, False)\n'  # nothing imported, nothing left
+        r = d.ctl('torch', plain.pid, 'summary')
+        assert r.returncode == 1 and 'no torch trace recorded for pid' in r.stderr, r.stderr
+
+        for args, why in [(['on', '--exprs', 'loss'], 'bad --exprs'),
+                          (['on', '--exprs', 'a@b@c'], 'bad --exprs'),
+                          (['on', '--exprs', '1x@train'], 'bad --exprs'),
+                          (['on', '--every', '0'], '--every takes'),
+                          (['sideways'], "expected on, off or summary")]:
+            r = d.ctl('torch', plain.pid, *args)
+            assert r.returncode != 0 and why in r.stderr, (args, r.stderr)
+        for body in [{'pid': plain.pid}, {'pid': plain.pid, 'action': 'on', 'every': 'x'},
+                     {'pid': 'x', 'action': 'on'}, {'pid': plain.pid, 'action': 'on',
+                                                    'exprs': 7}]:
+            status, reply = d.api('POST', '/v1/torch', body)
+            assert status == 400, (body, status, reply)
+        status, _ = d.api('POST', '/v1/torch', {'pid': 999999, 'action': 'on'})
+        assert status in (404, 403), status
+
+        # not a Python process: the attach on the way refuses it
+        sleeper = subprocess.Popen(['sleep', '60'])
+        try:
+            r = d.ctl('torch', sleeper.pid, 'on')
+            assert r.returncode == 1 and 'Python' in r.stderr, r.stderr
+        finally:
+            sleeper.kill()
+            sleeper.wait()
+        assert plain.proc.poll() is None
+    finally:
+        plain.close()
+        d.close()
