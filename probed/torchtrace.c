@@ -215,7 +215,8 @@ static int store_drain(const char *db_path, int64_t target_id, json_t *result, i
     if (rc == SQLITE_OK)
         rc = insert_rows(db,
                          "INSERT INTO torch_records (target_id, step, module, stage, ts_ns,"
-                         " duration_ns, allocated_mb, reserved_mb) VALUES (?,?,?,?,?,?,?,?)",
+                         " duration_ns, allocated_mb, reserved_mb) VALUES (?,?,?,?,?,?,? / 1024.0,"
+                         " ? / 1024.0)",
                          target_id, json_object_get(result, "records"), "issiinn", stored);
     if (rc == SQLITE_OK)
         rc = insert_rows(db,
@@ -314,9 +315,9 @@ static void summarise(json_t *result, struct torch_drained *sum)
     if (n > 0) {
         row = json_array_get(records, n - 1);
         sum->has_memory = json_is_number(json_array_get(row, 5));
-        sum->allocated_mb = json_number_value(json_array_get(row, 5));
+        sum->allocated_mb = json_number_value(json_array_get(row, 5)) / 1024; /* KB */
         sum->has_reserved = json_is_number(json_array_get(row, 6));
-        sum->reserved_mb = json_number_value(json_array_get(row, 6));
+        sum->reserved_mb = json_number_value(json_array_get(row, 6)) / 1024;
     }
 }
 

@@ -30,8 +30,10 @@ from torch.nn.modules import module as _module
 VERSION = 1
 MAX_RECORDS = 200000  # buffered while the daemon does not drain; then counted as dropped
 MAX_DRAIN = 20000  # records per drain; the daemon asks again when more are left
-MEMORY_EVERY_NS = 1000000  # memory is read at most once a millisecond (it costs a syscall)
-_MB = 1024.0 * 1024.0
+MEMORY_EVERY_NS = 1000000  # CUDA memory is read at most once a millisecond
+RSS_EVERY_NS = 50000000  # RSS (CPU) at step boundaries, at most every 50 ms (a 10-20 us read)
+_now = time.perf_counter_ns
+_grad_enabled = torch.is_grad_enabled
 
 _tracer = None
 
@@ -78,21 +80,23 @@ class Tracer:
         self.opt_seen = False
         self.roots = set()  # ids of top-level modules called during this step
         self.stacks = {}  # thread ident -> [(module, name, start_ns)] of forwards running
-        self.names = weakref.WeakKeyDictionary()
+        self.names = {}  # id(module) -> (weak reference, qualified name)
         self.records = collections.deque()
         self.variables = collections.deque()
         self.steps = collections.deque()
         self.dropped = 0
         self.steps_seen = 0
-        self.offset_ns = time.time_ns() - time.perf_counter_ns()
+        self.offset_ns = time.time_ns() - _now()
         self.step_start = None  # perf ns; None: the step began before tracing
         self.step_t0 = None  # torch >= 2: when the optimizer step began
         self.bw_end = None  # perf ns of the last backward pass's end
         self.bw_queued = False
+        self.nodes = {}  # id(autograd node) -> (node, [(is_end, span)]): prehooks this step
+        self.pass_ends = []  # spans that end with the backward pass
         self.cuda = False
         self.mem = (0, None, None)  # (perf ns read, allocated MB, reserved MB)
         self.statm = os.open('/proc/self/statm', os.O_RDONLY | os.O_CLOEXEC)
-        self.page_mb = os.sysconf('SC_PAGE_SIZE') / _MB
+        self.page_kb = os.sysconf('SC_PAGE_SIZE') >> 10
         self.handles = []
         self.saved_step_code = None
         self.active = True
@@ -136,19 +140,21 @@ class Tracer:
 
     # ---- what the hooks record ----
 
-    def memory(self, now):
-        """(allocated, reserved) in MB: torch's CUDA caching allocator, or the process's RSS
-        (and no reserved figure) on CPU; read at most once every MEMORY_EVERY_NS."""
-        if now - self.mem[0] < MEMORY_EVERY_NS:
-            return self.mem[1], self.mem[2]
+    def read_memory(self, now):
+        """(perf ns, allocated KB, reserved KB); integers, which the drain writes as JSON
+        faster than floats. On CUDA, torch's caching allocator, read again by a record at
+        most every MEMORY_EVERY_NS. On CPU, the process's RSS (no reserved figure), read at
+        step boundaries at most every RSS_EVERY_NS: RSS is the whole process's and moves with
+        the allocator's arenas, not with one module, and reading it costs 10-20 us in a torch
+        process here."""
         if self.cuda:
-            alloc = torch.cuda.memory_allocated() / _MB
-            reserved = torch.cuda.memory_reserved() / _MB
+            alloc = torch.cuda.memory_allocated() >> 10
+            reserved = torch.cuda.memory_reserved() >> 10
         else:
-            alloc = int(os.pread(self.statm, 64, 0).split()[1]) * self.page_mb
+            alloc = int(os.pread(self.statm, 64, 0).split()[1]) * self.page_kb
             reserved = None
         self.mem = (now, alloc, reserved)
-        return alloc, reserved
+        return self.mem
 
     def failed(self, e):
         self.errors += 1
@@ -160,115 +166,149 @@ class Tracer:
         if len(self.records) >= MAX_RECORDS:
             self.dropped += 1
             return
-        alloc, reserved = self.memory(end)
-        self.records.append((step, name, stage, start + self.offset_ns, end - start, alloc,
-                             reserved))
+        mem = self.mem
+        if mem[1] is None or (self.cuda and end - mem[0] >= MEMORY_EVERY_NS):
+            mem = self.read_memory(end)
+        self.records.append((step, name, stage, start + self.offset_ns, end - start, mem[1],
+                             mem[2]))
 
     def name_of(self, module):
-        name = self.names.get(module)
-        if name is None:
-            name = type(module).__name__
-            self.names[module] = name
+        """A module's name: looked up by id (a plain dict is the cheapest lookup; a hook runs
+        twice per module call), checked against a weak reference (the id of a module that
+        was freed may be reused; the trace must not keep a model alive)."""
+        entry = self.names.get(id(module))
+        if entry is not None and entry[0]() is module:
+            return entry[1]
+        return self.name_new(module, type(module).__name__)
+
+    def name_new(self, module, name):
+        ref = weakref.ref(module, lambda r, key=id(module): self.name_freed(key, r))
+        self.names[id(module)] = (ref, name)
         return name
+
+    def name_freed(self, key, ref):
+        entry = self.names.get(key)
+        if entry is not None and entry[0] is ref:
+            del self.names[key]
 
     def name_tree(self, root):
         """Qualified names for @root and its submodules (named_modules order, first name
         wins); the root itself is named after its class."""
         for qualified, sub in root.named_modules():
-            if sub not in self.names:
-                self.names[sub] = qualified or type(root).__name__
+            entry = self.names.get(id(sub))
+            if entry is None or entry[0]() is not sub:
+                self.name_new(sub, qualified or type(root).__name__)
 
     # ---- module hooks ----
 
     def forward_pre(self, module, inputs):
         try:
-            self._forward_pre(module)
+            stack = self.stacks.get(get_ident())
+            if stack is None:
+                stack = self.stacks[get_ident()] = []
+            if not stack:
+                self.top_level(module)
+            stack.append((module, _now() if self.sampled else 0))
         except Exception as e:
             self.failed(e)
 
     def forward_post(self, module, inputs, output):
+        end = _now()
         try:
-            self._forward_post(module, inputs, output)
+            stack = self.stacks.get(get_ident())
+            if not stack or stack[-1][0] is not module:
+                return  # its pre hook ran before tracing began
+            start = stack.pop()[1]
+            if not start:
+                return  # a step not recorded
+            name = self.name_of(module)
+            self.record(self.step, name, 'forward', start, end)
+            if _grad_enabled():
+                out = _first_grad_tensor(output)
+                if out is not None:
+                    self.hook_backward(name, out, _first_grad_tensor(inputs))
         except Exception as e:
             self.failed(e)
 
-    def _forward_pre(self, module):
-        stack = self.stacks.get(get_ident())
-        if stack is None:
-            stack = self.stacks[get_ident()] = []
-        if not stack:
-            self.top_level(module)
-        if self.sampled:
-            stack.append((module, self.name_of(module), time.perf_counter_ns()))
-        else:
-            stack.append((module, None, 0))
-
-    def _forward_post(self, module, inputs, output):
-        end = time.perf_counter_ns()
-        stack = self.stacks.get(get_ident())
-        if not stack or stack[-1][0] is not module:
-            return  # its pre hook ran before tracing began
-        _, name, start = stack.pop()
-        if name is None:
-            return
-        self.record(self.step, name, 'forward', start, end)
-        if torch.is_grad_enabled():
-            out = _first_grad_tensor(output)
-            if out is not None:
-                self.hook_backward(name, out, _first_grad_tensor(inputs))
-
     def top_level(self, module):
-        if module not in self.names:
+        entry = self.names.get(id(module))
+        if entry is None or entry[0]() is not module:
             self.name_tree(module)
         key = id(module)
         if not self.opt_seen and key in self.roots:
-            self.end_step(time.perf_counter_ns())  # inference: the model is called again
+            self.end_step(_now())  # inference: the model is called again
         self.roots.add(key)
 
     # ---- backward ----
+    #
+    # A module's backward starts when the gradient of its output is complete, that is when
+    # the autograd node that made the output is about to run, and ends when the node that
+    # made its input is (or, when no input needs a gradient, when the backward pass ends).
+    # One prehook per node serves every module that starts or ends there (a module's output
+    # is often its parent's, or the next module's input): a list of (is_end, span).
 
     def hook_backward(self, name, out, inp):
-        span = [self.step, name, 0]
-        out.register_hook(lambda grad: self.backward_start(span, inp is None))
-        if inp is not None:
-            inp.register_hook(lambda grad: self.backward_end(span))
+        span = [self.step, name, 0, inp is None]  # step, module, start ns, ends with the pass
+        nodes = self.nodes
+        for tensor, event in ((out, (False, span)), (inp, (True, span))):
+            if tensor is None:
+                break
+            node = tensor.grad_fn
+            if node is None:  # a leaf (an input tensor that needs a gradient): its own hook
+                tensor.register_hook(lambda grad, events=[event]: self.node_reached(events))
+                continue
+            entry = nodes.get(id(node))
+            if entry is None:
+                events = [event]
+                nodes[id(node)] = (node, events)  # holds the node: its id stays its own
+                node.register_prehook(lambda grads, events=events: self.node_reached(events))
+            else:
+                entry[1].append(event)
 
-    def backward_start(self, span, ends_with_pass):
+    def node_reached(self, events):
         try:
-            self._backward_start(span, ends_with_pass)
+            self._node_reached(events)
         except Exception as e:
             self.failed(e)
 
-    def _backward_start(self, span, ends_with_pass):
-        if span[2] or not self.active:
+    def _node_reached(self, events):
+        if not self.active:
             return
-        span[2] = time.perf_counter_ns()
-        if not self.bw_queued:
-            self.bw_queued = True
-            self.queue_callback(self.backward_pass_end)
-        if ends_with_pass:
-            self.queue_callback(lambda: self.backward_end(span))
+        now = _now()
+        for is_end, span in events:
+            if is_end:
+                self.backward_end(span, now)
+            elif not span[2]:
+                span[2] = now
+                if not self.bw_queued:
+                    self.bw_queued = True
+                    self.queue_callback(self.backward_pass_end)
+                if span[3]:
+                    self.pass_ends.append(span)
+        del events[:]  # a node runs once per backward pass
 
-    def backward_end(self, span):
-        try:
-            self._backward_end(span)
-        except Exception as e:
-            self.failed(e)
-
-    def _backward_end(self, span):
+    def backward_end(self, span, now):
         start = span[2]
         if start > 0:
             span[2] = -1
-            self.record(span[0], span[1], 'backward', start, time.perf_counter_ns())
+            self.record(span[0], span[1], 'backward', start, now)
 
     def backward_pass_end(self):
-        self.bw_queued = False
-        self.bw_end = time.perf_counter_ns()
+        try:
+            now = _now()
+            self.bw_queued = False
+            self.bw_end = now
+            for span in self.pass_ends:
+                self.backward_end(span, now)
+            del self.pass_ends[:]
+            self.nodes.clear()
+        except Exception as e:
+            self.failed(e)
 
     # ---- optimizer step ----
 
     def optimizer_pre(self, opt, args, kwargs):
-        self.step_t0 = time.perf_counter_ns()
+        self.step_t0 = _now()
 
     def optimizer_post(self, opt, args, kwargs):
         try:
@@ -277,7 +317,7 @@ class Tracer:
             self.failed(e)
 
     def _optimizer_post(self, opt):
-        end = time.perf_counter_ns()
+        end = _now()
         start = self.step_t0 if self.step_t0 is not None else self.bw_end
         self.step_t0 = None
         if self.sampled and start is not None and (self.step_start is None or
@@ -299,7 +339,10 @@ class Tracer:
         self.step_start = now
         self.sampled = self.step % self.every == 0
         self.roots.clear()
+        self.nodes.clear()
         self.cuda = self.cuda or (torch.cuda.is_available() and torch.cuda.is_initialized())
+        if self.sampled and now - self.mem[0] >= RSS_EVERY_NS:
+            self.read_memory(now)
 
     def read_variables(self, now):
         """Each tracked name, read in the innermost live frame of its function on this thread."""
