@@ -23,6 +23,7 @@ import sys
 import time
 import weakref
 from _thread import get_ident
+from functools import partial
 
 import torch
 from torch.nn.modules import module as _module
@@ -97,7 +98,8 @@ class Tracer:
         self.mem = (0, None, None)  # (perf ns read, allocated MB, reserved MB)
         self.statm = os.open('/proc/self/statm', os.O_RDONLY | os.O_CLOEXEC)
         self.page_kb = os.sysconf('SC_PAGE_SIZE') >> 10
-        self.handles = []
+        self.handles = []  # the optimizer's
+        self.module_handles = []
         self.saved_step_code = None
         self.active = True
         self.errors = 0  # hook calls that failed; a hook never raises into the user's code
@@ -108,8 +110,7 @@ class Tracer:
 
     def install(self):
         self.cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
-        self.handles.append(_module.register_module_forward_pre_hook(self.forward_pre))
-        self.handles.append(_module.register_module_forward_hook(self.forward_post))
+        self.module_hooks(True)
         optimizer = sys.modules['torch.optim.optimizer']
         if hasattr(optimizer, 'register_optimizer_step_post_hook'):
             self.handles.append(optimizer.register_optimizer_step_pre_hook(self.optimizer_pre))
@@ -123,10 +124,22 @@ class Tracer:
 
             torch.optim.Optimizer._optimizer_step_code = _optimizer_step_code
 
+    def module_hooks(self, on):
+        """The global module hooks, in or out. In training they are out during the steps
+        --every leaves unrecorded, so that those cost only the optimizer hook."""
+        if on and not self.module_handles:
+            self.module_handles = [_module.register_module_forward_pre_hook(self.forward_pre),
+                                   _module.register_module_forward_hook(self.forward_post)]
+        elif not on:
+            for h in self.module_handles:
+                h.remove()
+            self.module_handles = []
+
     def remove(self):
         """Takes every hook out (gradient hooks already on tensors of a step in flight find
         the tracer off and do nothing). Idempotent."""
         self.active = False
+        self.module_hooks(False)
         for h in self.handles:
             h.remove()
         self.handles = []
@@ -255,17 +268,19 @@ class Tracer:
                 break
             node = tensor.grad_fn
             if node is None:  # a leaf (an input tensor that needs a gradient): its own hook
-                tensor.register_hook(lambda grad, events=[event]: self.node_reached(events))
+                tensor.register_hook(partial(self.node_reached, [event]))
                 continue
             entry = nodes.get(id(node))
             if entry is None:
                 events = [event]
                 nodes[id(node)] = (node, events)  # holds the node: its id stays its own
-                node.register_prehook(lambda grads, events=events: self.node_reached(events))
+                node.register_prehook(partial(self.node_reached, events))
             else:
                 entry[1].append(event)
 
-    def node_reached(self, events):
+    def node_reached(self, events, grads):
+        """The hook itself (a partial: no Python frame of its own); returns None, so the
+        gradients go on unchanged."""
         try:
             self._node_reached(events)
         except Exception as e:
@@ -338,6 +353,8 @@ class Tracer:
         self.step += 1
         self.step_start = now
         self.sampled = self.step % self.every == 0
+        if self.opt_seen and self.active:  # training: a step ends between two forwards
+            self.module_hooks(self.sampled)
         self.roots.clear()
         self.nodes.clear()
         self.cuda = self.cuda or (torch.cuda.is_available() and torch.cuda.is_initialized())
