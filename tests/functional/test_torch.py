@@ -228,6 +228,33 @@ def test_off_mid_training_leaves_the_job_as_it_was():
         d.close()
 
 
+def test_in_place_activations_after_batchnorm():
+    """torch's global full backward hooks make this model fail; the trace's hooks must not,
+    and must not change what it computes."""
+    d = Daemon()
+    plain = Job('inplace', 'train', 1, 12)
+    traced = Job('inplace', 'train', 1, 12)
+    try:
+        d.ctl('torch', traced.pid, 'on', check=True)
+        plain.start()
+        traced.start()
+        plain.wait_done()
+        traced.wait_done()
+        assert [e['loss'] for e in traced.logged()] == [e['loss'] for e in plain.logged()]
+        drained(d, traced.pid, 12)
+        seen = {tuple(r) for r in d.rows("SELECT module, stage FROM torch_trace WHERE pid = %d"
+                                         " AND step = 5" % traced.pid)}
+        assert seen == {(m, s) for m in ('InPlace', 'fc1', 'bn', 'relu', 'fc2',
+                                         'CrossEntropyLoss') for s in ('forward', 'backward')
+                        } | {('SGD', 'step')}, seen
+        status, reply = d.api('POST', '/v1/torch', {'pid': traced.pid, 'action': 'drain'})
+        assert status == 200 and reply['errors'] == 0, reply
+    finally:
+        plain.close()
+        traced.close()
+        d.close()
+
+
 def test_every_nth_step():
     d = Daemon()
     job = Job('mlp', 'train', 2, 10)

@@ -1,8 +1,8 @@
 """A real PyTorch job (Debian's python3-torch) for the torch trace tests and benchmark.
 
     torchjob.py MODEL MODE EPOCHS STEPS GO_FILE LOG_FILE
-      MODEL  mlp | transformer (a small MLP, or an embedding + one pre-norm transformer
-             block + a head, on random data)
+      MODEL  mlp | inplace | transformer (a small MLP; one with BatchNorm and in-place ReLUs;
+             an embedding + one pre-norm transformer block + a head; on random data)
       MODE   train (SGD steps: zero_grad, forward, loss, backward, step) | infer (no_grad
              forward calls, no optimizer)
       GO_FILE  the loop waits (sleeping, no module called) until this file exists, so that a
@@ -35,6 +35,22 @@ class MLP(nn.Module):
         return self.fc2(self.act(self.fc1(x)))
 
 
+class InPlace(nn.Module):
+    """BatchNorm then an in-place ReLU, as in ResNet: what torch's global full backward
+    hooks break ("Output 0 of BackwardHookFunctionBackward is a view and is being modified
+    inplace"), and the trace must not."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(64, 128)
+        self.bn = nn.BatchNorm1d(128)
+        self.relu = nn.ReLU(inplace=True)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        return self.fc2(self.relu(self.bn(self.fc1(x))))
+
+
 class Block(nn.Module):
     def __init__(self, dim, heads):
         super().__init__()
@@ -61,7 +77,7 @@ class TinyTransformer(nn.Module):
 
 
 def batch(model_name):
-    if model_name == 'mlp':
+    if model_name in ('mlp', 'inplace'):
         return torch.randn(32, 64), torch.randint(0, 10, (32,))
     tokens = torch.randint(0, 100, (8, 16))
     return tokens, torch.randint(0, 100, (8 * 16,))
@@ -98,7 +114,7 @@ def infer(model, model_name, epochs, steps, log):
 
 def main():
     model_name, mode, epochs, steps, go, log_path = sys.argv[1:7]
-    model = MLP() if model_name == 'mlp' else TinyTransformer()
+    model = {'mlp': MLP, 'inplace': InPlace, 'transformer': TinyTransformer}[model_name]()
     print('READY ' + json.dumps({'pid': os.getpid()}))
     sys.stdout.flush()
     while not os.path.exists(go):
