@@ -58,3 +58,23 @@ $ctl eval "$pid" "import threading; [t.name for t in threading.enumerate()]"
 echo
 echo "== probectl query: the audit trail of evals"
 $ctl query "SELECT uid, pid, mode, code, status, output_bytes FROM evals"
+echo
+echo "== probectl torch: a real PyTorch training job (a small transformer block), traced live"
+go="$work/go"
+"$py" tests/targets/torchjob.py transformer train 3 40 "$go" "$work/steps.log" >"$work/job.out" 2>&1 &
+job=$!
+trap 'kill $pid $job $daemon 2>/dev/null; wait $daemon 2>/dev/null; rm -rf "$work"' EXIT
+for _ in $(seq 300); do grep -q READY "$work/job.out" && break; sleep 0.1; done
+$ctl torch "$job" on --exprs loss@train,epoch@train
+touch "$go"
+for _ in $(seq 600); do grep -q DONE "$work/job.out" && break; sleep 0.1; done
+echo
+echo "== probectl torch $job summary"
+$ctl torch "$job" summary --top 8
+echo
+echo "== probectl query: the seeds' torch query (python.torch_trace)"
+$ctl query "SELECT module, stage, AVG(duration) * 1000 AS avg_ms, AVG(allocated) AS avg_memory,
+    COUNT(*) AS frequency FROM python.torch_trace WHERE step >= (SELECT MAX(step) - 5 FROM
+    python.torch_trace) GROUP BY module, stage ORDER BY avg_ms DESC LIMIT 6"
+$ctl query "SELECT step, name, value FROM python.variables ORDER BY step DESC LIMIT 4"
+$ctl torch "$job" off
