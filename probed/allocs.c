@@ -10,6 +10,7 @@
 #include "eval.h"
 #include "log.h"
 #include "sampler.h"
+#include "store.h"
 
 #define ALLOCS_TIMEOUT_MS 30000 /* a snapshot of a large heap takes a while */
 
@@ -32,20 +33,6 @@ static char *script(const struct allocs_request *rq)
     return code;
 }
 
-/* A read-write connection to the store of our own (allocation requests are rare). */
-static sqlite3 *open_store(const char *db_path, char *err, size_t errlen)
-{
-    sqlite3 *db = NULL;
-
-    if (sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
-        snprintf(err, errlen, "opening %s: %s", db_path, db ? sqlite3_errmsg(db) : "no memory");
-        sqlite3_close(db);
-        return NULL;
-    }
-    sqlite3_busy_timeout(db, 5000);
-    return db;
-}
-
 /* The snapshot's rows into the allocations table, in one transaction. */
 static int store_rows(const char *db_path, int64_t target_id, int64_t ts_ns, json_t *rows,
                       char *err, size_t errlen)
@@ -53,7 +40,7 @@ static int store_rows(const char *db_path, int64_t target_id, int64_t ts_ns, jso
     static const char sql[] =
         "INSERT OR REPLACE INTO allocations (target_id, ts_ns, function_name, file, line,"
         " allocated_bytes, allocations, live_bytes, live_blocks) VALUES (?,?,?,?,?,?,?,?,?)";
-    sqlite3 *db = open_store(db_path, err, errlen);
+    sqlite3 *db = store_connect(db_path, err, errlen);
     sqlite3_stmt *q = NULL;
     json_t *row;
     size_t i;
@@ -89,7 +76,7 @@ static int store_rows(const char *db_path, int64_t target_id, int64_t ts_ns, jso
 static void remember_tracking(const char *db_path, int64_t target_id, bool on)
 {
     char err[600] = "", sql[128];
-    sqlite3 *db = open_store(db_path, err, sizeof(err));
+    sqlite3 *db = store_connect(db_path, err, sizeof(err));
 
     snprintf(sql, sizeof(sql),
              on ? "INSERT OR IGNORE INTO allocation_tracking(target_id) VALUES (%lld)"

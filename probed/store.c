@@ -281,9 +281,10 @@ int store__live_targets(struct store *st, store_target_fn fn, void *ctx, struct 
     int rc;
 
     if (sqlite3_prepare_v2(st->db,
+                           /* SQLite gives | and << the same precedence: parenthesise */
                            "SELECT id, pid, start_time, rate_hz, (follow_children <> 0) |"
-                           " (id IN (SELECT target_id FROM allocation_tracking)) << 1 |"
-                           " (id IN (SELECT target_id FROM torch_tracing)) << 2"
+                           " ((id IN (SELECT target_id FROM allocation_tracking)) << 1) |"
+                           " ((id IN (SELECT target_id FROM torch_tracing)) << 2)"
                            " FROM targets WHERE ended_ns IS NULL",
                            -1, &q, NULL) != SQLITE_OK)
         return fail(err, -EIO, "reading targets: %s", sqlite3_errmsg(st->db));
@@ -292,6 +293,19 @@ int store__live_targets(struct store *st, store_target_fn fn, void *ctx, struct 
            sqlite3_column_int(q, 3), (unsigned)sqlite3_column_int(q, 4), ctx);
     sqlite3_finalize(q);
     return rc == SQLITE_DONE ? 0 : fail(err, -EIO, "reading targets: %s", sqlite3_errmsg(st->db));
+}
+
+sqlite3 *store_connect(const char *path, char *err, size_t errlen)
+{
+    sqlite3 *db = NULL;
+
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
+        snprintf(err, errlen, "opening %s: %s", path, db ? sqlite3_errmsg(db) : "no memory");
+        sqlite3_close(db);
+        return NULL;
+    }
+    sqlite3_busy_timeout(db, 5000);
+    return db;
 }
 
 int64_t store__size(struct store *st)

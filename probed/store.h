@@ -11,6 +11,7 @@
 #ifndef PROBED_STORE_H
 #define PROBED_STORE_H
 
+#include <sqlite3.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -24,6 +25,12 @@ struct store_err {
 };
 
 int store_open(const char *path, struct store **ret, struct store_err *err);
+
+/* A read-write connection of a worker's own to the database at @path, for rows written
+ * outside the writer thread (evals, allocation snapshots, torch trace drains: rare or
+ * batched); waits up to 5 s on a lock. NULL with the reason in @err. Close with
+ * sqlite3_close(). */
+sqlite3 *store_connect(const char *path, char *err, size_t errlen);
 void store_free(struct store *st); /* NULL is a no-op */
 
 /* Writes @h (targets, definitions, samples, ends) in one transaction. */

@@ -11,6 +11,7 @@
 #include "eval.h"
 #include "log.h"
 #include "sampler.h"
+#include "store.h"
 
 #define TORCH_TIMEOUT_MS 10000
 #define EXPRS_MAX 16
@@ -140,19 +141,6 @@ static char *audit_text(const struct torch_request *rq)
 
 /* ---- storing ---- */
 
-static sqlite3 *open_store(const char *db_path, char *err, size_t errlen)
-{
-    sqlite3 *db = NULL;
-
-    if (sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
-        snprintf(err, errlen, "opening %s: %s", db_path, db ? sqlite3_errmsg(db) : "no memory");
-        sqlite3_close(db);
-        return NULL;
-    }
-    sqlite3_busy_timeout(db, 5000);
-    return db;
-}
-
 /* Binds a JSON scalar (number, string, null) to parameter @i. */
 static void bind_json(sqlite3_stmt *q, int i, json_t *v)
 {
@@ -207,7 +195,7 @@ static int insert_rows(sqlite3 *db, const char *sql, int64_t target_id, json_t *
 static int store_drain(const char *db_path, int64_t target_id, json_t *result, int64_t *stored,
                        char *err, size_t errlen)
 {
-    sqlite3 *db = open_store(db_path, err, errlen);
+    sqlite3 *db = store_connect(db_path, err, errlen);
     int rc = db ? sqlite3_exec(db, "BEGIN", NULL, NULL, NULL) : SQLITE_ERROR;
 
     if (!db)
@@ -240,7 +228,7 @@ static int store_drain(const char *db_path, int64_t target_id, json_t *result, i
 static void remember_tracing(const char *db_path, const struct torch_request *rq, bool on)
 {
     char err[600] = "";
-    sqlite3 *db = open_store(db_path, err, sizeof(err));
+    sqlite3 *db = store_connect(db_path, err, sizeof(err));
     sqlite3_stmt *q = NULL;
 
     if (db && sqlite3_prepare_v2(db,

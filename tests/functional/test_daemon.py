@@ -345,6 +345,31 @@ def test_children_are_followed_and_labelled(daemon):
         launcher.close()
 
 
+def test_children_followed_after_kill_9_and_restart():
+    """A target attached with --children goes on following them when the daemon resumes it
+    (and is resumed with nothing else: no allocation tracking, no torch trace)."""
+    d = Daemon()
+    launcher = Target('/usr/bin/python3', 'launcher.py', '4')
+    try:
+        d.ctl('attach', launcher.pid, '--children', check=True)
+        wait_for(lambda: d.rows('SELECT count(*) FROM targets WHERE pid = %d'
+                                % launcher.pid)[0][0], what='the attach stored')
+        d.kill(signal.SIGKILL)
+        d.start()
+
+        def ranks():
+            lst = json.loads(d.ctl('list', '--json', check=True).stdout)['targets']
+            return sorted(x.get('rank') for x in lst
+                          if x['state'] == 'sampling' and x['pid'] != launcher.pid)
+        wait_for(lambda: ranks() == [0, 1], what='both ranks attached after the restart')
+        log = d.read_log()
+        assert 'allocation' not in log and 'torch' not in log, log
+    finally:
+        subprocess.run(['pkill', '-P', str(launcher.pid)])
+        launcher.close()
+        d.close()
+
+
 def test_retention_by_age_and_size():
     d = Daemon('--retention', '3s', '--max-db-size', '300K')
     t = busy('/usr/bin/python3')

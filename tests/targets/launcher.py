@@ -1,5 +1,6 @@
-"""A torchrun-like launcher for the --children test: after a second, starts WORLD_SIZE=2 ranks
-(busy.py with RANK/LOCAL_RANK set) through `sh -c`, so they are grandchildren, and waits."""
+"""A torchrun-like launcher for the --children test: after a second (or argv[1] seconds),
+starts WORLD_SIZE=2 ranks (busy.py with RANK/LOCAL_RANK set) through `sh -c`, so they are
+grandchildren, and waits."""
 import os
 import subprocess
 import sys
@@ -7,7 +8,7 @@ import time
 
 here = os.path.dirname(os.path.abspath(__file__))
 print('READY {}', flush=True)
-time.sleep(1)
+time.sleep(float(sys.argv[1]) if len(sys.argv) > 1 else 1)
 ranks = []
 for rank in range(2):
     env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE='2')
