@@ -54,6 +54,18 @@ static int ensure_attached(const char *socket, int pid)
     return 0;
 }
 
+static void detach_quietly(const char *socket, int pid)
+{
+    char path[64];
+    json_t *reply;
+
+    snprintf(path, sizeof(path), "/v1/targets/%d", pid);
+    reply = client_request(socket, "DELETE", path, NULL);
+    if (reply)
+        printf("detached from pid %d again\n", pid);
+    json_decref(reply);
+}
+
 static int turn_on(const char *socket, int pid, int every, const char *exprs)
 {
     json_t *body = json_pack("{s:i, s:s, s:i, s:s}", "pid", pid, "action", "on", "every", every,
@@ -62,8 +74,11 @@ static int turn_on(const char *socket, int pid, int every, const char *exprs)
     long status = 0;
 
     reply = torch_call(socket, body, &status, true);
-    if (!reply && status == 404 && ensure_attached(socket, pid) == 0)
+    if (!reply && status == 404 && ensure_attached(socket, pid) == 0) {
         reply = torch_call(socket, body, &status, false);
+        if (!reply) /* no trace: no attach left behind either */
+            detach_quietly(socket, pid);
+    }
     json_decref(body);
     if (!reply)
         return 1;

@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 
 from conftest import Target, free_port, wait_for
-from daemon import Daemon
+from daemon import Daemon, ensure_test_user
 
 PYTHON = '/usr/bin/python3'
 # torch 1.x has no optimizer hooks: the trace replaces the no-op torch calls after each step
@@ -370,6 +370,10 @@ def test_a_process_without_torch_and_bad_requests():
         r = d.ctl('torch', plain.pid, 'on')
         assert r.returncode == 1, r.stdout
         assert 'torch is not loaded in this process' in r.stderr, r.stderr
+        # attached on the way, and detached again: nothing left behind
+        assert 'detached from pid %d again' % plain.pid in r.stdout, r.stdout
+        listed = json.loads(d.ctl('list', '--json', check=True).stdout)['targets']
+        assert not [x for x in listed if x['pid'] == plain.pid and x['state'] == 'sampling']
         r = d.ctl('eval', plain.pid, 'import sys; ("torch" in sys.modules,'
                   ' "_probed_torch" in sys.modules)', check=True)
         assert r.stdout == '(False, False)\n'  # nothing imported, nothing left
@@ -390,6 +394,14 @@ def test_a_process_without_torch_and_bad_requests():
             assert status == 400, (body, status, reply)
         status, _ = d.api('POST', '/v1/torch', {'pid': 999999, 'action': 'on'})
         assert status in (404, 403), status
+        # another user may not trace (or drain, or stop) root's process
+        user = ensure_test_user()
+        d.ctl('attach', plain.pid, check=True)
+        for action in ('on', 'off', 'summary'):
+            r = d.ctl('torch', plain.pid, action, user=user)
+            assert r.returncode != 0, (action, r.stdout)
+        r = d.ctl('torch', plain.pid, 'on', user=user)
+        assert 'not yours' in r.stderr or 'ermission' in r.stderr, r.stderr
 
         # not a Python process: the attach on the way refuses it
         sleeper = subprocess.Popen(['sleep', '60'])
