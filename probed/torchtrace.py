@@ -1,21 +1,22 @@
-# torchtrace.py - the torch trace, inside a target (probed/torch.c embeds this file and loads it
-# once as the module `_probed_torch`; later requests call command()).
+# torchtrace.py - the torch trace, inside a target (probed/torchtrace.c embeds this file and
+# loads it once as the module `_probed_torch`; later requests call command()).
 #
 # It uses PyTorch's global hooks and never touches the user's code:
 #   - module forward pre/post hooks time each module's forward;
-#   - in the forward post hook, a gradient hook on the module's output (backward starts) and on
-#     its first input that needs a gradient (backward ends; the end of the backward pass when
-#     none does). torch's global *full* backward hooks are not used: they wrap every module's
-#     inputs and outputs in a custom autograd Function, and a model that then changes such an
-#     output in place (nn.ReLU(inplace=True) after a BatchNorm, as in ResNet) fails with
-#     "Output 0 of BackwardHookFunctionBackward is a view and is being modified inplace";
+#   - in the forward post hook, an autograd pre-hook on the node that made the module's output
+#     (its backward starts) and on the node that made its first input (its backward ends; the
+#     end of the backward pass when no input has one). torch's global *full* backward hooks
+#     are not used: they wrap every module's inputs and outputs in a custom autograd
+#     Function, and a model that then changes such an output in place (nn.ReLU(inplace=True)
+#     after a BatchNorm, as in ResNet) fails with "Output 0 of BackwardHookFunctionBackward
+#     is a view and is being modified inplace";
 #   - the optimizer step: torch >= 2.0 has global step pre/post hooks; 1.x has none, and
 #     Optimizer._optimizer_step_code, the no-op torch calls after each step for its own
 #     profiler, marks the end (the stage then starts where the backward pass ended).
 # Steps are counted at optimizer steps; until one is seen (inference), a new step starts when
-# a top-level module is called again. Every Nth step is recorded (--every N); the others cost
-# two hook calls per module. Records go to bounded deques, drained by the daemon from the
-# stub's thread (never the training thread) about once a second.
+# a top-level module is called again. Every Nth step is recorded (--every N); in training the
+# module hooks are out during the others. Records go to bounded deques, drained by the daemon
+# from the stub's thread (never the training thread) about once a second.
 import collections
 import json
 import os
@@ -39,17 +40,20 @@ _grad_enabled = torch.is_grad_enabled
 _tracer = None
 
 
-def _first_grad_tensor(value):
-    """The first tensor in @value (a tensor, or a tuple/list/dict of them) that needs a
-    gradient, else None."""
+def _first_node(value):
+    """The autograd node that made the first tensor of @value (a tensor, or a tuple, list or
+    dict of them) that has one, else None: one property read per tensor (grad_fn is None for
+    a tensor that needs no gradient, and for a leaf)."""
     if isinstance(value, torch.Tensor):
-        return value if value.requires_grad else None
+        return value.grad_fn
     if isinstance(value, dict):
         value = list(value.values())
     if isinstance(value, (tuple, list)):
         for v in value:
-            if isinstance(v, torch.Tensor) and v.requires_grad:
-                return v
+            if isinstance(v, torch.Tensor):
+                node = v.grad_fn
+                if node is not None:
+                    return node
     return None
 
 
@@ -237,9 +241,9 @@ class Tracer:
             name = self.name_of(module)
             self.record(self.step, name, 'forward', start, end)
             if _grad_enabled():
-                out = _first_grad_tensor(output)
+                out = _first_node(output)
                 if out is not None:
-                    self.hook_backward(name, out, _first_grad_tensor(inputs))
+                    self.hook_backward(name, out, _first_node(inputs))
         except Exception as e:
             self.failed(e)
 
@@ -261,15 +265,13 @@ class Tracer:
     # is often its parent's, or the next module's input): a list of (is_end, span).
 
     def hook_backward(self, name, out, inp):
+        """@out: the node that made the module's output; @inp: the one that made its input,
+        or None (raw data, or a leaf tensor): then the backward ends with the pass."""
         span = [self.step, name, 0, inp is None]  # step, module, start ns, ends with the pass
         nodes = self.nodes
-        for tensor, event in ((out, (False, span)), (inp, (True, span))):
-            if tensor is None:
+        for node, event in ((out, (False, span)), (inp, (True, span))):
+            if node is None:
                 break
-            node = tensor.grad_fn
-            if node is None:  # a leaf (an input tensor that needs a gradient): its own hook
-                tensor.register_hook(partial(self.node_reached, [event]))
-                continue
             entry = nodes.get(id(node))
             if entry is None:
                 events = [event]
