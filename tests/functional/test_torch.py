@@ -197,6 +197,13 @@ def test_hooks_while_on_and_a_second_on():
         assert hooks_left(d, job.pid) == ['0', '0', '0', 'Optimizer._optimizer_step_code', 'True']
         r = d.ctl('torch', job.pid, 'off')
         assert r.returncode == 1 and 'the torch trace is off in this process' in r.stderr, r.stderr
+        # detaching turns the trace off too
+        d.ctl('torch', job.pid, 'on', check=True)
+        assert hooks_left(d, job.pid)[:2] == ['1', '1']
+        d.ctl('detach', job.pid, check=True)
+        wait_for(lambda: hooks_left(d, job.pid) == ['0', '0', '0',
+                                                    'Optimizer._optimizer_step_code', 'True'],
+                 what='the hooks removed after detach')
     finally:
         job.close()
         d.close()
