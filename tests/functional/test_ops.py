@@ -18,14 +18,10 @@ import pytest
 from conftest import (ROOT, TARGETS, Target, free_port, interpreter_params, marks, require,
                       wait_for)
 from daemon import Daemon, PROBED, ensure_test_user
+from prom import Prometheus, http_get
 
 PYTHON = '/usr/bin/python3'
 DASHBOARD = os.path.join(ROOT, 'packaging', 'grafana', 'probed-dashboard.json')
-
-
-def http_get(url, timeout=10):
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        return r.status, r.read().decode()
 
 
 def refused(port):
@@ -42,54 +38,6 @@ def refused(port):
 def vm_rss(pid):
     with open('/proc/%d/status' % pid) as f:
         return int(re.search(r'VmRSS:\s+(\d+) kB', f.read()).group(1)) * 1024
-
-
-class Prometheus:
-    """The real server (Debian's prometheus), scraping @targets every second."""
-
-    def __init__(self, targets):
-        if not shutil.which('prometheus'):
-            pytest.fail('prometheus is not installed (scripts/setup.sh installs it)')
-        self.dir = tempfile.mkdtemp(prefix='probed-prom-')
-        self.port = free_port()
-        conf = os.path.join(self.dir, 'prometheus.yml')
-        with open(conf, 'w') as f:
-            f.write('global: {scrape_interval: 1s, evaluation_interval: 1s}\n'
-                    'scrape_configs:\n'
-                    '  - job_name: probed\n'
-                    '    static_configs: [{targets: [%s]}]\n'
-                    % ', '.join("'%s'" % t for t in targets))
-        self.log = open(os.path.join(self.dir, 'log'), 'w')
-        self.proc = subprocess.Popen(
-            ['prometheus', '--config.file=' + conf, '--storage.tsdb.path=' + self.dir + '/data',
-             '--web.listen-address=127.0.0.1:%d' % self.port], stdout=self.log, stderr=self.log)
-        wait_for(self.ready, 60, 'prometheus to be ready')
-
-    def ready(self):
-        try:
-            return http_get('http://127.0.0.1:%d/-/ready' % self.port)[0] == 200
-        except OSError:
-            return False
-
-    def query(self, expr):
-        """The result vector of an instant query; fails on any error Prometheus reports."""
-        url = 'http://127.0.0.1:%d/api/v1/query?%s' % (self.port,
-                                                         urllib.parse.urlencode({'query': expr}))
-        status, body = http_get(url)
-        reply = json.loads(body)
-        assert status == 200 and reply['status'] == 'success', (expr, body)
-        return reply['data']['result']
-
-    def value(self, expr):
-        """The single value of @expr, or None while it has no result."""
-        result = self.query(expr)
-        return float(result[0]['value'][1]) if result else None
-
-    def close(self):
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
-        self.log.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 @pytest.fixture(scope='module')
@@ -201,10 +149,13 @@ def dashboard_exprs():
             yield panel['title'], target['expr']
 
 
+TORCH_PANELS = ('Torch step time', 'Torch memory')  # run in test_torch.py, on a traced job
+
+
 def test_grafana_dashboard_queries_run_in_prometheus(scraped):
     """Every panel's query, with the dashboard's variables at "All", gives data."""
     d, t, prom, port = scraped
-    exprs = list(dashboard_exprs())
+    exprs = [(title, expr) for title, expr in dashboard_exprs() if title not in TORCH_PANELS]
     assert len(exprs) >= 12
     for title, expr in exprs:
         q = (expr.replace('$__rate_interval', '5s').replace('$job', '.+')

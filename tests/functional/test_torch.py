@@ -15,6 +15,10 @@ import pytest
 
 from conftest import Target, free_port, wait_for
 from daemon import Daemon, ensure_test_user
+from prom import Prometheus
+
+DASHBOARD = os.path.join(os.path.dirname(__file__), '..', '..', 'packaging', 'grafana',
+                         'probed-dashboard.json')
 
 PYTHON = '/usr/bin/python3'
 # torch 1.x has no optimizer hooks: the trace replaces the no-op torch calls after each step
@@ -342,6 +346,42 @@ def test_torch_series_in_prometheus_metrics():
         assert value('probed_torch_reserved_bytes') is None  # CPU: absent, not a false 0
         assert value('probed_torch_dropped_total') == 0
     finally:
+        job.close()
+        d.close()
+
+
+def test_torch_panels_of_the_grafana_dashboard_in_prometheus():
+    """The real Prometheus scrapes a daemon tracing a job; the dashboard's torch panels give
+    the job's step time (against the daemon's own table) and memory."""
+    port = free_port()
+    d = Daemon('--metrics', '127.0.0.1:%d' % port)
+    job = Job('transformer', 'train', 1, 100000)
+    prom = None
+    try:
+        d.ctl('torch', job.pid, 'on', check=True)
+        job.start()
+        prom = Prometheus(['127.0.0.1:%d' % port])
+        with open(DASHBOARD) as f:
+            panels = [p for p in json.load(f)['panels'] if p['title'].startswith('Torch')]
+        assert [p['title'] for p in panels] == ['Torch step time', 'Torch memory']
+        exprs = {}
+        for panel in panels:
+            for target in panel['targets']:
+                exprs[(panel['title'], target['refId'])] = (
+                    target['expr'].replace('$__rate_interval', '5s')
+                    .replace('$instance', '.+').replace('$pid', '.+'))
+        step = exprs[('Torch step time', 'A')]
+        wait_for(lambda: prom.query(step), timeout=30, what='the mean step time')
+        mean = float(prom.query(step)[0]['value'][1])
+        own = d.rows("SELECT avg(duration) FROM torch_step_times WHERE pid = %d"
+                     % job.pid)[0][0]
+        assert 0.3 * own < mean < 3 * own, (mean, own)
+        alloc = wait_for(lambda: prom.query(exprs[('Torch memory', 'A')]), what='allocated')
+        assert float(alloc[0]['value'][1]) > 50e6  # RSS of a torch process
+        assert prom.query(exprs[('Torch memory', 'B')]) == []  # reserved: CUDA only
+    finally:
+        if prom:
+            prom.close()
         job.close()
         d.close()
 
