@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Torch trace benchmark; prints figures, asserts nothing.
 
-usage: bench/torch.py [--build DIR] [--window S] [--rounds N] [--every 1,10]
+usage: bench/torch.py [--build DIR] [--window S] [--rounds N] [--every 1,10] [--models mlp,...]
 
 For each model of tests/targets/torchjob.py (a small MLP, and an embedding + transformer
 block + head), one training job runs without end under a real probed, attached (sampled at
@@ -9,8 +9,9 @@ block + head), one training job runs without end under a real probed, attached (
 alternate: trace off (the baseline), trace on with --every N, off, on, ... (ABAB, so that a
 drift of the machine falls on both). Each step's time comes from the job's own clock (its
 log: perf_counter after each optimizer step); the first steps after a switch are left out.
-Printed: median step time per phase and the ratio on/off (the slowdown), plus what the
-daemon's drains cost it (CPU while on vs off). On CPU the job runs torch with one thread, the
+Printed: median step time per phase and the ratio on/off (the slowdown of a recorded step),
+the ratio of the mean step times (the job's throughput; with --every N it mixes recorded and
+unrecorded steps), and what the daemon's drains cost it (CPU while on vs off). On CPU the job runs torch with one thread, the
 daemon on the other core when there are two.
 """
 import argparse
@@ -79,10 +80,11 @@ def run_model(build, model, every, window, rounds):
                 phases[phase] += step_times(log, start + SETTLE_S, time.perf_counter())
         d.ctl('torch', pid, 'off')
         off, on = statistics.median(phases['off']), statistics.median(phases['on'])
-        print('%-12s every %-3s steps off %6d on %6d   median step  off %8.3f ms   on %8.3f ms'
-              '   ratio %.3f   daemon CPU off %4.1f%%  on %4.1f%%'
+        mean_off, mean_on = statistics.mean(phases['off']), statistics.mean(phases['on'])
+        print('%-12s every %-3s steps off %6d on %6d   median step off %7.3f ms on %7.3f ms'
+              ' ratio %.3f   mean ratio %.3f   daemon CPU off %4.1f%% on %4.1f%%'
               % (model, every, len(phases['off']), len(phases['on']), off * 1e3, on * 1e3,
-                 on / off, 100 * cpu['off'] / (rounds * window),
+                 on / off, mean_on / mean_off, 100 * cpu['off'] / (rounds * window),
                  100 * cpu['on'] / (rounds * window)))
         sys.stdout.flush()
     finally:
@@ -94,8 +96,8 @@ def run_model(build, model, every, window, rounds):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--build', default=os.path.join(ROOT, 'build'))
-    ap.add_argument('--window', type=float, default=3.0)
-    ap.add_argument('--rounds', type=int, default=4)
+    ap.add_argument('--window', type=float, default=1.0)
+    ap.add_argument('--rounds', type=int, default=15)
     ap.add_argument('--every', default='1,10')
     ap.add_argument('--models', default='mlp,transformer')
     args = ap.parse_args()

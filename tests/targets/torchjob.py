@@ -119,7 +119,7 @@ def main():
     sys.stdout.flush()
     while not os.path.exists(go):
         time.sleep(0.02)
-    with open(log_path, 'w') as log:
+    with open(log_path, 'w', buffering=1) as log:  # a line per step, as it happens
         (train if mode == 'train' else infer)(model, model_name, int(epochs), int(steps), log)
     print('DONE')
     sys.stdout.flush()
