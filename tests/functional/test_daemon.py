@@ -82,8 +82,11 @@ def test_live_backtrace_table(daemon):
         # Without --pid it shows the attached targets only; with locals, JSON objects.
         assert daemon.rows('SELECT count(*) FROM python.backtrace')[0][0] == 0
         daemon.ctl('attach', t.pid, check=True)
-        rows = daemon.rows("SELECT func, locals FROM python.backtrace WHERE func = 'spin_inner'")
-        assert rows and 'n' in json.loads(rows[0][1])
+        # a live read is one instant: between two calls the thread may be in middle()
+        rows = wait_for(lambda: daemon.rows("SELECT func, locals FROM python.backtrace"
+                                            " WHERE func = 'spin_inner'"),
+                        what='a live stack inside spin_inner')
+        assert 'n' in json.loads(rows[0][1])
         # The seeds' query, as written there.
         out = daemon.ctl('query', 'SELECT func, file, lineno FROM python.backtrace ORDER BY'
                          ' depth LIMIT 5', check=True).stdout
