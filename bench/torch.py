@@ -3,16 +3,16 @@
 
 usage: bench/torch.py [--build DIR] [--window S] [--rounds N] [--every 1,10] [--models mlp,...]
 
-For each model of tests/targets/torchjob.py (a small MLP, and an embedding + transformer
-block + head), one training job runs without end under a real probed, attached (sampled at
-100 Hz throughout, so that sampling costs the same in every window). Windows of S seconds
-alternate: trace off (the baseline), trace on with --every N, off, on, ... (ABAB, so that a
-drift of the machine falls on both). Each step's time comes from the job's own clock (its
-log: perf_counter after each optimizer step); the first steps after a switch are left out.
-Printed: median step time per phase and the ratio on/off (the slowdown of a recorded step),
-the ratio of the mean step times (the job's throughput; with --every N it mixes recorded and
-unrecorded steps), and what the daemon's drains cost it (CPU while on vs off). On CPU the job runs torch with one thread, the
-daemon on the other core when there are two.
+For each model of tests/targets/torchjob.py (a small MLP; an embedding + transformer block +
+head at dim 64, the tests' model, and at dim 256), one training job runs without end under a
+real probed, attached (sampled at 100 Hz throughout, so that sampling costs the same in every
+window). Windows of S seconds alternate: trace off (the baseline), trace on with --every N,
+off, on, ... (ABAB, so that a drift of the machine falls on both). Each step's time comes
+from the job's own clock (its log: perf_counter after each optimizer step); the first steps
+after a switch are left out. Printed: median step time per phase and their ratio (the
+slowdown of a recorded step), the ratio of the mean step times (the job's throughput; with
+--every N it mixes recorded and unrecorded steps), and the daemon's CPU while on vs off. The
+job runs torch with one thread on one core, the daemon on the other when there are two.
 """
 import argparse
 import json
@@ -99,7 +99,7 @@ def main():
     ap.add_argument('--window', type=float, default=1.0)
     ap.add_argument('--rounds', type=int, default=15)
     ap.add_argument('--every', default='1,10')
-    ap.add_argument('--models', default='mlp,transformer')
+    ap.add_argument('--models', default='mlp,transformer,transformer-256')
     args = ap.parse_args()
     os.environ['PROBED_BUILD'] = os.path.abspath(args.build)
     conftest.BUILD = os.environ['PROBED_BUILD']

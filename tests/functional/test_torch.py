@@ -284,8 +284,8 @@ def test_every_nth_step():
         logged = job.logged()
         assert loss == [[s, logged[s]['loss']] for s in (0, 4, 8, 12, 16)], loss
         # the wall time of every step is still known
-        assert d.rows("SELECT count(*) FROM torch_step_times WHERE pid = %d"
-                      % job.pid)[0][0] == 19
+        wait_for(lambda: d.rows("SELECT count(*) FROM torch_step_times WHERE pid = %d"
+                                % job.pid)[0][0] == 19, what='19 step times')
     finally:
         job.close()
         d.close()
@@ -327,24 +327,29 @@ def test_torch_series_in_prometheus_metrics():
         job.start()
         job.wait_done()
         drained(d, job.pid, job.steps)
-        with urllib.request.urlopen('http://127.0.0.1:%d/metrics' % port, timeout=10) as r:
-            text = r.read().decode()
+
+        def scrape():
+            with urllib.request.urlopen('http://127.0.0.1:%d/metrics' % port, timeout=10) as r:
+                return r.read().decode()
+
+        def value(name, text):
+            m = re.search(r'^%s\{pid="%d"[^}]*\} (\S+)$' % (name, job.pid), text, re.M)
+            return float(m.group(1)) if m else None
+
+        # the counters are updated on the daemon's loop just after the rows are stored
+        text = wait_for(lambda: (lambda t: t if value('probed_torch_steps_total', t)
+                                 == job.steps - 1 else None)(scrape()),
+                        what='the last drain counted')
         check = subprocess.run(['promtool', 'check', 'metrics'], input=text,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                universal_newlines=True)
         assert check.returncode == 0, check.stdout
-
-        def value(name):
-            m = re.search(r'^%s\{pid="%d"[^}]*\} (\S+)$' % (name, job.pid), text, re.M)
-            return float(m.group(1)) if m else None
-
-        assert value('probed_torch_steps_total') == job.steps - 1
         seconds = d.rows("SELECT sum(duration) FROM torch_step_times WHERE pid = %d"
                          % job.pid)[0][0]
-        assert abs(value('probed_torch_step_seconds_total') - seconds) < 1e-6
-        assert value('probed_torch_allocated_bytes') > 50e6  # RSS of a torch process
-        assert value('probed_torch_reserved_bytes') is None  # CPU: absent, not a false 0
-        assert value('probed_torch_dropped_total') == 0
+        assert abs(value('probed_torch_step_seconds_total', text) - seconds) < 1e-6
+        assert value('probed_torch_allocated_bytes', text) > 50e6  # RSS of a torch process
+        assert value('probed_torch_reserved_bytes', text) is None  # CPU: absent, not a false 0
+        assert value('probed_torch_dropped_total', text) == 0
     finally:
         job.close()
         d.close()
@@ -371,8 +376,13 @@ def test_torch_panels_of_the_grafana_dashboard_in_prometheus():
                     target['expr'].replace('$__rate_interval', '5s')
                     .replace('$instance', '.+').replace('$pid', '.+'))
         step = exprs[('Torch step time', 'A')]
-        wait_for(lambda: prom.query(step), timeout=30, what='the mean step time')
-        mean = float(prom.query(step)[0]['value'][1])
+
+        def mean_step():
+            """The panel's value once two scrapes saw steps (before, 0/0 is NaN)."""
+            result = prom.query(step)
+            value = float(result[0]['value'][1]) if result else 0.0
+            return value if value > 0 else None  # NaN > 0 is False
+        mean = wait_for(mean_step, timeout=30, what='the mean step time')
         own = d.rows("SELECT avg(duration) FROM torch_step_times WHERE pid = %d"
                      % job.pid)[0][0]
         assert 0.3 * own < mean < 3 * own, (mean, own)
