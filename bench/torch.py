@@ -4,7 +4,7 @@
 usage: bench/torch.py [--build DIR] [--window S] [--rounds N] [--every 1,10] [--models mlp,...]
 
 For each model of tests/targets/torchjob.py (a small MLP; an embedding + transformer block +
-head at dim 64, the tests' model, and at dim 256), one training job runs without end under a
+head at dim 64, the tests' model, and at dim 128), one training job runs without end under a
 real probed, attached (sampled at 100 Hz throughout, so that sampling costs the same in every
 window). Windows of S seconds alternate: trace off (the baseline), trace on with --every N,
 off, on, ... (ABAB, so that a drift of the machine falls on both). Each step's time comes
@@ -99,7 +99,7 @@ def main():
     ap.add_argument('--window', type=float, default=1.0)
     ap.add_argument('--rounds', type=int, default=15)
     ap.add_argument('--every', default='1,10')
-    ap.add_argument('--models', default='mlp,transformer,transformer-256')
+    ap.add_argument('--models', default='mlp,transformer,transformer-128')
     args = ap.parse_args()
     os.environ['PROBED_BUILD'] = os.path.abspath(args.build)
     conftest.BUILD = os.environ['PROBED_BUILD']

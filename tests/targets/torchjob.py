@@ -1,9 +1,9 @@
 """A real PyTorch job (Debian's python3-torch) for the torch trace tests and benchmark.
 
     torchjob.py MODEL MODE EPOCHS STEPS GO_FILE LOG_FILE
-      MODEL  mlp | inplace | transformer | transformer-256 (a small MLP; one with BatchNorm
+      MODEL  mlp | inplace | transformer | transformer-128 (a small MLP; one with BatchNorm
              and in-place ReLUs; an embedding + one pre-norm transformer block + a head, dim
-             64 on 8x16 tokens, or dim 256 on 8x64 tokens; on random data)
+             64 on 8x16 tokens, or dim 128 on 8x32 tokens; on random data)
       MODE   train (SGD steps: zero_grad, forward, loss, backward, step) | infer (no_grad
              forward calls, no optimizer)
       GO_FILE  the loop waits (sleeping, no module called) until this file exists, so that a
@@ -80,7 +80,7 @@ class TinyTransformer(nn.Module):
 def batch(model_name):
     if model_name in ('mlp', 'inplace'):
         return torch.randn(32, 64), torch.randint(0, 10, (32,))
-    seq = 64 if model_name == 'transformer-256' else 16
+    seq = 32 if model_name == 'transformer-128' else 16
     tokens = torch.randint(0, 100, (8, seq))
     return tokens, torch.randint(0, 100, (8 * seq,))
 
@@ -117,7 +117,7 @@ def infer(model, model_name, epochs, steps, log):
 def main():
     model_name, mode, epochs, steps, go, log_path = sys.argv[1:7]
     model = {'mlp': MLP, 'inplace': InPlace, 'transformer': TinyTransformer,
-             'transformer-256': lambda: TinyTransformer(dim=256, heads=8)}[model_name]()
+             'transformer-128': lambda: TinyTransformer(dim=128, heads=4)}[model_name]()
     print('READY ' + json.dumps({'pid': os.getpid()}))
     sys.stdout.flush()
     while not os.path.exists(go):
