@@ -111,25 +111,15 @@ static bool rows_ok(json_t *rows)
 }
 
 /* The JSON line allocs.py printed, checked; else an error status and body. */
-static int parse_reply(const struct allocs_request *rq, json_t *eval_body, json_t **ret)
+/* What allocs.py printed, checked: its rows' shape, and its refusal ("error"). */
+static int check_reply(const struct allocs_request *rq, json_t *result, json_t **ret)
 {
-    const char *status = json_string_value(json_object_get(eval_body, "status"));
-    const char *output = json_string_value(json_object_get(eval_body, "output"));
     char msg[600];
-    json_t *result;
+    json_t *rows = json_object_get(result, "rows");
 
-    if (!status || strcmp(status, "ok") != 0) {
-        snprintf(msg, sizeof(msg), "pid %d: tracemalloc failed (%s): %.400s", (int)rq->pid,
-                 status ? status : "?", output ? output : "");
-        *ret = error_body(502, msg);
-        return 502;
-    }
-    result = output ? json_loads(output, 0, NULL) : NULL;
-    if (!json_is_object(result) ||
-        (json_object_get(result, "rows") && !rows_ok(json_object_get(result, "rows")))) {
+    if (rows && !rows_ok(rows)) {
+        snprintf(msg, sizeof(msg), "pid %d: unexpected rows from tracemalloc", (int)rq->pid);
         json_decref(result);
-        snprintf(msg, sizeof(msg), "pid %d: unexpected reply from tracemalloc: %.400s",
-                 (int)rq->pid, output ? output : "");
         *ret = error_body(502, msg);
         return 502;
     }
@@ -152,7 +142,7 @@ int allocs_run(struct stubctl *sc, const char *db_path, const struct allocs_requ
                               .kind = STUB_RUN,
                               .timeout_ms = ALLOCS_TIMEOUT_MS,
                               .mode = "allocations"};
-    json_t *eval_body = NULL, *result = NULL;
+    json_t *result = NULL;
     int64_t ts_ns = real_ns();
     char *code = script(rq), err[600];
     int status;
@@ -162,16 +152,12 @@ int allocs_run(struct stubctl *sc, const char *db_path, const struct allocs_requ
         return 500;
     }
     ev.code = code;
-    status = eval_run(sc, db_path, &ev, &eval_body);
+    status = eval_json(sc, db_path, &ev, "tracemalloc", &result);
     free(code);
     if (rq->action == ALLOCS_OFF) /* also when the process is gone */
         remember_tracking(db_path, rq->target_id, false);
-    if (status != 200) {
-        *ret_body = eval_body;
-        return status;
-    }
-    status = parse_reply(rq, eval_body, &result);
-    json_decref(eval_body);
+    if (status == 200)
+        status = check_reply(rq, result, &result);
     if (status != 200) {
         *ret_body = result;
         return status;

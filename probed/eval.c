@@ -156,3 +156,34 @@ int eval_run(struct stubctl *sc, const char *db_path, const struct eval_request 
     free(res.text);
     return *ret_body ? 200 : 500;
 }
+
+int eval_json(struct stubctl *sc, const char *db_path, const struct eval_request *rq,
+              const char *what, json_t **ret_body)
+{
+    json_t *eval_body = NULL, *result;
+    const char *status, *output;
+    char msg[700];
+    int code = eval_run(sc, db_path, rq, &eval_body);
+
+    if (code != 200) {
+        *ret_body = eval_body;
+        return code;
+    }
+    status = json_string_value(json_object_get(eval_body, "status"));
+    output = json_string_value(json_object_get(eval_body, "output"));
+    result = status && strcmp(status, "ok") == 0 && output ? json_loads(output, 0, NULL) : NULL;
+    if (!json_is_object(result)) {
+        if (!status || strcmp(status, "ok") != 0)
+            snprintf(msg, sizeof(msg), "pid %d: %s failed (%s): %.500s", (int)rq->pid, what,
+                     status ? status : "?", output ? output : "");
+        else
+            snprintf(msg, sizeof(msg), "pid %d: unexpected reply from %s: %.500s", (int)rq->pid,
+                     what, output ? output : "");
+        json_decref(result);
+        result = error_body(502, msg);
+        code = 502;
+    }
+    json_decref(eval_body);
+    *ret_body = result;
+    return code;
+}

@@ -34,4 +34,11 @@ struct eval_request {
 int eval_run(struct stubctl *sc, const char *db_path, const struct eval_request *rq,
              json_t **ret_body);
 
+/* Runs @rq, whose code (probed's own: allocs.py, torchtrace.py) prints one JSON object, and
+ * returns that object in *ret_body with 200; else the status and an error body that names
+ * @what: the eval's own failure, the code's exception, or output that is not a JSON object
+ * (502). */
+int eval_json(struct stubctl *sc, const char *db_path, const struct eval_request *rq,
+              const char *what, json_t **ret_body);
+
 #endif

@@ -255,38 +255,22 @@ static void remember_tracing(const char *db_path, const struct torch_request *rq
 
 /* ---- running ---- */
 
-/* The JSON line torchtrace.py printed, checked; else an error status and body. */
-static int parse_reply(const struct torch_request *rq, json_t *eval_body, json_t **ret)
+/* torchtrace.py's refusal ("error"): torch not loaded (422), or the trace off (409). */
+static int check_reply(const struct torch_request *rq, json_t *result, json_t **ret)
 {
-    const char *status = json_string_value(json_object_get(eval_body, "status"));
-    const char *output = json_string_value(json_object_get(eval_body, "output"));
-    json_t *result, *error;
+    json_t *error = json_object_get(result, "error");
     char msg[700];
+    int code;
 
-    if (!status || strcmp(status, "ok") != 0) {
-        snprintf(msg, sizeof(msg), "pid %d: the torch trace failed (%s): %.500s", (int)rq->pid,
-                 status ? status : "?", output ? output : "");
-        *ret = error_body(502, msg);
-        return 502;
+    if (!json_is_string(error)) {
+        *ret = result;
+        return 200;
     }
-    result = output ? json_loads(output, 0, NULL) : NULL;
-    if (!json_is_object(result)) {
-        json_decref(result);
-        snprintf(msg, sizeof(msg), "pid %d: unexpected reply from the torch trace: %.400s",
-                 (int)rq->pid, output ? output : "");
-        *ret = error_body(502, msg);
-        return 502;
-    }
-    error = json_object_get(result, "error");
-    if (json_is_string(error)) {
-        int code = json_is_true(json_object_get(result, "no_torch")) ? 422 : 409;
-        snprintf(msg, sizeof(msg), "pid %d: %s", (int)rq->pid, json_string_value(error));
-        json_decref(result);
-        *ret = error_body(code, msg);
-        return code;
-    }
-    *ret = result;
-    return 200;
+    code = json_is_true(json_object_get(result, "no_torch")) ? 422 : 409;
+    snprintf(msg, sizeof(msg), "pid %d: %s", (int)rq->pid, json_string_value(error));
+    json_decref(result);
+    *ret = error_body(code, msg);
+    return code;
 }
 
 /* Adds what the daemon's counters need (Prometheus) from a drain's steps and records. */
@@ -319,7 +303,7 @@ static int run_once(struct stubctl *sc, const char *db_path, const struct torch_
                               .timeout_ms = TORCH_TIMEOUT_MS,
                               .mode = "torch",
                               .unaudited = rq->action == TORCH_DRAIN};
-    json_t *eval_body = NULL, *result = NULL;
+    json_t *result = NULL;
     char *code = script(rq), *audit = audit_text(rq), err[600];
     int status;
 
@@ -331,15 +315,11 @@ static int run_once(struct stubctl *sc, const char *db_path, const struct torch_
     }
     ev.code = code;
     ev.audit_code = audit;
-    status = eval_run(sc, db_path, &ev, &eval_body);
+    status = eval_json(sc, db_path, &ev, "the torch trace", &result);
     free(code);
     free(audit);
-    if (status != 200) {
-        *ret = eval_body;
-        return status;
-    }
-    status = parse_reply(rq, eval_body, &result);
-    json_decref(eval_body);
+    if (status == 200)
+        status = check_reply(rq, result, &result);
     if (status != 200) {
         *ret = result;
         return status;
