@@ -84,7 +84,7 @@ class Tracer:
         self.sampled = True
         self.opt_seen = False
         self.roots = set()  # ids of top-level modules called during this step
-        self.stacks = {}  # thread ident -> [(module, name, start_ns)] of forwards running
+        self.stacks = {}  # thread ident -> [(module, start perf ns or 0)] of forwards running
         self.names = {}  # id(module) -> (weak reference, qualified name)
         self.records = collections.deque()
         self.variables = collections.deque()
@@ -99,7 +99,7 @@ class Tracer:
         self.nodes = {}  # id(autograd node) -> (node, [(is_end, span)]): prehooks this step
         self.pass_ends = []  # spans that end with the backward pass
         self.cuda = False
-        self.mem = (0, None, None)  # (perf ns read, allocated MB, reserved MB)
+        self.mem = (0, None, None)  # (perf ns read, allocated KB, reserved KB)
         self.statm = os.open('/proc/self/statm', os.O_RDONLY | os.O_CLOEXEC)
         self.page_kb = os.sysconf('SC_PAGE_SIZE') >> 10
         self.handles = []  # the optimizer's
