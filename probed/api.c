@@ -208,6 +208,19 @@ static int authorise_pid(struct evhttp_request *req, const struct peer *p, pid_t
 
 /* ---- targets ---- (handlers return the status sent; 0 when a worker replies later) */
 
+static json_t *torch_json(const struct target_torch *tt)
+{
+    json_t *j =
+        json_pack("{s:b, s:I, s:f, s:I}", "tracing", tt->tracing, "steps", (json_int_t)tt->steps,
+                  "step_seconds", tt->step_seconds, "dropped", (json_int_t)tt->dropped);
+
+    if (tt->has_memory)
+        json_object_set_new(j, "allocated_mb", json_real(tt->allocated_mb));
+    if (tt->has_reserved)
+        json_object_set_new(j, "reserved_mb", json_real(tt->reserved_mb));
+    return j;
+}
+
 static json_t *target_json(const struct target *t)
 {
     json_t *j = json_pack(
@@ -228,6 +241,8 @@ static json_t *target_json(const struct target *t)
         json_object_set_new(j, "world_size", json_integer(t->world_size));
     if (t->end_reason[0])
         json_object_set_new(j, "end_reason", json_string(t->end_reason));
+    if (t->torch.on) /* the torch trace's totals (torchtrace.h) */
+        json_object_set_new(j, "torch", torch_json(&t->torch));
     if (t->usage_ns) /* the meter's latest reading (meter.h) */
         json_object_set_new(
             j, "usage",
@@ -426,9 +441,9 @@ static void torch_done(struct api *a, const struct job *j)
 
     if (t)
         t->busy = false;
-    if (j->status == 200)
-        sampler__add_torch(a->sampler, j->torch.target_id, &j->drained,
-                           (uint64_t)json_integer_value(json_object_get(j->body, "dropped")));
+    sampler__add_torch(a->sampler, j->torch.target_id, j->status == 200 ? &j->drained : NULL,
+                       (uint64_t)json_integer_value(json_object_get(j->body, "dropped")),
+                       j->status == 200 && tracing);
     if (j->status == 200 && tracing && !t && a->n_tracked < TRACKED_MAX) {
         t = &a->tracked[a->n_tracked++];
         *t = (struct tracked){

@@ -423,13 +423,16 @@ void sampler__set_usage(struct sampler *s, int64_t target_id, const struct proc_
 }
 
 void sampler__add_torch(struct sampler *s, int64_t target_id, const struct torch_drained *d,
-                        uint64_t dropped)
+                        uint64_t dropped, bool tracing)
 {
     lock_from_outside(s);
     for (size_t i = 0; i < s->n_targets; i++) {
         struct target_torch *tt = &s->targets[i]->torch;
         if (s->targets[i]->id != target_id)
             continue;
+        tt->tracing = tracing;
+        if (!d)
+            continue; /* the drains stopped: only tracing changes */
         tt->on = true;
         tt->steps += d->steps;
         tt->step_seconds += d->step_seconds;

@@ -60,9 +60,10 @@ struct target *sampler__remove(struct sampler *s, pid_t pid);
 
 /* The meter's latest reading of the target with id @target_id (if still listed). */
 /* Adds a torch trace drain to @target_id's totals (torchtrace.h); @dropped: the target's
- * count so far. */
+ * count so far; @tracing: whether the trace is still on. @d NULL: the drains stopped, only
+ * @tracing is set. */
 void sampler__add_torch(struct sampler *s, int64_t target_id, const struct torch_drained *d,
-                        uint64_t dropped);
+                        uint64_t dropped, bool tracing);
 void sampler__set_usage(struct sampler *s, int64_t target_id, const struct proc_usage *u,
                         int64_t ts_ns);
 /* config sample_rate changed: targets attached at the default rate now sample at @hz. */

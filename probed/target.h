@@ -36,6 +36,7 @@ struct target_stats {
 /* The torch trace of a target, as its drains reported it (for /metrics). */
 struct target_torch {
     bool on;             /* a drain came */
+    bool tracing;        /* the trace was on at the last drain (off, or the drains stopped) */
     uint64_t steps;      /* steps with a wall time */
     double step_seconds; /* their sum */
     uint64_t dropped;    /* records the target could not buffer */

@@ -25,21 +25,24 @@
 static void print_target(json_t *t)
 {
     json_t *st = json_object_get(t, "stats");
+    bool torch = json_is_true(json_object_get(json_object_get(t, "torch"), "tracing"));
+    char mode[32];
 
-    printf("%-8lld %-9s %-7lld %-8s %-10lld %-6lld %-7s %s\n",
+    snprintf(mode, sizeof(mode), "%s%s", json_string_value(json_object_get(t, "mode")),
+             torch ? "+torch" : "");
+    printf("%-8lld %-9s %-7lld %-8s %-10lld %-6lld %-12s %s\n",
            (long long)json_integer_value(json_object_get(t, "pid")),
            json_string_value(json_object_get(t, "state")),
            (long long)json_integer_value(json_object_get(t, "rate_hz")),
            json_string_value(json_object_get(t, "python_version")),
            (long long)json_integer_value(json_object_get(st, "samples")),
-           (long long)json_integer_value(json_object_get(st, "torn")),
-           json_string_value(json_object_get(t, "mode")),
+           (long long)json_integer_value(json_object_get(st, "torn")), mode,
            json_string_value(json_object_get(t, "cmdline")));
 }
 
 static void print_header(void)
 {
-    printf("%-8s %-9s %-7s %-8s %-10s %-6s %-7s %s\n", "PID", "STATE", "RATE", "PYTHON", "SAMPLES",
+    printf("%-8s %-9s %-7s %-8s %-10s %-6s %-12s %s\n", "PID", "STATE", "RATE", "PYTHON", "SAMPLES",
            "TORN", "MODE", "COMMAND");
 }
 

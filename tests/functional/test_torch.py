@@ -174,11 +174,22 @@ def test_training_loop_traced(model, modules):
                                                             re.escape(repr(logged[0]['loss']))[:8]),
                          out, re.M), out
 
+        # probectl list says the trace is on, with its totals (counted on the daemon's loop
+        # just after the rows are stored)
+        def listed():
+            return [x for x in json.loads(d.ctl('list', '--json', check=True).stdout)['targets']
+                    if x['pid'] == job.pid][0]
+        wait_for(lambda: listed()['torch']['steps'] == job.steps - 1, what='the steps counted')
+        assert listed()['torch']['tracing'] is True and listed()['torch']['dropped'] == 0
+        assert re.search(r'^%d\s+sampling .* python\+torch ' % job.pid,
+                         d.ctl('list', check=True).stdout, re.M)
+
         # off: nothing of probed's is left in torch's hook registries
         assert hooks_left(d, job.pid) == ['1', '1', '0', ON_STEP_CODE, 'False']
         out = d.ctl('torch', job.pid, 'off', check=True).stdout
         assert 'torch trace off, every hook removed (%d steps seen' % job.steps in out, out
         assert hooks_left(d, job.pid) == ['0', '0', '0', 'Optimizer._optimizer_step_code', 'True']
+        assert listed()['torch']['tracing'] is False and listed()['mode'] == 'python'
         # on and off were audited, the drains (the daemon's own) were not
         assert d.rows("SELECT code FROM evals WHERE mode = 'torch' ORDER BY ts_ns") == [
             ["torch on --every 1 --exprs 'loss@train,epoch@train'"], ['torch off']]
