@@ -740,7 +740,26 @@ static int eval_post(struct api *a, struct evhttp_request *req, const struct pee
     return status;
 }
 
-/* ---- allocation tracking ---- */
+/* ---- allocation tracking and the torch trace ---- */
+
+/* A body's "pid" when it is one, else 0. */
+static pid_t pid_of(json_t *jpid)
+{
+    json_int_t v = json_integer_value(jpid);
+
+    return json_is_integer(jpid) && v > 0 && v <= 0x7fffffff ? (pid_t)v : 0;
+}
+
+/* The index of a body's "action" in @actions, or -1. */
+static int action_of(json_t *jaction, const char *const *actions, int n)
+{
+    const char *action = json_string_value(jaction);
+
+    for (int i = 0; action && i < n; i++)
+        if (strcmp(action, actions[i]) == 0)
+            return i;
+    return -1;
+}
 
 struct sampling_ctx {
     pid_t pid;
@@ -769,7 +788,6 @@ static int allocs_post(struct api *a, struct evhttp_request *req, const struct p
 {
     static const char *const actions[] = {"on", "snapshot", "off"};
     json_t *body = body_json(req), *jpid, *jtop;
-    const char *action;
     struct job *j;
     int64_t target_id;
     int k = -1, top;
@@ -779,16 +797,10 @@ static int allocs_post(struct api *a, struct evhttp_request *req, const struct p
         return 0;
     jpid = json_object_get(body, "pid");
     jtop = json_object_get(body, "top");
-    action = json_string_value(json_object_get(body, "action"));
-    for (int i = 0; action && i < 3; i++)
-        if (strcmp(action, actions[i]) == 0)
-            k = i;
+    k = action_of(json_object_get(body, "action"), actions, 3);
     top = !jtop ? 20 : json_is_integer(jtop) ? (int)json_integer_value(jtop) : -1;
-    pid = json_is_integer(jpid) && json_integer_value(jpid) > 0 &&
-                  json_integer_value(jpid) <= 0x7fffffff
-              ? (pid_t)json_integer_value(jpid)
-              : 0;
-    json_decref(body); /* jpid, jtop and action die with it */
+    pid = pid_of(jpid);
+    json_decref(body); /* jpid and jtop die with it */
     if (!pid || k < 0 || top < 1 || top > 1000)
         return reply_error(req, 400,
                            "expected {\"pid\": int, \"action\": \"on\"|\"snapshot\"|\"off\","
@@ -822,7 +834,6 @@ static int torch_post(struct api *a, struct evhttp_request *req, const struct pe
 {
     static const char *const actions[] = {"on", "drain", "off"};
     json_t *body = body_json(req), *jpid, *jevery, *jexprs;
-    const char *action;
     char *exprs = NULL, why[400];
     struct tracked *t;
     struct job *j;
@@ -835,18 +846,12 @@ static int torch_post(struct api *a, struct evhttp_request *req, const struct pe
     jpid = json_object_get(body, "pid");
     jevery = json_object_get(body, "every");
     jexprs = json_object_get(body, "exprs");
-    action = json_string_value(json_object_get(body, "action"));
-    for (int i = 0; action && i < 3; i++)
-        if (strcmp(action, actions[i]) == 0)
-            k = i;
+    k = action_of(json_object_get(body, "action"), actions, 3);
     every = !jevery ? 1 : json_is_integer(jevery) ? json_integer_value(jevery) : -1;
-    pid = json_is_integer(jpid) && json_integer_value(jpid) > 0 &&
-                  json_integer_value(jpid) <= 0x7fffffff
-              ? (pid_t)json_integer_value(jpid)
-              : 0;
+    pid = pid_of(jpid);
     if (json_is_string(jexprs) || !jexprs)
         exprs = strdup(jexprs ? json_string_value(jexprs) : "");
-    json_decref(body); /* jpid, jevery, jexprs and action die with it */
+    json_decref(body); /* jpid, jevery and jexprs die with it */
     if (!pid || k < 0 || every < 1 || every > 1000000 || !exprs) {
         free(exprs);
         return reply_error(req, 400,
