@@ -59,14 +59,18 @@ struct api {
     int listen_fd;
     bool serving; /* evhttp owns listen_fd */
 
-    /* --children: a timer looks for new descendants of the targets that follow them; pids
-     * found not to be Python (pid + start time) are not tried again */
+    /* --children: a timer looks for new descendants of the targets that follow them; a
+     * process found not to be Python is not tried again while it runs the same executable
+     * (pid + start time + the executable's inode: `sh -c 'exec python ...'` keeps pid and
+     * start time); a ring, the oldest forgotten */
     struct event *follow_timer;
-    struct {
+    struct not_python {
         pid_t pid;
         int64_t start_time;
+        dev_t exe_dev;
+        ino_t exe_ino;
     } not_python[FOLLOW_MAX];
-    size_t n_not_python;
+    size_t n_not_python, next_not_python;
 
     /* allocation tracking on (allocs.h): snapshots every allocation_interval; the torch trace
      * on (torchtrace.h): drains every second; loop thread */
@@ -1077,11 +1081,29 @@ static void collect_followed(const struct target *t, void *ctx)
     }
 }
 
-static bool known_not_python(struct api *a, pid_t pid, int64_t start)
+/* @pid's identity for the not-Python list; false when it is gone. */
+static bool identify(pid_t pid, struct not_python *id)
 {
-    for (size_t i = 0; i < a->n_not_python; i++)
-        if (a->not_python[i].pid == pid && a->not_python[i].start_time == start)
+    char path[64];
+    struct stat st;
+
+    snprintf(path, sizeof(path), "/proc/%d/exe", (int)pid);
+    if (procfs_start_time(pid, &id->start_time) < 0 || stat(path, &st) < 0)
+        return false;
+    id->pid = pid;
+    id->exe_dev = st.st_dev;
+    id->exe_ino = st.st_ino;
+    return true;
+}
+
+static bool known_not_python(struct api *a, const struct not_python *id)
+{
+    for (size_t i = 0; i < a->n_not_python; i++) {
+        const struct not_python *k = &a->not_python[i];
+        if (k->pid == id->pid && k->start_time == id->start_time && k->exe_dev == id->exe_dev &&
+            k->exe_ino == id->exe_ino)
             return true;
+    }
     return false;
 }
 
@@ -1090,21 +1112,20 @@ static void follow_child(struct api *a, const struct followed *f, size_t i, pid_
 {
     struct pyf_err e = {0};
     struct target *t = NULL;
-    int64_t start;
+    struct not_python id;
     char path[64];
     struct stat st;
 
     snprintf(path, sizeof(path), "/proc/%d", (int)child);
-    if (procfs_start_time(child, &start) < 0 || known_not_python(a, child, start) ||
-        stat(path, &st) < 0 || st.st_uid != f->uid[i])
+    if (!identify(child, &id) || known_not_python(a, &id) || stat(path, &st) < 0 ||
+        st.st_uid != f->uid[i])
         return;
     if (target_new(child, f->rate[i], &t, &e) < 0) {
         if (e.kind == PYF_NOT_PYTHON || e.kind == PYF_UNSUPPORTED) {
-            size_t k = a->n_not_python++ % FOLLOW_MAX; /* a ring: the oldest is forgotten */
-            a->not_python[k].pid = child;
-            a->not_python[k].start_time = start;
-            if (a->n_not_python > FOLLOW_MAX)
-                a->n_not_python = FOLLOW_MAX;
+            a->not_python[a->next_not_python] = id;
+            a->next_not_python = (a->next_not_python + 1) % FOLLOW_MAX;
+            if (a->n_not_python < FOLLOW_MAX)
+                a->n_not_python++;
         }
         return;
     }
