@@ -10,8 +10,10 @@
  * that thread, or on the main thread through a pending call; an interrupt request raises
  * KeyboardInterrupt in the thread running a session's code.
  *
- * The C API is resolved at run time (dlsym), so one build serves every CPython from 3.6 on
- * and the stub links against no libpython. The Python half (bootstrap.py) is built in.
+ * The C API is resolved at run time (dlsym, capi.h), so one build serves every CPython from
+ * 3.6 on and the stub links against no libpython. The Python half (bootstrap.py) is built in.
+ * Once Python is usable, the torch trace's hot path (torchhot.c) is published as the module
+ * _probed_stub; it does nothing until the daemon turns a trace on.
  *
  * Memory: one struct stub for the life of the process (it cannot be unloaded: a request may
  * still be running). Failure: a request that cannot run gets STUB_ERROR and a message; the
@@ -39,39 +41,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "capi.h"
 #include "stub_proto.h"
+#include "torchhot.h"
 
 extern const char stub_bootstrap_py[]; /* bootstrap.py, embedded at build time */
-
-typedef struct _object PyObject;
-
-/* The part of the C API the stub uses: exported by every CPython 3.6+. */
-struct capi {
-    int (*Py_IsInitialized)(void);
-    int (*PyGILState_Ensure)(void);
-    void (*PyGILState_Release)(int);
-    int (*Py_AddPendingCall)(int (*)(void *), void *);
-    PyObject *(*PyRun_StringFlags)(const char *, int, PyObject *, PyObject *, void *);
-    PyObject *(*PyDict_New)(void);
-    PyObject *(*PyDict_GetItemString)(PyObject *, const char *);
-    int (*PyDict_SetItemString)(PyObject *, const char *, PyObject *);
-    PyObject *(*PyEval_GetBuiltins)(void);
-    PyObject *(*PyUnicode_FromStringAndSize)(const char *, ssize_t);
-    const char *(*PyUnicode_AsUTF8AndSize)(PyObject *, ssize_t *);
-    PyObject *(*PyLong_FromUnsignedLong)(unsigned long);
-    PyObject *(*PyObject_CallFunctionObjArgs)(PyObject *, ...);
-    PyObject *(*PyTuple_GetItem)(PyObject *, ssize_t);
-    int (*PyObject_IsTrue)(PyObject *);
-    void (*Py_DecRef)(PyObject *);
-    void (*PyErr_Print)(void);
-    int (*PyThreadState_SetAsyncExc)(unsigned long, PyObject *);
-    PyObject **PyExc_KeyboardInterrupt;
-    /* 3.6 only creates the GIL when a second thread first needs it: */
-    int (*PyEval_ThreadsInitialized)(void); /* optional */
-    void (*PyEval_InitThreads)(void);       /* optional */
-};
-
-#define PY_FILE_INPUT 257 /* Py_file_input in every version */
 
 /* What runs a request on the main thread (a pending call) and its waiter share. */
 struct main_job {
@@ -101,6 +75,7 @@ struct stub {
     bool ready;
     bool threads_requested;   /* 3.6: the main thread was asked to make the GIL */
     PyObject *run, *complete; /* bootstrap.py's _run and _complete */
+    struct torch_hot torch;   /* the torch trace's hot path (module _probed_stub) */
     pthread_mutex_t lock;     /* ready, init_error, running */
     struct running running[RUNNING_MAX];
 };
@@ -141,21 +116,49 @@ static int resolve_api(struct capi *api, char *err, size_t errlen)
         S(PyGILState_Ensure),
         S(PyGILState_Release),
         S(Py_AddPendingCall),
+        S(PyEval_SaveThread),
+        S(PyEval_RestoreThread),
         S(PyRun_StringFlags),
         S(PyDict_New),
+        S(PyDict_GetItem),
         S(PyDict_GetItemString),
+        S(PyDict_SetItem),
         S(PyDict_SetItemString),
+        S(PyDict_Clear),
         S(PyEval_GetBuiltins),
+        S(PyImport_GetModuleDict),
+        S(PyModule_New),
+        S(PyCFunction_NewEx),
         S(PyUnicode_FromStringAndSize),
         S(PyUnicode_AsUTF8AndSize),
         S(PyLong_FromUnsignedLong),
-        S(PyObject_CallFunctionObjArgs),
+        S(PyLong_FromLongLong),
+        S(PyLong_AsLongLong),
+        S(PyLong_FromVoidPtr),
+        S(PyTuple_New),
+        S(PyTuple_SetItem),
         S(PyTuple_GetItem),
+        S(PyTuple_Size),
+        S(PyList_GetItem),
+        S(PyList_Size),
+        S(PyObject_CallFunctionObjArgs),
+        S(PyObject_GetAttrString),
+        S(PyObject_SetAttrString),
+        S(PyObject_IsInstance),
         S(PyObject_IsTrue),
+        S(Py_IncRef),
         S(Py_DecRef),
+        S(PyErr_Occurred),
+        S(PyErr_Clear),
         S(PyErr_Print),
+        S(PyErr_SetString),
         S(PyThreadState_SetAsyncExc),
         S(PyExc_KeyboardInterrupt),
+        S(PyExc_RuntimeError),
+        S(_Py_NoneStruct),
+        S(_Py_TrueStruct),
+        S(PyTuple_Type),
+        S(PyList_Type),
 #undef S
         {"PyEval_ThreadsInitialized", offsetof(struct capi, PyEval_ThreadsInitialized), true},
         {"PyEval_InitThreads", offsetof(struct capi, PyEval_InitThreads), true},
@@ -221,7 +224,9 @@ static int load_bootstrap(struct stub *s, char *err, size_t errlen)
         s->run = api->PyDict_GetItemString(ns, "_run");
         s->complete = api->PyDict_GetItemString(ns, "_complete");
         ret = s->run && s->complete ? 0 : fail(err, errlen, "bootstrap.py defines no _run");
-        api->Py_DecRef(r); /* ns stays alive: it holds the functions */
+        if (ret == 0 && torch_hot_register(&s->torch, api) < 0)
+            api->PyErr_Clear(); /* eval works without it; the torch trace says it is missing */
+        api->Py_DecRef(r);      /* ns stays alive: it holds the functions */
     } else {
         api->PyErr_Print();
         fail(err, errlen, "bootstrap.py failed to run (its traceback went to the target's stderr)");

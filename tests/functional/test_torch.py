@@ -277,6 +277,34 @@ def test_in_place_activations_after_batchnorm():
         d.close()
 
 
+def test_dataloader_workers_forked_while_tracing():
+    """A DataLoader's workers are forks of the traced job, with the trace's hooks in them, and
+    run a module per item (as torchvision's transforms do): they must run and exit as
+    untraced, the job finish, and only the job's own modules be recorded."""
+    d = Daemon()
+    job = Job('mlp', 'train-loader', 3, 6)
+    try:
+        d.ctl('torch', job.pid, 'on', check=True)
+        job.start()
+        job.wait_done()
+        drained(d, job.pid, job.steps)
+        workers = subprocess.run(['pgrep', '-P', str(job.pid)], stdout=subprocess.PIPE,
+                                 universal_newlines=True).stdout.split()
+        assert workers == [], 'workers left: %s' % workers  # each epoch's exited
+        assert len(job.logged()) == job.steps
+        rows = d.rows("SELECT step, module, stage FROM torch_trace WHERE pid = %d" % job.pid)
+        assert {r[0] for r in rows} == set(range(job.steps))
+        assert {(r[1], r[2]) for r in rows} == {(m, s) for m in MLP_MODULES
+                                                for s in ('forward', 'backward')} | {
+                                                    ('SGD', 'step')}
+        assert len(rows) == job.steps * (2 * len(MLP_MODULES) + 1), len(rows)
+        status, reply = d.api('POST', '/v1/torch', {'pid': job.pid, 'action': 'drain'})
+        assert status == 200 and reply['errors'] == 0 and reply['dropped'] == 0, reply
+    finally:
+        job.close()
+        d.close()
+
+
 def test_every_nth_step():
     d = Daemon()
     job = Job('mlp', 'train', 2, 10)

@@ -5,7 +5,9 @@
              and in-place ReLUs; an embedding + one pre-norm transformer block + a head, dim
              64 on 8x16 tokens, or dim 128 on 8x32 tokens; on random data)
       MODE   train (SGD steps: zero_grad, forward, loss, backward, step) | infer (no_grad
-             forward calls, no optimizer)
+             forward calls, no optimizer) | train-loader (train, the mlp's batches from a
+             DataLoader whose two forked workers run a module for each item, as torchvision's
+             transforms do: they inherit the trace's hooks)
       GO_FILE  the loop waits (sleeping, no module called) until this file exists, so that a
                test can turn the trace on first
       LOG_FILE one JSON line per step: {"step": global index from 0, "loss": float, "t": s}
@@ -85,13 +87,33 @@ def batch(model_name):
     return tokens, torch.randint(0, 100, (8 * seq,))
 
 
-def train(model, model_name, epochs, steps, log):
+class Features(torch.utils.data.Dataset):
+    """Items made by a module, in the DataLoader's worker processes."""
+
+    def __init__(self, n):
+        self.n = n
+        self.transform = nn.Linear(64, 64)
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        with torch.no_grad():
+            return self.transform(torch.randn(64)), i % 10
+
+
+def batches(model_name, steps, loader):
+    if loader is None:
+        return (batch(model_name) for _ in range(steps))
+    return iter(loader)
+
+
+def train(model, model_name, epochs, steps, log, loader=None):
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loss_fn = nn.CrossEntropyLoss()
     step = 0
     for epoch in range(epochs):
-        for i in range(steps):
-            x, y = batch(model_name)
+        for x, y in batches(model_name, steps, loader):
             opt.zero_grad()
             out = model(x)
             loss = loss_fn(out.reshape(-1, out.shape[-1]), y)
@@ -123,7 +145,14 @@ def main():
     while not os.path.exists(go):
         time.sleep(0.02)
     with open(log_path, 'w', buffering=1) as log:  # a line per step, as it happens
-        (train if mode == 'train' else infer)(model, model_name, int(epochs), int(steps), log)
+        if mode == 'train-loader':
+            loader = torch.utils.data.DataLoader(Features(32 * int(steps)), batch_size=32,
+                                                 num_workers=2,
+                                                 multiprocessing_context='fork')
+            train(model, model_name, int(epochs), int(steps), log, loader)
+        else:
+            (train if mode == 'train' else infer)(model, model_name, int(epochs), int(steps),
+                                                  log)
     print('DONE')
     sys.stdout.flush()
     while True:
