@@ -42,6 +42,7 @@ MAX_RECORDS = 200000  # buffered while the daemon does not drain; then counted a
 MAX_DRAIN = 20000  # records per drain; the daemon asks again when more are left
 RSS_EVERY_NS = 50000000  # RSS (CPU) at step boundaries, at most every 50 ms (a 10-20 us read)
 STAGE_STEP = 2  # torchhot.c's stages: forward, backward, step
+CO_OPTIMIZED = 0x1  # a function's code: its locals are fast locals, f_locals a copy
 _now = time.perf_counter_ns
 
 _tracer = None
@@ -290,19 +291,27 @@ class Tracer:
         _hot.torch_step(self.step, int(self.sampled), mem[1], mem[2])
 
     def read_variables(self, now):
-        """Each tracked name, read in the innermost live frame of its function on this thread."""
-        frames = []
-        f = sys._getframe(1)
-        while f is not None:
-            frames.append(f)
-            f = f.f_back
+        """Each tracked name, read in the innermost live frame of its function on this thread.
+        Before 3.13 a function frame's f_locals is a snapshot dict kept on the frame, holding
+        every local until it is read again: the last step's output, loss and graph would stay
+        alive through the next step (on a GPU, a second copy of the logits). So the snapshot is
+        emptied once read (locals() and debuggers fill it again first); 3.13's is a view."""
+        wanted = {}
         for name, function in self.exprs:
-            for f in frames:
-                if f.f_code.co_name == function:
-                    if name in f.f_locals and len(self.variables) < MAX_RECORDS:
-                        self.variables.append((self.step, now + self.offset_ns, function, name,
-                                               _plain(f.f_locals[name])))
-                    break
+            wanted.setdefault(function, []).append(name)
+        f = sys._getframe(1)
+        while f is not None and wanted:
+            names = wanted.pop(f.f_code.co_name, None)
+            if names is not None:
+                local = f.f_locals
+                for name in names:
+                    if name in local and len(self.variables) < MAX_RECORDS:
+                        self.variables.append((self.step, now + self.offset_ns,
+                                               f.f_code.co_name, name, _plain(local[name])))
+                if f.f_code.co_flags & CO_OPTIMIZED and type(local) is dict:
+                    local.clear()
+                del local
+            f = f.f_back
 
     # ---- the daemon's side ----
 

@@ -8,9 +8,10 @@
 #include <string.h>
 #include <time.h>
 
-#define HOT_THREADS_MAX 64        /* threads running modules at once (DataParallel: one per GPU) */
-#define HOT_DEPTH_MAX 1024        /* nested module calls timed per thread; deeper ones are not */
-#define HOT_CUDA_EVERY_NS 1000000 /* CUDA memory is read again at most once a millisecond */
+#define HOT_THREADS_MAX 64         /* threads running modules at once (DataParallel: one per GPU) */
+#define HOT_DEPTH_MAX 1024         /* nested module calls timed per thread; deeper ones are not */
+#define HOT_CUDA_EVERY_NS 1000000  /* CUDA memory is read again at most once a millisecond */
+#define GENERATION_MASK 0x7fffffff /* a node hook's key: generation << 32 | index, positive */
 
 enum hot_stage { STAGE_FORWARD, STAGE_BACKWARD, STAGE_STEP };
 static const char *const stage_names[] = {"forward", "backward", "step"};
@@ -282,7 +283,8 @@ static int64_t node_index(struct torch_hot *h, PyObject *node)
     if (!key || grow(&h->nodes, &h->cap_nodes, h->n_nodes + 1, sizeof(*h->nodes)) < 0)
         goto out;
     index = api->PyLong_FromLongLong(h->n_nodes);
-    cb_key = api->PyLong_FromLongLong((long long)h->generation << 32 | h->n_nodes);
+    cb_key =
+        api->PyLong_FromLongLong((long long)(h->generation & GENERATION_MASK) << 32 | h->n_nodes);
     cb = cb_key ? api->PyCFunction_NewEx(&node_reached_def, cb_key, NULL) : NULL;
     reg = api->PyObject_GetAttrString(node, "register_prehook");
     if (!index || !cb || !reg || api->PyDict_SetItem(h->node_ids, key, index) < 0)
@@ -430,7 +432,8 @@ static PyObject *node_reached(PyObject *self, PyObject *args)
     PyObject *r;
 
     (void)args;
-    if (!h->started || !h->active || (uint32_t)(key >> 32) != h->generation || n >= h->n_nodes)
+    if (!h->started || !h->active || (key >> 32) != (h->generation & GENERATION_MASK) ||
+        n >= h->n_nodes)
         return none(api);
     for (e = h->nodes[n].first_event; e >= 0; e = h->events[e].next) {
         int64_t s = h->events[e].span;

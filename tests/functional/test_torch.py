@@ -139,6 +139,8 @@ def test_training_loop_traced(model, modules):
         epochs = d.rows("SELECT step, value FROM torch_variables WHERE pid = %d AND"
                         " name = 'epoch' ORDER BY step" % job.pid)
         assert epochs == [[e['step'], e['epoch']] for e in logged]
+        # reading the variables kept none of the job's tensors alive past their step
+        assert not any(e['held'] for e in logged), [e['step'] for e in logged if e['held']]
 
         # step times: every step after the first (which began before tracing), close to the
         # script's own clock

@@ -10,7 +10,9 @@
              transforms do: they inherit the trace's hooks)
       GO_FILE  the loop waits (sleeping, no module called) until this file exists, so that a
                test can turn the trace on first
-      LOG_FILE one JSON line per step: {"step": global index from 0, "loss": float, "t": s}
+      LOG_FILE one JSON line per step: {"step": global index from 0, "loss": float, "t": s,
+               "held": whether the last step's output was still alive after this step's
+               forward (the trace must not keep a job's tensors alive)}
 
 Prints `READY {"pid": N}` once built, then, after the last step, `DONE` and sleeps until
 killed, so that the daemon can still drain and turn the trace off.
@@ -19,6 +21,7 @@ import json
 import os
 import sys
 import time
+import weakref
 
 import torch
 import torch.nn as nn
@@ -112,15 +115,18 @@ def train(model, model_name, epochs, steps, log, loader=None):
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loss_fn = nn.CrossEntropyLoss()
     step = 0
+    last_out = lambda: None  # noqa: E731
     for epoch in range(epochs):
         for x, y in batches(model_name, steps, loader):
             opt.zero_grad()
             out = model(x)
             loss = loss_fn(out.reshape(-1, out.shape[-1]), y)
+            held = last_out() is not None  # the last step's output, kept alive by someone
             loss.backward()
             opt.step()
+            last_out = weakref.ref(out)
             log.write(json.dumps({'step': step, 'epoch': epoch, 'loss': loss.item(),
-                                  't': time.perf_counter()}) + '\n')
+                                  'held': held, 't': time.perf_counter()}) + '\n')
             step += 1
 
 
