@@ -66,11 +66,12 @@ def _first_node(value):
 
 
 def _plain(value):
-    """A variable's value as something JSON holds: 0-d (or one-element) tensors are kept as a
-    detached copy and read as a float at drain time, off the training thread."""
+    """A variable's value as something JSON holds. A 0-d (or one-element) tensor: read now
+    when it is on the CPU; on a device, a detached copy (queued like a kernel) read at drain
+    time, off the training thread, which must never wait for the device."""
     if isinstance(value, torch.Tensor):
         if value.numel() == 1:
-            return value.detach().clone()
+            return value.item() if value.is_cpu else value.detach().clone()
         return '<Tensor %s>' % (list(value.shape),)
     if isinstance(value, (bool, int, float)):
         return value
@@ -116,7 +117,7 @@ class Tracer:
     # ---- installing and removing ----
 
     def install(self):
-        self.cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        self.cuda = torch.cuda.is_initialized() and torch.cuda.is_available()
         _hot.torch_start(self.ids, self.name_of, self.top_level, self.read_cuda, _first_node,
                          torch.is_grad_enabled,
                          torch.autograd.Variable._execution_engine.queue_callback,
@@ -282,7 +283,7 @@ class Tracer:
         if self.opt_seen and self.active:  # training: a step ends between two forwards
             self.module_hooks(self.sampled)
         self.roots.clear()
-        if not self.cuda and torch.cuda.is_available() and torch.cuda.is_initialized():
+        if not self.cuda and torch.cuda.is_initialized() and torch.cuda.is_available():
             self.cuda = True
             _hot.torch_flags(int(self.active), 1)
         mem = self.mem
