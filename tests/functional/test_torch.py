@@ -359,6 +359,25 @@ def test_inference_steps_are_top_level_calls():
         d.close()
 
 
+def test_module_names_json_must_escape():
+    """The records are written as JSON in C inside the job: names with a quote, a backslash, a
+    tab and letters outside ASCII come back into SQL exactly."""
+    d = Daemon()
+    job = Job('oddnames', 'infer', 1, 5)
+    try:
+        d.ctl('torch', job.pid, 'on', check=True)
+        job.start()
+        job.wait_done()
+        wait_for(lambda: d.rows("SELECT count(DISTINCT step) FROM torch_trace WHERE pid = %d"
+                                % job.pid)[0][0] == 5, what='5 steps')
+        names = d.rows("SELECT module, count(*) FROM torch_trace WHERE pid = %d GROUP BY module"
+                       " ORDER BY module" % job.pid)
+        assert names == [['Modèle', 5], ['fc"1\\\t', 5]], names
+    finally:
+        job.close()
+        d.close()
+
+
 def test_torch_series_in_prometheus_metrics():
     port = free_port()
     d = Daemon('--metrics', '127.0.0.1:%d' % port)

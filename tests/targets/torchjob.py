@@ -1,8 +1,8 @@
 """A real PyTorch job (Debian's python3-torch) for the torch trace tests and benchmark.
 
     torchjob.py MODEL MODE EPOCHS STEPS GO_FILE LOG_FILE
-      MODEL  mlp | inplace | transformer | transformer-128 (a small MLP; one with BatchNorm
-             and in-place ReLUs; an embedding + one pre-norm transformer block + a head, dim
+      MODEL  mlp | inplace | oddnames | transformer | transformer-128 (a small MLP; one with
+             BatchNorm and in-place ReLUs; one whose module names JSON must escape; an embedding + one pre-norm transformer block + a head, dim
              64 on 8x16 tokens, or dim 128 on 8x32 tokens; on random data)
       MODE   train (SGD steps: zero_grad, forward, loss, backward, step) | infer (no_grad
              forward calls, no optimizer) | train-loader (train, the mlp's batches from a
@@ -57,6 +57,21 @@ class InPlace(nn.Module):
         return self.fc2(self.relu(self.bn(self.fc1(x))))
 
 
+ODD_NAME = 'fc"1\\\t'  # a quote, a backslash, a tab: JSON escapes each
+
+
+class Modèle(nn.Module):
+    """Names the trace must carry through JSON as they are: a class name that is not ASCII, a
+    submodule name with characters JSON escapes."""
+
+    def __init__(self):
+        super().__init__()
+        self.add_module(ODD_NAME, nn.Linear(64, 10))
+
+    def forward(self, x):
+        return self._modules[ODD_NAME](x)
+
+
 class Block(nn.Module):
     def __init__(self, dim, heads):
         super().__init__()
@@ -83,7 +98,7 @@ class TinyTransformer(nn.Module):
 
 
 def batch(model_name):
-    if model_name in ('mlp', 'inplace'):
+    if model_name in ('mlp', 'inplace', 'oddnames'):
         return torch.randn(32, 64), torch.randint(0, 10, (32,))
     seq = 32 if model_name == 'transformer-128' else 16
     tokens = torch.randint(0, 100, (8, seq))
@@ -144,7 +159,7 @@ def infer(model, model_name, epochs, steps, log):
 
 def main():
     model_name, mode, epochs, steps, go, log_path = sys.argv[1:7]
-    model = {'mlp': MLP, 'inplace': InPlace, 'transformer': TinyTransformer,
+    model = {'mlp': MLP, 'inplace': InPlace, 'oddnames': Modèle, 'transformer': TinyTransformer,
              'transformer-128': lambda: TinyTransformer(dim=128, heads=4)}[model_name]()
     print('READY ' + json.dumps({'pid': os.getpid()}))
     sys.stdout.flush()
