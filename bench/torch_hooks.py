@@ -33,6 +33,9 @@ import threading
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..'))
+# bench/torch.py would shadow the torch package
+sys.path = [p for p in sys.path if os.path.abspath(p or '.') != os.path.dirname(
+    os.path.abspath(__file__))]
 STUB_MAGIC = 0x50524244  # probed/stub/stub_proto.h
 STUB_RUN = 1
 
