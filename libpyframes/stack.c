@@ -528,6 +528,14 @@ static bool at_inline_call(struct pyf_target *t, struct code_info *ci, int64_t l
     return calls_inline_at(t->lay.inline_call_caches, ci->code, unit);
 }
 
+/* 3.12+: the interpreter pushes a shim frame before the first frame it runs for a call from
+ * C; the frame above the shim (the last one kept) is that entry frame. */
+static void mark_entry(struct pyf_stack *st)
+{
+    if (st->n_frames > 0)
+        st->frames[st->n_frames - 1].entry = true;
+}
+
 static int resolve_frames(struct pyf_target *t, size_t n, struct pyf_stack *st, struct pyf_err *e)
 {
     int r = find_code_heads(t, n, e);
@@ -542,6 +550,7 @@ static int resolve_frames(struct pyf_target *t, size_t n, struct pyf_stack *st, 
         if (raw->skip) {
             if (st->n_hidden < PYF_HIDDEN_MAX)
                 st->hidden[st->n_hidden++] = raw->raddr;
+            mark_entry(st);
             continue;
         }
         code_key(t, t->heads[i], key);
@@ -550,6 +559,7 @@ static int resolve_frames(struct pyf_target *t, size_t n, struct pyf_stack *st, 
                 /* 3.13: a frame whose f_executable is not code (a shim) */
                 if (st->n_hidden < PYF_HIDDEN_MAX)
                     st->hidden[st->n_hidden++] = raw->raddr;
+                mark_entry(st);
                 continue;
             }
             return pyf_fail(e, PYF_TORN, EFAULT, raw->code,
@@ -574,6 +584,8 @@ static int resolve_frames(struct pyf_target *t, size_t n, struct pyf_stack *st, 
             .first_line = ci->first_line,
             .frame_raddr = raw->raddr,
             .code_raddr = raw->code,
+            /* <= 3.10: every frame; 3.11: its flag; 3.12+: a shim below it (mark_entry) */
+            .entry = t->lay.frame_model == PYF_FRAME_OBJECT || raw->entry,
         };
     }
     return 0;

@@ -376,6 +376,7 @@ struct job {
     struct flame_request flame;
     char format[16];
     int locals;
+    bool native;              /* backtrace: mixed stacks (the threads held by ptrace a moment) */
     struct eval_request eval; /* eval.code and eval.mode are owned */
     struct allocs_request allocs;
     struct torch_request torch; /* torch.exprs is owned */
@@ -550,7 +551,7 @@ static void run_backtrace(struct job *j)
 {
     struct pyf_err e = {0};
 
-    if (dump_json(j->scope.pid, j->locals, &j->body, &e) < 0) {
+    if (dump_json(j->scope.pid, j->locals, j->native, &j->body, &e) < 0) {
         j->status = errbuf_http_status(&e);
         j->body = json_pack("{s:s, s:i}", "error", e.msg, "status", j->status);
         return;
@@ -1039,10 +1040,12 @@ static int backtrace_get(struct api *a, struct evhttp_request *req, const struct
                          const struct evkeyvalq *q)
 {
     long long pid = param_int(q, "pid"), locals = param_int(q, "locals");
+    long long native = param_int(q, "native");
     struct job *j;
 
-    if (pid <= 0 || locals < 0)
-        return reply_error(req, 400, "backtrace needs ?pid=N (and optionally &locals=N)");
+    if (pid <= 0 || locals < 0 || native < 0 || native > 1)
+        return reply_error(req, 400,
+                           "backtrace needs ?pid=N (and optionally &locals=N, &native=1)");
     if (authorise_pid(req, p, (pid_t)pid) < 0)
         return 0;
     j = job_new(a, req, JOB_BACKTRACE, p);
@@ -1050,6 +1053,7 @@ static int backtrace_get(struct api *a, struct evhttp_request *req, const struct
         return 0;
     j->scope.pid = (pid_t)pid;
     j->locals = (int)locals;
+    j->native = native == 1;
     start_job(a, j);
     return 0;
 }

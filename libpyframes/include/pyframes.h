@@ -90,6 +90,10 @@ struct pyf_frame {
     int32_t first_line; /* line of the def */
     uint64_t frame_raddr;
     uint64_t code_raddr;
+    /* Entered from C: a call of the interpreter's eval loop runs this frame and the inner
+     * frames up to the next entry (<= 3.10 every frame has a call of its own; 3.11+ runs
+     * Python-to-Python calls inline). Where a mixed stack puts Python frames. */
+    bool entry;
 };
 
 /* Caller-owned. Reuse one pyf_stack per thread across samples: the frames of the previous

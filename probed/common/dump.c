@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "procfs.h"
+#include "pyframes_native.h"
 
 #define THREADS_CAP 1024
 #define TORN_RETRIES 20 /* a busy target can tear a read; each retry is a fresh snapshot */
@@ -20,6 +21,10 @@ struct bt_thread {
     char name[32];
     struct pyf_stack st;
     char error[240];
+    uint64_t *pcs; /* --native: its native return addresses, innermost first */
+    size_t n_pcs;
+    bool native_truncated;
+    char native_error[240];
 };
 
 /* The threads, retrying torn reads: the list can change while we walk it. */
@@ -73,7 +78,58 @@ static json_t *frame_json(struct pyf_target *t, const struct pyf_frame *f, bool 
     return jf;
 }
 
-static json_t *thread_json(struct pyf_target *t, const struct bt_thread *bt, int depth)
+static json_t *native_frame_json(const struct pyf_native_frame *f)
+{
+    char hex[24];
+
+    snprintf(hex, sizeof(hex), "0x%llx", (unsigned long long)f->pc);
+    return json_pack("{s:s, s:s?, s:I, s:s?, s:I, s:s?, s:i, s:s}", "kind", "native", "function",
+                     f->function, "offset", (json_int_t)f->function_offset, "object", f->object,
+                     "object_offset", (json_int_t)f->object_offset, "file", f->src_file, "line",
+                     f->src_file ? f->src_line : 0, "pc", hex);
+}
+
+static json_t *python_frame_json(struct pyf_target *t, const struct pyf_frame *f, bool locals)
+{
+    json_t *pf = frame_json(t, f, locals);
+
+    json_object_set_new(pf, "kind", json_string("python"));
+    return pf;
+}
+
+/*
+ * One stack of both kinds, innermost first: the native frames, with the Python frames in
+ * place of the interpreter's eval loop. A call of the eval loop runs one entry frame and the
+ * frames it called inline (3.11+; <= 3.10 each frame is an entry), so each native eval-loop
+ * frame stands for the Python frames up to and including the next entry. Python frames left
+ * over (the native unwind stopped early) go last.
+ */
+static json_t *mixed_frames(struct pyf_target *t, struct pyf_native *nat,
+                            const struct bt_thread *bt, int depth)
+{
+    json_t *frames = json_array();
+    size_t py = 0;
+
+    for (size_t i = 0; i < bt->n_pcs; i++) {
+        struct pyf_native_frame nf;
+
+        pyf_native__symbol(nat, bt->pcs[i], i == 0, &nf);
+        if (!nf.eval_loop || py >= bt->st.n_frames) {
+            json_array_append_new(frames, native_frame_json(&nf));
+            continue;
+        }
+        do
+            json_array_append_new(frames,
+                                  python_frame_json(t, &bt->st.frames[py], (int)py < depth));
+        while (!bt->st.frames[py++].entry && py < bt->st.n_frames);
+    }
+    for (; py < bt->st.n_frames; py++)
+        json_array_append_new(frames, python_frame_json(t, &bt->st.frames[py], (int)py < depth));
+    return frames;
+}
+
+static json_t *thread_json(struct pyf_target *t, struct pyf_native *nat, const struct bt_thread *bt,
+                           int depth)
 {
     json_t *frames = json_array();
     json_t *jt =
@@ -81,61 +137,104 @@ static json_t *thread_json(struct pyf_target *t, const struct bt_thread *bt, int
                   "interpreter", (json_int_t)bt->th.interp_id, "holds_gil", bt->th.holds_gil,
                   "on_cpu", bt->th.on_cpu, "truncated", bt->st.truncated);
 
-    for (size_t i = 0; i < bt->st.n_frames; i++)
-        json_array_append_new(frames, frame_json(t, &bt->st.frames[i], (int)i < depth));
+    if (nat && bt->n_pcs > 0) {
+        json_decref(frames);
+        frames = mixed_frames(t, nat, bt, depth);
+        json_object_set_new(jt, "native_truncated", json_boolean(bt->native_truncated));
+    } else {
+        for (size_t i = 0; i < bt->st.n_frames; i++)
+            json_array_append_new(frames, frame_json(t, &bt->st.frames[i], (int)i < depth));
+    }
+    if (nat && bt->native_error[0])
+        json_object_set_new(jt, "native_error", json_string(bt->native_error));
     json_object_set_new(jt, "frames", frames);
     if (bt->error[0])
         json_object_set_new(jt, "error", json_string(bt->error));
     return jt;
 }
 
-static json_t *process_json(struct pyf_target *t, const struct bt_thread *bts, size_t n,
-                            const char *cmdline, int depth)
+static json_t *process_json(struct pyf_target *t, struct pyf_native *nat,
+                            const struct bt_thread *bts, size_t n, const char *cmdline, int depth)
 {
     const struct pyf_target_info *info = pyf_target__info(t);
     json_t *threads = json_array();
     json_t *root;
 
     for (size_t i = 0; i < n; i++)
-        json_array_append_new(threads, thread_json(t, &bts[i], depth));
+        json_array_append_new(threads, thread_json(t, nat, &bts[i], depth));
     root = json_pack("{s:i, s:s, s:s, s:s, s:o}", "pid", (int)info->pid, "python_version",
                      info->version_str, "command", cmdline, "runtime_file", info->runtime_file,
                      "threads", threads);
+    if (root && nat)
+        json_object_set_new(root, "native", json_true());
     return root;
 }
 
-int dump_json(pid_t pid, int locals_depth, json_t **ret, struct pyf_err *e)
+/* --native, while the threads are held: each Python thread's native return addresses. */
+static void unwind_threads(struct pyf_native *nat, const struct pyf_stopped *held,
+                           struct bt_thread *bts, size_t n, uint64_t *pcs)
+{
+    struct pyf_err e;
+
+    for (size_t i = 0; i < n; i++) {
+        struct bt_thread *bt = &bts[i];
+        bt->pcs = pcs + i * PYF_NATIVE_DEPTH_MAX;
+        if (!bt->th.tid || !pyf_stopped__holds(held, bt->th.tid))
+            snprintf(bt->native_error, sizeof(bt->native_error), "the thread could not be stopped");
+        else if (pyf_native__unwind(nat, bt->th.tid, bt->pcs, PYF_NATIVE_DEPTH_MAX, &bt->n_pcs,
+                                    &bt->native_truncated, &e) < 0)
+            snprintf(bt->native_error, sizeof(bt->native_error), "%s", e.msg);
+    }
+}
+
+int dump_json(pid_t pid, int locals_depth, bool native, json_t **ret, struct pyf_err *e)
 {
     struct pyf_thread *threads = NULL;
     struct bt_thread *bts = NULL;
     struct pyf_target *t = NULL;
     struct pyf_frame *frames = NULL;
+    struct pyf_native *nat = NULL;
+    struct pyf_stopped *held = NULL;
+    uint64_t *pcs = NULL;
     char cmdline[512];
     size_t n = 0;
     int r;
 
     r = pyf_target_open(pid, &t, e);
+    if (r == 0 && native)
+        r = pyf_native_open(pid, &nat, e);
+    if (r == 0 && native) /* from here on, every path lets the threads go */
+        r = pyf_stop_process(pid, &held, e);
     if (r < 0)
-        return r;
+        goto out;
     procfs_cmdline(pid, cmdline, sizeof(cmdline));
     threads = calloc(THREADS_CAP, sizeof(*threads));
     r = threads ? read_threads(t, threads, &n, e) : -ENOMEM;
     if (r == 0) {
         bts = calloc(n ? n : 1, sizeof(*bts));
         frames = calloc((n ? n : 1) * PYF_DEPTH_MAX, sizeof(*frames));
-        r = bts && frames ? 0 : -ENOMEM;
+        pcs = native ? calloc((n ? n : 1) * PYF_NATIVE_DEPTH_MAX, sizeof(*pcs)) : NULL;
+        r = bts && frames && (pcs || !native) ? 0 : -ENOMEM;
     }
     for (size_t i = 0; r == 0 && i < n; i++) {
         bts[i].th = threads[i];
         bts[i].st = (struct pyf_stack){.frames = frames + i * PYF_DEPTH_MAX, .cap = PYF_DEPTH_MAX};
         read_stack(t, &bts[i], pid);
     }
+    if (r == 0 && native)
+        unwind_threads(nat, held, bts, n, pcs);
+    pyf_stopped_free(held); /* before naming the addresses: that takes longer */
+    held = NULL;
     if (r == 0) {
-        *ret = process_json(t, bts, n, cmdline, locals_depth);
+        *ret = process_json(t, nat, bts, n, cmdline, locals_depth);
         r = *ret ? 0 : -ENOMEM;
     }
     if (r == -ENOMEM)
         snprintf(e->msg, sizeof(e->msg), "pid %d: out of memory reading its stacks", (int)pid);
+out:
+    pyf_stopped_free(held);
+    pyf_native_free(nat);
+    free(pcs);
     free(frames);
     free(bts);
     free(threads);

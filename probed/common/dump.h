@@ -11,11 +11,14 @@
 #define PROBED_DUMP_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <sys/types.h>
 
 #include "pyframes.h"
 
-/* @locals_depth: the innermost frames whose locals are included (0: none). */
-int dump_json(pid_t pid, int locals_depth, json_t **ret, struct pyf_err *e);
+/* @locals_depth: the innermost frames whose locals are included (0: none). @native: mixed
+ * stacks (pyframes_native.h): the process's threads are held by ptrace while their stacks are
+ * read (milliseconds), then let go in every path. */
+int dump_json(pid_t pid, int locals_depth, bool native, json_t **ret, struct pyf_err *e);
 
 #endif

@@ -16,7 +16,7 @@
 
 struct bt_opts {
     pid_t pid;
-    bool json, direct;
+    bool json, direct, native;
     int locals_depth; /* frames (innermost first) whose locals are shown; 0: none */
     const char *socket;
 };
@@ -24,8 +24,11 @@ struct bt_opts {
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: probectl backtrace <pid> [--locals[=N]] [--json] [--direct] [--socket S]\n"
+            "usage: probectl backtrace <pid> [--native] [--locals[=N]] [--json] [--direct]\n"
+            "                          [--socket S]\n"
             "  Prints every thread's Python stack, innermost frame first.\n"
+            "  --native      mixed stacks: C/C++ frames too, Python frames in place of the\n"
+            "                interpreter's (the threads are stopped for a moment with ptrace)\n"
             "  --locals[=N]  also show the local variables of the N innermost frames (all)\n"
             "  --json        machine-readable output (see docs/backtrace.md)\n"
             "  --direct      read the process here instead of through the daemon\n"
@@ -37,15 +40,19 @@ static void usage(FILE *out)
 static int parse_args(int argc, char **argv, struct bt_opts *o)
 {
     static const struct option longopts[] = {
-        {"locals", optional_argument, NULL, 'l'}, {"json", no_argument, NULL, 'j'},
-        {"direct", no_argument, NULL, 'd'},       {"socket", required_argument, NULL, 's'},
-        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+        {"locals", optional_argument, NULL, 'l'},
+        {"json", no_argument, NULL, 'j'},
+        {"native", no_argument, NULL, 'n'},
+        {"direct", no_argument, NULL, 'd'},
+        {"socket", required_argument, NULL, 's'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     char *end;
     long pid;
     int c;
 
-    while ((c = getopt_long(argc, argv, "l::jds:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "l::jnds:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'l':
             o->locals_depth = optarg ? atoi(optarg) : 1024;
@@ -59,6 +66,9 @@ static int parse_args(int argc, char **argv, struct bt_opts *o)
             break;
         case 'd':
             o->direct = true;
+            break;
+        case 'n':
+            o->native = true;
             break;
         case 's':
             o->socket = optarg;
@@ -87,6 +97,34 @@ static int parse_args(int argc, char **argv, struct bt_opts *o)
 
 /* ---- text output, from the JSON document ------------------------------------------ */
 
+/* A native frame of a mixed stack: function+offset (object) [file:line]; false otherwise. */
+static bool print_native_frame(json_t *f)
+{
+    const char *fn = json_string_value(json_object_get(f, "function"));
+    const char *object = json_string_value(json_object_get(f, "object"));
+    const char *file = json_string_value(json_object_get(f, "file"));
+    const char *base = object ? strrchr(object, '/') : NULL;
+
+    const char *kind = json_string_value(json_object_get(f, "kind"));
+
+    if (!kind || strcmp(kind, "native") != 0)
+        return false;
+    if (fn)
+        printf("    [native] %s+0x%llx", fn,
+               (unsigned long long)json_integer_value(json_object_get(f, "offset")));
+    else
+        printf("    [native] %s", json_string_value(json_object_get(f, "pc")));
+    printf(" (%s+0x%llx)",
+           base     ? base + 1
+           : object ? object
+                    : "anonymous memory",
+           (unsigned long long)json_integer_value(json_object_get(f, "object_offset")));
+    if (file)
+        printf(" %s:%d", file, (int)json_integer_value(json_object_get(f, "line")));
+    printf("\n");
+    return true;
+}
+
 static void print_thread_text(json_t *jt)
 {
     json_t *frames = json_object_get(jt, "frames"), *f;
@@ -111,6 +149,8 @@ static void print_thread_text(json_t *jt)
         const char *lerr = json_string_value(json_object_get(f, "locals_error"));
         size_t k;
 
+        if (print_native_frame(f))
+            continue;
         printf("    %s (%s:%d)\n", json_string_value(json_object_get(f, "function")),
                json_string_value(json_object_get(f, "file")),
                (int)json_integer_value(json_object_get(f, "line")));
@@ -120,6 +160,9 @@ static void print_thread_text(json_t *jt)
         if (lerr)
             printf("        <locals unreadable: %s>\n", lerr);
     }
+    if (json_string_value(json_object_get(jt, "native_error")))
+        printf("    <native frames unreadable: %s>\n",
+               json_string_value(json_object_get(jt, "native_error")));
     if (json_is_true(json_object_get(jt, "truncated")))
         printf("    ... (deeper than %zu frames)\n", json_array_size(frames));
 }
@@ -145,7 +188,8 @@ static int from_daemon(const struct bt_opts *o, json_t **doc)
     long status = 0;
     int r;
 
-    snprintf(path, sizeof(path), "/v1/backtrace?pid=%d&locals=%d", (int)o->pid, o->locals_depth);
+    snprintf(path, sizeof(path), "/v1/backtrace?pid=%d&locals=%d&native=%d", (int)o->pid,
+             o->locals_depth, o->native);
     r = client_call(client_socket_path(o->socket), "GET", path, NULL, &status, doc, NULL, NULL, err,
                     sizeof(err));
     if (r == -ENOENT || r == -ECONNREFUSED)
@@ -174,7 +218,7 @@ int backtrace_main(int argc, char **argv)
     r = o.direct ? 1 : from_daemon(&o, &doc);
     if (r < 0)
         return 1;
-    if (r == 1 && dump_json(o.pid, o.locals_depth, &doc, &e) < 0) {
+    if (r == 1 && dump_json(o.pid, o.locals_depth, o.native, &doc, &e) < 0) {
         fprintf(stderr, "probectl: %s\n", e.msg);
         return 1;
     }

@@ -1,0 +1,73 @@
+/*
+ * pyframes_native.h - the native (C, C++) frames of a process's threads, for mixed stacks.
+ *
+ * Unlike the rest of libpyframes this stops the target, briefly: pyf_stop_process() seizes
+ * every thread with ptrace and interrupts it (PTRACE_SEIZE + PTRACE_INTERRUPT: no signal the
+ * process could see), and pyf_stopped_free() lets every one go again, in every path, errors
+ * and threads that exit included. While they are held, pyf_native__unwind() walks a thread's
+ * stack with libdw (DWARF CFI from .eh_frame, the vDSO's included: no frame pointers needed) and
+ * the caller reads the Python frames with libpyframes, which then cannot tear. Naming the addresses
+ * (pyf_native__symbol(), libdw: function, source file:line where debug info is found, else the
+ * mapped file and offset) is done after the threads are let go.
+ *
+ *   pyf_native_open(pid, &nat, &err);
+ *   pyf_stop_process(pid, &held, &err);
+ *   pyf_native__unwind(nat, tid, pcs, cap, &n, &err);      per held thread
+ *   pyf_stopped_free(held);                                  every thread runs again
+ *   pyf_native__symbol(nat, pcs[i], &frame);
+ *
+ * Threads: ptrace ties a held thread to the thread that seized it: stop, unwind and free on
+ * one thread; a pyf_native unwinds the threads of one stop only. Memory: strings in a
+ * pyf_native_frame belong to the pyf_native (valid until pyf_native_free()). Failure: 0 or -errno
+ * with a pyf_err; PYF_DENIED without the right to trace (root with CAP_SYS_PTRACE, or the owner
+ * where ptrace_scope allows).
+ */
+#ifndef PYFRAMES_NATIVE_H
+#define PYFRAMES_NATIVE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "pyframes.h"
+
+#define PYF_NATIVE_DEPTH_MAX 512 /* deepest native stack unwound; deeper is truncated */
+
+/* The threads of a process, held by ptrace. */
+struct pyf_stopped;
+
+int pyf_stop_process(pid_t pid, struct pyf_stopped **ret_stopped, struct pyf_err *reterr);
+/* Whether thread @tid is held (it existed, and stopped). */
+bool pyf_stopped__holds(const struct pyf_stopped *s, pid_t tid);
+/* Lets every held thread go (a signal that arrived meanwhile is delivered); NULL is a no-op. */
+void pyf_stopped_free(struct pyf_stopped *s);
+
+struct pyf_native_frame {
+    uint64_t pc;
+    const char *function; /* NULL when no symbol covers pc */
+    uint64_t function_offset;
+    const char *object;     /* the mapped file; NULL for memory mapped from no file (JIT) */
+    uint64_t object_offset; /* pc as an address of that file (what addr2line takes) */
+    const char *src_file;   /* NULL without debug info */
+    int32_t src_line;
+    bool eval_loop; /* the interpreter's eval loop: a mixed stack puts Python frames here */
+};
+
+/* The symbol tables of a process (libdw) and an unwinder for its held threads. */
+struct pyf_native;
+
+int pyf_native_open(pid_t pid, struct pyf_native **ret_native, struct pyf_err *reterr);
+void pyf_native_free(struct pyf_native *n); /* NULL is a no-op */
+
+/* The return addresses of held thread @tid, innermost first (the first is where it is).
+ * *ret_truncated: the stack goes deeper than @cap. */
+int pyf_native__unwind(struct pyf_native *n, pid_t tid, uint64_t *ret_pcs, size_t cap,
+                       size_t *ret_n, bool *ret_truncated, struct pyf_err *reterr);
+
+/* Names @pc (@innermost: the thread's own pc, not a return address, which points past its
+ * call). Always fills @ret_frame; what cannot be found stays NULL. */
+void pyf_native__symbol(struct pyf_native *n, uint64_t pc, bool innermost,
+                        struct pyf_native_frame *ret_frame);
+
+#endif

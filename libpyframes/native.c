@@ -1,0 +1,278 @@
+/* native.c - see include/pyframes_native.h. */
+#define _GNU_SOURCE
+#include "pyframes_native.h"
+
+#include <dirent.h>
+#include <elfutils/libdwfl.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ptrace.h>
+#include <sys/wait.h>
+
+#include "err.h"
+
+#define TASK_PASSES 8 /* reads of /proc/PID/task until no thread is new (threads being born) */
+
+struct held_thread {
+    pid_t tid;
+    int pending_signal; /* a signal that stopped it first: delivered when it is let go */
+};
+
+struct pyf_stopped {
+    pid_t pid;
+    struct held_thread *threads;
+    size_t n, cap;
+};
+
+struct pyf_native {
+    pid_t pid;
+    Dwfl_Callbacks callbacks; /* libdw keeps a pointer: it lives as long as the Dwfl */
+    char *debuginfo_path;     /* NULL: libdw's default places (.gnu_debuglink, build-id) */
+    Dwfl *dwfl;
+    bool attached; /* libdw told the threads are held (dwfl_linux_proc_attach) */
+};
+
+/* ---- holding the threads ---- */
+
+bool pyf_stopped__holds(const struct pyf_stopped *s, pid_t tid)
+{
+    for (size_t i = 0; s && i < s->n; i++)
+        if (s->threads[i].tid == tid)
+            return true;
+    return false;
+}
+
+/* Waits for the stop PTRACE_INTERRUPT asked for. 1: held, 0: the thread is gone. */
+static int wait_stop(pid_t tid, int *ret_signal)
+{
+    int status;
+
+    for (;;) {
+        pid_t r = waitpid(tid, &status, __WALL);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 || WIFEXITED(status) || WIFSIGNALED(status))
+            return 0;
+        if (WIFSTOPPED(status)) {
+            /* PTRACE_EVENT_STOP: our interrupt (or a group stop); else a signal-delivery
+             * stop, the signal to be delivered when we let it go */
+            *ret_signal = (status >> 16) == PTRACE_EVENT_STOP ? 0 : WSTOPSIG(status);
+            return 1;
+        }
+    }
+}
+
+/* Seizes and stops one thread; 0 when held or gone, -errno (with @e) when we may not. */
+static int hold_thread(struct pyf_stopped *s, pid_t tid, struct pyf_err *e)
+{
+    int sig = 0;
+
+    if (pyf_stopped__holds(s, tid))
+        return 0;
+    if (ptrace(PTRACE_SEIZE, tid, NULL, NULL) < 0) {
+        int err = errno;
+        if (err == ESRCH)
+            return 0; /* exited meanwhile */
+        return pyf_fail(e, err == EPERM ? PYF_DENIED : PYF_INVALID, err, 0,
+                        "pid %d: cannot trace thread %d: %s (native stacks need root with "
+                        "CAP_SYS_PTRACE, or the process's owner where ptrace_scope allows)",
+                        (int)s->pid, (int)tid, strerror(err));
+    }
+    if (ptrace(PTRACE_INTERRUPT, tid, NULL, NULL) < 0 || !wait_stop(tid, &sig))
+        return 0; /* gone: a seized thread that exits needs no detach */
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 16;
+        struct held_thread *p = realloc(s->threads, cap * sizeof(*p));
+        if (!p) {
+            ptrace(PTRACE_DETACH, tid, NULL, (void *)(intptr_t)sig);
+            return pyf_fail(e, PYF_INVALID, ENOMEM, 0, "pid %d: out of memory", (int)s->pid);
+        }
+        s->threads = p;
+        s->cap = cap;
+    }
+    s->threads[s->n++] = (struct held_thread){tid, sig};
+    return 0;
+}
+
+/* One pass over /proc/PID/task; *ret_new: threads held in this pass. */
+static int hold_pass(struct pyf_stopped *s, size_t *ret_new, struct pyf_err *e)
+{
+    char path[64];
+    DIR *d;
+    struct dirent *de;
+    size_t before = s->n;
+    int r = 0;
+
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)s->pid);
+    d = opendir(path);
+    if (!d)
+        return pyf_fail(e, errno == ENOENT ? PYF_GONE : PYF_DENIED, errno, 0,
+                        "pid %d: cannot list its threads (%s): %s", (int)s->pid, path,
+                        strerror(errno));
+    while (r == 0 && (de = readdir(d)) != NULL) {
+        pid_t tid = (pid_t)atoi(de->d_name);
+        if (tid > 0)
+            r = hold_thread(s, tid, e);
+    }
+    closedir(d);
+    *ret_new = s->n - before;
+    return r;
+}
+
+int pyf_stop_process(pid_t pid, struct pyf_stopped **ret_stopped, struct pyf_err *reterr)
+{
+    struct pyf_stopped *s = calloc(1, sizeof(*s));
+    size_t fresh = 1;
+    int r = 0;
+
+    if (!s)
+        return pyf_fail(reterr, PYF_INVALID, ENOMEM, 0, "pid %d: out of memory", (int)pid);
+    s->pid = pid;
+    for (int pass = 0; r == 0 && fresh > 0 && pass < TASK_PASSES; pass++)
+        r = hold_pass(s, &fresh, reterr); /* threads started meanwhile are caught next pass */
+    if (r == 0 && s->n == 0)
+        r = pyf_fail(reterr, PYF_GONE, ESRCH, 0, "pid %d: no thread could be stopped (gone?)",
+                     (int)pid);
+    if (r < 0) {
+        pyf_stopped_free(s);
+        return r;
+    }
+    *ret_stopped = s;
+    return 0;
+}
+
+void pyf_stopped_free(struct pyf_stopped *s)
+{
+    if (!s)
+        return;
+    for (size_t i = 0; i < s->n; i++) /* fails only for a thread that exited: nothing to do */
+        ptrace(PTRACE_DETACH, s->threads[i].tid, NULL,
+               (void *)(intptr_t)s->threads[i].pending_signal);
+    free(s->threads);
+    free(s);
+}
+
+/* ---- unwinding and naming ---- */
+
+int pyf_native_open(pid_t pid, struct pyf_native **ret_native, struct pyf_err *reterr)
+{
+    struct pyf_native *n = calloc(1, sizeof(*n));
+    int r;
+
+    if (!n)
+        return pyf_fail(reterr, PYF_INVALID, ENOMEM, 0, "pid %d: out of memory", (int)pid);
+    n->pid = pid;
+    n->callbacks = (Dwfl_Callbacks){.find_elf = dwfl_linux_proc_find_elf,
+                                    .find_debuginfo = dwfl_standard_find_debuginfo,
+                                    .debuginfo_path = &n->debuginfo_path};
+    n->dwfl = dwfl_begin(&n->callbacks);
+    if (!n->dwfl) {
+        pyf_native_free(n);
+        return pyf_fail(reterr, PYF_INVALID, ENOMEM, 0, "pid %d: libdw: %s", (int)pid,
+                        dwfl_errmsg(-1));
+    }
+    r = dwfl_linux_proc_report(n->dwfl, pid); /* the mappings of /proc/PID/maps */
+    if (r != 0 || dwfl_report_end(n->dwfl, NULL, NULL) != 0) {
+        int err = r > 0 ? r : EINVAL;
+        pyf_native_free(n);
+        return pyf_fail(reterr,
+                        err == ENOENT || err == ESRCH   ? PYF_GONE
+                        : err == EACCES || err == EPERM ? PYF_DENIED
+                                                        : PYF_INVALID,
+                        err, 0, "pid %d: reading its mappings for symbols: %s", (int)pid,
+                        r > 0 ? strerror(r) : dwfl_errmsg(-1));
+    }
+    *ret_native = n;
+    return 0;
+}
+
+void pyf_native_free(struct pyf_native *n)
+{
+    if (!n)
+        return;
+    if (n->dwfl)
+        dwfl_end(n->dwfl);
+    free(n);
+}
+
+struct unwind_ctx {
+    uint64_t *pcs;
+    size_t n, cap;
+    bool truncated;
+};
+
+static int take_frame(Dwfl_Frame *state, void *arg)
+{
+    struct unwind_ctx *c = arg;
+    Dwarf_Addr pc;
+
+    if (!dwfl_frame_pc(state, &pc, NULL) || pc == 0)
+        return DWARF_CB_ABORT;
+    if (c->n == c->cap) {
+        c->truncated = true;
+        return DWARF_CB_ABORT;
+    }
+    c->pcs[c->n++] = pc;
+    return DWARF_CB_OK;
+}
+
+int pyf_native__unwind(struct pyf_native *n, pid_t tid, uint64_t *ret_pcs, size_t cap,
+                       size_t *ret_n, bool *ret_truncated, struct pyf_err *reterr)
+{
+    struct unwind_ctx c = {.pcs = ret_pcs, .cap = cap};
+
+    /* libdw, not libunwind-ptrace: libdw also unwinds out of the vDSO (time.time() is in
+     * it half the time), whose unwind info it reads from the process's memory. The threads
+     * are held already: libdw only reads their registers and memory. */
+    if (!n->attached) {
+        int r = dwfl_linux_proc_attach(n->dwfl, n->pid, true);
+        if (r != 0)
+            return pyf_fail(reterr, r == ESRCH || r == ENOENT ? PYF_GONE : PYF_INVALID,
+                            r > 0 ? r : EINVAL, 0, "pid %d: libdw cannot unwind it: %s",
+                            (int)n->pid, r > 0 ? strerror(r) : dwfl_errmsg(-1));
+        n->attached = true;
+    }
+    /* -1 at the outermost frame (no return address past it) is the normal end */
+    if (dwfl_getthread_frames(n->dwfl, tid, take_frame, &c) != 0 && c.n == 0)
+        return pyf_fail(reterr, PYF_GONE, ESRCH, 0, "pid %d: thread %d: cannot unwind: %s",
+                        (int)n->pid, (int)tid, dwfl_errmsg(-1));
+    *ret_n = c.n;
+    *ret_truncated = c.truncated;
+    return 0;
+}
+
+static bool is_eval_loop(const char *function)
+{
+    static const char eval[] = "_PyEval_EvalFrameDefault"; /* 3.6-3.13, and .cold parts */
+    size_t len = sizeof(eval) - 1;
+
+    return function && strncmp(function, eval, len) == 0 &&
+           (function[len] == '\0' || function[len] == '.');
+}
+
+void pyf_native__symbol(struct pyf_native *n, uint64_t pc, bool innermost,
+                        struct pyf_native_frame *ret_frame)
+{
+    /* a return address points past its call, maybe into the next function or line */
+    Dwarf_Addr lookup = innermost || pc == 0 ? pc : pc - 1, start = 0, bias = 0;
+    Dwfl_Module *m = dwfl_addrmodule(n->dwfl, lookup);
+    GElf_Off offset = 0;
+    GElf_Sym sym;
+    Dwfl_Line *line;
+    int lineno = 0;
+
+    *ret_frame = (struct pyf_native_frame){.pc = pc, .object_offset = pc};
+    if (!m)
+        return; /* memory mapped from no file */
+    ret_frame->object = dwfl_module_info(m, NULL, &start, NULL, NULL, NULL, NULL, NULL);
+    ret_frame->object_offset = dwfl_module_getelf(m, &bias) ? pc - bias : pc - start;
+    ret_frame->function = dwfl_module_addrinfo(m, lookup, &offset, &sym, NULL, NULL, NULL);
+    ret_frame->function_offset = offset + (pc - lookup);
+    line = dwfl_module_getsrc(m, lookup);
+    if (line) {
+        ret_frame->src_file = dwfl_lineinfo(line, NULL, &lineno, NULL, NULL, NULL);
+        ret_frame->src_line = lineno;
+    }
+    ret_frame->eval_loop = is_eval_loop(ret_frame->function);
+}

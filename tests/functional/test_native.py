@@ -1,0 +1,187 @@
+"""Mixed (native + Python) backtraces: `probectl backtrace --native` on every interpreter,
+against tests/targets/native_qsort.py (Python -> ctypes -> libc qsort -> a Python callback).
+
+Checks the merged order of the frames (the callback, the native frames of ctypes and libc's
+sort under it, then the Python caller), that every eval-loop frame was replaced by Python
+frames, and that the target goes on running and sorting correctly."""
+import os
+import re
+import subprocess
+import time
+
+import pytest
+
+from conftest import interpreter_params, probectl, require, wait_for
+from daemon import Daemon, ensure_test_user
+
+EVAL = re.compile(r'^_PyEval_EvalFrameDefault')
+
+
+@pytest.fixture(scope='module')
+def daemon():
+    d = Daemon()
+    yield d
+    d.close()
+
+
+def main_thread(doc, pid):
+    return [t for t in doc['threads'] if t['tid'] == pid][0]
+
+
+def index(frames, pred, start=0):
+    for i in range(start, len(frames)):
+        if pred(frames[i]):
+            return i
+    raise AssertionError('no such frame after %d in %s' % (start, describe(frames)))
+
+
+def describe(frames):
+    return ['%s:%s' % (f['kind'], f.get('function')) for f in frames]
+
+
+def python(name):
+    return lambda f: f['kind'] == 'python' and f['function'].split('.')[-1] == name
+
+
+def native(pattern):
+    return lambda f: f['kind'] == 'native' and re.search(pattern, f.get('function') or '')
+
+
+def state(pid):
+    with open('/proc/%d/stat' % pid) as f:
+        return f.read().rsplit(')', 1)[1].split()[0]
+
+
+def sorts(log):
+    with open(log) as f:
+        return f.read().split()
+
+
+def inside_callback(d, pid):
+    """A --native backtrace taken while the main thread is inside the Python callback."""
+    for _ in range(50):
+        status, doc = d.api('GET', '/v1/backtrace?pid=%d&native=1' % pid)
+        assert status == 200, doc
+        frames = main_thread(doc, pid)['frames']
+        if frames and any(python('compare')(f) for f in frames[:12]):
+            return doc
+        time.sleep(0.05)
+    raise AssertionError('never inside compare: %s' % describe(frames))
+
+
+@pytest.mark.parametrize('python_path', interpreter_params())
+def test_qsort_callback_merged(python_path, target_factory, tmp_path, daemon):
+    require(python_path)
+    log = str(tmp_path / 'sorts')
+    t = target_factory(python_path, 'native_qsort.py', log)
+    doc = inside_callback(daemon, t.pid)
+    assert doc['native'] is True
+    frames = main_thread(doc, t.pid)['frames']
+    # innermost first: the callback, ctypes' and libffi's glue, libc's sort, the caller
+    i_cb = index(frames, python('compare'))
+    i_sort = index(frames, native(r'qsort|msort'), i_cb)
+    i_caller = index(frames, python('sort_forever'), i_sort)
+    i_main = index(frames, python('main'), i_caller)
+    index(frames, python('<module>'), i_main)
+    assert any(f['kind'] == 'native' for f in frames[i_cb + 1:i_sort]), describe(frames)
+    assert all(f['kind'] == 'native' for f in frames[i_cb + 1:i_sort + 1]), describe(frames)
+    # every eval-loop call of the interpreter stands for Python frames: none is left over,
+    # and no Python frame went unplaced (they would be appended after the native ones)
+    assert not [f for f in frames if f['kind'] == 'native' and EVAL.search(f.get('function') or
+                                                                               '')]
+    assert frames[-1]['kind'] == 'native', describe(frames)
+    assert re.search(r'_start|__libc_start', frames[-1].get('function') or ''), describe(frames)
+    # a native frame names its object, and libc's sort its source line where debug info is
+    sort_frame = frames[i_sort]
+    assert 'libc' in os.path.basename(sort_frame['object']), sort_frame
+    assert sort_frame['pc'].startswith('0x') and sort_frame['object_offset'] > 0
+    # the callback's line is the spin (Python frames keep their lines)
+    assert frames[i_cb]['file'].endswith('native_qsort.py')
+
+    # the target was let go and sorts on, correctly
+    assert state(t.pid) not in ('t', 'T'), state(t.pid)
+    before = len(sorts(log))
+    wait_for(lambda: len(sorts(log)) >= before + 3, what='three more sorts')
+    assert set(sorts(log)) == {'ok'}
+
+
+def test_text_output_and_direct_read(target_factory, tmp_path):
+    """Without the daemon (--direct), in text: native frames are marked and placed."""
+    log = str(tmp_path / 'sorts')
+    t = target_factory('/usr/bin/python3', 'native_qsort.py', log)
+    for _ in range(50):
+        r = probectl('backtrace', t.pid, '--native', '--direct', check=True)
+        lines = r.stdout.splitlines()
+        if any(re.match(r'\s+compare \(', x) for x in lines[:14]):
+            break
+        time.sleep(0.05)
+    text = r.stdout
+    assert re.search(r'^\s+\[native\] .*\(libc\.so\.6\+0x[0-9a-f]+\)', text, re.M), text
+    cb = [i for i, x in enumerate(lines) if re.match(r'\s+compare \(.*native_qsort\.py:\d+\)', x)]
+    srt = [i for i, x in enumerate(lines) if re.match(r'\s+\[native\] (qsort|msort)', x)]
+    caller = [i for i, x in enumerate(lines) if re.match(r'\s+sort_forever \(', x)]
+    assert cb and srt and caller and cb[0] < srt[0] < caller[0], text
+    assert state(t.pid) not in ('t', 'T')
+
+
+def test_refusals(target_factory, tmp_path, daemon):
+    # a process that is not Python: refused before anything is stopped
+    sleeper = subprocess.Popen(['sleep', '30'])
+    try:
+        status, doc = daemon.api('GET', '/v1/backtrace?pid=%d&native=1' % sleeper.pid)
+        assert status == 422 and 'Python' in doc['error'], (status, doc)
+        assert state(sleeper.pid) not in ('t', 'T')
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    # native=2 is not a thing
+    status, doc = daemon.api('GET', '/v1/backtrace?pid=1&native=2')
+    assert status == 400 and 'native=1' in doc['error'], doc
+    # a user without the right to trace the process, reading directly: a clear error
+    user = ensure_test_user()
+    log = str(tmp_path / 'sorts')
+    os.chmod(str(tmp_path), 0o777)
+    t = target_factory('/usr/bin/python3', 'native_qsort.py', log)
+    r = probectl('backtrace', t.pid, '--native', '--direct', user=user)
+    assert r.returncode != 0 and 'pid %d' % t.pid in r.stderr, r.stderr
+    assert state(t.pid) not in ('t', 'T')
+
+
+def test_every_thread_let_go(target_factory, daemon):
+    """A target with threads blocked (futex, sleep) and one running: each gets native frames
+    under its Python ones, and each runs (or sleeps) again afterwards, none left stopped."""
+    t = target_factory('/usr/bin/python3', 'shapes.py')
+    status, doc = daemon.api('GET', '/v1/backtrace?pid=%d&native=1' % t.pid)
+    assert status == 200, doc
+    for th in doc['threads']:
+        assert 'native_error' not in th, th
+
+    def thread_in(function):
+        return [th['frames'] for th in doc['threads'] if any(python(function)(f)
+                                                             for f in th['frames'])][0]
+    sleeper = thread_in('sleeper')
+    index(sleeper, python('sleeper'), index(sleeper, native(r'nanosleep')))
+    leaf = thread_in('leaf')  # forever.wait(): threading's Python, then a lock's futex wait
+    index(leaf, python('leaf'), index(leaf, native(r'futex|sem_|pthread_cond|lock')))
+    for tid in os.listdir('/proc/%d/task' % t.pid):
+        with open('/proc/%d/task/%s/stat' % (t.pid, tid)) as f:
+            assert f.read().rsplit(')', 1)[1].split()[0] not in ('t', 'T'), tid
+    # the running thread runs on: the busy loop's thread keeps using CPU
+    assert t.proc.poll() is None
+
+
+def test_a_stopped_process_stays_stopped(target_factory, tmp_path, daemon):
+    """A process its user stopped (SIGSTOP) is read, and left stopped: the stop is the user's."""
+    log = str(tmp_path / 'sorts')
+    t = target_factory('/usr/bin/python3', 'native_qsort.py', log)
+    wait_for(lambda: sorts(log), what='a first sort')
+    os.kill(t.pid, 19)  # SIGSTOP
+    wait_for(lambda: state(t.pid) == 'T', what='the target stopped')
+    status, doc = daemon.api('GET', '/v1/backtrace?pid=%d&native=1' % t.pid)
+    assert status == 200, doc
+    frames = main_thread(doc, t.pid)['frames']
+    index(frames, python('sort_forever'), index(frames, native(r'qsort|msort')))
+    time.sleep(0.2)
+    assert state(t.pid) == 'T'
+    os.kill(t.pid, 18)  # SIGCONT
+    wait_for(lambda: state(t.pid) in ('R', 'S'), what='the target running again')
