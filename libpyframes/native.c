@@ -12,6 +12,10 @@
 
 #include "err.h"
 
+/* libstdc++'s C++ ABI demangler (cxxabi.h), callable from C: C++ symbols (torch's) are
+ * named as C++ shows them, at::addmm rather than _ZN2at5addmm... */
+char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
+
 #define TASK_PASSES 8 /* reads of /proc/PID/task until no thread is new (threads being born) */
 
 struct held_thread {
@@ -30,7 +34,9 @@ struct pyf_native {
     Dwfl_Callbacks callbacks; /* libdw keeps a pointer: it lives as long as the Dwfl */
     char *debuginfo_path;     /* NULL: libdw's default places (.gnu_debuglink, build-id) */
     Dwfl *dwfl;
-    bool attached; /* libdw told the threads are held (dwfl_linux_proc_attach) */
+    bool attached;    /* libdw told the threads are held (dwfl_linux_proc_attach) */
+    char **demangled; /* names made by __cxa_demangle, owned: freed with the pyf_native */
+    size_t n_demangled, cap_demangled;
 };
 
 /* ---- holding the threads ---- */
@@ -193,6 +199,9 @@ void pyf_native_free(struct pyf_native *n)
         return;
     if (n->dwfl)
         dwfl_end(n->dwfl);
+    for (size_t i = 0; i < n->n_demangled; i++)
+        free(n->demangled[i]);
+    free(n->demangled);
     free(n);
 }
 
@@ -251,6 +260,31 @@ static bool is_eval_loop(const char *function)
            (function[len] == '\0' || function[len] == '.');
 }
 
+/* @name as C++ shows it, kept by @n; @name itself when it is not a C++ symbol. */
+static const char *demangle(struct pyf_native *n, const char *name)
+{
+    int status = -1;
+    char *d;
+
+    if (!name || strncmp(name, "_Z", 2) != 0)
+        return name;
+    if (n->n_demangled == n->cap_demangled) {
+        size_t cap = n->cap_demangled ? 2 * n->cap_demangled : 64;
+        char **p = realloc(n->demangled, cap * sizeof(*p));
+        if (!p)
+            return name;
+        n->demangled = p;
+        n->cap_demangled = cap;
+    }
+    d = __cxa_demangle(name, NULL, NULL, &status);
+    if (status != 0 || !d) {
+        free(d);
+        return name;
+    }
+    n->demangled[n->n_demangled++] = d;
+    return d;
+}
+
 void pyf_native__symbol(struct pyf_native *n, uint64_t pc, bool innermost,
                         struct pyf_native_frame *ret_frame)
 {
@@ -267,12 +301,13 @@ void pyf_native__symbol(struct pyf_native *n, uint64_t pc, bool innermost,
         return; /* memory mapped from no file */
     ret_frame->object = dwfl_module_info(m, NULL, &start, NULL, NULL, NULL, NULL, NULL);
     ret_frame->object_offset = dwfl_module_getelf(m, &bias) ? pc - bias : pc - start;
-    ret_frame->function = dwfl_module_addrinfo(m, lookup, &offset, &sym, NULL, NULL, NULL);
+    ret_frame->function =
+        demangle(n, dwfl_module_addrinfo(m, lookup, &offset, &sym, NULL, NULL, NULL));
     ret_frame->function_offset = offset + (pc - lookup);
     line = dwfl_module_getsrc(m, lookup);
     if (line) {
         ret_frame->src_file = dwfl_lineinfo(line, NULL, &lineno, NULL, NULL, NULL);
         ret_frame->src_line = lineno;
     }
-    ret_frame->eval_loop = is_eval_loop(ret_frame->function);
+    ret_frame->eval_loop = is_eval_loop(ret_frame->function); /* a C name: never demangled */
 }

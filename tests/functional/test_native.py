@@ -185,3 +185,21 @@ def test_a_stopped_process_stays_stopped(target_factory, tmp_path, daemon):
     assert state(t.pid) == 'T'
     os.kill(t.pid, 18)  # SIGCONT
     wait_for(lambda: state(t.pid) in ('R', 'S'), what='the target running again')
+
+
+def test_torch_cxx_frames_demangled(target_factory, daemon):
+    """Python -> libtorch (C++, names demangled) -> BLAS, the issue's example stack."""
+    t = target_factory('/usr/bin/python3', 'native_torch.py')
+    for _ in range(50):
+        status, doc = daemon.api('GET', '/v1/backtrace?pid=%d&native=1' % t.pid)
+        assert status == 200, doc
+        frames = main_thread(doc, t.pid)['frames']
+        if any(native(r'gemm')(f) for f in frames):
+            break
+        time.sleep(0.05)
+    i_blas = index(frames, native(r'gemm'))
+    i_op = index(frames, native(r'^at::_ops::mm::call\(at::Tensor const&, at::Tensor const&\)$'),
+                 i_blas)
+    i_py = index(frames, python('matmul_forever'), i_op)
+    assert 'libtorch_cpu' in frames[i_op]['object'], frames[i_op]
+    assert all(f['kind'] == 'native' for f in frames[:i_py]), describe(frames)
