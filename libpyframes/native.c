@@ -34,7 +34,8 @@ struct pyf_native {
     Dwfl_Callbacks callbacks; /* libdw keeps a pointer: it lives as long as the Dwfl */
     char *debuginfo_path;     /* NULL: libdw's default places (.gnu_debuglink, build-id) */
     Dwfl *dwfl;
-    bool attached;    /* libdw told the threads are held (dwfl_linux_proc_attach) */
+    enum { UNATTACHED, HELD_THREADS, STACK_COPIES } mode; /* how libdw reads thread state */
+    const struct pyf_stack_copy *copy; /* STACK_COPIES: the sample being unwound */
     char **demangled; /* names made by __cxa_demangle, owned: freed with the pyf_native */
     size_t n_demangled, cap_demangled;
 };
@@ -234,18 +235,97 @@ int pyf_native__unwind(struct pyf_native *n, pid_t tid, uint64_t *ret_pcs, size_
     /* libdw, not libunwind-ptrace: libdw also unwinds out of the vDSO (time.time() is in
      * it half the time), whose unwind info it reads from the process's memory. The threads
      * are held already: libdw only reads their registers and memory. */
-    if (!n->attached) {
+    if (n->mode == STACK_COPIES)
+        return pyf_fail(reterr, PYF_INVALID, EINVAL, 0,
+                        "pid %d: this pyf_native unwinds stack copies", (int)n->pid);
+    if (n->mode == UNATTACHED) {
         int r = dwfl_linux_proc_attach(n->dwfl, n->pid, true);
         if (r != 0)
             return pyf_fail(reterr, r == ESRCH || r == ENOENT ? PYF_GONE : PYF_INVALID,
                             r > 0 ? r : EINVAL, 0, "pid %d: libdw cannot unwind it: %s",
                             (int)n->pid, r > 0 ? strerror(r) : dwfl_errmsg(-1));
-        n->attached = true;
+        n->mode = HELD_THREADS;
     }
     /* -1 at the outermost frame (no return address past it) is the normal end */
     if (dwfl_getthread_frames(n->dwfl, tid, take_frame, &c) != 0 && c.n == 0)
         return pyf_fail(reterr, PYF_GONE, ESRCH, 0, "pid %d: thread %d: cannot unwind: %s",
                         (int)n->pid, (int)tid, dwfl_errmsg(-1));
+    *ret_n = c.n;
+    *ret_truncated = c.truncated;
+    return 0;
+}
+
+/* ---- unwinding a copy of the stack (no ptrace) ---- */
+
+static pid_t copy_next_thread(Dwfl *dwfl, void *arg, void **thread_argp)
+{
+    struct pyf_native *n = arg;
+
+    (void)dwfl;
+    if (*thread_argp)
+        return 0; /* one thread: the sample's */
+    *thread_argp = n;
+    return n->copy->tid;
+}
+
+static bool copy_get_thread(Dwfl *dwfl, pid_t tid, void *arg, void **thread_argp)
+{
+    struct pyf_native *n = arg;
+
+    (void)dwfl;
+    *thread_argp = n;
+    return tid == n->copy->tid;
+}
+
+/* Only the copied bytes: the rest of the process may have changed since the sample. */
+static bool copy_memory_read(Dwfl *dwfl, Dwarf_Addr addr, Dwarf_Word *result, void *arg)
+{
+    const struct pyf_stack_copy *c = ((struct pyf_native *)arg)->copy;
+    uint64_t sp = c->regs[PYF_DWARF_SP];
+
+    (void)dwfl;
+    if (addr < sp || addr - sp > c->size || c->size - (addr - sp) < sizeof(*result))
+        return false;
+    memcpy(result, c->stack + (addr - sp), sizeof(*result));
+    return true;
+}
+
+static bool copy_set_registers(Dwfl_Thread *thread, void *thread_arg)
+{
+    const struct pyf_stack_copy *c = ((struct pyf_native *)thread_arg)->copy;
+    Dwarf_Word regs[PYF_DWARF_REGS];
+
+    for (int i = 0; i < PYF_DWARF_REGS; i++)
+        regs[i] = c->regs[i];
+    return dwfl_thread_state_registers(thread, 0, PYF_DWARF_REGS, regs);
+}
+
+static const Dwfl_Thread_Callbacks copy_callbacks = {
+    .next_thread = copy_next_thread,
+    .get_thread = copy_get_thread,
+    .memory_read = copy_memory_read,
+    .set_initial_registers = copy_set_registers,
+};
+
+int pyf_native__unwind_copy(struct pyf_native *n, const struct pyf_stack_copy *copy,
+                            uint64_t *ret_pcs, size_t cap, size_t *ret_n, bool *ret_truncated,
+                            struct pyf_err *reterr)
+{
+    struct unwind_ctx c = {.pcs = ret_pcs, .cap = cap};
+
+    if (n->mode == HELD_THREADS)
+        return pyf_fail(reterr, PYF_INVALID, EINVAL, 0,
+                        "pid %d: this pyf_native unwinds held threads", (int)n->pid);
+    if (n->mode == UNATTACHED) {
+        if (!dwfl_attach_state(n->dwfl, NULL, n->pid, &copy_callbacks, n))
+            return pyf_fail(reterr, PYF_INVALID, EINVAL, 0, "pid %d: libdw: %s", (int)n->pid,
+                            dwfl_errmsg(-1));
+        n->mode = STACK_COPIES;
+    }
+    n->copy = copy;
+    /* an error past the first frames is the end of what the copy holds, or of the stack */
+    dwfl_getthread_frames(n->dwfl, copy->tid, take_frame, &c);
+    n->copy = NULL;
     *ret_n = c.n;
     *ret_truncated = c.truncated;
     return 0;

@@ -65,6 +65,25 @@ void pyf_native_free(struct pyf_native *n); /* NULL is a no-op */
 int pyf_native__unwind(struct pyf_native *n, pid_t tid, uint64_t *ret_pcs, size_t cap,
                        size_t *ret_n, bool *ret_truncated, struct pyf_err *reterr);
 
+/* A thread's user registers and the top of its stack as the kernel copied them at a sample
+ * (perf PERF_SAMPLE_REGS_USER + PERF_SAMPLE_STACK_USER, or BPF), x86-64. */
+#define PYF_DWARF_REGS 17 /* rax rdx rcx rbx rsi rdi rbp rsp r8-r15 rip: DWARF's numbering */
+#define PYF_DWARF_SP 7
+#define PYF_DWARF_IP 16
+struct pyf_stack_copy {
+    pid_t tid;
+    uint64_t regs[PYF_DWARF_REGS];
+    const uint8_t *stack; /* @size bytes from regs[PYF_DWARF_SP] up */
+    size_t size;
+};
+
+/* The return addresses of a sampled thread, unwound from @copy alone: the process is neither
+ * stopped nor read (it ran on since the sample). A pyf_native unwinds either held threads
+ * (pyf_native__unwind) or copies, whichever it is first asked for. */
+int pyf_native__unwind_copy(struct pyf_native *n, const struct pyf_stack_copy *copy,
+                            uint64_t *ret_pcs, size_t cap, size_t *ret_n, bool *ret_truncated,
+                            struct pyf_err *reterr);
+
 /* Names @pc (@innermost: the thread's own pc, not a return address, which points past its
  * call). Always fills @ret_frame; what cannot be found stays NULL. */
 void pyf_native__symbol(struct pyf_native *n, uint64_t pc, bool innermost,

@@ -4,6 +4,7 @@ against tests/targets/native_qsort.py (Python -> ctypes -> libc qsort -> a Pytho
 Checks the merged order of the frames (the callback, the native frames of ctypes and libc's
 sort under it, then the Python caller), that every eval-loop frame was replaced by Python
 frames, and that the target goes on running and sorting correctly."""
+import json
 import os
 import re
 import subprocess
@@ -11,10 +12,11 @@ import time
 
 import pytest
 
-from conftest import interpreter_params, probectl, require, wait_for
+from conftest import BUILD, interpreter_params, probectl, require, wait_for
 from daemon import Daemon, ensure_test_user
 
 EVAL = re.compile(r'^_PyEval_EvalFrameDefault')
+NATIVESAMPLE = os.path.join(BUILD, 'tests', 'nativesample')
 
 
 @pytest.fixture(scope='module')
@@ -203,3 +205,33 @@ def test_torch_cxx_frames_demangled(target_factory, daemon):
     i_py = index(frames, python('matmul_forever'), i_op)
     assert 'libtorch_cpu' in frames[i_op]['object'], frames[i_op]
     assert all(f['kind'] == 'native' for f in frames[:i_py]), describe(frames)
+
+
+@pytest.mark.parametrize('python_path', interpreter_params())
+def test_continuous_native_samples_from_perf(python_path, target_factory, tmp_path):
+    """Native stacks sampled without stopping the target: perf copies each sample's registers
+    and stack top, libdw unwinds the copy. Most of the target's time is under libc's sort,
+    called through ctypes from the eval loop; every stack reaches the thread's first frame."""
+    require(python_path)
+    log = str(tmp_path / 'sorts')
+    t = target_factory(python_path, 'native_qsort.py', log)
+    r = subprocess.run([NATIVESAMPLE, str(t.pid), '1.5', '200'], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    figures = json.loads(lines[-1])
+    stacks = [x.split('\t', 1)[1].split(';') for x in lines[:-1] if x.startswith('%d\t' % t.pid)]
+    # the first unwinds load each object's CFI (milliseconds): a ring may overflow then
+    assert figures['samples'] >= 100 and figures['lost'] <= 0.1 * figures['samples'], figures
+    assert figures['complete'] > 0.95, figures
+    under_sort = [s for s in stacks if any(re.match(r'(qsort|msort)', f) for f in s)]
+    assert len(under_sort) > 0.5 * len(stacks), (len(under_sort), len(stacks))
+    # outward from the sort: ctypes' call, the eval loop, down to the process's first frame
+    s = under_sort[0]
+    i_sort = [i for i, f in enumerate(s) if re.match(r'(qsort|msort)', f)][-1]
+    assert any(EVAL.search(f) for f in s[i_sort:]), s
+    assert any(EVAL.search(f) for f in s[:i_sort]), s  # the callback, run by the eval loop
+    assert re.search(r'_start|__libc_start', s[-1]), s
+    # the target ran on, and sorted right, all along
+    assert state(t.pid) not in ('t', 'T')
+    assert sorts(log) and set(sorts(log)) == {'ok'}
