@@ -8,8 +8,10 @@
  *
  * Prints one line per sample, "TID<TAB>name;name;..." innermost first (an address without
  * a symbol as object+0xOFFSET), unless --quiet; then one JSON line of figures: samples, lost,
- * threads, unwind_us (mean per sample), frames (mean), complete (share of stacks unwound to
- * the thread's first frame: _start, clone, start_thread), cache_hits and lookups (naming).
+ * threads, unwind_us (mean per sample), cpu_us (this process's CPU per sample once warm:
+ * draining, unwinding, naming; the first second, which loads each object's symbols and CFI,
+ * is left out), frames (mean), complete (share of stacks unwound to the thread's first
+ * frame: _start, clone, start_thread), cache_hits and lookups (naming).
  */
 #define _GNU_SOURCE
 #include <stdbool.h>
@@ -36,12 +38,17 @@ struct run {
     struct name_slot cache[CACHE_SLOTS];
 };
 
-static uint64_t now_ns(void)
+static uint64_t clock_ns(clockid_t clock)
 {
     struct timespec ts;
 
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t now_ns(void)
+{
+    return clock_ns(CLOCK_MONOTONIC);
 }
 
 /* The name of @pc, through the cache (a miss costs libdw a symbol-table scan). */
@@ -107,7 +114,7 @@ int main(int argc, char **argv)
     struct perfstack *ps = NULL;
     struct pyf_err e;
     char err[512];
-    uint64_t lost = 0, lost_now, end;
+    uint64_t lost = 0, lost_now, start, end, warm_cpu = 0, warm_samples = 0;
     pid_t pid;
 
     if (argc < 3 || !r) {
@@ -125,9 +132,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "nativesample: %s\n", err);
         return 1;
     }
-    end = now_ns() + (uint64_t)(atof(argv[2]) * 1e9);
+    start = now_ns();
+    end = start + (uint64_t)(atof(argv[2]) * 1e9);
     while (now_ns() < end) {
         usleep(10 * 1000);
+        if (!warm_cpu && now_ns() - start > 1000000000u) {
+            warm_cpu = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+            warm_samples = r->samples;
+        }
         perfstack__drain(ps, on_sample, r, &lost_now);
         lost += lost_now;
         if (perfstack__refresh(ps, err, sizeof(err)) < 0)
@@ -135,10 +147,15 @@ int main(int argc, char **argv)
     }
     perfstack__drain(ps, on_sample, r, &lost_now);
     lost += lost_now;
-    printf("{\"samples\": %llu, \"lost\": %llu, \"threads\": %zu, \"unwind_us\": %.2f, \"frames\": "
-           "%.1f, \"complete\": %.3f, \"cache_hits\": %llu, \"lookups\": %llu}\n",
+    printf("{\"samples\": %llu, \"lost\": %llu, \"threads\": %zu, \"unwind_us\": %.2f, "
+           "\"cpu_us\": %.2f, \"frames\": %.1f, \"complete\": %.3f, \"cache_hits\": %llu, "
+           "\"lookups\": %llu}\n",
            (unsigned long long)r->samples, (unsigned long long)lost, perfstack__threads(ps),
            r->samples ? (double)r->unwind_ns / 1e3 / (double)r->samples : 0.0,
+           r->samples > warm_samples && warm_cpu
+               ? (double)(clock_ns(CLOCK_PROCESS_CPUTIME_ID) - warm_cpu) / 1e3 /
+                     (double)(r->samples - warm_samples)
+               : 0.0,
            r->samples ? (double)r->frames / (double)r->samples : 0.0,
            r->samples ? (double)r->complete / (double)r->samples : 0.0, (unsigned long long)r->hits,
            (unsigned long long)r->lookups);
