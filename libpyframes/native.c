@@ -6,6 +6,7 @@
 #include <elfutils/libdwfl.h>
 #include <errno.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/ptrace.h>
 #include <sys/wait.h>
@@ -70,6 +71,24 @@ static int wait_stop(pid_t tid, int *ret_signal)
     }
 }
 
+/* True when the thread is a zombie or dead (its /proc state is Z or X), or gone. */
+static bool thread_exiting(pid_t pid, pid_t tid)
+{
+    char path[64], buf[512], *paren;
+    FILE *f;
+    size_t n;
+
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)pid, (int)tid);
+    f = fopen(path, "re");
+    if (!f)
+        return true;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    paren = strrchr(buf, ')');
+    return !paren || paren[1] == '\0' || paren[2] == 'Z' || paren[2] == 'X';
+}
+
 /* Seizes and stops one thread; 0 when held or gone, -errno (with @e) when we may not. */
 static int hold_thread(struct pyf_stopped *s, pid_t tid, struct pyf_err *e)
 {
@@ -81,6 +100,12 @@ static int hold_thread(struct pyf_stopped *s, pid_t tid, struct pyf_err *e)
         int err = errno;
         if (err == ESRCH)
             return 0; /* exited meanwhile */
+        /* a thread that is exiting refuses with EPERM too: once another thread of the
+         * process let us in, the right to trace is not in question */
+        if (err == EPERM && (s->n > 0 || thread_exiting(s->pid, tid)))
+            return s->n > 0 ? 0
+                            : pyf_fail(e, PYF_GONE, ESRCH, 0, "pid %d: the process is exiting",
+                                       (int)s->pid);
         return pyf_fail(e, err == EPERM ? PYF_DENIED : PYF_INVALID, err, 0,
                         "pid %d: cannot trace thread %d: %s (native stacks need root with "
                         "CAP_SYS_PTRACE, or the process's owner where ptrace_scope allows)",

@@ -235,3 +235,56 @@ def test_continuous_native_samples_from_perf(python_path, target_factory, tmp_pa
     # the target ran on, and sorted right, all along
     assert state(t.pid) not in ('t', 'T')
     assert sorts(log) and set(sorts(log)) == {'ok'}
+
+
+def tracers(pid):
+    """TracerPid of every thread of @pid: 0 when no one traces it."""
+    out = set()
+    for tid in os.listdir('/proc/%d/task' % pid):
+        try:
+            with open('/proc/%d/task/%s/status' % (pid, tid)) as f:
+                out.add(int(re.search(r'TracerPid:\s+(\d+)', f.read()).group(1)))
+        except OSError:
+            pass  # the thread ended meanwhile
+    return out
+
+
+def native_json(pid):
+    r = probectl('backtrace', pid, '--native', '--direct', '--json')
+    return r.returncode, (json.loads(r.stdout) if r.returncode == 0 else r.stderr)
+
+
+@pytest.mark.parametrize('python_path', interpreter_params()[-4:])  # 3.11-3.13, Debian's
+def test_read_while_threads_come_and_go(python_path, target_factory):
+    """Threads started and joined all the time: every read succeeds, no thread is left traced
+    or stopped, and the target goes on."""
+    require(python_path)
+    t = target_factory(python_path, 'churn.py')
+    merged = 0
+    for _ in range(40):
+        rc, doc = native_json(t.pid)
+        assert rc == 0, doc
+        for th in doc['threads']:
+            kinds = {f['kind'] for f in th['frames']}
+            merged += kinds == {'native', 'python'}
+        assert tracers(t.pid) == {0}
+    assert merged >= 40, merged  # the main thread at least, every time: both kinds, placed
+    assert t.proc.poll() is None
+    assert state(t.pid) not in ('t', 'T')
+
+
+def test_target_exits_while_read(target_factory):
+    """Reads until the target exits by itself: each one ends (a stack, or a clear error), and
+    the target's exit is its own, with status 0: nothing held it."""
+    t = target_factory('/usr/bin/python3', 'churn.py', '1.5')
+    outcomes = set()
+    while t.proc.poll() is None:
+        rc, doc = native_json(t.pid)
+        if rc == 0:
+            outcomes.add('ok')
+        else:
+            assert re.search(r'pid %d\b.*(gone|exist|No such process|not a CPython|no thread)'
+                             % t.pid, doc, re.I), doc
+            outcomes.add('gone')
+    assert t.proc.wait(timeout=30) == 0
+    assert 'ok' in outcomes, outcomes
