@@ -98,6 +98,16 @@ def target_factory():
         t.close()
 
 
+@pytest.fixture(scope='module')
+def daemon():
+    """One real probed (tests/functional/daemon.py) shared by a test file's cases;
+    test_daemon.py, whose cases stop and kill it, has one per case instead."""
+    from daemon import Daemon
+    d = Daemon()
+    yield d
+    d.close()
+
+
 def wait_for(pred, timeout=20, what='condition'):
     """@pred's first true value, polled every 0.2 s; fails after @timeout seconds."""
     deadline = time.time() + timeout

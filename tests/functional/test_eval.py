@@ -12,17 +12,10 @@ import time
 import pytest
 
 from conftest import BUILD, PYENV, Target, interpreter_params, require
-from daemon import Daemon, ensure_test_user
+from daemon import ensure_test_user
 
 REINJECT = os.path.join(BUILD, 'tests', 'reinject')
 NOOP_LIB = os.path.join(BUILD, 'tests', 'libnoop_lib.so')
-
-
-@pytest.fixture(scope='module')
-def daemon():
-    d = Daemon()
-    yield d
-    d.close()
 
 
 def target(python, mode):

@@ -13,17 +13,10 @@ import time
 import pytest
 
 from conftest import BUILD, interpreter_params, probectl, require, wait_for
-from daemon import Daemon, ensure_test_user
+from daemon import ensure_test_user
 
 EVAL = re.compile(r'^_PyEval_EvalFrameDefault')
 NATIVESAMPLE = os.path.join(BUILD, 'tests', 'nativesample')
-
-
-@pytest.fixture(scope='module')
-def daemon():
-    d = Daemon()
-    yield d
-    d.close()
 
 
 def main_thread(doc, pid):

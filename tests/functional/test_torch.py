@@ -332,16 +332,27 @@ def test_every_nth_step():
         d.close()
 
 
-def test_inference_steps_are_top_level_calls():
-    d = Daemon()
-    job = Job('transformer', 'infer', 2, 6)
+def traced_inference(d, model, calls):
+    """An inference job of @calls calls, traced from the first, once the daemon holds a row
+    of each call (the last call's step has not ended: no step time yet)."""
+    job = Job(model, 'infer', 1, calls)
     try:
         d.ctl('torch', job.pid, 'on', check=True)
         job.start()
         job.wait_done()
-        # the last call's step ends when the model is called again: 11 complete steps
         wait_for(lambda: d.rows("SELECT count(DISTINCT step) FROM torch_trace WHERE pid = %d"
-                                % job.pid)[0][0] == 12, what='12 steps')
+                                % job.pid)[0][0] == calls, what='%d steps' % calls)
+    except BaseException:
+        job.close()
+        raise
+    return job
+
+
+def test_inference_steps_are_top_level_calls():
+    d = Daemon()
+    job = None
+    try:
+        job = traced_inference(d, 'transformer', 12)
         rows = d.rows("SELECT step, module, stage FROM torch_trace WHERE pid = %d" % job.pid)
         assert {r[2] for r in rows} == {'forward'}  # no_grad: no backward, no optimizer
         per_step = {}
@@ -355,7 +366,8 @@ def test_inference_steps_are_top_level_calls():
         assert d.rows("SELECT step FROM torch_step_times WHERE pid = %d ORDER BY step"
                       % job.pid) == [[s] for s in range(1, 11)]
     finally:
-        job.close()
+        if job:
+            job.close()
         d.close()
 
 
@@ -363,18 +375,15 @@ def test_module_names_json_must_escape():
     """The records are written as JSON in C inside the job: names with a quote, a backslash, a
     tab and letters outside ASCII come back into SQL exactly."""
     d = Daemon()
-    job = Job('oddnames', 'infer', 1, 5)
+    job = None
     try:
-        d.ctl('torch', job.pid, 'on', check=True)
-        job.start()
-        job.wait_done()
-        wait_for(lambda: d.rows("SELECT count(DISTINCT step) FROM torch_trace WHERE pid = %d"
-                                % job.pid)[0][0] == 5, what='5 steps')
+        job = traced_inference(d, 'oddnames', 5)
         names = d.rows("SELECT module, count(*) FROM torch_trace WHERE pid = %d GROUP BY module"
                        " ORDER BY module" % job.pid)
         assert names == [['Modèle', 5], ['fc"1\\\t', 5]], names
     finally:
-        job.close()
+        if job:
+            job.close()
         d.close()
 
 
