@@ -286,10 +286,7 @@ def test_dataloader_workers_forked_while_tracing():
     d = Daemon()
     job = Job('mlp', 'train-loader', 3, 6)
     try:
-        d.ctl('torch', job.pid, 'on', check=True)
-        job.start()
-        job.wait_done()
-        drained(d, job.pid, job.steps)
+        run_traced(d, job)
         workers = subprocess.run(['pgrep', '-P', str(job.pid)], stdout=subprocess.PIPE,
                                  universal_newlines=True).stdout.split()
         assert workers == [], 'workers left: %s' % workers  # each epoch's exited
@@ -330,6 +327,14 @@ def test_every_nth_step():
     finally:
         job.close()
         d.close()
+
+
+def run_traced(d, job):
+    """A training job traced from its first step, run to its end and drained."""
+    d.ctl('torch', job.pid, 'on', check=True)
+    job.start()
+    job.wait_done()
+    drained(d, job.pid, job.steps)
 
 
 def traced_inference(d, model, calls):
@@ -392,10 +397,7 @@ def test_torch_series_in_prometheus_metrics():
     d = Daemon('--metrics', '127.0.0.1:%d' % port)
     job = Job('mlp', 'train', 1, 20)
     try:
-        d.ctl('torch', job.pid, 'on', check=True)
-        job.start()
-        job.wait_done()
-        drained(d, job.pid, job.steps)
+        run_traced(d, job)
 
         def scrape():
             with urllib.request.urlopen('http://127.0.0.1:%d/metrics' % port, timeout=10) as r:
