@@ -51,6 +51,16 @@ bool pyf_stopped__holds(const struct pyf_stopped *s, pid_t tid)
     return false;
 }
 
+size_t pyf_stopped__n(const struct pyf_stopped *s)
+{
+    return s ? s->n : 0;
+}
+
+pid_t pyf_stopped__tid(const struct pyf_stopped *s, size_t i)
+{
+    return s->threads[i].tid;
+}
+
 /* Waits for the stop PTRACE_INTERRUPT asked for. 1: held, 0: the thread is gone. */
 static int wait_stop(pid_t tid, int *ret_signal)
 {

@@ -40,6 +40,9 @@ struct pyf_stopped;
 int pyf_stop_process(pid_t pid, struct pyf_stopped **ret_stopped, struct pyf_err *reterr);
 /* Whether thread @tid is held (it existed, and stopped). */
 bool pyf_stopped__holds(const struct pyf_stopped *s, pid_t tid);
+/* The held threads, in the order they were stopped (@i < pyf_stopped__n()). */
+size_t pyf_stopped__n(const struct pyf_stopped *s);
+pid_t pyf_stopped__tid(const struct pyf_stopped *s, size_t i);
 /* Lets every held thread go (a signal that arrived meanwhile is delivered); NULL is a no-op. */
 void pyf_stopped_free(struct pyf_stopped *s);
 

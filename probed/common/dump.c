@@ -18,6 +18,7 @@
 /* One thread as read: its stack, or why it could not be read. */
 struct bt_thread {
     struct pyf_thread th;
+    bool native_only; /* --native: a thread with no Python state (OpenMP, NCCL, a C library's) */
     char name[32];
     struct pyf_stack st;
     char error[240];
@@ -137,6 +138,9 @@ static json_t *thread_json(struct pyf_target *t, struct pyf_native *nat, const s
                   "interpreter", (json_int_t)bt->th.interp_id, "holds_gil", bt->th.holds_gil,
                   "on_cpu", bt->th.on_cpu, "truncated", bt->st.truncated);
 
+    if (nat)
+        json_object_set_new(jt, "python", json_boolean(!bt->native_only));
+
     if (nat && bt->n_pcs > 0) {
         json_decref(frames);
         frames = mixed_frames(t, nat, bt, depth);
@@ -168,6 +172,32 @@ static json_t *process_json(struct pyf_target *t, struct pyf_native *nat,
     if (root && nat)
         json_object_set_new(root, "native", json_true());
     return root;
+}
+
+/* --native: the held threads that have no Python state, after the @n Python ones in @bts
+ * (room for every held thread); returns how many were added. */
+static size_t add_native_only(const struct pyf_stopped *held, struct bt_thread *bts, size_t n,
+                              pid_t pid)
+{
+    size_t added = 0;
+
+    for (size_t i = 0; i < pyf_stopped__n(held); i++) {
+        pid_t tid = pyf_stopped__tid(held, i);
+        bool python = false;
+        char stat[512], *paren;
+        for (size_t k = 0; k < n && !python; k++)
+            python = bts[k].th.tid == tid;
+        if (python)
+            continue;
+        bts[n + added] =
+            (struct bt_thread){.th = {.tid = tid, .interp_id = -1}, .native_only = true};
+        pyf_thread_name(pid, tid, bts[n + added].name, sizeof(bts[n + added].name));
+        snprintf(stat, sizeof(stat), "task/%d/stat", (int)tid);
+        if (procfs_read(pid, stat, stat, sizeof(stat)) > 0 && (paren = strrchr(stat, ')')))
+            bts[n + added].th.on_cpu = paren[1] && paren[2] == 'R';
+        added++;
+    }
+    return added;
 }
 
 /* --native, while the threads are held: each Python thread's native return addresses. */
@@ -210,10 +240,11 @@ int dump_json(pid_t pid, int locals_depth, bool native, json_t **ret, struct pyf
     procfs_cmdline(pid, cmdline, sizeof(cmdline));
     threads = calloc(THREADS_CAP, sizeof(*threads));
     r = threads ? read_threads(t, threads, &n, e) : -ENOMEM;
-    if (r == 0) {
-        bts = calloc(n ? n : 1, sizeof(*bts));
+    if (r == 0) { /* room for the held threads without Python state too */
+        size_t all = n + pyf_stopped__n(held) + 1;
+        bts = calloc(all, sizeof(*bts));
         frames = calloc((n ? n : 1) * PYF_DEPTH_MAX, sizeof(*frames));
-        pcs = native ? calloc((n ? n : 1) * PYF_NATIVE_DEPTH_MAX, sizeof(*pcs)) : NULL;
+        pcs = native ? calloc(all * PYF_NATIVE_DEPTH_MAX, sizeof(*pcs)) : NULL;
         r = bts && frames && (pcs || !native) ? 0 : -ENOMEM;
     }
     for (size_t i = 0; r == 0 && i < n; i++) {
@@ -221,8 +252,10 @@ int dump_json(pid_t pid, int locals_depth, bool native, json_t **ret, struct pyf
         bts[i].st = (struct pyf_stack){.frames = frames + i * PYF_DEPTH_MAX, .cap = PYF_DEPTH_MAX};
         read_stack(t, &bts[i], pid);
     }
-    if (r == 0 && native)
+    if (r == 0 && native) {
+        n += add_native_only(held, bts, n, pid);
         unwind_threads(nat, held, bts, n, pcs);
+    }
     pyf_stopped_free(held); /* before naming the addresses: that takes longer */
     held = NULL;
     if (r == 0) {

@@ -93,6 +93,14 @@ def test_qsort_callback_merged(python_path, target_factory, tmp_path, daemon):
     # the callback's line is the spin (Python frames keep their lines)
     assert frames[i_cb]['file'].endswith('native_qsort.py')
 
+    # faulthandler's watchdog has no Python state: native frames only, from clone on
+    watchdog = [th for th in doc['threads'] if th['python'] is False]
+    assert len(watchdog) == 1 and watchdog[0]['interpreter'] == -1, doc['threads']
+    frames = watchdog[0]['frames']
+    assert frames and all(f['kind'] == 'native' for f in frames), frames
+    assert re.search(r'clone', frames[-1].get('function') or ''), describe(frames)
+    assert main_thread(doc, t.pid)['python'] is True
+
     # the target was let go and sorts on, correctly
     assert state(t.pid) not in ('t', 'T'), state(t.pid)
     before = len(sorts(log))

@@ -4,9 +4,11 @@ sort below it and the caller's Python frames below that.
 
     native_qsort.py LOG_FILE    appends "ok" (or "bad") to LOG_FILE after each whole sort
 
-Prints `READY {"pid": N}` once the first sort is under way.
+Also starts faulthandler's watchdog, a thread with no Python state. Prints `READY {"pid": N}`
+once the first sort is under way.
 """
 import ctypes
+import faulthandler
 import json
 import os
 import sys
@@ -33,6 +35,7 @@ def sort_forever(log):
 
 
 def main():
+    faulthandler.dump_traceback_later(3600)  # a thread of C only: its watchdog
     with open(sys.argv[1], 'w', buffering=1) as log:
         print('READY ' + json.dumps({'pid': os.getpid()}))
         sys.stdout.flush()
