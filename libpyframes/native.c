@@ -37,8 +37,24 @@ struct pyf_native {
     Dwfl *dwfl;
     enum { UNATTACHED, HELD_THREADS, STACK_COPIES } mode; /* how libdw reads thread state */
     const struct pyf_stack_copy *copy; /* STACK_COPIES: the sample being unwound */
-    char **demangled; /* names made by __cxa_demangle, owned: freed with the pyf_native */
-    size_t n_demangled, cap_demangled;
+    struct sym_table *tables; /* each module's functions, sorted: built at its first lookup */
+    size_t n_tables, cap_tables;
+};
+
+/* A function of a module, at its address in the process. */
+struct sym {
+    uint64_t start, end;
+    const char *name; /* libdw's: valid until dwfl_end() */
+    char *demangled;  /* C++ names, made at the first lookup; owned */
+    bool tried;       /* demangling was tried */
+};
+
+/* libdw's own lookup (dwfl_module_addrinfo) scans the whole symbol table each time: ~70 us in
+ * libpython, far more in libtorch. One sorted table per module makes it a binary search. */
+struct sym_table {
+    Dwfl_Module *module;
+    struct sym *syms;
+    size_t n;
 };
 
 /* ---- holding the threads ---- */
@@ -235,9 +251,12 @@ void pyf_native_free(struct pyf_native *n)
         return;
     if (n->dwfl)
         dwfl_end(n->dwfl);
-    for (size_t i = 0; i < n->n_demangled; i++)
-        free(n->demangled[i]);
-    free(n->demangled);
+    for (size_t i = 0; i < n->n_tables; i++) {
+        for (size_t k = 0; k < n->tables[i].n; k++)
+            free(n->tables[i].syms[k].demangled);
+        free(n->tables[i].syms);
+    }
+    free(n->tables);
     free(n);
 }
 
@@ -375,29 +394,81 @@ static bool is_eval_loop(const char *function)
            (function[len] == '\0' || function[len] == '.');
 }
 
-/* @name as C++ shows it, kept by @n; @name itself when it is not a C++ symbol. */
-static const char *demangle(struct pyf_native *n, const char *name)
+/* The name of @sym as C++ shows it (demangled once, kept), or its name. */
+static const char *sym_name(struct sym *sym)
 {
     int status = -1;
-    char *d;
 
-    if (!name || strncmp(name, "_Z", 2) != 0)
-        return name;
-    if (n->n_demangled == n->cap_demangled) {
-        size_t cap = n->cap_demangled ? 2 * n->cap_demangled : 64;
-        char **p = realloc(n->demangled, cap * sizeof(*p));
+    if (!sym->tried && strncmp(sym->name, "_Z", 2) == 0) {
+        sym->demangled = __cxa_demangle(sym->name, NULL, NULL, &status);
+        if (status != 0) {
+            free(sym->demangled);
+            sym->demangled = NULL;
+        }
+    }
+    sym->tried = true;
+    return sym->demangled ? sym->demangled : sym->name;
+}
+
+static int by_start(const void *a, const void *b)
+{
+    const struct sym *x = a, *y = b;
+
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* The functions of @m (.symtab, else .dynsym, or separate debug info), sorted by address. */
+static struct sym_table *table_of(struct pyf_native *n, Dwfl_Module *m)
+{
+    struct sym_table *t;
+    int count;
+
+    for (size_t i = 0; i < n->n_tables; i++)
+        if (n->tables[i].module == m)
+            return &n->tables[i];
+    if (n->n_tables == n->cap_tables) {
+        size_t cap = n->cap_tables ? 2 * n->cap_tables : 16;
+        struct sym_table *p = realloc(n->tables, cap * sizeof(*p));
         if (!p)
-            return name;
-        n->demangled = p;
-        n->cap_demangled = cap;
+            return NULL;
+        n->tables = p;
+        n->cap_tables = cap;
     }
-    d = __cxa_demangle(name, NULL, NULL, &status);
-    if (status != 0 || !d) {
-        free(d);
-        return name;
+    t = &n->tables[n->n_tables];
+    *t = (struct sym_table){.module = m};
+    count = dwfl_module_getsymtab(m);
+    t->syms = count > 0 ? calloc((size_t)count, sizeof(*t->syms)) : NULL;
+    for (int i = 1; t->syms && i < count; i++) {
+        GElf_Sym sym;
+        GElf_Addr addr;
+        const char *name = dwfl_module_getsym_info(m, i, &sym, &addr, NULL, NULL, NULL);
+        int type = GELF_ST_TYPE(sym.st_info);
+        if (name && *name && sym.st_size > 0 && (type == STT_FUNC || type == STT_GNU_IFUNC))
+            t->syms[t->n++] = (struct sym){addr, addr + sym.st_size, name, NULL, false};
     }
-    n->demangled[n->n_demangled++] = d;
-    return d;
+    qsort(t->syms, t->n, sizeof(*t->syms), by_start);
+    n->n_tables++;
+    return t;
+}
+
+/* The function covering @addr in @t, or NULL. */
+static struct sym *find_sym(struct sym_table *t, uint64_t addr)
+{
+    size_t lo = 0, hi = t ? t->n : 0;
+
+    while (lo < hi) { /* the last function starting at or before addr */
+        size_t mid = lo + (hi - lo) / 2;
+        if (t->syms[mid].start <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    /* usually the one before covers it, or none does; one nested in a larger one (a .cold
+     * part, an alias) may end first: look back a few */
+    for (size_t i = lo, steps = 0; i-- > 0 && steps < 16; steps++)
+        if (addr < t->syms[i].end)
+            return &t->syms[i];
+    return NULL;
 }
 
 void pyf_native__symbol(struct pyf_native *n, uint64_t pc, bool innermost,
@@ -406,8 +477,7 @@ void pyf_native__symbol(struct pyf_native *n, uint64_t pc, bool innermost,
     /* a return address points past its call, maybe into the next function or line */
     Dwarf_Addr lookup = innermost || pc == 0 ? pc : pc - 1, start = 0, bias = 0;
     Dwfl_Module *m = dwfl_addrmodule(n->dwfl, lookup);
-    GElf_Off offset = 0;
-    GElf_Sym sym;
+    struct sym *sym;
     Dwfl_Line *line;
     int lineno = 0;
 
@@ -416,13 +486,15 @@ void pyf_native__symbol(struct pyf_native *n, uint64_t pc, bool innermost,
         return; /* memory mapped from no file */
     ret_frame->object = dwfl_module_info(m, NULL, &start, NULL, NULL, NULL, NULL, NULL);
     ret_frame->object_offset = dwfl_module_getelf(m, &bias) ? pc - bias : pc - start;
-    ret_frame->function =
-        demangle(n, dwfl_module_addrinfo(m, lookup, &offset, &sym, NULL, NULL, NULL));
-    ret_frame->function_offset = offset + (pc - lookup);
+    sym = find_sym(table_of(n, m), lookup);
+    if (sym) {
+        ret_frame->function = sym_name(sym);
+        ret_frame->function_offset = pc - sym->start;
+        ret_frame->eval_loop = is_eval_loop(sym->name);
+    }
     line = dwfl_module_getsrc(m, lookup);
     if (line) {
         ret_frame->src_file = dwfl_lineinfo(line, NULL, &lineno, NULL, NULL, NULL);
         ret_frame->src_line = lineno;
     }
-    ret_frame->eval_loop = is_eval_loop(ret_frame->function); /* a C name: never demangled */
 }
