@@ -289,3 +289,26 @@ def test_target_exits_while_read(target_factory):
             outcomes.add('gone')
     assert t.proc.wait(timeout=30) == 0
     assert 'ok' in outcomes, outcomes
+
+
+@pytest.mark.parametrize('python_path', [interpreter_params()[-2], interpreter_params()[-1]])
+def test_native_loop_in_a_deleted_library(python_path, target_factory, daemon):
+    """A library loaded, then deleted from disk: its frames still show, named by what its
+    mapping holds (exported functions; a static one as file+offset), the file marked
+    (deleted), and the Python caller below them."""
+    require(python_path)
+    t = target_factory(python_path, 'native_spin.py', os.path.join(BUILD, 'tests',
+                                                                    'libspin_lib.so'))
+    for _ in range(50):
+        status, doc = daemon.api('GET', '/v1/backtrace?pid=%d&native=1' % t.pid)
+        assert status == 200, doc
+        frames = main_thread(doc, t.pid)['frames']
+        if frames and (frames[0].get('object') or '').endswith('libspin.so (deleted)'):
+            break
+        time.sleep(0.05)
+    i_spin = index(frames, native(r'^spin_for$'))
+    assert frames[i_spin]['object'].endswith('libspin.so (deleted)'), frames[i_spin]
+    assert all(f['object'].endswith('libspin.so (deleted)') for f in frames[:i_spin + 1])
+    i_work = index(frames, python('work'), i_spin)
+    assert all(f['kind'] == 'native' for f in frames[i_spin:i_work]), describe(frames)
+    index(frames, python('main'), i_work)
