@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/ptrace.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "err.h"
 
@@ -200,13 +201,46 @@ int pyf_stop_process(pid_t pid, struct pyf_stopped **ret_stopped, struct pyf_err
     return 0;
 }
 
+/* A held thread that was killed (SIGKILL wakes even a stopped one) cannot be detached: it
+ * waits, a zombie, for its tracer to collect it, and while it does its process cannot be
+ * reaped by its parent. Collects those of @tids (they may take a moment to die; the group's
+ * leader only once the others are collected). */
+static void reap(pid_t *tids, size_t n)
+{
+    size_t left = n;
+
+    for (int round = 0; left > 0 && round < 200; round++) {
+        for (size_t i = 0; i < n; i++) {
+            int status;
+            pid_t r = tids[i] ? waitpid(tids[i], &status, __WALL | WNOHANG) : 0;
+            if (r == tids[i] || (r < 0 && errno != EINTR)) {
+                tids[i] = 0; /* collected, or not ours to collect (no longer traced) */
+                left--;
+            }
+        }
+        if (left > 0)
+            usleep(1000);
+    }
+}
+
 void pyf_stopped_free(struct pyf_stopped *s)
 {
+    size_t n_failed = 0;
+
     if (!s)
         return;
-    for (size_t i = 0; i < s->n; i++) /* fails only for a thread that exited: nothing to do */
-        ptrace(PTRACE_DETACH, s->threads[i].tid, NULL,
-               (void *)(intptr_t)s->threads[i].pending_signal);
+    for (size_t i = 0; i < s->n; i++) /* the threads not let go are kept at the front */
+        if (ptrace(PTRACE_DETACH, s->threads[i].tid, NULL,
+                   (void *)(intptr_t)s->threads[i].pending_signal) < 0)
+            s->threads[n_failed++].tid = s->threads[i].tid;
+    if (n_failed > 0) {
+        pid_t *tids = malloc(n_failed * sizeof(*tids));
+        for (size_t i = 0; tids && i < n_failed; i++)
+            tids[i] = s->threads[i].tid;
+        if (tids)
+            reap(tids, n_failed);
+        free(tids);
+    }
     free(s->threads);
     free(s);
 }

@@ -312,3 +312,15 @@ def test_native_loop_in_a_deleted_library(python_path, target_factory, daemon):
     i_work = index(frames, python('work'), i_spin)
     assert all(f['kind'] == 'native' for f in frames[i_spin:i_work]), describe(frames)
     index(frames, python('main'), i_work)
+
+
+def test_target_killed_while_held(target_factory):
+    """SIGKILL while every thread is held: letting go collects the killed threads, so the
+    target's parent reaps it at once (a traced zombie thread would keep it unreaped)."""
+    t = target_factory('/usr/bin/python3', 'shapes.py')  # several threads
+    r = subprocess.run([os.path.join(BUILD, 'tests', 'holdkill'), str(t.pid)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.match(r'(\d+) threads held, 0 left', r.stdout) and int(r.stdout.split()[0]) > 3
+    assert t.proc.wait(timeout=5) == -9  # reaped by its parent, killed
