@@ -25,6 +25,7 @@
 #include "pyframes_native.h"
 
 #define CACHE_SLOTS 4096
+#define QUEUE_MAX 4096 /* samples between two drains */
 
 struct name_slot {
     uint64_t pc;
@@ -36,6 +37,8 @@ struct run {
     bool quiet;
     uint64_t samples, frames, complete, unwind_ns, hits, lookups;
     struct name_slot cache[CACHE_SLOTS];
+    struct queued *queue[QUEUE_MAX];
+    size_t n_queue;
 };
 
 static uint64_t clock_ns(clockid_t clock)
@@ -81,15 +84,34 @@ static bool is_first_frame(const char *name)
            strcmp(name, "start_thread") == 0 || strncmp(name, "__libc_start", 12) == 0;
 }
 
-static void on_sample(void *ctx, const struct pyf_stack_copy *copy, uint64_t time_ns)
+/* A sample copied out of its ring: the rings are emptied first, so that the unwinding that
+ * follows (slow while each object's CFI loads) never lets a ring overflow. */
+struct queued {
+    struct pyf_stack_copy copy;
+    uint8_t stack[];
+};
+
+static void queue_sample(void *ctx, const struct pyf_stack_copy *copy, uint64_t time_ns)
 {
     struct run *r = ctx;
+    struct queued *q;
+
+    (void)time_ns;
+    if (r->n_queue == QUEUE_MAX || !(q = malloc(sizeof(*q) + copy->size)))
+        return;
+    q->copy = *copy;
+    memcpy(q->stack, copy->stack, copy->size);
+    q->copy.stack = q->stack;
+    r->queue[r->n_queue++] = q;
+}
+
+static void on_sample(struct run *r, const struct pyf_stack_copy *copy)
+{
     uint64_t pcs[PYF_NATIVE_DEPTH_MAX], t0 = now_ns();
     size_t n = 0;
     bool truncated = false, complete = false;
     struct pyf_err e;
 
-    (void)time_ns;
     if (pyf_native__unwind_copy(r->nat, copy, pcs, PYF_NATIVE_DEPTH_MAX, &n, &truncated, &e) < 0)
         n = 0;
     r->unwind_ns += now_ns() - t0;
@@ -108,13 +130,33 @@ static void on_sample(void *ctx, const struct pyf_stack_copy *copy, uint64_t tim
     r->complete += complete;
 }
 
+/* Empties every ring into the queue, then unwinds and names what was queued, emptying the
+ * rings again every few milliseconds meanwhile. */
+static void drain(struct run *r, struct perfstack *ps, uint64_t *lost)
+{
+    uint64_t lost_now = 0, last = now_ns();
+
+    perfstack__drain(ps, queue_sample, r, &lost_now);
+    *lost += lost_now;
+    for (size_t i = 0; i < r->n_queue; i++) {
+        on_sample(r, &r->queue[i]->copy);
+        free(r->queue[i]);
+        if (now_ns() - last > 5000000) {
+            perfstack__drain(ps, queue_sample, r, &lost_now);
+            *lost += lost_now;
+            last = now_ns();
+        }
+    }
+    r->n_queue = 0;
+}
+
 int main(int argc, char **argv)
 {
     struct run *r = calloc(1, sizeof(*r));
     struct perfstack *ps = NULL;
     struct pyf_err e;
     char err[512];
-    uint64_t lost = 0, lost_now, start, end, warm_cpu = 0, warm_samples = 0;
+    uint64_t lost = 0, start, end, warm_cpu = 0, warm_samples = 0;
     pid_t pid;
 
     if (argc < 3 || !r) {
@@ -140,13 +182,11 @@ int main(int argc, char **argv)
             warm_cpu = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
             warm_samples = r->samples;
         }
-        perfstack__drain(ps, on_sample, r, &lost_now);
-        lost += lost_now;
+        drain(r, ps, &lost);
         if (perfstack__refresh(ps, err, sizeof(err)) < 0)
             break; /* the process is gone */
     }
-    perfstack__drain(ps, on_sample, r, &lost_now);
-    lost += lost_now;
+    drain(r, ps, &lost);
     printf("{\"samples\": %llu, \"lost\": %llu, \"threads\": %zu, \"unwind_us\": %.2f, "
            "\"cpu_us\": %.2f, \"frames\": %.1f, \"complete\": %.3f, \"cache_hits\": %llu, "
            "\"lookups\": %llu}\n",
