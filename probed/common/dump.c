@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "procfs.h"
@@ -217,8 +218,17 @@ static void unwind_threads(struct pyf_native *nat, const struct pyf_stopped *hel
     }
 }
 
+static int64_t monotonic_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 int dump_json(pid_t pid, int locals_depth, bool native, json_t **ret, struct pyf_err *e)
 {
+    int64_t held_ns = 0;
     struct pyf_thread *threads = NULL;
     struct bt_thread *bts = NULL;
     struct pyf_target *t = NULL;
@@ -235,6 +245,7 @@ int dump_json(pid_t pid, int locals_depth, bool native, json_t **ret, struct pyf
         r = pyf_native_open(pid, &nat, e);
     if (r == 0 && native) /* from here on, every path lets the threads go */
         r = pyf_stop_process(pid, &held, e);
+    held_ns = native ? monotonic_ns() : 0;
     if (r < 0)
         goto out;
     procfs_cmdline(pid, cmdline, sizeof(cmdline));
@@ -257,10 +268,13 @@ int dump_json(pid_t pid, int locals_depth, bool native, json_t **ret, struct pyf
         unwind_threads(nat, held, bts, n, pcs);
     }
     pyf_stopped_free(held); /* before naming the addresses: that takes longer */
+    held_ns = native ? monotonic_ns() - held_ns : 0;
     held = NULL;
     if (r == 0) {
         *ret = process_json(t, nat, bts, n, cmdline, locals_depth);
         r = *ret ? 0 : -ENOMEM;
+        if (*ret && native) /* how long the threads were held: what the target lost */
+            json_object_set_new(*ret, "native_pause_ms", json_real((double)held_ns / 1e6));
     }
     if (r == -ENOMEM)
         snprintf(e->msg, sizeof(e->msg), "pid %d: out of memory reading its stacks", (int)pid);

@@ -178,6 +178,9 @@ static void print_text(json_t *doc)
            json_string_value(json_object_get(doc, "command")),
            json_string_value(json_object_get(doc, "python_version")),
            json_string_value(json_object_get(doc, "runtime_file")));
+    if (json_is_number(json_object_get(doc, "native_pause_ms")))
+        printf("Native stacks: every thread held %.1f ms\n",
+               json_number_value(json_object_get(doc, "native_pause_ms")));
     json_array_foreach(threads, i, jt) print_thread_text(jt);
 }
 

@@ -71,6 +71,7 @@ def test_qsort_callback_merged(python_path, target_factory, tmp_path, daemon):
     t = target_factory(python_path, 'native_qsort.py', log)
     doc = inside_callback(daemon, t.pid)
     assert doc['native'] is True
+    assert 0 < doc['native_pause_ms'] < 1000, doc['native_pause_ms']
     frames = main_thread(doc, t.pid)['frames']
     # innermost first: the callback, ctypes' and libffi's glue, libc's sort, the caller
     i_cb = index(frames, python('compare'))
@@ -119,6 +120,7 @@ def test_text_output_and_direct_read(target_factory, tmp_path):
             break
         time.sleep(0.05)
     text = r.stdout
+    assert re.search(r'^Native stacks: every thread held [\d.]+ ms$', text, re.M), text
     assert re.search(r'^\s+\[native\] .*\(libc\.so\.6\+0x[0-9a-f]+\)', text, re.M), text
     cb = [i for i, x in enumerate(lines) if re.match(r'\s+compare \(.*native_qsort\.py:\d+\)', x)]
     srt = [i for i, x in enumerate(lines) if re.match(r'\s+\[native\] (qsort|msort)', x)]
