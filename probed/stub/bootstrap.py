@@ -4,6 +4,7 @@
 # when it raised, and the value of a final expression (as the REPL shows it). The first path
 # imports nothing that is not already loaded: an import does file I/O, which drops the GIL,
 # and in a busy target getting it back costs a switch interval (5 ms) each time.
+import _thread
 import sys
 
 
@@ -57,14 +58,58 @@ def _fix_main_thread(main_ident, main_native_id):
                 locks.add(held)
 
 
+class _Router:
+    """sys.stdout and sys.stderr while requests run: a thread running a request writes into
+    that request's buffer, any other thread into the stream that was there. (Two requests
+    at once, one timed out and still running, must not print into each other's reply.)"""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        out = _captures.get(_thread.get_ident())
+        return (out if out is not None else self._stream).write(text)
+
+    def flush(self):
+        if _thread.get_ident() not in _captures:
+            self._stream.flush()
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+_captures = {}  # thread ident -> the buffer of the request that thread runs
+_routers = []  # the two _Routers, while any request runs
+_captures_lock = _thread.allocate_lock()
+
+
+def _capture(out):
+    with _captures_lock:
+        if not _captures:
+            _routers[:] = [_Router(sys.stdout), _Router(sys.stderr)]
+            sys.stdout, sys.stderr = _routers
+        _captures[_thread.get_ident()] = out
+
+
+def _release():
+    """The last request to end puts the streams back, unless its code replaced them."""
+    with _captures_lock:
+        del _captures[_thread.get_ident()]
+        if not _captures:
+            if sys.stdout is _routers[0]:
+                sys.stdout = _routers[0]._stream
+            if sys.stderr is _routers[1]:
+                sys.stderr = _routers[1]._stream
+            del _routers[:]
+
+
 def _run(src, sid, main_ident, main_native_id):
     import io
     ns = _namespace(sid)
     out = io.StringIO()
-    saved = sys.stdout, sys.stderr
     had_threading = 'threading' in sys.modules
     ok = True
-    sys.stdout = sys.stderr = out
+    _capture(out)
     try:
         tree = compile(src, '<probed>', 'exec', 0x400)  # ast.PyCF_ONLY_AST
         last = tree.body.pop() if tree.body and type(tree.body[-1]).__name__ == 'Expr' else None
@@ -80,7 +125,7 @@ def _run(src, sid, main_ident, main_native_id):
         kind, value, tb = sys.exc_info()
         traceback.print_exception(kind, value, tb.tb_next if tb else None)
     finally:
-        sys.stdout, sys.stderr = saved
+        _release()
         if not had_threading and 'threading' in sys.modules:
             try:
                 _fix_main_thread(main_ident, main_native_id)
