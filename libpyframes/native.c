@@ -485,6 +485,24 @@ static struct sym_table *table_of(struct pyf_native *n, Dwfl_Module *m)
     return t;
 }
 
+static int prepare_module(Dwfl_Module *m, void **userdata, const char *name, Dwarf_Addr start,
+                          void *arg)
+{
+    Dwarf_Addr bias;
+
+    (void)userdata, (void)name, (void)start;
+    if (dwfl_module_getelf(m, &bias)) {
+        dwfl_module_eh_cfi(m, &bias); /* loaded once, kept by libdw */
+        table_of(arg, m);
+    }
+    return DWARF_CB_OK;
+}
+
+void pyf_native__prepare(struct pyf_native *n)
+{
+    dwfl_getmodules(n->dwfl, prepare_module, n, 0);
+}
+
 /* The function covering @addr in @t, or NULL. */
 static struct sym *find_sym(struct sym_table *t, uint64_t addr)
 {

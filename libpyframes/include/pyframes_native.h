@@ -87,6 +87,10 @@ int pyf_native__unwind_copy(struct pyf_native *n, const struct pyf_stack_copy *c
                             uint64_t *ret_pcs, size_t cap, size_t *ret_n, bool *ret_truncated,
                             struct pyf_err *reterr);
 
+/* Loads every module's unwind tables and symbols now rather than at the first samples, whose
+ * unwinding would otherwise take milliseconds each while samples pile up. */
+void pyf_native__prepare(struct pyf_native *n);
+
 /* Names @pc (@innermost: the thread's own pc, not a return address, which points past its
  * call). Always fills @ret_frame; what cannot be found stays NULL. */
 void pyf_native__symbol(struct pyf_native *n, uint64_t pc, bool innermost,

@@ -169,6 +169,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "nativesample: %s\n", e.msg);
         return 1;
     }
+    pyf_native__prepare(r->nat);
     if (perfstack_open(pid, argc > 3 ? (uint32_t)atoi(argv[3]) : 100,
                        argc > 4 ? (uint32_t)atoi(argv[4]) : 16384, &ps, err, sizeof(err)) < 0) {
         fprintf(stderr, "nativesample: %s\n", err);
