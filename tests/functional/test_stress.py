@@ -28,7 +28,7 @@ def test_read_1000_times_while_threads_come_and_go(python, target_factory):
     stats = hammer(t.pid, 1000)
     assert stats['other'] == 0, stats
     assert stats['gone'] == 0
-    assert stats['stacks'] > 1000, stats       # most reads succeed...
+    assert stats['stacks'] > 1500, stats       # most reads succeed (each sees main + parked)
     assert stats['torn'] < stats['ok'] / 5, stats  # ...and torn ones stay rare
     assert t.proc.poll() is None               # the target is unharmed
 
