@@ -530,8 +530,6 @@ void pyf_native__symbol(struct pyf_native *n, uint64_t pc, bool innermost,
     Dwarf_Addr lookup = innermost || pc == 0 ? pc : pc - 1, start = 0, bias = 0;
     Dwfl_Module *m = dwfl_addrmodule(n->dwfl, lookup);
     struct sym *sym;
-    Dwfl_Line *line;
-    int lineno = 0;
 
     *ret_frame = (struct pyf_native_frame){.pc = pc, .object_offset = pc};
     if (!m)
@@ -544,9 +542,17 @@ void pyf_native__symbol(struct pyf_native *n, uint64_t pc, bool innermost,
         ret_frame->function_offset = pc - sym->start;
         ret_frame->eval_loop = is_eval_loop(sym->name);
     }
-    line = dwfl_module_getsrc(m, lookup);
+}
+
+void pyf_native__source(struct pyf_native *n, struct pyf_native_frame *frame, bool innermost)
+{
+    Dwarf_Addr lookup = innermost || frame->pc == 0 ? frame->pc : frame->pc - 1;
+    Dwfl_Module *m = dwfl_addrmodule(n->dwfl, lookup);
+    Dwfl_Line *line = m ? dwfl_module_getsrc(m, lookup) : NULL;
+    int lineno = 0;
+
     if (line) {
-        ret_frame->src_file = dwfl_lineinfo(line, NULL, &lineno, NULL, NULL, NULL);
-        ret_frame->src_line = lineno;
+        frame->src_file = dwfl_lineinfo(line, NULL, &lineno, NULL, NULL, NULL);
+        frame->src_line = lineno;
     }
 }

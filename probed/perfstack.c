@@ -81,8 +81,10 @@ static int open_ring(struct perfstack *ps, pid_t tid, char *err, size_t errlen)
         .size = sizeof(attr),
         .type = PERF_TYPE_SOFTWARE,
         .config = PERF_COUNT_SW_CPU_CLOCK, /* no PMU in VMs; cpu-clock works everywhere */
-        .freq = 1,
-        .sample_freq = ps->rate_hz,
+        /* a fixed period of CPU time, not .freq: in freq mode the kernel starts at a period of
+         * one and retunes it at ticks, so each time a thread starts (or after a stall) it
+         * fires a burst that can fill the ring between two drains */
+        .sample_period = 1000000000u / ps->rate_hz,
         .sample_type = PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_REGS_USER |
                        PERF_SAMPLE_STACK_USER,
         .sample_regs_user = REGS_MASK,

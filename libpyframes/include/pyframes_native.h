@@ -7,14 +7,15 @@
  * and threads that exit included. While they are held, pyf_native__unwind() walks a thread's
  * stack with libdw (DWARF CFI from .eh_frame, the vDSO's included: no frame pointers needed) and
  * the caller reads the Python frames with libpyframes, which then cannot tear. Naming the addresses
- * (pyf_native__symbol(), libdw: function, source file:line where debug info is found, else the
- * mapped file and offset) is done after the threads are let go.
+ * (pyf_native__symbol(), libdw: function, else the mapped file and offset; pyf_native__source():
+ * file:line where debug info is found) is done after the threads are let go.
  *
  *   pyf_native_open(pid, &nat, &err);
  *   pyf_stop_process(pid, &held, &err);
  *   pyf_native__unwind(nat, tid, pcs, cap, &n, &err);      per held thread
  *   pyf_stopped_free(held);                                  every thread runs again
- *   pyf_native__symbol(nat, pcs[i], &frame);
+ *   pyf_native__symbol(nat, pcs[i], i == 0, &frame);
+ *   pyf_native__source(nat, &frame, i == 0);                 file:line, if wanted
  *
  * Threads: ptrace ties a held thread to the thread that seized it: stop, unwind and free on
  * one thread; a pyf_native unwinds the threads of one stop only. Memory: strings in a
@@ -92,8 +93,13 @@ int pyf_native__unwind_copy(struct pyf_native *n, const struct pyf_stack_copy *c
 void pyf_native__prepare(struct pyf_native *n);
 
 /* Names @pc (@innermost: the thread's own pc, not a return address, which points past its
- * call). Always fills @ret_frame; what cannot be found stays NULL. */
+ * call): object and function, from tables pyf_native__prepare() can load ahead. Always fills
+ * @ret_frame; what cannot be found stays NULL, src_file/src_line included. */
 void pyf_native__symbol(struct pyf_native *n, uint64_t pc, bool innermost,
                         struct pyf_native_frame *ret_frame);
+/* Adds source file:line to a frame pyf_native__symbol() named, where debug info has them. The
+ * first lookup in an object loads its line table (hundreds of ms for libpython with debug
+ * info): for a backtrace, not for a sampler naming frames while its rings fill. */
+void pyf_native__source(struct pyf_native *n, struct pyf_native_frame *frame, bool innermost);
 
 #endif

@@ -116,6 +116,7 @@ static json_t *mixed_frames(struct pyf_target *t, struct pyf_native *nat,
         struct pyf_native_frame nf;
 
         pyf_native__symbol(nat, bt->pcs[i], i == 0, &nf);
+        pyf_native__source(nat, &nf, i == 0);
         if (!nf.eval_loop || py >= bt->st.n_frames) {
             json_array_append_new(frames, native_frame_json(&nf));
             continue;
