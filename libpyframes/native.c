@@ -54,6 +54,7 @@ struct sym {
  * libpython, far more in libtorch. One sorted table per module makes it a binary search. */
 struct sym_table {
     Dwfl_Module *module;
+    bool live; /* still reported (pyf_native__reread_maps) */
     struct sym *syms;
     size_t n;
 };
@@ -279,26 +280,47 @@ int pyf_native_open(pid_t pid, struct pyf_native **ret_native, struct pyf_err *r
     return 0;
 }
 
+static void free_table(struct sym_table *t)
+{
+    for (size_t k = 0; k < t->n; k++)
+        free(t->syms[k].demangled);
+    free(t->syms);
+}
+
 void pyf_native_free(struct pyf_native *n)
 {
     if (!n)
         return;
     if (n->dwfl)
         dwfl_end(n->dwfl);
-    for (size_t i = 0; i < n->n_tables; i++) {
-        for (size_t k = 0; k < n->tables[i].n; k++)
-            free(n->tables[i].syms[k].demangled);
-        free(n->tables[i].syms);
-    }
+    for (size_t i = 0; i < n->n_tables; i++)
+        free_table(&n->tables[i]);
     free(n->tables);
     free(n);
 }
 
 struct unwind_ctx {
+    struct pyf_native *n;
     uint64_t *pcs;
-    size_t n, cap;
+    size_t n_pcs, cap;
     bool truncated;
 };
+
+static const char *function_at(struct pyf_native *n, uint64_t pc);
+
+/* Whether @function starts threads (clone, clone3, glibc's aliases) or the process (_start):
+ * nothing called it, whatever its CFI lets an unwinder read past it. */
+static bool is_first_function(const char *function)
+{
+    if (!function)
+        return false;
+    if (strcmp(function, "_start") == 0)
+        return true;
+    if (strncmp(function, "__GI_", 5) == 0)
+        function += 5;
+    function += strspn(function, "_");
+    return strcmp(function, "clone") == 0 || strcmp(function, "clone3") == 0;
+}
 
 static int take_frame(Dwfl_Frame *state, void *arg)
 {
@@ -307,18 +329,22 @@ static int take_frame(Dwfl_Frame *state, void *arg)
 
     if (!dwfl_frame_pc(state, &pc, NULL) || pc == 0)
         return DWARF_CB_ABORT;
-    if (c->n == c->cap) {
+    /* a frame read past a thread's first one is whatever that stack held (seen: a garbage
+     * pc after clone3 on some runs) */
+    if (c->n_pcs > 0 && is_first_function(function_at(c->n, c->pcs[c->n_pcs - 1])))
+        return DWARF_CB_ABORT;
+    if (c->n_pcs == c->cap) {
         c->truncated = true;
         return DWARF_CB_ABORT;
     }
-    c->pcs[c->n++] = pc;
+    c->pcs[c->n_pcs++] = pc;
     return DWARF_CB_OK;
 }
 
 int pyf_native__unwind(struct pyf_native *n, pid_t tid, uint64_t *ret_pcs, size_t cap,
                        size_t *ret_n, bool *ret_truncated, struct pyf_err *reterr)
 {
-    struct unwind_ctx c = {.pcs = ret_pcs, .cap = cap};
+    struct unwind_ctx c = {.n = n, .pcs = ret_pcs, .cap = cap};
 
     /* libdw, not libunwind-ptrace: libdw also unwinds out of the vDSO (time.time() is in
      * it half the time), whose unwind info it reads from the process's memory. The threads
@@ -335,10 +361,10 @@ int pyf_native__unwind(struct pyf_native *n, pid_t tid, uint64_t *ret_pcs, size_
         n->mode = HELD_THREADS;
     }
     /* -1 at the outermost frame (no return address past it) is the normal end */
-    if (dwfl_getthread_frames(n->dwfl, tid, take_frame, &c) != 0 && c.n == 0)
+    if (dwfl_getthread_frames(n->dwfl, tid, take_frame, &c) != 0 && c.n_pcs == 0)
         return pyf_fail(reterr, PYF_GONE, ESRCH, 0, "pid %d: thread %d: cannot unwind: %s",
                         (int)n->pid, (int)tid, dwfl_errmsg(-1));
-    *ret_n = c.n;
+    *ret_n = c.n_pcs;
     *ret_truncated = c.truncated;
     return 0;
 }
@@ -399,7 +425,7 @@ int pyf_native__unwind_copy(struct pyf_native *n, const struct pyf_stack_copy *c
                             uint64_t *ret_pcs, size_t cap, size_t *ret_n, bool *ret_truncated,
                             struct pyf_err *reterr)
 {
-    struct unwind_ctx c = {.pcs = ret_pcs, .cap = cap};
+    struct unwind_ctx c = {.n = n, .pcs = ret_pcs, .cap = cap};
 
     if (n->mode == HELD_THREADS)
         return pyf_fail(reterr, PYF_INVALID, EINVAL, 0,
@@ -414,7 +440,7 @@ int pyf_native__unwind_copy(struct pyf_native *n, const struct pyf_stack_copy *c
     /* an error past the first frames is the end of what the copy holds, or of the stack */
     dwfl_getthread_frames(n->dwfl, copy->tid, take_frame, &c);
     n->copy = NULL;
-    *ret_n = c.n;
+    *ret_n = c.n_pcs;
     *ret_truncated = c.truncated;
     return 0;
 }
@@ -503,6 +529,55 @@ void pyf_native__prepare(struct pyf_native *n)
     dwfl_getmodules(n->dwfl, prepare_module, n, 0);
 }
 
+static int mark_module(Dwfl_Module *m, void **userdata, const char *name, Dwarf_Addr start,
+                       void *arg)
+{
+    struct pyf_native *n = arg;
+
+    (void)userdata, (void)name, (void)start;
+    for (size_t i = 0; i < n->n_tables; i++)
+        if (n->tables[i].module == m)
+            n->tables[i].live = true;
+    return DWARF_CB_OK;
+}
+
+/* Frees the tables of modules libdw dropped: a new module may be given the same address. */
+static void drop_dead_tables(struct pyf_native *n)
+{
+    size_t kept = 0;
+
+    for (size_t i = 0; i < n->n_tables; i++)
+        n->tables[i].live = false;
+    dwfl_getmodules(n->dwfl, mark_module, n, 0);
+    for (size_t i = 0; i < n->n_tables; i++) {
+        if (n->tables[i].live)
+            n->tables[kept++] = n->tables[i];
+        else
+            free_table(&n->tables[i]);
+    }
+    n->n_tables = kept;
+}
+
+int pyf_native__reread_maps(struct pyf_native *n, struct pyf_err *reterr)
+{
+    int r;
+
+    /* Everything again, not only what was added: a library loaded since may lie between two
+     * mappings of one that was there (a gap libdw counted as that one's). Modules reported as
+     * before are kept by libdw, with their tables; the others are dropped. */
+    dwfl_report_begin(n->dwfl);
+    r = dwfl_linux_proc_report(n->dwfl, n->pid);
+    if (dwfl_report_end(n->dwfl, NULL, NULL) != 0 && r == 0)
+        r = EINVAL;
+    drop_dead_tables(n);
+    if (r != 0)
+        return pyf_fail(reterr, r == ENOENT || r == ESRCH ? PYF_GONE : PYF_INVALID,
+                        r > 0 ? r : EINVAL, 0, "pid %d: rereading its mappings: %s", (int)n->pid,
+                        r > 0 ? strerror(r) : dwfl_errmsg(-1));
+    pyf_native__prepare(n); /* the new ones' tables now, as at open */
+    return 0;
+}
+
 /* The function covering @addr in @t, or NULL. */
 static struct sym *find_sym(struct sym_table *t, uint64_t addr)
 {
@@ -521,6 +596,15 @@ static struct sym *find_sym(struct sym_table *t, uint64_t addr)
         if (addr < t->syms[i].end)
             return &t->syms[i];
     return NULL;
+}
+
+/* The symbol (as in the object: not demangled) of the function @pc returns into, or NULL. */
+static const char *function_at(struct pyf_native *n, uint64_t pc)
+{
+    Dwfl_Module *m = dwfl_addrmodule(n->dwfl, pc - 1);
+    struct sym *sym = m ? find_sym(table_of(n, m), pc - 1) : NULL;
+
+    return sym ? sym->name : NULL;
 }
 
 void pyf_native__symbol(struct pyf_native *n, uint64_t pc, bool innermost,

@@ -27,6 +27,7 @@
 #include "flame.h"
 #include "follow.h"
 #include "log.h"
+#include "native.h"
 #include "metrics.h"
 #include "procfs.h"
 #include "pprof.h"
@@ -225,13 +226,27 @@ static json_t *torch_json(const struct target_torch *tt)
     return j;
 }
 
+/* The native sampler's figures (native.h): the merge rate and the lag say how well the
+ * kernel's samples and the Python reads line up. */
+static json_t *native_json(const struct native_stats *n)
+{
+    return json_pack(
+        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f}", "samples", (json_int_t)n->samples,
+        "lost", (json_int_t)n->lost, "merged", (json_int_t)n->merged, "mismatched",
+        (json_int_t)n->mismatched, "native_only", (json_int_t)n->native_only, "superseded",
+        (json_int_t)n->superseded, "maps_reread", (json_int_t)n->maps_reread, "unwind_us",
+        n->samples ? (double)n->unwind_ns / 1e3 / (double)n->samples : 0.0, "lag_ms",
+        n->merged ? (double)n->lag_ns / 1e6 / (double)n->merged : 0.0, "name_cache_hit_rate",
+        n->name_lookups ? (double)n->name_hits / (double)n->name_lookups : 0.0);
+}
+
 static json_t *target_json(const struct target *t)
 {
     json_t *j = json_pack(
         "{s:I, s:i, s:i, s:I, s:s, s:s, s:i, s:s, s:s, s:I, s:{s:I, s:I, s:I, s:I, s:I, s:I}}",
         "id", (json_int_t)t->id, "pid", (int)t->pid, "uid", (int)t->uid, "start_time",
         (json_int_t)t->start_time, "cmdline", t->cmdline, "python_version", t->py_version,
-        "rate_hz", (int)t->rate_hz, "state", target_state_name(t->state), "mode", "python",
+        "rate_hz", (int)t->rate_hz, "state", target_state_name(t->state), "mode", target_mode(t),
         "attached_ns", (json_int_t)t->attached_ns, "stats", "ticks", (json_int_t)t->stats.ticks,
         "samples", (json_int_t)t->stats.samples, "torn", (json_int_t)t->stats.torn, "errors",
         (json_int_t)t->stats.errors, "late", (json_int_t)t->stats.late, "dropped",
@@ -245,6 +260,10 @@ static json_t *target_json(const struct target *t)
         json_object_set_new(j, "world_size", json_integer(t->world_size));
     if (t->end_reason[0])
         json_object_set_new(j, "end_reason", json_string(t->end_reason));
+    if (t->native)
+        json_object_set_new(j, "native", native_json(native__stats(t->native)));
+    if (t->native_wanted && t->native_error[0])
+        json_object_set_new(j, "native_error", json_string(t->native_error));
     if (t->torch.on) /* the torch trace's totals (torchtrace.h) */
         json_object_set_new(j, "torch", torch_json(&t->torch));
     if (t->usage_ns) /* the meter's latest reading (meter.h) */
@@ -291,7 +310,7 @@ static int targets_list(struct api *a, struct evhttp_request *req, const struct 
 static int targets_attach(struct api *a, struct evhttp_request *req, const struct peer *p)
 {
     json_t *body = body_json(req), *jpid, *jrate, *jdur;
-    bool pid_ok, rate_ok, children;
+    bool pid_ok, rate_ok, children, native;
     int64_t dur_ns = 0;
     struct pyf_err e = {0};
     struct target *t = NULL;
@@ -304,6 +323,7 @@ static int targets_attach(struct api *a, struct evhttp_request *req, const struc
     jrate = json_object_get(body, "rate");
     jdur = json_object_get(body, "duration");
     children = json_is_true(json_object_get(body, "children"));
+    native = json_is_true(json_object_get(body, "native"));
     pid = json_integer_value(jpid);
     rate = jrate ? json_integer_value(jrate) : config_num(a->cfg.config, CFG_SAMPLE_RATE);
     pid_ok = json_is_integer(jpid) && pid > 0 && pid <= 0x7fffffff;
@@ -328,6 +348,10 @@ static int targets_attach(struct api *a, struct evhttp_request *req, const struc
     t->id = a->next_target_id;
     t->follow_children = children;
     t->rate_is_default = !jrate;
+    t->native_wanted = native;
+    if (native && target__open_native(t) < 0) /* not fatal: Python frames are still there */
+        log_msg(LOG_WARN, "pid %d: native stacks unavailable, Python frames only: %s", (int)pid,
+                t->native_error);
     if (dur_ns > 0)
         t->deadline_ns = mono_ns() + dur_ns;
     r = sampler__add(a->sampler, t);
@@ -337,8 +361,8 @@ static int targets_attach(struct api *a, struct evhttp_request *req, const struc
                            r == -EEXIST ? "already attached" : "too many targets");
     }
     a->next_target_id++;
-    log_msg(LOG_INFO, "attached pid %d (Python %s) at %d Hz for uid %u", (int)pid, t->py_version,
-            (int)rate, (unsigned)p->uid);
+    log_msg(LOG_INFO, "attached pid %d (Python %s) at %d Hz, %s, for uid %u", (int)pid,
+            t->py_version, (int)rate, target_mode(t), (unsigned)p->uid);
     targets_list(a, req, p, (pid_t)pid);
     return 0;
 }

@@ -24,8 +24,11 @@ char *flame_sql(const struct flame_request *req)
                  " WHERE stack_id <> 0 AND ts_ns >= %lld%s%s"
                  " AND target_id IN (SELECT id FROM targets WHERE pid = %d)"
                  " GROUP BY stack_id)"
-                 " SELECT (SELECT group_concat(name, ';') FROM (SELECT func || ' (' || file ||"
-                 " ':' || lineno || ')' AS name FROM stacks WHERE stacks.stack_id = c.stack_id"
+                 " SELECT (SELECT group_concat(name, ';') FROM (SELECT CASE kind"
+                 " WHEN 'python' THEN func || ' (' || file || ':' || lineno || ')'"
+                 /* native: 'qsort [libc.so.6]', the object's base name */
+                 " ELSE func || ' [' || replace(file, rtrim(file, replace(file, '/', '')), '')"
+                 " || ']' END AS name FROM stacks WHERE stacks.stack_id = c.stack_id"
                  " ORDER BY depth DESC)) AS folded, n FROM c ORDER BY folded",
                  (long long)req->since_ns, tid_cond, req->idle ? "" : " AND (state & 1) = 1",
                  (int)req->pid) < 0)
@@ -53,6 +56,12 @@ char *flame_folded(json_t *rows, size_t *ret_len)
 
 /* ---- speedscope (https://www.speedscope.app/file-format-schema.json) ---- */
 
+/* Whether @label (a frame of a folded stack) is a native frame: "func [object]". */
+static bool is_native_label(const char *label, size_t len)
+{
+    return len > 3 && label[len - 1] == ']' && memmem(label, len, " [", 2) != NULL;
+}
+
 int flame_split_label(const char *label, size_t len, char **ret_func, char **ret_file,
                       int *ret_line)
 {
@@ -64,7 +73,12 @@ int flame_split_label(const char *label, size_t len, char **ret_func, char **ret
     colon = strrchr(copy, ':');
     *ret_line = 0;
     *ret_file = NULL;
-    if (open && colon && colon > open && len > 0 && copy[len - 1] == ')') {
+    if (is_native_label(copy, len)) { /* "func [object]" */
+        char *bracket = strrchr(copy, '[');
+        copy[len - 1] = '\0';
+        bracket[-1] = '\0';
+        *ret_file = strdup(bracket + 1);
+    } else if (open && colon && colon > open && len > 0 && copy[len - 1] == ')') {
         copy[len - 1] = '\0';
         *colon = '\0';
         *open = '\0';
@@ -224,13 +238,19 @@ static void put_escaped(FILE *out, const char *s)
     }
 }
 
-/* Warm colours for Python frames, stable per function name. */
+/* Warm colours for Python frames, blues for native ones, stable per function name. */
 static void colour(const char *name, int *r, int *g, int *b)
 {
     unsigned h = 2166136261u;
 
     for (const char *p = name; *p && *p != ' '; p++)
         h = (h ^ (unsigned char)*p) * 16777619u;
+    if (is_native_label(name, strlen(name))) {
+        *r = 60 + (int)(h % 60);
+        *g = 130 + (int)((h >> 8) % 80);
+        *b = 200 + (int)((h >> 16) % 55);
+        return;
+    }
     *r = 205 + (int)(h % 50);
     *g = 80 + (int)((h >> 8) % 150);
     *b = 40 + (int)((h >> 16) % 40);

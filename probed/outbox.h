@@ -26,9 +26,12 @@ struct ob_sample {
     int32_t tid, state;
 };
 
+enum ob_frame_kind { OB_FRAME_PYTHON, OB_FRAME_NATIVE, OB_FRAME_KERNEL }; /* frames.kind */
+
 struct ob_frame {
     int64_t id, func_id, file_id;
     int32_t line, first_line;
+    int32_t kind; /* enum ob_frame_kind */
 };
 
 /* A variable-length definition (a string, a stack, a thread) lives in the half's arena. */
@@ -43,7 +46,7 @@ struct ob_def {
 struct ob_target {
     int64_t id, start_time, attached_ns;
     int32_t pid, uid, rate_hz, rank, local_rank, world_size; /* rank etc.: -1 unknown */
-    int32_t follow_children;
+    int32_t follow_children, native;
     char cmdline[512], py_version[32];
 };
 

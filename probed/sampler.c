@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "hashid.h"
+#include "native.h"
 #include "procfs.h"
 
 #define CATCH_UP_PERIODS 3 /* ticks a target may fall behind before some are skipped */
@@ -65,20 +66,82 @@ static int64_t frame_id(struct sampler *s, struct ob_half *h, const struct pyf_f
     return of.id;
 }
 
-/* The id of @st, its definition sent when new. 0: no Python frames. */
-static int64_t stack_id(struct sampler *s, struct ob_half *h, const struct pyf_stack *st)
+/* The id of the stack of the first @n of s->frame_ids, its definition sent when new. 0: no
+ * frames. */
+static int64_t stack_id_of_frames(struct sampler *s, struct ob_half *h, size_t n)
 {
     int64_t id;
 
-    if (st->n_frames == 0)
+    if (n == 0)
         return 0;
-    for (size_t i = 0; i < st->n_frames; i++)
-        s->frame_ids[i] = frame_id(s, h, &st->frames[i]);
-    id = hashid_of(s->frame_ids, st->n_frames * sizeof(s->frame_ids[0]));
-    if (!already_sent(s->sent_stacks, id) &&
-        ob_half__stack(s->ob, h, id, s->frame_ids, st->n_frames))
+    id = hashid_of(s->frame_ids, n * sizeof(s->frame_ids[0]));
+    if (!already_sent(s->sent_stacks, id) && ob_half__stack(s->ob, h, id, s->frame_ids, n))
         mark_sent(s->sent_stacks, id);
     return id;
+}
+
+/* The id of Python stack @st. */
+static int64_t stack_id(struct sampler *s, struct ob_half *h, const struct pyf_stack *st)
+{
+    for (size_t i = 0; i < st->n_frames; i++)
+        s->frame_ids[i] = frame_id(s, h, &st->frames[i]);
+    return stack_id_of_frames(s, h, st->n_frames);
+}
+
+/* The frame id of native address @pc, named once (the target's cache by address); the name
+ * is its symbol, else its offset in the object. *ret_eval_loop: the interpreter's eval loop. */
+static int64_t native_frame_id(struct sampler *s, struct ob_half *h, struct native *nat,
+                               uint64_t pc, bool innermost, bool *ret_eval_loop)
+{
+    struct pyf_native_frame f;
+    struct ob_frame of = {.kind = OB_FRAME_NATIVE};
+    char offset[32];
+    int64_t id;
+
+    if (native__cached(nat, pc, &id, ret_eval_loop) && already_sent(s->sent_frames, id))
+        return id;
+    native__name(nat, pc, innermost, &f);
+    snprintf(offset, sizeof(offset), "0x%llx", (unsigned long long)f.object_offset);
+    of.func_id = string_id(s, h, f.function ? f.function : offset);
+    of.file_id = string_id(s, h, f.object ? f.object : "[anon]");
+    /* line and first_line are 0; first_line -kind in the hash keeps the id apart from any
+     * Python frame's (their first_line is >= 0) */
+    of.id = hashid_frame(of.func_id, of.file_id, 0, -OB_FRAME_NATIVE);
+    if (!already_sent(s->sent_frames, of.id) && ob_half__frame(s->ob, h, &of))
+        mark_sent(s->sent_frames, of.id);
+    native__remember(nat, pc, of.id, f.eval_loop);
+    *ret_eval_loop = f.eval_loop;
+    return of.id;
+}
+
+/* Python stack @st with native stack @ns, merged into s->frame_ids: each eval-loop frame of
+ * @ns stands for the Python frames up to and including the next entry frame (a frame called
+ * from C: each one on <= 3.10). Returns the number of frames, or 0 when the two disagree (not
+ * as many eval loops as entry frames: the Python stack moved on between the kernel's sample
+ * and the read). A stack of no Python frames and no eval loop is native only. */
+static size_t merge_native(struct sampler *s, struct ob_half *h, struct native *nat,
+                           const struct pyf_stack *st, const struct native_stack *ns)
+{
+    size_t entries = 0, evals = 0, n = 0, py = 0;
+
+    for (size_t i = 0; i < st->n_frames; i++)
+        entries += st->frames[i].entry;
+    for (size_t i = 0; i < ns->n_pcs; i++) {
+        s->native_ids[i] = native_frame_id(s, h, nat, ns->pcs[i], i == 0, &s->native_eval[i]);
+        evals += s->native_eval[i];
+    }
+    if (evals != entries || (st->n_frames && !entries))
+        return 0;
+    for (size_t i = 0; i < ns->n_pcs; i++) {
+        if (!s->native_eval[i]) {
+            s->frame_ids[n++] = s->native_ids[i];
+            continue;
+        }
+        do
+            s->frame_ids[n++] = frame_id(s, h, &st->frames[py]);
+        while (!st->frames[py++].entry && py < st->n_frames);
+    }
+    return n;
 }
 
 /* Sends the name of a thread seen for the first time. */
@@ -109,7 +172,57 @@ static void end_target(struct sampler *s, struct target *t, enum target_state st
     target_release(t);
 }
 
-static void record(struct sampler *s, struct target *t, size_t n, int64_t ts)
+static void add_sample(struct sampler *s, struct ob_half *h, struct target *t,
+                       const struct ob_sample *smp)
+{
+    name_thread(s, h, t, smp->tid);
+    if (ob_half__sample(s->ob, h, smp)) {
+        t->stats.samples++;
+        t->stats.by_state[smp->state & 3]++;
+    } else
+        t->stats.dropped++;
+}
+
+/* The stack id of Python thread @i of this tick: with its native frames when the kernel
+ * sampled it since the last tick and the two agree. */
+static int64_t thread_stack_id(struct sampler *s, struct ob_half *h, struct target *t, size_t i,
+                               int64_t mono)
+{
+    struct native_stack *ns = t->native ? native__take(t->native, t->threads[i].tid) : NULL;
+    struct native_stats *stats = t->native ? native__stats(t->native) : NULL;
+    size_t n;
+
+    if (!ns)
+        return stack_id(s, h, &t->stacks[i]);
+    n = merge_native(s, h, t->native, &t->stacks[i], ns);
+    if (n == 0) {
+        stats->mismatched++;
+        return stack_id(s, h, &t->stacks[i]);
+    }
+    stats->merged++;
+    stats->lag_ns += (uint64_t)(mono - ns->mono_ns);
+    return stack_id_of_frames(s, h, n);
+}
+
+/* Samples of the threads perf saw running that have no Python thread state (OpenMP, NCCL,
+ * a library's own threads): native frames only, on CPU. */
+static void record_native_only(struct sampler *s, struct ob_half *h, struct target *t, int64_t ts)
+{
+    struct native_stack *ns;
+
+    while ((ns = native__next_unclaimed(t->native)) != NULL) {
+        struct ob_sample smp = {.ts_ns = ts, .target_id = t->id, .tid = ns->tid, .state = 1};
+        bool eval_loop;
+
+        for (size_t i = 0; i < ns->n_pcs; i++)
+            s->frame_ids[i] = native_frame_id(s, h, t->native, ns->pcs[i], i == 0, &eval_loop);
+        smp.stack_id = stack_id_of_frames(s, h, ns->n_pcs);
+        native__stats(t->native)->native_only++;
+        add_sample(s, h, t, &smp);
+    }
+}
+
+static void record(struct sampler *s, struct target *t, size_t n, int64_t ts, int64_t mono)
 {
     struct ob_half *h = outbox__lock(s->ob);
 
@@ -121,15 +234,12 @@ static void record(struct sampler *s, struct target *t, size_t n, int64_t ts)
             t->stats.torn++;
             continue;
         }
-        smp.stack_id = stack_id(s, h, &t->stacks[i]);
+        smp.stack_id = thread_stack_id(s, h, t, i, mono);
         smp.state = (th->on_cpu ? 1 : 0) | (th->holds_gil ? 2 : 0);
-        name_thread(s, h, t, th->tid);
-        if (ob_half__sample(s->ob, h, &smp)) {
-            t->stats.samples++;
-            t->stats.by_state[smp.state & 3]++;
-        } else
-            t->stats.dropped++;
+        add_sample(s, h, t, &smp);
     }
+    if (t->native)
+        record_native_only(s, h, t, ts);
     outbox__unlock(s->ob);
 }
 
@@ -158,6 +268,8 @@ static void sample_target(struct sampler *s, struct target *t, int64_t now)
         return;
     }
     t->errors_seen = t->stats.errors;
+    if (t->native) /* the kernel's samples since the last tick, then the Python frames now */
+        native__collect(t->native, t->stats.ticks % (t->rate_hz / 10 + 1) == 0);
     r = pyf_target__sample(t->pyf, t->threads, t->stacks, TARGET_THREADS_MAX, &n, &e);
     t->stats.ticks++;
     if (r < 0 && (e.kind == PYF_GONE || pyf_err_fatal(&e))) {
@@ -171,7 +283,7 @@ static void sample_target(struct sampler *s, struct target *t, int64_t now)
         t->stats.errors++;
         return;
     }
-    record(s, t, n, real_ns());
+    record(s, t, n, real_ns(), mono_ns());
 }
 
 /* The target due first, or NULL when none is sampling. */
@@ -324,6 +436,7 @@ static void record_attach(struct sampler *s, const struct target *t)
         .local_rank = t->local_rank,
         .world_size = t->world_size,
         .follow_children = t->follow_children,
+        .native = t->native_wanted,
     };
     struct ob_half *h;
 

@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "native.h"
 #include "outbox.h"
 #include "target.h"
 struct torch_drained; /* torchtrace.h */
@@ -44,7 +45,9 @@ struct sampler {
 
     /* sampler thread only */
     int64_t sent_strings[SENT_SLOTS], sent_frames[SENT_SLOTS], sent_stacks[SENT_SLOTS];
-    int64_t frame_ids[TARGET_DEPTH_MAX];
+    int64_t frame_ids[TARGET_DEPTH_MAX + NATIVE_DEPTH_MAX]; /* a stack's, Python and native */
+    int64_t native_ids[NATIVE_DEPTH_MAX];
+    bool native_eval[NATIVE_DEPTH_MAX];
 };
 
 int sampler_new(struct outbox *ob, struct sampler **ret);

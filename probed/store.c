@@ -25,13 +25,13 @@ enum stmt_id {
 
 static const char *const stmt_sql[N_STMTS] = {
     [INS_TARGET] = "INSERT OR REPLACE INTO targets(id, pid, start_time, uid, cmdline, py_version,"
-                   " rate_hz, rank, local_rank, world_size, attached_ns, follow_children)"
-                   " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   " rate_hz, rank, local_rank, world_size, attached_ns, follow_children, native)"
+                   " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     [END_TARGET] = "UPDATE targets SET ended_ns = ?, end_reason = ? WHERE id = ?",
     [INS_THREAD] = "INSERT OR REPLACE INTO threads(target_id, tid, name) VALUES (?, ?, ?)",
     [INS_STRING] = "INSERT OR IGNORE INTO strings(id, text) VALUES (?, ?)",
-    [INS_FRAME] = "INSERT OR IGNORE INTO frames(id, func_id, file_id, line, first_line)"
-                  " VALUES (?, ?, ?, ?, ?)",
+    [INS_FRAME] = "INSERT OR IGNORE INTO frames(id, func_id, file_id, line, first_line, kind)"
+                  " VALUES (?, ?, ?, ?, ?, ?)",
     [INS_STACK_FRAME] = "INSERT OR IGNORE INTO stack_frames(stack_id, depth, frame_id)"
                         " VALUES (?, ?, ?)",
     [INS_SAMPLE] = "INSERT OR IGNORE INTO samples(ts_ns, target_id, tid, stack_id, state)"
@@ -190,10 +190,10 @@ static int write_defs(struct store *st, const struct ob_half *h)
 
     for (size_t i = 0; r == 0 && i < h->n_targets; i++) {
         const struct ob_target *t = &h->targets[i];
-        r = run(st, INS_TARGET, "iiiittinnnii", t->id, (int64_t)t->pid, t->start_time,
+        r = run(st, INS_TARGET, "iiiittinnniii", t->id, (int64_t)t->pid, t->start_time,
                 (int64_t)t->uid, t->cmdline, -1, t->py_version, -1, (int64_t)t->rate_hz,
                 (int64_t)t->rank, (int64_t)t->local_rank, (int64_t)t->world_size, t->attached_ns,
-                (int64_t)t->follow_children);
+                (int64_t)t->follow_children, (int64_t)t->native);
     }
     for (size_t i = 0; r == 0 && i < h->n_threads; i++) {
         const struct ob_def *d = &h->threads[i];
@@ -206,8 +206,8 @@ static int write_defs(struct store *st, const struct ob_half *h)
     }
     for (size_t i = 0; r == 0 && i < h->n_frames; i++) {
         const struct ob_frame *f = &h->frames[i];
-        r = run(st, INS_FRAME, "iiiii", f->id, f->func_id, f->file_id, (int64_t)f->line,
-                (int64_t)f->first_line);
+        r = run(st, INS_FRAME, "iiiiii", f->id, f->func_id, f->file_id, (int64_t)f->line,
+                (int64_t)f->first_line, (int64_t)f->kind);
     }
     for (size_t i = 0; r == 0 && i < h->n_stacks; i++) {
         const struct ob_def *d = &h->stacks[i];
@@ -284,7 +284,8 @@ int store__live_targets(struct store *st, store_target_fn fn, void *ctx, struct 
                            /* SQLite gives | and << the same precedence: parenthesise */
                            "SELECT id, pid, start_time, rate_hz, (follow_children <> 0) |"
                            " ((id IN (SELECT target_id FROM allocation_tracking)) << 1) |"
-                           " ((id IN (SELECT target_id FROM torch_tracing)) << 2)"
+                           " ((id IN (SELECT target_id FROM torch_tracing)) << 2) |"
+                           " ((native <> 0) << 3)"
                            " FROM targets WHERE ended_ns IS NULL",
                            -1, &q, NULL) != SQLITE_OK)
         return fail(err, -EIO, "reading targets: %s", sqlite3_errmsg(st->db));

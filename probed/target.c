@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "native.h"
 #include "procfs.h"
 
 const char *target_state_name(enum target_state s)
@@ -96,8 +97,26 @@ fail:
     return r;
 }
 
+int target__open_native(struct target *t)
+{
+    int r = native_open(t->pid, t->rate_hz, &t->native, t->native_error, sizeof(t->native_error));
+
+    if (r < 0)
+        t->native = NULL;
+    else
+        t->native_error[0] = '\0';
+    return r;
+}
+
+const char *target_mode(const struct target *t)
+{
+    return t->native ? "native-perf" : "python";
+}
+
 void target_release(struct target *t)
 {
+    native_free(t->native);
+    t->native = NULL;
     pyf_target_free(t->pyf);
     free(t->threads);
     free(t->stacks);

@@ -44,12 +44,15 @@ struct target_torch {
     double allocated_mb, reserved_mb;
 };
 
+struct native;
+
 struct target {
     int64_t id;               /* targets.id in the store */
     bool resumed;             /* picked up again after a daemon restart: its row exists already */
     bool follow_children;     /* attach --children: its new descendants are attached too */
     bool allocation_tracking; /* resumed with allocation tracking on (allocs.h) */
     bool torch_tracing;       /* resumed with the torch trace on (torchtrace.h) */
+    bool native_wanted;       /* attach --native: native frames in the stacks (native.h) */
     pid_t pid;
     uid_t uid;
     int64_t start_time; /* /proc/PID/stat field 22 */
@@ -73,6 +76,8 @@ struct target {
 
     /* sampling buffers: owned, sized in target_new(); freed early when the target ends */
     struct pyf_target *pyf;
+    struct native *native;  /* perf sampling of native stacks; NULL: Python frames only */
+    char native_error[256]; /* why native_wanted is not met (the fallback to Python only) */
     struct pyf_thread *threads;
     struct pyf_stack *stacks;
     struct pyf_frame *frame_pool;
@@ -83,6 +88,11 @@ struct target {
 /* Opens @pid for sampling at @rate_hz. @err receives a message for the user on failure. */
 int target_new(pid_t pid, uint32_t rate_hz, struct target **ret, struct pyf_err *err);
 void target_free(struct target *t); /* NULL is a no-op */
+/* Starts sampling @t's native stacks with perf (attach --native). On failure the target goes on
+ * with Python frames only; t->native_error and the returned -errno say why. */
+int target__open_native(struct target *t);
+/* "native-perf" or "python": what the stacks of @t hold. */
+const char *target_mode(const struct target *t);
 /* Frees the sampling buffers of a target that has ended (its identity and stats stay). */
 void target_release(struct target *t);
 

@@ -6,7 +6,8 @@
 
 -- Every stack's frames, innermost first (depth 0 = the frame executing).
 CREATE TEMP VIEW stacks AS
-SELECT sf.stack_id, sf.depth, fn.text AS func, fl.text AS file, f.line AS lineno, f.first_line
+SELECT sf.stack_id, sf.depth, fn.text AS func, fl.text AS file, f.line AS lineno, f.first_line,
+       CASE f.kind WHEN 1 THEN 'native' WHEN 2 THEN 'kernel' ELSE 'python' END AS kind
 FROM stack_frames sf
 JOIN frames f ON f.id = sf.frame_id
 JOIN strings fn ON fn.id = f.func_id
@@ -15,7 +16,7 @@ JOIN strings fl ON fl.id = f.file_id;
 -- One row per frame of every sample.
 CREATE TEMP VIEW sample_frames AS
 SELECT s.ts_ns, t.pid, s.tid, th.name AS thread, st.depth, st.func,
-       st.file, st.lineno, s.state & 1 AS on_cpu, (s.state >> 1) & 1 AS holds_gil,
+       st.file, st.lineno, st.kind, s.state & 1 AS on_cpu, (s.state >> 1) & 1 AS holds_gil,
        s.target_id, s.stack_id
 FROM samples s
 JOIN targets t ON t.id = s.target_id
@@ -28,16 +29,17 @@ JOIN stacks st ON st.stack_id = s.stack_id;
 CREATE TEMP VIEW function_stats AS
 WITH per_stack AS (SELECT stack_id, count(*) AS n FROM samples WHERE stack_id <> 0
                    GROUP BY stack_id),
-     funcs AS (SELECT stack_id, func, file, min(depth) = 0 AS is_self FROM stacks
-               WHERE stack_id IN (SELECT stack_id FROM per_stack) GROUP BY stack_id, func, file),
+     funcs AS (SELECT stack_id, func, file, kind, min(depth) = 0 AS is_self FROM stacks
+               WHERE stack_id IN (SELECT stack_id FROM per_stack)
+               GROUP BY stack_id, func, file, kind),
      total AS (SELECT sum(n) AS all_samples FROM per_stack)
-SELECT func, file, sum(CASE WHEN is_self THEN n ELSE 0 END) AS self_samples,
+SELECT func, file, kind, sum(CASE WHEN is_self THEN n ELSE 0 END) AS self_samples,
        sum(n) AS total_samples,
        round(100.0 * sum(CASE WHEN is_self THEN n ELSE 0 END) / max(total.all_samples, 1), 2)
            AS self_pct,
        round(100.0 * sum(n) / max(total.all_samples, 1), 2) AS total_pct
 FROM funcs JOIN per_stack USING (stack_id), total
-GROUP BY func, file
+GROUP BY func, file, kind
 ORDER BY self_samples DESC, total_samples DESC;
 
 -- Per thread over time: running on CPU, holding the GIL.

@@ -92,6 +92,10 @@ int pyf_native__unwind_copy(struct pyf_native *n, const struct pyf_stack_copy *c
  * unwinding would otherwise take milliseconds each while samples pile up. */
 void pyf_native__prepare(struct pyf_native *n);
 
+/* Reads the process's mappings again (they were read at open), for the libraries loaded since,
+ * and prepares the new ones. Call it when a copy could not be unwound past its first frame. */
+int pyf_native__reread_maps(struct pyf_native *n, struct pyf_err *reterr);
+
 /* Names @pc (@innermost: the thread's own pc, not a return address, which points past its
  * call): object and function, from tables pyf_native__prepare() can load ahead. Always fills
  * @ret_frame; what cannot be found stays NULL, src_file/src_line included. */

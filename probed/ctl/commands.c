@@ -30,7 +30,7 @@ static void print_target(json_t *t)
 
     snprintf(mode, sizeof(mode), "%s%s", json_string_value(json_object_get(t, "mode")),
              torch ? "+torch" : "");
-    printf("%-8lld %-9s %-7lld %-8s %-10lld %-6lld %-12s %s\n",
+    printf("%-8lld %-9s %-7lld %-8s %-10lld %-6lld %-17s %s\n",
            (long long)json_integer_value(json_object_get(t, "pid")),
            json_string_value(json_object_get(t, "state")),
            (long long)json_integer_value(json_object_get(t, "rate_hz")),
@@ -42,7 +42,7 @@ static void print_target(json_t *t)
 
 static void print_header(void)
 {
-    printf("%-8s %-9s %-7s %-8s %-10s %-6s %-12s %s\n", "PID", "STATE", "RATE", "PYTHON", "SAMPLES",
+    printf("%-8s %-9s %-7s %-8s %-10s %-6s %-17s %s\n", "PID", "STATE", "RATE", "PYTHON", "SAMPLES",
            "TORN", "MODE", "COMMAND");
 }
 
@@ -53,16 +53,17 @@ int attach_main(int argc, char **argv)
     static const struct option longopts[] = {{"rate", required_argument, NULL, 'r'},
                                              {"duration", required_argument, NULL, 'd'},
                                              {"children", no_argument, NULL, 'c'},
+                                             {"native", no_argument, NULL, 'n'},
                                              {"json", no_argument, NULL, 'j'},
                                              COMMON_LONGOPTS,
                                              {NULL, 0, NULL, 0}};
     const char *socket = NULL, *duration = NULL;
     json_t *body, *reply;
-    bool as_json = false, children = false;
+    bool as_json = false, children = false, native = false;
     long rate = 0;
     int c, pid;
 
-    while ((c = getopt_long(argc, argv, "r:d:cjh", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "r:d:cnjh", longopts, NULL)) != -1) {
         switch (c) {
         case 'r':
             rate = atol(optarg);
@@ -76,17 +77,22 @@ int attach_main(int argc, char **argv)
         case 'c':
             children = true;
             break;
+        case 'n':
+            native = true;
+            break;
         case 'S':
             socket = optarg;
             break;
         case 'h':
             printf("usage: probectl attach <pid> [--rate HZ] [--duration DUR] [--children]"
-                   " [--json]\n"
+                   " [--native] [--json]\n"
                    "  Starts sampling the process's Python stacks into the daemon's database.\n"
                    "  --rate HZ        samples per second (default: the daemon's, 100)\n"
                    "  --duration DUR   stop after this long (30s, 5m, 2h)\n"
                    "  --children       also attach its new Python descendants (torchrun ranks,\n"
-                   "                   dataloader workers), labelled with RANK/LOCAL_RANK\n");
+                   "                   dataloader workers), labelled with RANK/LOCAL_RANK\n"
+                   "  --native         native frames too (C, C++, libraries: perf, the target is\n"
+                   "                   never stopped), and threads with no Python frames\n");
             return 0;
         default:
             return 2;
@@ -102,6 +108,8 @@ int attach_main(int argc, char **argv)
         json_object_set_new(body, "duration", json_string(duration));
     if (children)
         json_object_set_new(body, "children", json_true());
+    if (native)
+        json_object_set_new(body, "native", json_true());
     reply = client_request(socket, "POST", "/v1/targets", body);
     json_decref(body);
     if (!reply)
@@ -110,9 +118,13 @@ int attach_main(int argc, char **argv)
         json_dumpf(reply, stdout, JSON_INDENT(2));
         printf("\n");
     } else {
-        printf("attached to pid %d (Python %s) at %lld Hz\n", pid,
+        const char *why = json_string_value(json_object_get(reply, "native_error"));
+        printf("attached to pid %d (Python %s) at %lld Hz, %s\n", pid,
                json_string_value(json_object_get(reply, "python_version")),
-               (long long)json_integer_value(json_object_get(reply, "rate_hz")));
+               (long long)json_integer_value(json_object_get(reply, "rate_hz")),
+               json_string_value(json_object_get(reply, "mode")));
+        if (why)
+            printf("native stacks unavailable, Python frames only: %s\n", why);
     }
     json_decref(reply);
     return 0;

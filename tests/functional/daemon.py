@@ -25,7 +25,9 @@ class _UnixHTTP(http.client.HTTPConnection):
 
 
 class Daemon:
-    def __init__(self, *extra, workdir=None):
+    def __init__(self, *extra, workdir=None, wrapper=()):
+        """@wrapper: a command the daemon runs under (setpriv dropping capabilities)."""
+        self.wrapper = list(wrapper)
         self.dir = workdir or tempfile.mkdtemp(prefix='probed-test-')
         os.chmod(self.dir, 0o755)
         self.socket = os.path.join(self.dir, 'probed.sock')
@@ -39,7 +41,7 @@ class Daemon:
     def start(self):
         self.stopped = False
         self.log = open(self.log_path, 'a')
-        self.proc = subprocess.Popen([PROBED, '--foreground', '--socket', self.socket,
+        self.proc = subprocess.Popen(self.wrapper + [PROBED, '--foreground', '--socket', self.socket,
                                       '--db', self.db] + self.extra,
                                      stdout=self.log, stderr=self.log)
         deadline = time.time() + 20

@@ -5,6 +5,9 @@
  * names by address. Used by test_native.py and bench/native.py.
  *
  * usage: nativesample PID SECONDS [RATE_HZ [STACK_BYTES [--quiet]]]
+ * With NATIVESAMPLE_UNTIL=N in the environment it stops as soon as it has N samples (SECONDS
+ * is then the most it waits): a target on a busy machine may get little CPU time, and perf
+ * samples CPU time.
  *
  * Prints one line per sample, "TID<TAB>name;name;..." innermost first (an address without
  * a symbol as object+0xOFFSET), unless --quiet; then one JSON line of figures: samples, lost,
@@ -156,7 +159,7 @@ int main(int argc, char **argv)
     struct perfstack *ps = NULL;
     struct pyf_err e;
     char err[512];
-    uint64_t lost = 0, start, end, warm_cpu = 0, warm_samples = 0;
+    uint64_t lost = 0, start, end, warm_cpu = 0, warm_samples = 0, until = 0;
     pid_t pid;
 
     if (argc < 3 || !r) {
@@ -165,6 +168,8 @@ int main(int argc, char **argv)
     }
     pid = atoi(argv[1]);
     r->quiet = argc > 5 && strcmp(argv[5], "--quiet") == 0;
+    if (getenv("NATIVESAMPLE_UNTIL"))
+        until = strtoull(getenv("NATIVESAMPLE_UNTIL"), NULL, 10);
     if (pyf_native_open(pid, &r->nat, &e) < 0) {
         fprintf(stderr, "nativesample: %s\n", e.msg);
         return 1;
@@ -177,7 +182,7 @@ int main(int argc, char **argv)
     }
     start = now_ns();
     end = start + (uint64_t)(atof(argv[2]) * 1e9);
-    while (now_ns() < end) {
+    while (now_ns() < end && (!until || r->samples < until)) {
         usleep(10 * 1000);
         if (!warm_cpu && now_ns() - start > 1000000000u) {
             warm_cpu = clock_ns(CLOCK_PROCESS_CPUTIME_ID);

@@ -1,9 +1,10 @@
 """A long native loop in a library whose file is deleted once loaded (as after a package
 upgrade under a job that runs for days), for mixed backtraces (test_native.py).
 
-    native_spin.py LIBRARY    the built tests/functional/spin_lib.c
+    native_spin.py LIBRARY [DELAY]   the built tests/functional/spin_lib.c
 
-Prints `READY {"pid": N}` once the library is loaded and its file gone.
+Prints `READY {"pid": N}` once the library is loaded and its file gone; with DELAY, at once,
+and the library is loaded DELAY seconds later (a library loaded after an attach).
 """
 import ctypes
 import json
@@ -11,6 +12,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 
 
 def work(lib):
@@ -19,13 +21,18 @@ def work(lib):
 
 
 def main():
+    delay = float(sys.argv[2]) if len(sys.argv) > 2 else None
+    if delay is not None:
+        print('READY ' + json.dumps({'pid': os.getpid()}), flush=True)
+        time.sleep(delay)
     copy = os.path.join(tempfile.mkdtemp(prefix='probed-spin-'), 'libspin.so')
     shutil.copy(sys.argv[1], copy)
     lib = ctypes.CDLL(copy)
     os.unlink(copy)
     os.rmdir(os.path.dirname(copy))
     lib.spin_for.argtypes = [ctypes.c_ulong]
-    print('READY ' + json.dumps({'pid': os.getpid()}), flush=True)
+    if delay is None:
+        print('READY ' + json.dumps({'pid': os.getpid()}), flush=True)
     work(lib)
 
 

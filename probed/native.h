@@ -1,0 +1,72 @@
+/*
+ * native.h - a target's native stacks, sampled without stopping it (probectl attach --native).
+ *
+ * perf events copy each running thread's registers and top of stack at rate_hz of its CPU
+ * time (perfstack.c). At each tick of the target the sampler calls native__collect(), which
+ * empties the rings and unwinds each copy with libdw (pyf_native__unwind_copy), keeping each
+ * thread's latest stack; it then reads the Python stacks as always and merges the two
+ * (sampler.c). native__take() hands a thread's stack over once; native__next_unclaimed()
+ * gives those of threads the Python read did not see (native-only threads: OpenMP, NCCL).
+ * Names come from pyf_native__symbol() through a cache by address that the sampler fills.
+ *
+ * Threads: the sampler thread, after the API thread opened it. Memory: sized at open; a
+ * tick never allocates (libdw's tables, loaded by pyf_native__prepare at open, aside).
+ * Failure: native_open() returns -errno and a message (no perf: paranoid level, CAP_PERFMON).
+ */
+#ifndef PROBED_NATIVE_H
+#define PROBED_NATIVE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "pyframes_native.h"
+
+#define NATIVE_DEPTH_MAX 128     /* native frames kept per sample */
+#define NATIVE_STACK_BYTES 16384 /* of each thread's stack copied at a sample */
+
+struct native_stats {
+    uint64_t samples;     /* perf samples read */
+    uint64_t lost;        /* dropped by the kernel: a ring was full */
+    uint64_t superseded;  /* a newer sample of the thread came in the same tick */
+    uint64_t unwind_ns;   /* time spent unwinding */
+    uint64_t lag_ns;      /* sum of (Python read - native sample) over merged samples */
+    uint64_t merged;      /* Python samples given native frames */
+    uint64_t mismatched;  /* native and Python frames disagreed (the stack moved on) */
+    uint64_t native_only; /* samples of threads with no Python frames */
+    uint64_t name_hits, name_lookups;
+    uint64_t maps_reread; /* the mappings were read again: a sample was in a new library */
+};
+
+/* One thread's latest sample: return addresses innermost first. */
+struct native_stack {
+    pid_t tid;
+    bool taken;
+    int64_t mono_ns; /* when the kernel took it */
+    size_t n_pcs;
+    uint64_t pcs[NATIVE_DEPTH_MAX];
+};
+
+struct native;
+
+int native_open(pid_t pid, uint32_t rate_hz, struct native **ret, char *err, size_t errlen);
+void native_free(struct native *n); /* NULL is a no-op */
+
+/* Empties the rings into each thread's latest stack (stacks of the previous tick go);
+ * follows new and gone threads when @refresh_threads. */
+void native__collect(struct native *n, bool refresh_threads);
+/* Thread @tid's stack from the last collect, once (NULL: none, or taken already). */
+struct native_stack *native__take(struct native *n, pid_t tid);
+/* The stacks no native__take() claimed, one by one (NULL: no more). */
+struct native_stack *native__next_unclaimed(struct native *n);
+
+/* The frame id the sampler gave @pc, if cached: *ret_eval_loop says whether it is the
+ * interpreter's eval loop. native__remember() caches one. */
+bool native__cached(struct native *n, uint64_t pc, int64_t *ret_id, bool *ret_eval_loop);
+void native__remember(struct native *n, uint64_t pc, int64_t id, bool eval_loop);
+/* Names @pc (not cached: see pyframes_native.h). */
+void native__name(struct native *n, uint64_t pc, bool innermost, struct pyf_native_frame *ret);
+
+struct native_stats *native__stats(struct native *n);
+
+#endif

@@ -1,0 +1,204 @@
+"""Continuous mixed stacks: `probectl attach PID --native` against real targets on every
+interpreter. The daemon samples native stacks with perf (the target is never stopped), merges
+them with the Python frames read at each tick, and stores both in the same stacks, told apart
+by their kind in `query` and by colour in the flame graph.
+
+Targets: tests/targets/native_qsort.py (Python -> ctypes -> libc's sort -> a Python callback),
+native_torch.py (torch's OpenMP threads: no Python frames), native_spin.py (a library loaded
+after the attach)."""
+import json
+import os
+import re
+
+import pytest
+
+from conftest import BUILD, interpreter_params, require, wait_for
+
+EVAL = re.compile(r'^_PyEval_EvalFrameDefault')
+SORT = re.compile(r'^(qsort|msort)')
+
+
+def listed(d, pid):
+    return [x for x in json.loads(d.ctl('list', '--json', check=True).stdout)['targets']
+            if x['pid'] == pid][-1]
+
+
+def stacks(d, pid, where='1'):
+    """{stack_id: [(kind, func, file), ...] innermost first} of @pid's samples."""
+    rows = d.rows("SELECT st.stack_id, st.depth, st.kind, st.func, st.file FROM stacks st"
+                  " WHERE st.stack_id IN (SELECT stack_id FROM samples s JOIN targets t"
+                  " ON t.id = s.target_id WHERE t.pid = %d AND %s)"
+                  " ORDER BY st.stack_id, st.depth" % (pid, where))
+    out = {}
+    for stack_id, _, kind, func, file in rows:
+        out.setdefault(stack_id, []).append((kind, func, file))
+    return out
+
+
+def mixed(d, pid):
+    return {k: v for k, v in stacks(d, pid).items()
+            if {f[0] for f in v} == {'python', 'native'}}
+
+
+def first(frames, pred, start=0):
+    for i in range(start, len(frames)):
+        if pred(frames[i]):
+            return i
+    raise AssertionError('no such frame after %d in %s' % (start, frames))
+
+
+def py(name):
+    return lambda f: f[0] == 'python' and f[1].split('.')[-1] == name
+
+
+def nat(pattern):
+    return lambda f: f[0] == 'native' and re.search(pattern, f[1])
+
+
+def sorts(log):
+    with open(log) as f:
+        return f.read().split()
+
+
+def stored_mixed(d, pid, n):
+    """Waits until @n samples of @pid with Python and native frames are in the store (the
+    daemon writes once a second); returns mixed(d, pid)."""
+    sql = ("SELECT count(*) FROM samples s JOIN targets t ON t.id = s.target_id WHERE t.pid = %d"
+           " AND s.stack_id IN (SELECT stack_id FROM stacks WHERE kind = 'native')"
+           " AND s.stack_id IN (SELECT stack_id FROM stacks WHERE kind = 'python')" % pid)
+    wait_for(lambda: d.rows(sql)[0][0] >= n, timeout=40, what='%d mixed samples stored' % n)
+    return mixed(d, pid)
+
+
+def detach(d, pid):
+    d.ctl('detach', pid, check=True)
+
+
+@pytest.mark.parametrize('python_path', interpreter_params())
+def test_qsort_callback_in_continuous_samples(python_path, target_factory, tmp_path, daemon):
+    """The merged order, from the process's first frame to the callback: _start ... the
+    eval loop's Python frames (main, sort_forever) ... ctypes, libc's sort ... compare; no
+    eval-loop frame is left where Python frames stand for it."""
+    require(python_path)
+    log = str(tmp_path / 'sorts')
+    t = target_factory(python_path, 'native_qsort.py', log)
+    out = daemon.ctl('attach', t.pid, '--native', check=True).stdout
+    assert 'native-perf' in out, out
+    merged = stored_mixed(daemon, t.pid, 50)
+    in_callback = [s for s in merged.values()
+                   if any(SORT.search(f[1]) for f in s) and py('compare')(s[0])
+                   or any(py('compare')(f) for f in s[:8])]
+    under_sort = [s for s in merged.values() if any(SORT.search(f[1]) for f in s)]
+    assert len(under_sort) > 0.5 * len(merged), (len(under_sort), len(merged))
+    for s in merged.values():
+        assert not any(EVAL.search(f[1]) for f in s), s
+        i_main = first(s, py('main'))
+        assert re.search(r'_start|__libc_start', s[-1][1]), s  # down to the first frame
+        i_sort = [i for i, f in enumerate(s) if SORT.search(f[1])]
+        if i_sort:  # under the sort: sort_forever called it, through ctypes
+            first(s, py('sort_forever'), i_sort[-1])
+            assert i_sort[-1] < i_main
+    if in_callback:
+        s = in_callback[0]
+        assert first(s, py('compare')) < first(s, nat(SORT.pattern)), s
+    stats = listed(daemon, t.pid)
+    assert stats['mode'] == 'native-perf' and 'native_error' not in stats
+    n = stats['native']
+    assert n['lost'] == 0 and n['merged'] > 0.5 * (n['merged'] + n['mismatched']), n
+    assert daemon.rows("SELECT native FROM targets WHERE pid = %d" % t.pid) == [[1]]
+    detach(daemon, t.pid)
+    assert t.proc.poll() is None and set(sorts(log)) == {'ok'}
+
+
+def test_threads_without_python_frames(target_factory, daemon):
+    """torch's intra-op OpenMP threads have no Python thread state: a Python-only profile
+    never sees them; with --native their samples are native frames only, in libtorch/gomp."""
+    t = target_factory('/usr/bin/python3', 'native_torch.py', '2')
+    daemon.ctl('attach', t.pid, '--native', check=True)
+    def in_torch():  # OpenMP's worker running torch's kernel (it also waits, in libgomp)
+        others = stacks(daemon, t.pid, 's.tid <> %d' % t.pid)
+        return others if any(any('libtorch_cpu' in f[2] for f in s)
+                             for s in others.values()) else None
+    others = wait_for(in_torch, timeout=40, what="native-only samples in torch's kernel")
+    for s in others.values():  # from the thread's first frame, native only, under OpenMP
+        assert {f[0] for f in s} == {'native'}, s
+        assert any('libgomp' in f[2] for f in s), s
+        assert re.search(r'clone|start_thread', s[-1][1]), s
+    # the Python thread's own samples are merged: torch.mm's C++ under matmul_forever
+    main = [s for s in stored_mixed(daemon, t.pid, 10).values()
+            if any(py('matmul_forever')(f) for f in s)]
+    assert main and any(any(nat(r'at::')(f) for f in s) for s in main)
+    detach(daemon, t.pid)
+
+
+@pytest.mark.parametrize('python_path', [interpreter_params()[-2], interpreter_params()[-1]])
+def test_library_loaded_after_attach(python_path, target_factory, daemon):
+    """A library mapped after the attach (and deleted from disk): the mappings are read
+    again, its functions are named and unwound through, down to the Python caller."""
+    require(python_path)
+    t = target_factory(python_path, 'native_spin.py',
+                       os.path.join(BUILD, 'tests', 'libspin_lib.so'), '1')
+    daemon.ctl('attach', t.pid, '--native', check=True)
+
+    def spins():
+        return [s for s in mixed(daemon, t.pid).values() if any(nat('^spin_for$')(f) for f in s)]
+    found = wait_for(spins, timeout=40, what='samples in spin_for')
+    s = found[0]
+    i_spin = first(s, nat('^spin_for$'))
+    assert s[i_spin][2].endswith('libspin.so (deleted)'), s
+    first(s, py('main'), first(s, py('work'), i_spin))
+    assert listed(daemon, t.pid)['native']['maps_reread'] >= 1
+    detach(daemon, t.pid)
+
+
+def test_flame_graph_colours_native_frames(target_factory, tmp_path, daemon):
+    """Folded stacks label native frames 'func [object]', Python ones 'func (file:line)';
+    the SVG draws native frames in blues, Python frames in warm colours."""
+    log = str(tmp_path / 'sorts')
+    t = target_factory('/usr/bin/python3', 'native_qsort.py', log)
+    daemon.ctl('attach', t.pid, '--native', check=True)
+    stored_mixed(daemon, t.pid, 30)
+    folded = daemon.ctl('flamegraph', t.pid, '--format', 'folded', check=True).stdout
+    lines = [x for x in folded.splitlines() if re.search(r'(qsort|msort)\S* \[libc\.so\.6\]', x)]
+    assert lines, folded[:2000]
+    frames = lines[0].rsplit(' ', 1)[0].split(';')
+    assert re.match(r'_start \[python3', frames[0]), frames
+    i_sort = [i for i, f in enumerate(frames) if re.match(r'(qsort|msort)', f)][0]
+    assert any(re.match(r'sort_forever \(.*native_qsort\.py:\d+\)$', f) for f in frames[:i_sort])
+    svg = str(tmp_path / 'f.svg')
+    daemon.ctl('flamegraph', t.pid, '-o', svg, check=True)
+    with open(svg) as f:
+        text = f.read()
+    fills = re.findall(r'<title>([^<]*?) \(\d+ samples[^<]*</title><rect [^>]*fill="rgb\((\d+),'
+                       r'(\d+),(\d+)\)"', text)
+    native_fills = [(r, g, b) for name, r, g, b in fills if name.endswith(']')]
+    python_fills = [(r, g, b) for name, r, g, b in fills if name.endswith(')')]
+    assert native_fills and python_fills
+    assert all(int(b) >= 200 and int(r) < 130 for r, g, b in native_fills), native_fills
+    assert all(int(r) >= 205 and int(b) < 80 for r, g, b in python_fills), python_fills
+    detach(daemon, t.pid)
+
+
+def test_without_perf_falls_back_to_python(target_factory, tmp_path):
+    """A daemon that may not use perf (no CAP_PERFMON or CAP_SYS_ADMIN, and
+    perf_event_paranoid above 1): attach --native still samples Python frames, and says why
+    native ones are missing, in its reply, `list` and the log."""
+    from daemon import Daemon
+    with open('/proc/sys/kernel/perf_event_paranoid') as f:
+        assert int(f.read()) > 1, 'perf_event_paranoid <= 1: perf needs no capability here'
+    d = Daemon(wrapper=['setpriv', '--inh-caps=-perfmon,-sys_admin',
+                        '--bounding-set=-perfmon,-sys_admin'])
+    try:
+        t = target_factory('/usr/bin/python3', 'native_qsort.py', str(tmp_path / 'sorts'))
+        out = d.ctl('attach', t.pid, '--native', check=True).stdout
+        assert re.search(r'at 100 Hz, python\n.*native stacks unavailable, Python frames only: '
+                         r'.*perf_event_open.*(Permission denied|Operation not permitted)', out), out
+        wait_for(lambda: listed(d, t.pid)['stats']['samples'] >= 20, what='Python samples')
+        entry = listed(d, t.pid)
+        assert entry['mode'] == 'python' and 'perf_event_open' in entry['native_error']
+        assert 'native' not in entry
+        assert wait_for(lambda: d.rows("SELECT DISTINCT kind FROM sample_frames"),
+                        what='samples stored') == [['python']]
+        assert 'native stacks unavailable' in d.read_log()
+    finally:
+        d.close()
