@@ -127,13 +127,30 @@ int client_call(const char *socket_path, const char *method, const char *path, j
 }
 
 /* One call; returns the reply (caller owns) or NULL after printing why. */
-json_t *client_request(const char *socket, const char *method, const char *path, json_t *body)
+int client_call_when_free(const char *socket_path, const char *method, const char *path,
+                          json_t *body, const char *busy, long *ret_status, json_t **ret_body,
+                          char *err, size_t err_len)
+{
+    for (int tries = 0;; tries++) {
+        int r = client_call(socket_path, method, path, body, ret_status, ret_body, NULL, NULL, err,
+                            err_len);
+        if (r < 0 || !busy || *ret_status != 409 || tries == 200 ||
+            !strstr(client_error_text(*ret_body), busy))
+            return r;
+        json_decref(*ret_body);
+        *ret_body = NULL;
+        usleep(50 * 1000);
+    }
+}
+
+json_t *client_request_when_free(const char *socket, const char *method, const char *path,
+                                 json_t *body, const char *busy)
 {
     char err[512];
     json_t *reply = NULL;
     long status = 0;
-    int r = client_call(client_socket_path(socket), method, path, body, &status, &reply, NULL, NULL,
-                        err, sizeof(err));
+    int r = client_call_when_free(client_socket_path(socket), method, path, body, busy, &status,
+                                  &reply, err, sizeof(err));
 
     if (r < 0) {
         fprintf(stderr, "probectl: %s%s\n", err,
@@ -146,6 +163,11 @@ json_t *client_request(const char *socket, const char *method, const char *path,
         return NULL;
     }
     return reply;
+}
+
+json_t *client_request(const char *socket, const char *method, const char *path, json_t *body)
+{
+    return client_request_when_free(socket, method, path, body, NULL);
 }
 
 int client_parse_pid(const char *s, const char *cmd)

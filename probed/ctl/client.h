@@ -29,6 +29,15 @@ const char *client_error_text(json_t *body);
 /* One call that must succeed: the reply (caller owns), or NULL after printing why to stderr. */
 json_t *client_request(const char *socket, const char *method, const char *path, json_t *body);
 
+/* client_call() / client_request(), made again (every 50 ms, for up to 10 s) while the daemon
+ * answers 409 with @busy in its message: work of its own on the process (a drain, a snapshot),
+ * over in milliseconds. @busy NULL: no retry. */
+int client_call_when_free(const char *socket_path, const char *method, const char *path,
+                          json_t *body, const char *busy, long *ret_status, json_t **ret_body,
+                          char *err, size_t err_len);
+json_t *client_request_when_free(const char *socket, const char *method, const char *path,
+                                 json_t *body, const char *busy);
+
 /* The rows of one query (POST /v1/query, scoped to @pid), or NULL after printing why; they
  * live in *keep, which the caller frees. */
 json_t *client_rows(const char *socket, int pid, const char *sql, json_t **keep);

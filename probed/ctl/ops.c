@@ -258,7 +258,8 @@ static int allocations(const char *socket, int pid, const char *what)
         return 2;
     }
     body = json_pack("{s:i, s:s}", "pid", pid, "action", action);
-    reply = client_request(socket, "POST", "/v1/allocations", body);
+    /* a snapshot the daemon takes on its schedule answers 409 "being taken" meanwhile */
+    reply = client_request_when_free(socket, "POST", "/v1/allocations", body, "being taken");
     json_decref(body);
     if (!reply)
         return 1;

@@ -21,20 +21,10 @@ static json_t *torch_call(const char *socket, json_t *body, long *status, bool q
 {
     char err[512];
     json_t *reply = NULL;
-    int r;
-
     /* The daemon's own drain of the process, running now (milliseconds; up to a second for
      * a backlog), answers 409 "being drained": the request is made again once it is over. */
-    for (int tries = 0;; tries++) {
-        r = client_call(client_socket_path(socket), "POST", "/v1/torch", body, status, &reply, NULL,
-                        NULL, err, sizeof(err));
-        if (r < 0 || *status != 409 || tries == 200 ||
-            !strstr(client_error_text(reply), "being drained"))
-            break;
-        json_decref(reply);
-        reply = NULL;
-        usleep(50 * 1000);
-    }
+    int r = client_call_when_free(client_socket_path(socket), "POST", "/v1/torch", body,
+                                  "being drained", status, &reply, err, sizeof(err));
     if (r < 0) {
         fprintf(stderr, "probectl: %s%s\n", err,
                 r == -ENOENT || r == -ECONNREFUSED ? " (is probed running?)" : "");
