@@ -5,16 +5,22 @@ usage: bench/native.py [--build DIR] [--python PATH] [--rate HZ] [--window S] [-
                        [--stack BYTES]
 
 The target (tests/targets/native_qsort.py: Python -> ctypes -> libc qsort -> a Python
-callback, about 30 native frames deep) runs on CPU 0. Windows of S seconds alternate
-between no sampling and sampling at HZ with build/tests/nativesample (perf events copying
-registers and the stack top, unwound with libdw, names through a cache) on CPU 1: the same
-path the daemon's --native sampling is to take (the daemon does not sample natively yet).
-Printed: the target's work rate (sorts a second) with and without, and their ratio (its
-slowdown); the sampler's CPU per sample once warm (draining the rings, unwinding, naming) and
-with each window's start-up (loading symbols and CFI), the unwinding alone per sample, frames
-per sample,
-the share of stacks unwound to the thread's first frame, samples lost, and the hit rate of
-the symbol cache.
+callback, about 30 native frames deep) runs on CPU 0, the sampler on CPU 1.
+
+1. The unwinder alone: windows of S seconds alternate between no sampling and sampling at HZ
+   with build/tests/nativesample (perf events copying registers and the stack top, unwound
+   with libdw, names through a cache). Printed: the target's work rate (sorts a second) with
+   and without, and their ratio (its slowdown); the sampler's CPU per sample once warm
+   (draining the rings, unwinding, naming) and with each window's start-up (loading symbols
+   and CFI), the unwinding alone per sample, frames per sample, the share of stacks unwound
+   to the thread's first frame, samples lost, and the hit rate of the symbol cache.
+2. The daemon: windows rotate between no attach, `probectl attach` (Python frames) and
+   `probectl attach --native` at HZ, each attach made before its window and detached after.
+   Printed: the target's work rate in each and the ratios to unsampled; the daemon's CPU per
+   tick in each (from /proc over the window), so the cost of the native part is the
+   difference; and from `probectl list`: perf samples, lost, merged, mismatched, the lag
+   between the kernel's sample and the Python read, unwinding per sample, the naming cache's
+   hit rate.
 """
 import argparse
 import json
@@ -26,6 +32,7 @@ import tempfile
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..'))
+sys.path.insert(0, os.path.join(ROOT, 'tests', 'functional'))
 
 
 def pinned(cpu, argv):
@@ -37,22 +44,76 @@ def count(log):
         return f.read().count('ok\n')
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument('--build', default=os.path.join(ROOT, 'build'))
-    ap.add_argument('--python', default='/usr/bin/python3')
-    ap.add_argument('--rate', type=int, default=100)
-    ap.add_argument('--window', type=float, default=3.0)
-    ap.add_argument('--rounds', type=int, default=8)
-    ap.add_argument('--stack', type=int, default=16384)
-    args = ap.parse_args()
-    tool = os.path.join(args.build, 'tests', 'nativesample')
+def start_target(args):
     log = os.path.join(tempfile.mkdtemp(prefix='probed-bench-native-'), 'sorts')
     target = subprocess.Popen(pinned(0, [args.python, os.path.join(ROOT, 'tests', 'targets',
                                                                    'native_qsort.py'), log]),
                               stdout=subprocess.PIPE, universal_newlines=True)
     target.stdout.readline()  # READY
     time.sleep(1)
+    return target, log
+
+
+def listed(d, pid):
+    return [x for x in json.loads(d.ctl('list', '--json', check=True).stdout)['targets']
+            if x['pid'] == pid][-1]
+
+
+def daemon_windows(args):
+    os.environ.setdefault('PROBED_BUILD', args.build)
+    from daemon import Daemon
+    from procstat import cpu_seconds
+    target, log = start_target(args)
+    d = Daemon(wrapper=pinned(1, []))
+    phases = ('off', 'python', 'native')
+    rates = {p: [] for p in phases}
+    cpu = {p: [0.0, 0] for p in phases}  # daemon CPU seconds, ticks
+    natives = []
+    try:
+        for _ in range(args.rounds):
+            for phase in phases:
+                ticks0 = 0
+                if phase != 'off':
+                    d.ctl('attach', target.pid, '--rate', args.rate,
+                          *(['--native'] if phase == 'native' else []), check=True)
+                    time.sleep(0.5)  # the attach's own work (symbols, CFI) left out
+                    ticks0 = listed(d, target.pid)['stats']['ticks']
+                before, t0, c0 = count(log), time.perf_counter(), cpu_seconds(d.proc.pid)
+                time.sleep(args.window)
+                rates[phase].append((count(log) - before) / (time.perf_counter() - t0))
+                cpu[phase][0] += cpu_seconds(d.proc.pid) - c0
+                if phase != 'off':
+                    entry = listed(d, target.pid)
+                    cpu[phase][1] += entry['stats']['ticks'] - ticks0
+                    if phase == 'native':
+                        natives.append(entry['native'])
+                    d.ctl('detach', target.pid, check=True)
+    finally:
+        target.kill()
+        target.wait()
+        d.close()
+    off = statistics.median(rates['off'])
+    print('daemon: %s, %d Hz, %d rounds of %.1f s windows: unsampled, attach, attach --native'
+          % (args.python, args.rate, args.rounds, args.window))
+    for phase in ('python', 'native'):
+        r = statistics.median(rates[phase])
+        print('  %-7s target %.1f sorts/s vs %.1f unsampled: ratio %.4f (slowdown %.2f %%);'
+              ' daemon CPU %.1f us per tick'
+              % (phase, r, off, r / off, (1 - r / off) * 100,
+                 cpu[phase][0] / max(cpu[phase][1], 1) * 1e6))
+    total = {k: sum(n[k] for n in natives) for k in ('samples', 'lost', 'merged', 'mismatched')}
+    print('  native: %d perf samples, %d lost, %d merged, %d mismatched (%.1f %% merged);'
+          ' lag %.1f ms; unwinding %.1f us a sample; naming cache hit rate %.1f %%'
+          % (total['samples'], total['lost'], total['merged'], total['mismatched'],
+             100 * total['merged'] / max(total['merged'] + total['mismatched'], 1),
+             statistics.mean(n['lag_ms'] for n in natives),
+             statistics.mean(n['unwind_us'] for n in natives),
+             100 * statistics.mean(n['name_cache_hit_rate'] for n in natives)))
+
+
+def unwinder_windows(args):
+    tool = os.path.join(args.build, 'tests', 'nativesample')
+    target, log = start_target(args)
     rates = {'off': [], 'on': []}
     figures, cpu = [], 0.0
     try:
@@ -92,6 +153,19 @@ def main():
              statistics.mean(f['unwind_us'] for f in figures)))
     print('symbol cache hit rate %.1f %%' % (100 * sum(f['cache_hits'] for f in figures) /
                                             sum(f['lookups'] for f in figures)))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--build', default=os.path.join(ROOT, 'build'))
+    ap.add_argument('--python', default='/usr/bin/python3')
+    ap.add_argument('--rate', type=int, default=100)
+    ap.add_argument('--window', type=float, default=3.0)
+    ap.add_argument('--rounds', type=int, default=8)
+    ap.add_argument('--stack', type=int, default=16384)
+    args = ap.parse_args()
+    unwinder_windows(args)
+    daemon_windows(args)
 
 
 if __name__ == '__main__':
