@@ -18,6 +18,7 @@
 
 #include "errbuf.h"
 #include "log.h"
+#include "native.h"
 #include "procfs.h"
 
 #define CMD_LABEL_MAX 127 /* bytes of the command line in the cmd label */
@@ -30,6 +31,8 @@ struct row {
     struct proc_usage usage;
     int64_t usage_ns;
     struct target_torch torch;
+    bool native; /* attach --native, perf running */
+    struct native_stats native_stats;
 };
 
 struct metrics {
@@ -82,6 +85,9 @@ static void copy_row(const struct target *t, void *ctx)
     r->usage = t->usage;
     r->usage_ns = t->usage_ns;
     r->torch = t->torch;
+    r->native = t->native != NULL;
+    if (t->native)
+        r->native_stats = *native__stats(t->native);
     r->labels[0] = '\0';
     snprintf(num, sizeof(num), "%d", (int)t->pid);
     add_label(r->labels, sizeof(r->labels), &len, "pid", num, sizeof(num));
@@ -180,8 +186,35 @@ static double r_torch_dropped(const struct row *r)
     return (double)r->torch.dropped;
 }
 
+static double r_native_samples(const struct row *r)
+{
+    return (double)r->native_stats.samples;
+}
+
+static double r_native_lost(const struct row *r)
+{
+    return (double)r->native_stats.lost;
+}
+
+static double r_native_merged(const struct row *r)
+{
+    return (double)r->native_stats.merged;
+}
+
+static double r_native_mismatched(const struct row *r)
+{
+    return (double)r->native_stats.mismatched;
+}
+
 /* Which rows have a value: a series not known yet is absent rather than a false 0. */
-enum needs { ALWAYS, NEEDS_USAGE, NEEDS_TORCH, NEEDS_TORCH_MEMORY, NEEDS_TORCH_RESERVED };
+enum needs {
+    ALWAYS,
+    NEEDS_USAGE,
+    NEEDS_TORCH,
+    NEEDS_TORCH_MEMORY,
+    NEEDS_TORCH_RESERVED,
+    NEEDS_NATIVE
+};
 
 static bool has_value(const struct row *r, enum needs needs)
 {
@@ -194,6 +227,8 @@ static bool has_value(const struct row *r, enum needs needs)
         return r->torch.on && r->torch.has_memory;
     case NEEDS_TORCH_RESERVED:
         return r->torch.on && r->torch.has_reserved;
+    case NEEDS_NATIVE:
+        return r->native;
     default:
         return true;
     }
@@ -342,6 +377,17 @@ static void render(struct metrics *m, struct evbuffer *out)
     per_target(m, out, "probed_torch_dropped_total", "counter",
                "Torch trace records the target could not buffer before a drain", r_torch_dropped,
                NEEDS_TORCH);
+    per_target(m, out, "probed_native_samples_total", "counter",
+               "Native stack samples perf took (attach --native)", r_native_samples, NEEDS_NATIVE);
+    per_target(m, out, "probed_native_lost_total", "counter",
+               "Native samples the kernel dropped: a perf ring was full", r_native_lost,
+               NEEDS_NATIVE);
+    per_target(m, out, "probed_native_merged_total", "counter",
+               "Python samples given the native frames of the same thread", r_native_merged,
+               NEEDS_NATIVE);
+    per_target(m, out, "probed_native_mismatched_total", "counter",
+               "Samples kept Python-only: the native and Python stacks disagreed",
+               r_native_mismatched, NEEDS_NATIVE);
     samples_by_state(m, out);
 }
 

@@ -202,3 +202,50 @@ def test_without_perf_falls_back_to_python(target_factory, tmp_path):
         assert 'native stacks unavailable' in d.read_log()
     finally:
         d.close()
+
+
+def test_prometheus_series_and_a_restart(target_factory, tmp_path):
+    """The native figures are Prometheus series of the targets attached with --native (absent
+    for the others), promtool accepts the page; a daemon killed with -9 and started again
+    samples the target natively again."""
+    import signal
+    import subprocess
+    import urllib.request
+    from conftest import free_port
+    from daemon import Daemon
+    port = free_port()
+    d = Daemon('--metrics', '127.0.0.1:%d' % port)
+    try:
+        t = target_factory('/usr/bin/python3', 'native_qsort.py', str(tmp_path / 'sorts'))
+        plain = target_factory('/usr/bin/python3', 'busy.py')
+        d.ctl('attach', t.pid, '--native', check=True)
+        d.ctl('attach', plain.pid, check=True)
+
+        def scrape():
+            with urllib.request.urlopen('http://127.0.0.1:%d/metrics' % port, timeout=10) as r:
+                return r.read().decode()
+
+        def value(name, pid, text):
+            m = re.search(r'^%s\{pid="%d"[^}]*\} (\S+)$' % (name, pid), text, re.M)
+            return float(m.group(1)) if m else None
+        text = wait_for(lambda: (lambda x: x if (value('probed_native_merged_total', t.pid, x)
+                                                 or 0) >= 20 else None)(scrape()),
+                        what='20 merged samples counted')
+        check = subprocess.run(['promtool', 'check', 'metrics'], input=text,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               universal_newlines=True)
+        assert check.returncode == 0, check.stdout
+        assert value('probed_native_samples_total', t.pid, text) >= 20
+        assert value('probed_native_lost_total', t.pid, text) == 0
+        assert value('probed_native_mismatched_total', t.pid, text) is not None
+        assert value('probed_native_samples_total', plain.pid, text) is None
+
+        d.kill(signal.SIGKILL)
+        d.start()
+        assert 'resumed sampling pid %d' % t.pid in d.read_log()
+        entry = wait_for(lambda: (lambda e: e if e.get('native', {}).get('merged', 0) >= 10
+                                  else None)(listed(d, t.pid)), what='native samples resumed')
+        assert entry['mode'] == 'native-perf'
+        assert listed(d, plain.pid)['mode'] == 'python'
+    finally:
+        d.close()
