@@ -598,6 +598,29 @@ static struct sym *find_sym(struct sym_table *t, uint64_t addr)
     return NULL;
 }
 
+size_t pyf_mixed_order(const bool *eval_loop, size_t n_native, const struct pyf_stack *st,
+                       int32_t *ret_order, bool *ret_agree)
+{
+    size_t n = 0, py = 0, entries = 0, evals = 0;
+
+    for (size_t k = 0; k < st->n_frames; k++)
+        entries += st->frames[k].entry;
+    for (size_t i = 0; i < n_native; i++) {
+        evals += eval_loop[i];
+        if (!eval_loop[i] || py >= st->n_frames) {
+            ret_order[n++] = (int32_t)i;
+            continue;
+        }
+        do
+            ret_order[n++] = -(int32_t)py - 1;
+        while (!st->frames[py++].entry && py < st->n_frames);
+    }
+    while (py < st->n_frames)
+        ret_order[n++] = -(int32_t)py++ - 1;
+    *ret_agree = evals == entries && (st->n_frames == 0 || entries > 0);
+    return n;
+}
+
 /* The symbol (as in the object: not demangled) of the function @pc returns into, or NULL. */
 static const char *function_at(struct pyf_native *n, uint64_t pc)
 {

@@ -114,33 +114,24 @@ static int64_t native_frame_id(struct sampler *s, struct ob_half *h, struct nati
     return of.id;
 }
 
-/* Python stack @st with native stack @ns, merged into s->frame_ids: each eval-loop frame of
- * @ns stands for the Python frames up to and including the next entry frame (a frame called
- * from C: each one on <= 3.10). Returns the number of frames, or 0 when the two disagree (not
- * as many eval loops as entry frames: the Python stack moved on between the kernel's sample
- * and the read). A stack of no Python frames and no eval loop is native only. */
+/* Python stack @st with native stack @ns, merged into s->frame_ids (pyf_mixed_order).
+ * Returns the number of frames, or 0 when the two disagree: the Python stack moved on between
+ * the kernel's sample and the read. */
 static size_t merge_native(struct sampler *s, struct ob_half *h, struct native *nat,
                            const struct pyf_stack *st, const struct native_stack *ns)
 {
-    size_t entries = 0, evals = 0, n = 0, py = 0;
+    size_t n;
+    bool agree;
 
-    for (size_t i = 0; i < st->n_frames; i++)
-        entries += st->frames[i].entry;
-    for (size_t i = 0; i < ns->n_pcs; i++) {
+    for (size_t i = 0; i < ns->n_pcs; i++)
         s->native_ids[i] = native_frame_id(s, h, nat, ns->pcs[i], i == 0, &s->native_eval[i]);
-        evals += s->native_eval[i];
-    }
-    if (evals != entries || (st->n_frames && !entries))
+    n = pyf_mixed_order(s->native_eval, ns->n_pcs, st, s->mixed_order, &agree);
+    if (!agree)
         return 0;
-    for (size_t i = 0; i < ns->n_pcs; i++) {
-        if (!s->native_eval[i]) {
-            s->frame_ids[n++] = s->native_ids[i];
-            continue;
-        }
-        do
-            s->frame_ids[n++] = frame_id(s, h, &st->frames[py]);
-        while (!st->frames[py++].entry && py < st->n_frames);
-    }
+    for (size_t k = 0; k < n; k++)
+        s->frame_ids[k] = s->mixed_order[k] >= 0
+                              ? s->native_ids[s->mixed_order[k]]
+                              : frame_id(s, h, &st->frames[-s->mixed_order[k] - 1]);
     return n;
 }
 

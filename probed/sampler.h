@@ -48,6 +48,7 @@ struct sampler {
     int64_t frame_ids[TARGET_DEPTH_MAX + NATIVE_DEPTH_MAX]; /* a stack's, Python and native */
     int64_t native_ids[NATIVE_DEPTH_MAX];
     bool native_eval[NATIVE_DEPTH_MAX];
+    int32_t mixed_order[TARGET_DEPTH_MAX + NATIVE_DEPTH_MAX];
 };
 
 int sampler_new(struct outbox *ob, struct sampler **ret);

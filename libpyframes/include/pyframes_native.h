@@ -101,6 +101,17 @@ int pyf_native__reread_maps(struct pyf_native *n, struct pyf_err *reterr);
  * @ret_frame; what cannot be found stays NULL, src_file/src_line included. */
 void pyf_native__symbol(struct pyf_native *n, uint64_t pc, bool innermost,
                         struct pyf_native_frame *ret_frame);
+/* The order of a mixed stack, innermost first: where @st's Python frames go among @n_native
+ * native ones, given which of those are the interpreter's eval loop (@eval_loop[i], from
+ * pyf_native_frame.eval_loop). A call of the eval loop runs one entry frame and the frames it
+ * called inline (3.11+; <= 3.10 every frame is an entry), so each eval-loop frame stands for
+ * the Python frames up to and including the next entry. An eval loop with no Python frame left
+ * stays; Python frames left over go last. @ret_order (room for @n_native + st->n_frames) gets
+ * native index i as i, Python index k as -(k + 1). *ret_agree: as many eval loops as entry
+ * frames (a stack read at another instant than the native one may not be). Returns the count. */
+size_t pyf_mixed_order(const bool *eval_loop, size_t n_native, const struct pyf_stack *st,
+                       int32_t *ret_order, bool *ret_agree);
+
 /* Adds source file:line to a frame pyf_native__symbol() named, where debug info has them. The
  * first lookup in an object loads its line table (hundreds of ms for libpython with debug
  * info): for a backtrace, not for a sampler naming frames while its rings fill. */

@@ -99,35 +99,37 @@ static json_t *python_frame_json(struct pyf_target *t, const struct pyf_frame *f
     return pf;
 }
 
-/*
- * One stack of both kinds, innermost first: the native frames, with the Python frames in
- * place of the interpreter's eval loop. A call of the eval loop runs one entry frame and the
- * frames it called inline (3.11+; <= 3.10 each frame is an entry), so each native eval-loop
- * frame stands for the Python frames up to and including the next entry. Python frames left
- * over (the native unwind stopped early) go last.
- */
+/* One stack of both kinds, innermost first: the native frames, with the Python frames in
+ * place of the interpreter's eval loop (pyf_mixed_order). The threads were held while both
+ * were read, so the two agree; Python frames left over (the native unwind stopped early) go
+ * last all the same. */
 static json_t *mixed_frames(struct pyf_target *t, struct pyf_native *nat,
                             const struct bt_thread *bt, int depth)
 {
+    struct pyf_native_frame *nf = calloc(bt->n_pcs + 1, sizeof(*nf));
+    bool *eval_loop = calloc(bt->n_pcs + 1, sizeof(*eval_loop));
+    int32_t *order = calloc(bt->n_pcs + bt->st.n_frames + 1, sizeof(*order));
     json_t *frames = json_array();
-    size_t py = 0;
+    size_t n;
+    bool agree;
 
-    for (size_t i = 0; i < bt->n_pcs; i++) {
-        struct pyf_native_frame nf;
-
-        pyf_native__symbol(nat, bt->pcs[i], i == 0, &nf);
-        pyf_native__source(nat, &nf, i == 0);
-        if (!nf.eval_loop || py >= bt->st.n_frames) {
-            json_array_append_new(frames, native_frame_json(&nf));
-            continue;
-        }
-        do
-            json_array_append_new(frames,
-                                  python_frame_json(t, &bt->st.frames[py], (int)py < depth));
-        while (!bt->st.frames[py++].entry && py < bt->st.n_frames);
+    if (!nf || !eval_loop || !order) {
+        free(nf), free(eval_loop), free(order);
+        return frames; /* out of memory: an empty stack rather than none */
     }
-    for (; py < bt->st.n_frames; py++)
-        json_array_append_new(frames, python_frame_json(t, &bt->st.frames[py], (int)py < depth));
+    for (size_t i = 0; i < bt->n_pcs; i++) {
+        pyf_native__symbol(nat, bt->pcs[i], i == 0, &nf[i]);
+        pyf_native__source(nat, &nf[i], i == 0);
+        eval_loop[i] = nf[i].eval_loop;
+    }
+    n = pyf_mixed_order(eval_loop, bt->n_pcs, &bt->st, order, &agree);
+    for (size_t k = 0; k < n; k++) {
+        int32_t py = -order[k] - 1;
+        json_array_append_new(frames, order[k] >= 0
+                                          ? native_frame_json(&nf[order[k]])
+                                          : python_frame_json(t, &bt->st.frames[py], py < depth));
+    }
+    free(nf), free(eval_loop), free(order);
     return frames;
 }
 

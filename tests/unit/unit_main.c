@@ -23,7 +23,8 @@
     X(test_hashid_stable)                                                                          \
     X(test_sampler_makes_room)                                                                     \
     X(test_config_checks_values)                                                                   \
-    X(test_config_file_and_reload)
+    X(test_config_file_and_reload)                                                                 \
+    X(test_mixed_order)
 
 #define DECLARE(name) int name(void);
 CASES(DECLARE)
