@@ -54,7 +54,7 @@ int native_open(pid_t pid, uint32_t rate_hz, struct native **ret, char *err, siz
     /* every object's CFI and symbols now: the first ticks would otherwise take long enough
      * to let the rings overflow */
     pyf_native__prepare(n->nat);
-    r = perfstack_open(pid, rate_hz, NATIVE_STACK_BYTES, &n->ps, err, errlen);
+    r = perfstack_open(pid, rate_hz, NATIVE_STACK_BYTES, NATIVE_RING_PAGES, &n->ps, err, errlen);
     if (r < 0) {
         native_free(n);
         return r;

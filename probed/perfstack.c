@@ -16,8 +16,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define RING_PAGES 64 /* 256 KiB a thread: >= 8 samples of 32 KiB between two drains */
-
 /* The user registers asked for, in the order the kernel writes them (bit order), and where
  * each goes in DWARF's numbering. */
 #define REGS_MASK                                                                                  \
@@ -49,13 +47,13 @@ static const int dwarf_of_perf[] = {
 struct ring {
     pid_t tid;
     int fd;
-    struct perf_event_mmap_page *page; /* RING_PAGES data pages follow */
+    struct perf_event_mmap_page *page; /* ring_pages data pages follow */
     bool seen;                         /* in the last /proc/PID/task pass */
 };
 
 struct perfstack {
     pid_t pid;
-    uint32_t rate_hz, stack_bytes;
+    uint32_t rate_hz, stack_bytes, ring_pages;
     size_t page_size;
     struct ring rings[PERFSTACK_THREADS_MAX];
     size_t n_rings;
@@ -92,7 +90,7 @@ static int open_ring(struct perfstack *ps, pid_t tid, char *err, size_t errlen)
         .use_clockid = 1,
         .clockid = CLOCK_MONOTONIC,
         .watermark = 1,
-        .wakeup_watermark = RING_PAGES * 4096 / 2, /* nobody waits: we poll */
+        .wakeup_watermark = ps->ring_pages * 4096 / 2, /* nobody waits: we poll */
         .exclude_hv = 1,
     };
     struct ring *r = &ps->rings[ps->n_rings];
@@ -111,7 +109,8 @@ static int open_ring(struct perfstack *ps, pid_t tid, char *err, size_t errlen)
                     "kernel.perf_event_paranoid <= 1)",
                     (int)ps->pid, (int)tid, strerror(e));
     }
-    map = mmap(NULL, (RING_PAGES + 1) * ps->page_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    map =
+        mmap(NULL, (ps->ring_pages + 1) * ps->page_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (map == MAP_FAILED) {
         int e = errno;
         close(fd);
@@ -125,7 +124,7 @@ static int open_ring(struct perfstack *ps, pid_t tid, char *err, size_t errlen)
 
 static void close_ring(struct perfstack *ps, struct ring *r)
 {
-    munmap(r->page, (RING_PAGES + 1) * ps->page_size);
+    munmap(r->page, (ps->ring_pages + 1) * ps->page_size);
     close(r->fd);
 }
 
@@ -167,8 +166,8 @@ int perfstack__refresh(struct perfstack *ps, char *err, size_t errlen)
     return rc;
 }
 
-int perfstack_open(pid_t pid, uint32_t rate_hz, uint32_t stack_bytes, struct perfstack **ret,
-                   char *err, size_t errlen)
+int perfstack_open(pid_t pid, uint32_t rate_hz, uint32_t stack_bytes, uint32_t ring_pages,
+                   struct perfstack **ret, char *err, size_t errlen)
 {
     struct perfstack *ps = calloc(1, sizeof(*ps));
     int r;
@@ -178,6 +177,7 @@ int perfstack_open(pid_t pid, uint32_t rate_hz, uint32_t stack_bytes, struct per
     *ps = (struct perfstack){.pid = pid,
                              .rate_hz = rate_hz,
                              .stack_bytes = stack_bytes & ~7u, /* the kernel wants 8-aligned */
+                             .ring_pages = ring_pages,
                              .page_size = (size_t)sysconf(_SC_PAGESIZE),
                              .record_cap = 64 * 1024};
     ps->record = malloc(ps->record_cap);
@@ -244,7 +244,7 @@ static void drain_ring(struct perfstack *ps, struct ring *r, perfstack_fn fn, vo
                        uint64_t *lost)
 {
     const uint8_t *data = (const uint8_t *)r->page + ps->page_size;
-    uint64_t size = (uint64_t)RING_PAGES * ps->page_size;
+    uint64_t size = (uint64_t)ps->ring_pages * ps->page_size;
     uint64_t head = __atomic_load_n(&r->page->data_head, __ATOMIC_ACQUIRE);
     uint64_t tail = r->page->data_tail;
 

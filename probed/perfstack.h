@@ -25,8 +25,10 @@
 
 struct perfstack;
 
-int perfstack_open(pid_t pid, uint32_t rate_hz, uint32_t stack_bytes, struct perfstack **ret,
-                   char *err, size_t errlen);
+/* @ring_pages (a power of two) of 4 KiB per thread, locked memory: room for the samples of
+ * that thread between two drains (a sample is @stack_bytes + 200 bytes). */
+int perfstack_open(pid_t pid, uint32_t rate_hz, uint32_t stack_bytes, uint32_t ring_pages,
+                   struct perfstack **ret, char *err, size_t errlen);
 /* Follows the process's threads: events for new ones, none for those gone. */
 int perfstack__refresh(struct perfstack *ps, char *err, size_t errlen);
 

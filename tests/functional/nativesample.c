@@ -175,8 +175,9 @@ int main(int argc, char **argv)
         return 1;
     }
     pyf_native__prepare(r->nat);
+    /* 256 KiB rings: room for a first unwind that is slow (ASan, a busy machine) */
     if (perfstack_open(pid, argc > 3 ? (uint32_t)atoi(argv[3]) : 100,
-                       argc > 4 ? (uint32_t)atoi(argv[4]) : 16384, &ps, err, sizeof(err)) < 0) {
+                       argc > 4 ? (uint32_t)atoi(argv[4]) : 16384, 64, &ps, err, sizeof(err)) < 0) {
         fprintf(stderr, "nativesample: %s\n", err);
         return 1;
     }

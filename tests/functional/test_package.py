@@ -205,7 +205,8 @@ def test_unit_capabilities_are_enough_and_ptrace_is_needed(deb):
     refuses clearly and keeps serving."""
     user = ensure_test_user()
     caps = unit_capabilities()
-    assert set(caps) == {'sys_ptrace', 'perfmon', 'bpf', 'dac_override', 'chown', 'fowner'}
+    assert set(caps) == {'sys_ptrace', 'perfmon', 'ipc_lock', 'bpf', 'dac_override', 'chown',
+                         'fowner'}
     p, pid = target(user)
     try:
         bounding = '-all,' + ','.join('+' + c for c in caps)
@@ -218,6 +219,8 @@ def test_unit_capabilities_are_enough_and_ptrace_is_needed(deb):
             assert d.ctl('eval', pid, 'import os; os.getuid()').stdout == '%s\n' % run(
                 'id', '-u', user).stdout.strip()
             wait_for(lambda: 'RSS' in d.ctl('memory', pid, check=False).stdout, what='memory')
+            d.ctl('detach', pid)  # native stacks need perf: CAP_PERFMON, CAP_IPC_LOCK
+            assert 'native-perf' in d.ctl('attach', pid, '--native').stdout
         finally:
             d.close()
         without = '-all,' + ','.join('+' + c for c in caps if c != 'sys_ptrace')
