@@ -630,19 +630,38 @@ static const char *function_at(struct pyf_native *n, uint64_t pc)
     return sym ? sym->name : NULL;
 }
 
+/* Whether @addr lies in one of @elf's loaded segments. libdw gives a module the whole range
+ * from its first mapping to its last, so another library mapped since into a gap between two
+ * of them (seen: liblzma's, on 3.13) would otherwise be named as that module. */
+static bool in_loaded_segment(Elf *elf, Dwarf_Addr bias, Dwarf_Addr addr)
+{
+    size_t n_phdrs;
+
+    if (elf_getphdrnum(elf, &n_phdrs) != 0)
+        return true; /* cannot tell: trust the module's range */
+    for (size_t i = 0; i < n_phdrs; i++) {
+        GElf_Phdr ph;
+        if (gelf_getphdr(elf, (int)i, &ph) && ph.p_type == PT_LOAD && addr - bias >= ph.p_vaddr &&
+            addr - bias < ph.p_vaddr + ph.p_memsz)
+            return true;
+    }
+    return false;
+}
+
 void pyf_native__symbol(struct pyf_native *n, uint64_t pc, bool innermost,
                         struct pyf_native_frame *ret_frame)
 {
     /* a return address points past its call, maybe into the next function or line */
     Dwarf_Addr lookup = innermost || pc == 0 ? pc : pc - 1, start = 0, bias = 0;
     Dwfl_Module *m = dwfl_addrmodule(n->dwfl, lookup);
+    Elf *elf = m ? dwfl_module_getelf(m, &bias) : NULL;
     struct sym *sym;
 
     *ret_frame = (struct pyf_native_frame){.pc = pc, .object_offset = pc};
-    if (!m)
-        return; /* memory mapped from no file */
+    if (!m || (elf && !in_loaded_segment(elf, bias, lookup)))
+        return; /* memory mapped from no file known (JIT code, or loaded since) */
     ret_frame->object = dwfl_module_info(m, NULL, &start, NULL, NULL, NULL, NULL, NULL);
-    ret_frame->object_offset = dwfl_module_getelf(m, &bias) ? pc - bias : pc - start;
+    ret_frame->object_offset = elf ? pc - bias : pc - start;
     sym = find_sym(table_of(n, m), lookup);
     if (sym) {
         ret_frame->function = sym_name(sym);

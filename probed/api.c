@@ -349,9 +349,8 @@ static int targets_attach(struct api *a, struct evhttp_request *req, const struc
     t->follow_children = children;
     t->rate_is_default = !jrate;
     t->native_wanted = native;
-    if (native && target__open_native(t) < 0) /* not fatal: Python frames are still there */
-        log_msg(LOG_WARN, "pid %d: native stacks unavailable, Python frames only: %s", (int)pid,
-                t->native_error);
+    if (native)
+        target__open_native(t); /* not fatal: Python frames are still there */
     if (dur_ns > 0)
         t->deadline_ns = mono_ns() + dur_ns;
     r = sampler__add(a->sampler, t);
@@ -1090,6 +1089,7 @@ struct followed {
     pid_t pid[SAMPLER_TARGETS_MAX]; /* targets that follow their children */
     uint32_t rate[SAMPLER_TARGETS_MAX];
     uid_t uid[SAMPLER_TARGETS_MAX];
+    bool native[SAMPLER_TARGETS_MAX]; /* attached with --native: so are its descendants */
     size_t n;
     pid_t sampled[SAMPLER_TARGETS_MAX]; /* every pid being sampled */
     size_t n_sampled;
@@ -1105,6 +1105,7 @@ static void collect_followed(const struct target *t, void *ctx)
     if (t->follow_children) {
         f->pid[f->n] = t->pid;
         f->rate[f->n] = t->rate_hz;
+        f->native[f->n] = t->native_wanted;
         f->uid[f->n++] = t->uid;
     }
 }
@@ -1159,13 +1160,16 @@ static void follow_child(struct api *a, const struct followed *f, size_t i, pid_
     }
     t->id = a->next_target_id;
     t->follow_children = true;
+    t->native_wanted = f->native[i];
+    if (t->native_wanted)
+        target__open_native(t);
     if (sampler__add(a->sampler, t) < 0) {
         target_free(t);
         return;
     }
     a->next_target_id++;
-    log_msg(LOG_INFO, "attached pid %d, a descendant of pid %d (rank %d)", (int)child,
-            (int)f->pid[i], t->rank);
+    log_msg(LOG_INFO, "attached pid %d, a descendant of pid %d (rank %d), %s", (int)child,
+            (int)f->pid[i], t->rank, target_mode(t));
 }
 
 static void on_follow_timer(evutil_socket_t fd, short what, void *arg)

@@ -213,9 +213,8 @@ static void resume_one(int64_t id, int32_t pid, int64_t start_time, int32_t rate
         t->allocation_tracking = flags & STORE_ALLOCATION_TRACKING;
         t->torch_tracing = flags & STORE_TORCH_TRACING;
         t->native_wanted = flags & STORE_NATIVE;
-        if (t->native_wanted && target__open_native(t) < 0)
-            log_msg(LOG_WARN, "pid %d: native stacks unavailable, Python frames only: %s", pid,
-                    t->native_error);
+        if (t->native_wanted)
+            target__open_native(t);
         if (sampler__add(c->sampler, t) == 0) {
             log_msg(LOG_INFO, "resumed sampling pid %d (attached before a restart)", pid);
             return;

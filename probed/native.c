@@ -24,7 +24,7 @@ struct native {
     struct perfstack *ps;
     struct pyf_native *nat;
     struct native_stats stats;
-    bool maps_stale;         /* a copy did not unwind past its first frame: a new library? */
+    bool maps_stale; /* a pc in no known object, or a copy not unwound past its first frame */
     uint64_t maps_reread_ns; /* when the mappings were last read again */
     /* this tick's stacks: a table by tid, and the order they were filled in */
     struct native_stack *slots;
@@ -119,7 +119,9 @@ static void on_sample(void *ctx, const struct pyf_stack_copy *copy, uint64_t tim
     if (pyf_native__unwind_copy(n->nat, copy, s->pcs, NATIVE_DEPTH_MAX, &s->n_pcs, &truncated, &e) <
         0)
         s->n_pcs = 0; /* a copy libdw cannot start from: the sample is dropped */
-    if (s->n_pcs < 2) /* in a library loaded since the mappings were read? (or JIT code) */
+    /* in a library loaded since the mappings were read, in a gap libdw counted as another's?
+     * (a pc in no object at all is seen when it is named: native__name) */
+    if (s->n_pcs < 2)
         n->maps_stale = true;
     n->stats.unwind_ns += now_ns() - t0;
 }
@@ -200,6 +202,8 @@ void native__remember(struct native *n, uint64_t pc, int64_t id, bool eval_loop)
 void native__name(struct native *n, uint64_t pc, bool innermost, struct pyf_native_frame *ret)
 {
     pyf_native__symbol(n->nat, pc, innermost, ret);
+    if (!ret->object) /* in no object known: a library loaded since? (or JIT code) */
+        n->maps_stale = true;
 }
 
 struct native_stats *native__stats(struct native *n)

@@ -67,7 +67,8 @@ struct native_stack *native__next_unclaimed(struct native *n);
  * interpreter's eval loop. native__remember() caches one. */
 bool native__cached(struct native *n, uint64_t pc, int64_t *ret_id, bool *ret_eval_loop);
 void native__remember(struct native *n, uint64_t pc, int64_t id, bool eval_loop);
-/* Names @pc (not cached: see pyframes_native.h). */
+/* Names @pc (not cached: see pyframes_native.h). A pc in no object known has the mappings read
+ * again at a next native__collect (at most once a second): a library loaded since the attach. */
 void native__name(struct native *n, uint64_t pc, bool innermost, struct pyf_native_frame *ret);
 
 struct native_stats *native__stats(struct native *n);

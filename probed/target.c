@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "log.h"
 #include "native.h"
 #include "procfs.h"
 
@@ -101,9 +102,11 @@ int target__open_native(struct target *t)
 {
     int r = native_open(t->pid, t->rate_hz, &t->native, t->native_error, sizeof(t->native_error));
 
-    if (r < 0)
+    if (r < 0) {
         t->native = NULL;
-    else
+        log_msg(LOG_WARN, "pid %d: native stacks unavailable, Python frames only: %s", (int)t->pid,
+                t->native_error);
+    } else
         t->native_error[0] = '\0';
     return r;
 }

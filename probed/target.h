@@ -89,7 +89,7 @@ struct target {
 int target_new(pid_t pid, uint32_t rate_hz, struct target **ret, struct pyf_err *err);
 void target_free(struct target *t); /* NULL is a no-op */
 /* Starts sampling @t's native stacks with perf (attach --native). On failure the target goes on
- * with Python frames only; t->native_error and the returned -errno say why. */
+ * with Python frames only; t->native_error, the log and the returned -errno say why. */
 int target__open_native(struct target *t);
 /* "native-perf" or "python": what the stacks of @t hold. */
 const char *target_mode(const struct target *t);

@@ -51,7 +51,8 @@ struct pyf_native_frame {
     uint64_t pc;
     const char *function; /* NULL when no symbol covers pc */
     uint64_t function_offset;
-    const char *object;     /* the mapped file; NULL for memory mapped from no file (JIT) */
+    const char *object;     /* the mapped file; NULL for memory mapped from no file known (JIT,
+                               or a library loaded after pyf_native_open / reread_maps) */
     uint64_t object_offset; /* pc as an address of that file (what addr2line takes) */
     const char *src_file;   /* NULL without debug info */
     int32_t src_line;

@@ -240,6 +240,8 @@ def test_prometheus_series_and_a_restart(target_factory, tmp_path):
         assert value('probed_native_mismatched_total', t.pid, text) is not None
         assert value('probed_native_samples_total', plain.pid, text) is None
 
+        wait_for(lambda: d.rows('SELECT count(*) FROM targets')[0][0] == 2,
+                 what='both attaches stored')  # the writer commits once a second
         d.kill(signal.SIGKILL)
         d.start()
         assert 'resumed sampling pid %d' % t.pid in d.read_log()
@@ -249,3 +251,22 @@ def test_prometheus_series_and_a_restart(target_factory, tmp_path):
         assert listed(d, plain.pid)['mode'] == 'python'
     finally:
         d.close()
+
+
+def test_children_inherit_native(target_factory, daemon):
+    """attach --children --native: the ranks a launcher starts are sampled natively too."""
+    import subprocess
+    launcher = target_factory('/usr/bin/python3', 'launcher.py')
+    try:
+        daemon.ctl('attach', launcher.pid, '--children', '--native', check=True)
+
+        def ranks():
+            lst = json.loads(daemon.ctl('list', '--json', check=True).stdout)['targets']
+            return [x for x in lst if x['state'] == 'sampling' and x.get('rank') is not None
+                    and x.get('native', {}).get('samples', 0) > 0]
+        found = wait_for(lambda: (lambda r: r if len(r) == 2 else None)(ranks()), timeout=40,
+                         what='both ranks sampled natively')
+        assert all(x['mode'] == 'native-perf' for x in found), found
+        assert 'a descendant of pid %d (rank 0), native-perf' % launcher.pid in daemon.read_log()
+    finally:
+        subprocess.run(['pkill', '-P', str(launcher.pid)])

@@ -232,11 +232,14 @@ def test_continuous_native_samples_from_perf(python_path, target_factory, tmp_pa
     under_sort = [s for s in stacks if any(re.match(r'(qsort|msort)', f) for f in s)]
     assert len(under_sort) > 0.5 * len(stacks), (len(under_sort), len(stacks))
     # outward from the sort: ctypes' call, the eval loop, down to the process's first frame
+    def outermost_sort(s):
+        return [i for i, f in enumerate(s) if re.match(r'(qsort|msort)', f)][-1]
     s = under_sort[0]
-    i_sort = [i for i, f in enumerate(s) if re.match(r'(qsort|msort)', f)][-1]
-    assert any(EVAL.search(f) for f in s[i_sort:]), s
-    assert any(EVAL.search(f) for f in s[:i_sort]), s  # the callback, run by the eval loop
+    assert any(EVAL.search(f) for f in s[outermost_sort(s):]), s
     assert re.search(r'_start|__libc_start', s[-1]), s
+    # inward: the callback, run by the eval loop (a sample may also fall in ctypes' or libffi's
+    # code around it, outside the eval loop)
+    assert any(any(EVAL.search(f) for f in s[:outermost_sort(s)]) for s in under_sort)
     # the target ran on, and sorted right, all along
     assert state(t.pid) not in ('t', 'T')
     assert sorts(log) and set(sorts(log)) == {'ok'}
