@@ -53,6 +53,25 @@ $ctl flamegraph "$pid" -o flamegraph.svg
 echo "(open flamegraph.svg in a browser: hover, click to zoom, Ctrl-F to search)"
 $ctl detach "$pid"
 echo
+echo "== probectl attach --native: C frames too, sampled by perf without stopping the process"
+"$py" tests/targets/native_qsort.py "$work/sorts" >"$work/qsort.out" 2>&1 &
+qsort=$!
+trap 'kill $pid $qsort $daemon 2>/dev/null; wait $daemon 2>/dev/null; rm -rf "$work"' EXIT
+for _ in $(seq 100); do grep -q READY "$work/qsort.out" && break; sleep 0.1; done
+$ctl attach "$qsort" --native
+sleep 3
+echo "-- one stored mixed stack, innermost first (Python -> ctypes -> libc qsort -> Python)"
+$ctl query "SELECT depth, kind, func, file FROM stacks WHERE stack_id = (SELECT s.stack_id
+    FROM samples s JOIN targets t ON t.id = s.target_id WHERE t.pid = $qsort AND s.stack_id IN
+    (SELECT stack_id FROM stacks WHERE func = 'compare') AND s.stack_id IN (SELECT stack_id
+    FROM stacks WHERE func LIKE '%sort%' AND kind = 'native') LIMIT 1) ORDER BY depth"
+echo "-- the hottest native and Python functions"
+$ctl query "SELECT kind, func, self_pct FROM function_stats ORDER BY self_samples DESC LIMIT 6" \
+    --pid "$qsort"
+$ctl flamegraph "$qsort" -o flamegraph-native.svg
+echo "(flamegraph-native.svg: native frames in blues, Python frames in warm colours)"
+$ctl detach "$qsort"
+echo
 echo "== probectl eval $pid: Python code run inside it (the stub is loaded on first use)"
 $ctl eval "$pid" "import threading; [t.name for t in threading.enumerate()]"
 echo
