@@ -206,6 +206,11 @@ void native__name(struct native *n, uint64_t pc, bool innermost, struct pyf_nati
         n->maps_stale = true;
 }
 
+void native__set_rate(struct native *n, uint32_t rate_hz)
+{
+    perfstack__set_rate(n->ps, rate_hz);
+}
+
 struct native_stats *native__stats(struct native *n)
 {
     return &n->stats;

@@ -71,6 +71,9 @@ void native__remember(struct native *n, uint64_t pc, int64_t id, bool eval_loop)
  * again at a next native__collect (at most once a second): a library loaded since the attach. */
 void native__name(struct native *n, uint64_t pc, bool innermost, struct pyf_native_frame *ret);
 
+/* The target's rate changed (config sample_rate): perf follows, one sample a tick. */
+void native__set_rate(struct native *n, uint32_t rate_hz);
+
 struct native_stats *native__stats(struct native *n);
 
 #endif

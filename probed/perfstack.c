@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -201,6 +202,15 @@ void perfstack_free(struct perfstack *ps)
         close_ring(ps, &ps->rings[i]);
     free(ps->record);
     free(ps);
+}
+
+void perfstack__set_rate(struct perfstack *ps, uint32_t rate_hz)
+{
+    uint64_t period = 1000000000u / rate_hz;
+
+    ps->rate_hz = rate_hz; /* for the threads born from now on */
+    for (size_t i = 0; i < ps->n_rings; i++)
+        ioctl(ps->rings[i].fd, PERF_EVENT_IOC_PERIOD, &period); /* fails only for one gone */
 }
 
 size_t perfstack__threads(const struct perfstack *ps)

@@ -37,6 +37,8 @@ int perfstack__refresh(struct perfstack *ps, char *err, size_t errlen);
 typedef void (*perfstack_fn)(void *ctx, const struct pyf_stack_copy *copy, uint64_t time_ns);
 int perfstack__drain(struct perfstack *ps, perfstack_fn fn, void *ctx, uint64_t *ret_lost);
 
+/* Samples every thread at @rate_hz of its CPU time from now on. */
+void perfstack__set_rate(struct perfstack *ps, uint32_t rate_hz);
 size_t perfstack__threads(const struct perfstack *ps);
 void perfstack_free(struct perfstack *ps); /* NULL is a no-op */
 

@@ -560,6 +560,8 @@ void sampler__default_rate(struct sampler *s, uint32_t hz)
             continue;
         t->rate_hz = hz;
         t->period_ns = 1000000000LL / hz;
+        if (t->native)
+            native__set_rate(t->native, hz);
         t->next_ns = mono_ns() + t->period_ns;
     }
     pthread_cond_signal(&s->wake);

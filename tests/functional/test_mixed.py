@@ -270,3 +270,24 @@ def test_children_inherit_native(target_factory, daemon):
         assert 'a descendant of pid %d (rank 0), native-perf' % launcher.pid in daemon.read_log()
     finally:
         subprocess.run(['pkill', '-P', str(launcher.pid)])
+
+
+def test_perf_follows_a_rate_change(target_factory, tmp_path, daemon):
+    """config sample_rate changes the rate of the targets attached at the default: perf's
+    period follows, so each tick still finds about one native sample per thread (at 100 Hz
+    of CPU time against 20 ticks a second, four in five would be superseded)."""
+    t = target_factory('/usr/bin/python3', 'native_qsort.py', str(tmp_path / 'sorts'))
+    daemon.ctl('attach', t.pid, '--native', check=True)
+    try:
+        daemon.ctl('config', 'sample_rate=20', check=True)
+        before = wait_for(lambda: (lambda e: e if e['rate_hz'] == 20 else None)(
+            listed(daemon, t.pid)), what='the new rate')['native']
+        after = wait_for(lambda: (lambda n: n if n['samples'] >= before['samples'] + 40
+                                  else None)(listed(daemon, t.pid)['native']),
+                         timeout=60, what='40 samples at the new rate')
+        samples = after['samples'] - before['samples']
+        superseded = after['superseded'] - before['superseded']
+        assert superseded < 0.3 * samples, (before, after)
+    finally:
+        daemon.ctl('config', 'sample_rate=100', check=True)
+        detach(daemon, t.pid)
