@@ -223,6 +223,8 @@ static void record(struct sampler *s, struct target *t, size_t n, int64_t ts, in
 
         if (t->stacks[i].torn) {
             t->stats.torn++;
+            if (t->native) /* its native stack goes too, not filed as a native-only thread's */
+                native__take(t->native, th->tid);
             continue;
         }
         smp.stack_id = thread_stack_id(s, h, t, i, mono);
