@@ -816,3 +816,44 @@ int pyf_target__sample(struct pyf_target *t, struct pyf_thread *ret_threads,
     }
     return 0;
 }
+
+void pyf_target__chain(const struct pyf_target *t, struct pyf_chain *ret_chain)
+{
+    *ret_chain = (struct pyf_chain){.ts_frame = t->lay.ts_frame,
+                                    .cframe_frame = t->lay.ts_cframe_frame,
+                                    .fr_back = t->lay.fr_back,
+                                    .fr_bytes = (uint32_t)t->fr_read};
+}
+
+/* A copy taken in one instant needs none of a snapshot's checks: its chain is whole (each
+ * frame's back pointer names the next), and the frames in it are all live, so nothing is
+ * trimmed. Code objects are read as always (cached). */
+int pyf_target__stack_of_copy(struct pyf_target *t, const struct pyf_frames_copy *c,
+                              struct pyf_stack *st, struct pyf_err *reterr)
+{
+    size_t n = c->n < stack_limit(st) ? c->n : stack_limit(st);
+    int r = 0;
+
+    st->n_frames = 0;
+    st->n_hidden = 0;
+    st->torn = false;
+    st->truncated = n < c->n;
+    if (c->stride < t->fr_read)
+        return pyf_fail(reterr, PYF_INVALID, EINVAL, 0,
+                        "pid %d: copied frames hold %zu bytes, %zu needed", t->info.pid, c->stride,
+                        t->fr_read);
+    for (size_t i = 0; i < n && r == 0; i++) {
+        parse_frame(t, c->bytes + i * c->stride, c->raddrs[i], &t->raw[i]);
+        if (i + 1 < c->n && t->raw[i].back != c->raddrs[i + 1])
+            r = pyf_fail(reterr, PYF_TORN, EFAULT, c->raddrs[i],
+                         "pid %d: copied frame 0x%" PRIx64 " does not call the next one",
+                         t->info.pid, c->raddrs[i]);
+    }
+    if (r == 0)
+        r = resolve_frames(t, n, st, reterr);
+    if (r < 0) {
+        st->n_frames = 0;
+        st->torn = reterr->kind == PYF_TORN;
+    }
+    return r;
+}

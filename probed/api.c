@@ -228,16 +228,27 @@ static json_t *torch_json(const struct target_torch *tt)
 
 /* The native sampler's figures (native.h): the merge rate and the lag say how well the
  * kernel's samples and the Python reads line up. */
-static json_t *native_json(const struct native_stats *n)
+static json_t *native_json(struct native *nat)
 {
-    return json_pack(
-        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f}", "samples", (json_int_t)n->samples,
-        "lost", (json_int_t)n->lost, "merged", (json_int_t)n->merged, "mismatched",
-        (json_int_t)n->mismatched, "native_only", (json_int_t)n->native_only, "superseded",
-        (json_int_t)n->superseded, "maps_reread", (json_int_t)n->maps_reread, "unwind_us",
+    const struct native_stats *n = native__stats(nat);
+    json_t *j = json_pack(
+        "{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f}", "backend", native__backend(nat),
+        "samples", (json_int_t)n->samples, "lost", (json_int_t)n->lost, "merged",
+        (json_int_t)n->merged, "mismatched", (json_int_t)n->mismatched, "native_only",
+        (json_int_t)n->native_only, "superseded", (json_int_t)n->superseded, "maps_reread",
+        (json_int_t)n->maps_reread, "unwind_us",
         n->samples ? (double)n->unwind_ns / 1e3 / (double)n->samples : 0.0, "lag_ms",
         n->merged ? (double)n->lag_ns / 1e6 / (double)n->merged : 0.0, "name_cache_hit_rate",
         n->name_lookups ? (double)n->name_hits / (double)n->name_lookups : 0.0);
+
+    if (native__ebpf_error(nat)[0]) /* why perf: the fallback from the eBPF sampler */
+        json_object_set_new(j, "ebpf_error", json_string(native__ebpf_error(nat)));
+    else if (strcmp(native__backend(nat), "ebpf") == 0)
+        json_object_update_new(j, json_pack("{s:I, s:I, s:I}", "same_instant",
+                                            (json_int_t)n->same_instant, "py_uncopied",
+                                            (json_int_t)n->py_uncopied, "py_undecoded",
+                                            (json_int_t)n->py_undecoded));
+    return j;
 }
 
 static json_t *target_json(const struct target *t)
@@ -261,7 +272,7 @@ static json_t *target_json(const struct target *t)
     if (t->end_reason[0])
         json_object_set_new(j, "end_reason", json_string(t->end_reason));
     if (t->native)
-        json_object_set_new(j, "native", native_json(native__stats(t->native)));
+        json_object_set_new(j, "native", native_json(t->native));
     if (t->native_wanted && t->native_error[0])
         json_object_set_new(j, "native_error", json_string(t->native_error));
     if (t->torch.on) /* the torch trace's totals (torchtrace.h) */
@@ -309,8 +320,8 @@ static int targets_list(struct api *a, struct evhttp_request *req, const struct 
 
 static int targets_attach(struct api *a, struct evhttp_request *req, const struct peer *p)
 {
-    json_t *body = body_json(req), *jpid, *jrate, *jdur;
-    bool pid_ok, rate_ok, children, native;
+    json_t *body = body_json(req), *jpid, *jrate, *jdur, *jnative;
+    bool pid_ok, rate_ok, children, native, native_ok, perf_only;
     int64_t dur_ns = 0;
     struct pyf_err e = {0};
     struct target *t = NULL;
@@ -323,7 +334,11 @@ static int targets_attach(struct api *a, struct evhttp_request *req, const struc
     jrate = json_object_get(body, "rate");
     jdur = json_object_get(body, "duration");
     children = json_is_true(json_object_get(body, "children"));
-    native = json_is_true(json_object_get(body, "native"));
+    /* "native": true (the eBPF sampler, else perf), "perf" (perf alone), false */
+    jnative = json_object_get(body, "native");
+    perf_only = json_is_string(jnative) && strcmp(json_string_value(jnative), "perf") == 0;
+    native = json_is_true(jnative) || perf_only;
+    native_ok = !jnative || json_is_boolean(jnative) || perf_only;
     pid = json_integer_value(jpid);
     rate = jrate ? json_integer_value(jrate) : config_num(a->cfg.config, CFG_SAMPLE_RATE);
     pid_ok = json_is_integer(jpid) && pid > 0 && pid <= 0x7fffffff;
@@ -338,6 +353,8 @@ static int targets_attach(struct api *a, struct evhttp_request *req, const struc
     if (!rate_ok)
         return reply_error(req, 400, "\"rate\" must be an integer from 1 to %u Hz",
                            a->cfg.max_rate_hz);
+    if (!native_ok)
+        return reply_error(req, 400, "\"native\" must be true, false or \"perf\"");
     if (dur_ns < 0)
         return reply_error(req, 400, "\"duration\" must be seconds or a duration like \"30s\"");
     if (authorise_pid(req, p, (pid_t)pid) < 0)
@@ -349,6 +366,7 @@ static int targets_attach(struct api *a, struct evhttp_request *req, const struc
     t->follow_children = children;
     t->rate_is_default = !jrate;
     t->native_wanted = native;
+    t->native_perf_only = perf_only;
     if (native)
         target__open_native(t); /* not fatal: Python frames are still there */
     if (dur_ns > 0)
@@ -1089,7 +1107,8 @@ struct followed {
     pid_t pid[SAMPLER_TARGETS_MAX]; /* targets that follow their children */
     uint32_t rate[SAMPLER_TARGETS_MAX];
     uid_t uid[SAMPLER_TARGETS_MAX];
-    bool native[SAMPLER_TARGETS_MAX]; /* attached with --native: so are its descendants */
+    bool native[SAMPLER_TARGETS_MAX];    /* attached with --native: so are its descendants */
+    bool perf_only[SAMPLER_TARGETS_MAX]; /* and with --native=perf */
     size_t n;
     pid_t sampled[SAMPLER_TARGETS_MAX]; /* every pid being sampled */
     size_t n_sampled;
@@ -1106,6 +1125,7 @@ static void collect_followed(const struct target *t, void *ctx)
         f->pid[f->n] = t->pid;
         f->rate[f->n] = t->rate_hz;
         f->native[f->n] = t->native_wanted;
+        f->perf_only[f->n] = t->native_perf_only;
         f->uid[f->n++] = t->uid;
     }
 }
@@ -1161,6 +1181,7 @@ static void follow_child(struct api *a, const struct followed *f, size_t i, pid_
     t->id = a->next_target_id;
     t->follow_children = true;
     t->native_wanted = f->native[i];
+    t->native_perf_only = f->perf_only[i];
     if (t->native_wanted)
         target__open_native(t);
     if (sampler__add(a->sampler, t) < 0) {

@@ -9,9 +9,20 @@
 #include <time.h>
 
 #include "perfstack.h"
+#ifdef PROBED_BPF
+#include "bpfstack.h"
+#endif
 
 #define SLOTS 1024      /* thread stacks of one tick, by tid (open addressing) */
 #define NAME_SLOTS 8192 /* direct-mapped: pc -> frame id */
+#define PY_COPIES 64    /* threads per tick whose Python frame copies are kept (eBPF) */
+
+/* One thread's Python frames as the eBPF sampler copied them. */
+struct py_copy {
+    struct pyf_frames_copy c; /* points into the arrays below */
+    uint64_t raddrs[NATIVE_PY_FRAMES];
+    uint8_t bytes[NATIVE_PY_FRAMES * NATIVE_PY_FRAME_BYTES];
+};
 
 struct name_slot {
     uint64_t pc;
@@ -21,7 +32,9 @@ struct name_slot {
 
 struct native {
     pid_t pid;
-    struct perfstack *ps;
+    struct perfstack *ps; /* one of ps and bs samples */
+    struct bpfstack *bs;
+    char ebpf_error[256];
     struct pyf_native *nat;
     struct native_stats stats;
     bool maps_stale; /* a pc in no known object, or a copy not unwound past its first frame */
@@ -30,10 +43,33 @@ struct native {
     struct native_stack *slots;
     uint16_t used[SLOTS];
     size_t n_used, next_unclaimed;
+    struct py_copy *py_copies; /* PY_COPIES, handed out in this tick's order */
+    size_t n_py_copies;
+    uint64_t kernel_lost; /* the eBPF sampler's lost count when last read */
     struct name_slot names[NAME_SLOTS];
 };
 
-int native_open(pid_t pid, uint32_t rate_hz, struct native **ret, char *err, size_t errlen)
+/* The eBPF sampler, where it loads; ebpf_error says why not. */
+static int open_ebpf(struct native *n, uint32_t rate_hz, const struct pyf_chain *chain)
+{
+#ifdef PROBED_BPF
+    n->py_copies = calloc(PY_COPIES, sizeof(*n->py_copies));
+    if (!n->py_copies) {
+        snprintf(n->ebpf_error, sizeof(n->ebpf_error), "pid %d: out of memory", (int)n->pid);
+        return -ENOMEM;
+    }
+    return bpfstack_open(n->pid, rate_hz, chain, &n->bs, n->ebpf_error, sizeof(n->ebpf_error));
+#else
+    (void)rate_hz;
+    (void)chain;
+    snprintf(n->ebpf_error, sizeof(n->ebpf_error),
+             "probed was built without the eBPF sampler (PROBED_BPF=OFF)");
+    return -ENOTSUP;
+#endif
+}
+
+int native_open(pid_t pid, uint32_t rate_hz, const struct pyf_chain *chain,
+                enum native_backend backend, struct native **ret, char *err, size_t errlen)
 {
     struct native *n = calloc(1, sizeof(*n));
     struct pyf_err e;
@@ -54,6 +90,10 @@ int native_open(pid_t pid, uint32_t rate_hz, struct native **ret, char *err, siz
     /* every object's CFI and symbols now: the first ticks would otherwise take long enough
      * to let the rings overflow */
     pyf_native__prepare(n->nat);
+    if (backend == NATIVE_ANY && chain && open_ebpf(n, rate_hz, chain) == 0) {
+        *ret = n;
+        return 0;
+    }
     r = perfstack_open(pid, rate_hz, NATIVE_STACK_BYTES, NATIVE_RING_PAGES, &n->ps, err, errlen);
     if (r < 0) {
         native_free(n);
@@ -68,8 +108,12 @@ void native_free(struct native *n)
     if (!n)
         return;
     perfstack_free(n->ps);
+#ifdef PROBED_BPF
+    bpfstack_free(n->bs);
+#endif
     pyf_native_free(n->nat);
     free(n->slots);
+    free(n->py_copies);
     free(n);
 }
 
@@ -103,9 +147,9 @@ static uint64_t now_ns(void)
 
 /* A sample out of a ring: unwound now, while its copy is at hand; a newer one of the same
  * thread replaces it (the tick records one stack per thread). */
-static void on_sample(void *ctx, const struct pyf_stack_copy *copy, uint64_t time_ns)
+static struct native_stack *unwind_sample(struct native *n, const struct pyf_stack_copy *copy,
+                                          uint64_t time_ns)
 {
-    struct native *n = ctx;
     struct native_stack *s = slot_of(n, copy->tid);
     uint64_t t0 = now_ns();
     bool truncated;
@@ -113,7 +157,7 @@ static void on_sample(void *ctx, const struct pyf_stack_copy *copy, uint64_t tim
 
     n->stats.samples++;
     if (!s)
-        return;
+        return NULL;
     n->stats.superseded += s->n_pcs > 0;
     s->mono_ns = (int64_t)time_ns;
     if (pyf_native__unwind_copy(n->nat, copy, s->pcs, NATIVE_DEPTH_MAX, &s->n_pcs, &truncated, &e) <
@@ -124,21 +168,88 @@ static void on_sample(void *ctx, const struct pyf_stack_copy *copy, uint64_t tim
     if (s->n_pcs < 2)
         n->maps_stale = true;
     n->stats.unwind_ns += now_ns() - t0;
+    return s;
+}
+
+static void on_perf_sample(void *ctx, const struct pyf_stack_copy *copy, uint64_t time_ns)
+{
+    unwind_sample(ctx, copy, time_ns);
+}
+
+#ifdef PROBED_BPF
+/* The slot's copy of its Python frames: the one it had (a superseded sample's), or a new one. */
+static struct py_copy *py_copy_of(struct native *n, const struct native_stack *s)
+{
+    for (size_t i = 0; i < n->n_py_copies; i++)
+        if (s->py == &n->py_copies[i].c)
+            return &n->py_copies[i];
+    return n->n_py_copies < PY_COPIES ? &n->py_copies[n->n_py_copies++] : NULL;
+}
+
+/* An eBPF sample: the native stack as perf's, and the Python frames of the same instant kept
+ * until the sampler merges them. */
+static void on_bpf_sample(void *ctx, const struct pyf_stack_copy *copy, uint64_t time_ns,
+                          const struct pyf_frames_copy *py)
+{
+    struct native *n = ctx;
+    struct native_stack *s = unwind_sample(n, copy, time_ns);
+    struct py_copy *pc = NULL;
+
+    if (!s)
+        return;
+    if (py && py->n <= NATIVE_PY_FRAMES && py->stride <= NATIVE_PY_FRAME_BYTES)
+        pc = py_copy_of(n, s);
+    s->py = NULL;
+    if (!pc)
+        return;
+    memcpy(pc->raddrs, py->raddrs, py->n * sizeof(pc->raddrs[0]));
+    for (size_t i = 0; i < py->n; i++)
+        memcpy(pc->bytes + i * NATIVE_PY_FRAME_BYTES, py->bytes + i * py->stride, py->stride);
+    pc->c = (struct pyf_frames_copy){
+        .raddrs = pc->raddrs, .bytes = pc->bytes, .stride = NATIVE_PY_FRAME_BYTES, .n = py->n};
+    s->py = &pc->c;
+}
+#endif
+
+/* Empties the kernel's buffers into this tick's stacks. */
+static void drain(struct native *n)
+{
+    uint64_t lost = 0;
+
+#ifdef PROBED_BPF
+    if (n->bs) {
+        struct bpfstack_stats bst;
+        bpfstack__drain(n->bs, on_bpf_sample, n);
+        bpfstack__stats(n->bs, &bst);
+        n->stats.lost += bst.lost - n->kernel_lost;
+        n->kernel_lost = bst.lost;
+        return;
+    }
+#endif
+    perfstack__drain(n->ps, on_perf_sample, n, &lost);
+    n->stats.lost += lost;
+}
+
+static int refresh(struct native *n, char *err, size_t errlen)
+{
+#ifdef PROBED_BPF
+    if (n->bs)
+        return bpfstack__refresh(n->bs, err, errlen);
+#endif
+    return perfstack__refresh(n->ps, err, errlen);
 }
 
 void native__collect(struct native *n, bool refresh_threads)
 {
     char err[256];
-    uint64_t lost = 0;
 
     for (size_t i = 0; i < n->n_used; i++) /* the previous tick's table goes */
         n->slots[n->used[i]] = (struct native_stack){0};
-    n->n_used = n->next_unclaimed = 0;
-    perfstack__drain(n->ps, on_sample, n, &lost);
-    n->stats.lost += lost;
+    n->n_used = n->next_unclaimed = n->n_py_copies = 0;
+    drain(n);
     if (!refresh_threads)
         return;
-    perfstack__refresh(n->ps, err, sizeof(err)); /* fails only once the process is gone */
+    refresh(n, err, sizeof(err)); /* fails only once the process is gone */
     /* at most once a second: JIT code stays in no object however often they are read */
     if (n->maps_stale && now_ns() - n->maps_reread_ns > 1000000000u) {
         struct pyf_err e;
@@ -208,7 +319,35 @@ void native__name(struct native *n, uint64_t pc, bool innermost, struct pyf_nati
 
 void native__set_rate(struct native *n, uint32_t rate_hz)
 {
+#ifdef PROBED_BPF
+    if (n->bs) {
+        bpfstack__set_rate(n->bs, rate_hz);
+        return;
+    }
+#endif
     perfstack__set_rate(n->ps, rate_hz);
+}
+
+void native__track(struct native *n, const struct pyf_thread *threads, size_t n_threads)
+{
+#ifdef PROBED_BPF
+    if (n->bs)
+        bpfstack__track(n->bs, threads, n_threads);
+#else
+    (void)n;
+    (void)threads;
+    (void)n_threads;
+#endif
+}
+
+const char *native__backend(const struct native *n)
+{
+    return n->bs ? "ebpf" : "perf";
+}
+
+const char *native__ebpf_error(const struct native *n)
+{
+    return n->bs ? "" : n->ebpf_error;
 }
 
 struct native_stats *native__stats(struct native *n)

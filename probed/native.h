@@ -1,11 +1,15 @@
 /*
  * native.h - a target's native stacks, sampled without stopping it (probectl attach --native).
  *
- * perf events copy each running thread's registers and top of stack at rate_hz of its CPU
- * time (perfstack.c). At each tick of the target the sampler calls native__collect(), which
- * empties the rings and unwinds each copy with libdw (pyf_native__unwind_copy), keeping each
- * thread's latest stack; it then reads the Python stacks as always and merges the two
- * (sampler.c). native__take() hands a thread's stack over once; native__next_unclaimed()
+ * At rate_hz of each running thread's CPU time, the kernel copies its registers and top of
+ * stack: the eBPF sampler (bpfstack.c), which copies the thread's Python frames in the same
+ * instant, or, where it cannot load (no CAP_BPF, no BTF, built without it), perf alone
+ * (perfstack.c). At each tick of the target the sampler calls native__collect(), which empties
+ * the rings and unwinds each copy with libdw (pyf_native__unwind_copy), keeping each thread's
+ * latest stack and Python frame copy; it then reads the Python stacks as always and merges each
+ * native stack with the Python frames of the same instant where the eBPF sampler copied them,
+ * else with those it read (sampler.c). native__track() tells the eBPF sampler which threads
+ * are Python's. native__take() hands a thread's stack over once; native__next_unclaimed()
  * gives those of threads the Python read did not see (native-only threads: OpenMP, NCCL).
  * Names come from pyf_native__symbol() through a cache by address that the sampler fills.
  *
@@ -31,7 +35,7 @@
 #define NATIVE_RING_PAGES 32
 
 struct native_stats {
-    uint64_t samples;     /* perf samples read */
+    uint64_t samples;     /* samples read (perf's, or the eBPF sampler's) */
     uint64_t lost;        /* dropped by the kernel: a ring was full */
     uint64_t superseded;  /* a newer sample of the thread came in the same tick */
     uint64_t unwind_ns;   /* time spent unwinding */
@@ -41,7 +45,17 @@ struct native_stats {
     uint64_t native_only; /* samples of threads with no Python frames */
     uint64_t name_hits, name_lookups;
     uint64_t maps_reread; /* the mappings were read again: a sample was in a new library */
+    /* eBPF only: merged with the Python frames of the same instant; of the samples of a Python
+     * thread, those whose frames were not copied (a thread not yet told, deeper than the copy,
+     * a failed read) or did not decode or merge: those fall back to the frames read */
+    uint64_t same_instant, py_uncopied, py_undecoded;
 };
+
+/* Which kernel sampler (ebpf first, perf where it cannot load) or only perf. */
+enum native_backend { NATIVE_ANY = 0, NATIVE_PERF_ONLY = 1 };
+
+#define NATIVE_PY_FRAMES 128      /* Python frames the eBPF sampler copies a sample */
+#define NATIVE_PY_FRAME_BYTES 128 /* of each frame */
 
 /* One thread's latest sample: return addresses innermost first. */
 struct native_stack {
@@ -50,11 +64,16 @@ struct native_stack {
     int64_t mono_ns; /* when the kernel took it */
     size_t n_pcs;
     uint64_t pcs[NATIVE_DEPTH_MAX];
+    /* the Python frames copied in the same instant (eBPF), NULL: none */
+    const struct pyf_frames_copy *py;
 };
 
 struct native;
 
-int native_open(pid_t pid, uint32_t rate_hz, struct native **ret, char *err, size_t errlen);
+/* @chain: where the target's CPython keeps its frames, for the eBPF sampler (NULL: perf). Where
+ * eBPF cannot be used, perf is; native__ebpf_error() says why. */
+int native_open(pid_t pid, uint32_t rate_hz, const struct pyf_chain *chain,
+                enum native_backend backend, struct native **ret, char *err, size_t errlen);
 void native_free(struct native *n); /* NULL is a no-op */
 
 /* Empties the rings into each thread's latest stack (stacks of the previous tick go);
@@ -72,6 +91,12 @@ void native__remember(struct native *n, uint64_t pc, int64_t id, bool eval_loop)
 /* Names @pc (not cached: see pyframes_native.h). A pc in no object known has the mappings read
  * again at a next native__collect (at most once a second): a library loaded since the attach. */
 void native__name(struct native *n, uint64_t pc, bool innermost, struct pyf_native_frame *ret);
+
+/* The Python threads of the last read: the eBPF sampler copies their frames from now on. */
+void native__track(struct native *n, const struct pyf_thread *threads, size_t n_threads);
+/* "ebpf" or "perf"; and why not eBPF ("" when it is, or was not asked for). */
+const char *native__backend(const struct native *n);
+const char *native__ebpf_error(const struct native *n);
 
 /* The target's rate changed (config sample_rate): perf follows, one sample a tick. */
 void native__set_rate(struct native *n, uint32_t rate_hz);

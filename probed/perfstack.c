@@ -54,6 +54,7 @@ struct ring {
 
 struct perfstack {
     pid_t pid;
+    int prog_fd; /* >= 0: each event runs this BPF program and has no ring */
     uint32_t rate_hz, stack_bytes, ring_pages;
     size_t page_size;
     struct ring rings[PERFSTACK_THREADS_MAX];
@@ -74,7 +75,9 @@ static int fail(char *err, size_t errlen, int r, const char *fmt, ...)
     return r;
 }
 
-static int open_ring(struct perfstack *ps, pid_t tid, char *err, size_t errlen)
+/* A cpu-clock event firing every 1/rate_hz of the thread's CPU time, with a ring of its own or
+ * running the BPF program. */
+static int open_event(struct perfstack *ps, pid_t tid, char *err, size_t errlen)
 {
     struct perf_event_attr attr = {
         .size = sizeof(attr),
@@ -84,39 +87,62 @@ static int open_ring(struct perfstack *ps, pid_t tid, char *err, size_t errlen)
          * one and retunes it at ticks, so each time a thread starts (or after a stall) it
          * fires a burst that can fill the ring between two drains */
         .sample_period = 1000000000u / ps->rate_hz,
-        .sample_type = PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_REGS_USER |
-                       PERF_SAMPLE_STACK_USER,
-        .sample_regs_user = REGS_MASK,
-        .sample_stack_user = ps->stack_bytes,
-        .use_clockid = 1,
-        .clockid = CLOCK_MONOTONIC,
-        .watermark = 1,
-        .wakeup_watermark = ps->ring_pages * 4096 / 2, /* nobody waits: we poll */
         .exclude_hv = 1,
     };
-    struct ring *r = &ps->rings[ps->n_rings];
     int fd;
-    void *map;
 
-    if (ps->n_rings == PERFSTACK_THREADS_MAX)
-        return 0; /* the first PERFSTACK_THREADS_MAX threads are sampled */
+    if (ps->prog_fd >= 0) {
+        attr.disabled = 1; /* enabled once the program is in place */
+    } else {
+        attr.sample_type = PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME |
+                           PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER;
+        attr.sample_regs_user = REGS_MASK;
+        attr.sample_stack_user = ps->stack_bytes;
+        attr.use_clockid = 1;
+        attr.clockid = CLOCK_MONOTONIC;
+        attr.watermark = 1;
+        attr.wakeup_watermark = ps->ring_pages * 4096 / 2; /* nobody waits: we poll */
+    }
     fd = (int)syscall(SYS_perf_event_open, &attr, tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
     if (fd < 0) {
         int e = errno;
         if (e == ESRCH)
-            return 0; /* the thread exited meanwhile */
+            return -ESRCH; /* the thread exited meanwhile */
         return fail(err, errlen, -e,
                     "pid %d: perf_event_open for thread %d: %s (root or CAP_PERFMON needed, or "
                     "kernel.perf_event_paranoid <= 1)",
                     (int)ps->pid, (int)tid, strerror(e));
     }
-    map =
-        mmap(NULL, (ps->ring_pages + 1) * ps->page_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (map == MAP_FAILED) {
+    if (ps->prog_fd >= 0 && (ioctl(fd, PERF_EVENT_IOC_SET_BPF, ps->prog_fd) < 0 ||
+                             ioctl(fd, PERF_EVENT_IOC_ENABLE, 0) < 0)) {
         int e = errno;
         close(fd);
-        return fail(err, errlen, -e, "pid %d: mapping the perf ring of thread %d: %s", (int)ps->pid,
-                    (int)tid, strerror(e));
+        return fail(err, errlen, -e, "pid %d: attaching the eBPF sampler to thread %d: %s",
+                    (int)ps->pid, (int)tid, strerror(e));
+    }
+    return fd;
+}
+
+static int open_ring(struct perfstack *ps, pid_t tid, char *err, size_t errlen)
+{
+    struct ring *r = &ps->rings[ps->n_rings];
+    int fd;
+    void *map = NULL;
+
+    if (ps->n_rings == PERFSTACK_THREADS_MAX)
+        return 0; /* the first PERFSTACK_THREADS_MAX threads are sampled */
+    fd = open_event(ps, tid, err, errlen);
+    if (fd < 0)
+        return fd == -ESRCH ? 0 : fd;
+    if (ps->prog_fd < 0) {
+        map = mmap(NULL, (ps->ring_pages + 1) * ps->page_size, PROT_READ | PROT_WRITE, MAP_SHARED,
+                   fd, 0);
+        if (map == MAP_FAILED) {
+            int e = errno;
+            close(fd);
+            return fail(err, errlen, -e, "pid %d: mapping the perf ring of thread %d: %s",
+                        (int)ps->pid, (int)tid, strerror(e));
+        }
     }
     *r = (struct ring){.tid = tid, .fd = fd, .page = map, .seen = true};
     ps->n_rings++;
@@ -125,7 +151,8 @@ static int open_ring(struct perfstack *ps, pid_t tid, char *err, size_t errlen)
 
 static void close_ring(struct perfstack *ps, struct ring *r)
 {
-    munmap(r->page, (ps->ring_pages + 1) * ps->page_size);
+    if (r->page)
+        munmap(r->page, (ps->ring_pages + 1) * ps->page_size);
     close(r->fd);
 }
 
@@ -167,8 +194,8 @@ int perfstack__refresh(struct perfstack *ps, char *err, size_t errlen)
     return rc;
 }
 
-int perfstack_open(pid_t pid, uint32_t rate_hz, uint32_t stack_bytes, uint32_t ring_pages,
-                   struct perfstack **ret, char *err, size_t errlen)
+static int open_common(pid_t pid, uint32_t rate_hz, int prog_fd, uint32_t stack_bytes,
+                       uint32_t ring_pages, struct perfstack **ret, char *err, size_t errlen)
 {
     struct perfstack *ps = calloc(1, sizeof(*ps));
     int r;
@@ -176,6 +203,7 @@ int perfstack_open(pid_t pid, uint32_t rate_hz, uint32_t stack_bytes, uint32_t r
     if (!ps)
         return fail(err, errlen, -ENOMEM, "pid %d: out of memory", (int)pid);
     *ps = (struct perfstack){.pid = pid,
+                             .prog_fd = prog_fd,
                              .rate_hz = rate_hz,
                              .stack_bytes = stack_bytes & ~7u, /* the kernel wants 8-aligned */
                              .ring_pages = ring_pages,
@@ -192,6 +220,18 @@ int perfstack_open(pid_t pid, uint32_t rate_hz, uint32_t stack_bytes, uint32_t r
     }
     *ret = ps;
     return 0;
+}
+
+int perfstack_open(pid_t pid, uint32_t rate_hz, uint32_t stack_bytes, uint32_t ring_pages,
+                   struct perfstack **ret, char *err, size_t errlen)
+{
+    return open_common(pid, rate_hz, -1, stack_bytes, ring_pages, ret, err, errlen);
+}
+
+int perfstack_open_bpf(pid_t pid, uint32_t rate_hz, int prog_fd, struct perfstack **ret, char *err,
+                       size_t errlen)
+{
+    return open_common(pid, rate_hz, prog_fd, 0, 0, ret, err, errlen);
 }
 
 void perfstack_free(struct perfstack *ps)
@@ -293,7 +333,7 @@ static void drain_ring(struct perfstack *ps, struct ring *r, perfstack_fn fn, vo
 int perfstack__drain(struct perfstack *ps, perfstack_fn fn, void *ctx, uint64_t *ret_lost)
 {
     *ret_lost = 0;
-    for (size_t i = 0; i < ps->n_rings; i++)
+    for (size_t i = 0; i < ps->n_rings && ps->prog_fd < 0; i++)
         drain_ring(ps, &ps->rings[i], fn, ctx, ret_lost);
     return 0;
 }

@@ -6,7 +6,9 @@
  *
  * One cpu-clock event per thread (pid = tid, cpu = -1), PERF_SAMPLE_REGS_USER and
  * PERF_SAMPLE_STACK_USER, in a ring of its own that is read without wakeups (polling: a
- * wakeup per sample costs the target ~25 us here, ../shared/notes/native.md).
+ * wakeup per sample costs the target ~25 us here, ../shared/notes/native.md). Opened with
+ * perfstack_open_bpf(), the events run the eBPF sampler instead (bpfstack.h) and have no
+ * rings: the program's ring buffer holds the samples, and perfstack only follows the threads.
  * perfstack__refresh() opens events for threads born since, and closes those of threads gone.
  *
  * Threads: one thread uses a perfstack. Memory: the rings are mapped at open/refresh; a
@@ -29,6 +31,9 @@ struct perfstack;
  * that thread between two drains (a sample is @stack_bytes + 200 bytes). */
 int perfstack_open(pid_t pid, uint32_t rate_hz, uint32_t stack_bytes, uint32_t ring_pages,
                    struct perfstack **ret, char *err, size_t errlen);
+/* The same events, each running BPF program @prog_fd at its samples (no rings, no drain). */
+int perfstack_open_bpf(pid_t pid, uint32_t rate_hz, int prog_fd, struct perfstack **ret, char *err,
+                       size_t errlen);
 /* Follows the process's threads: events for new ones, none for those gone. */
 int perfstack__refresh(struct perfstack *ps, char *err, size_t errlen);
 

@@ -174,8 +174,31 @@ static void add_sample(struct sampler *s, struct ob_half *h, struct target *t,
         t->stats.dropped++;
 }
 
+/* The Python frames the eBPF sampler copied with native stack @ns, merged with it: 0 when
+ * there are none, or they do not decode or agree (the caller then merges the frames read). */
+static size_t merge_same_instant(struct sampler *s, struct ob_half *h, struct target *t,
+                                 const struct native_stack *ns)
+{
+    struct native_stats *stats = native__stats(t->native);
+    struct pyf_err e;
+    size_t n;
+
+    if (!ns->py) {
+        stats->py_uncopied += strcmp(native__backend(t->native), "ebpf") == 0;
+        return 0;
+    }
+    s->instant = (struct pyf_stack){.frames = s->instant_frames, .cap = TARGET_DEPTH_MAX};
+    n = pyf_target__stack_of_copy(t->pyf, ns->py, &s->instant, &e) == 0 && !s->instant.truncated
+            ? merge_native(s, h, t->native, &s->instant, ns)
+            : 0;
+    if (n == 0)
+        stats->py_undecoded++;
+    return n;
+}
+
 /* The stack id of Python thread @i of this tick: with its native frames when the kernel
- * sampled it since the last tick and the two agree. */
+ * sampled it since the last tick and the Python frames of that instant (eBPF), or those read
+ * now, agree with them. */
 static int64_t thread_stack_id(struct sampler *s, struct ob_half *h, struct target *t, size_t i,
                                int64_t mono)
 {
@@ -185,6 +208,12 @@ static int64_t thread_stack_id(struct sampler *s, struct ob_half *h, struct targ
 
     if (!ns)
         return stack_id(s, h, &t->stacks[i]);
+    n = merge_same_instant(s, h, t, ns);
+    if (n > 0) {
+        stats->merged++;
+        stats->same_instant++; /* no lag: the frames are those of the native sample */
+        return stack_id_of_frames(s, h, n);
+    }
     n = merge_native(s, h, t->native, &t->stacks[i], ns);
     if (n == 0) {
         stats->mismatched++;
@@ -276,6 +305,8 @@ static void sample_target(struct sampler *s, struct target *t, int64_t now)
         t->stats.errors++;
         return;
     }
+    if (t->native) /* the eBPF sampler copies these threads' Python frames from now on */
+        native__track(t->native, t->threads, n);
     record(s, t, n, real_ns(), mono_ns());
 }
 

@@ -49,6 +49,8 @@ struct sampler {
     int64_t native_ids[NATIVE_DEPTH_MAX];
     bool native_eval[NATIVE_DEPTH_MAX];
     int32_t mixed_order[TARGET_DEPTH_MAX + NATIVE_DEPTH_MAX];
+    struct pyf_stack instant; /* Python frames the eBPF sampler copied, decoded */
+    struct pyf_frame instant_frames[TARGET_DEPTH_MAX];
 };
 
 int sampler_new(struct outbox *ob, struct sampler **ret);

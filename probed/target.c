@@ -100,20 +100,31 @@ fail:
 
 int target__open_native(struct target *t)
 {
-    int r = native_open(t->pid, t->rate_hz, &t->native, t->native_error, sizeof(t->native_error));
+    struct pyf_chain chain;
+    int r;
 
+    pyf_target__chain(t->pyf, &chain);
+    r = native_open(t->pid, t->rate_hz, &chain, t->native_perf_only ? NATIVE_PERF_ONLY : NATIVE_ANY,
+                    &t->native, t->native_error, sizeof(t->native_error));
     if (r < 0) {
         t->native = NULL;
         log_msg(LOG_WARN, "pid %d: native stacks unavailable, Python frames only: %s", (int)t->pid,
                 t->native_error);
-    } else
-        t->native_error[0] = '\0';
-    return r;
+        return r;
+    }
+    t->native_error[0] = '\0';
+    if (native__ebpf_error(t->native)[0])
+        log_msg(LOG_WARN,
+                "pid %d: the eBPF sampler is unavailable, native stacks come from perf: %s",
+                (int)t->pid, native__ebpf_error(t->native));
+    return 0;
 }
 
 const char *target_mode(const struct target *t)
 {
-    return t->native ? "native-perf" : "python";
+    if (!t->native)
+        return "python";
+    return strcmp(native__backend(t->native), "ebpf") == 0 ? "native-ebpf" : "native-perf";
 }
 
 void target_release(struct target *t)

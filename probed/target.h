@@ -53,6 +53,7 @@ struct target {
     bool allocation_tracking; /* resumed with allocation tracking on (allocs.h) */
     bool torch_tracing;       /* resumed with the torch trace on (torchtrace.h) */
     bool native_wanted;       /* attach --native: native frames in the stacks (native.h) */
+    bool native_perf_only;    /* attach --native=perf: not the eBPF sampler */
     pid_t pid;
     uid_t uid;
     int64_t start_time; /* /proc/PID/stat field 22 */
@@ -76,7 +77,7 @@ struct target {
 
     /* sampling buffers: owned, sized in target_new(); freed early when the target ends */
     struct pyf_target *pyf;
-    struct native *native;  /* perf sampling of native stacks; NULL: Python frames only */
+    struct native *native;  /* the kernel's samples of native stacks; NULL: Python frames only */
     char native_error[256]; /* why native_wanted is not met (the fallback to Python only) */
     struct pyf_thread *threads;
     struct pyf_stack *stacks;
@@ -88,10 +89,11 @@ struct target {
 /* Opens @pid for sampling at @rate_hz. @err receives a message for the user on failure. */
 int target_new(pid_t pid, uint32_t rate_hz, struct target **ret, struct pyf_err *err);
 void target_free(struct target *t); /* NULL is a no-op */
-/* Starts sampling @t's native stacks with perf (attach --native). On failure the target goes on
- * with Python frames only; t->native_error, the log and the returned -errno say why. */
+/* Starts sampling @t's native stacks (attach --native): with the eBPF sampler, else with perf
+ * (the log says why). On failure the target goes on with Python frames only; t->native_error,
+ * the log and the returned -errno say why. */
 int target__open_native(struct target *t);
-/* "native-perf" or "python": what the stacks of @t hold. */
+/* "native-ebpf", "native-perf" or "python": what the stacks of @t hold, and how. */
 const char *target_mode(const struct target *t);
 /* Frees the sampling buffers of a target that has ended (its identity and stats stay). */
 void target_release(struct target *t);

@@ -127,6 +127,33 @@ int pyf_target__stack(struct pyf_target *t, const struct pyf_thread *th, struct 
 int pyf_target__sample(struct pyf_target *t, struct pyf_thread *ret_threads,
                        struct pyf_stack *stacks, size_t cap, size_t *ret_n, struct pyf_err *reterr);
 
+/*
+ * Frames copied by someone else in one instant: the eBPF sampler (bpf/oncpu.bpf.c) copies a
+ * thread's chain while the thread is interrupted, so the copy cannot tear. pyf_target__chain()
+ * says where the chain starts and how far to copy each frame; pyf_target__stack_of_copy()
+ * decodes such a copy into a stack (reading only the code objects, which do not change). It
+ * joins the walk of the last pyf_target__sample() or pyf_target__stack(): the strings of the
+ * stacks those returned stay valid, as do those of every copy decoded since.
+ */
+struct pyf_chain {
+    int32_t ts_frame;     /* PyThreadState -> the innermost frame, or the _PyCFrame holding it */
+    int32_t cframe_frame; /* >= 0: _PyCFrame -> the innermost frame (3.11, 3.12); -1: none */
+    int32_t fr_back;      /* frame -> its caller */
+    uint32_t fr_bytes;    /* bytes of each frame the decoding reads */
+};
+void pyf_target__chain(const struct pyf_target *t, struct pyf_chain *ret_chain);
+
+struct pyf_frames_copy {
+    const uint64_t *raddrs; /* innermost first */
+    const uint8_t *bytes;   /* frame i at bytes + i * stride: at least fr_bytes of it */
+    size_t stride;
+    size_t n;
+};
+/* The frames of @c, as pyf_target__stack() would give them. A copy whose chain does not hold
+ * together, or that names what is no longer a code object, is PYF_TORN. */
+int pyf_target__stack_of_copy(struct pyf_target *t, const struct pyf_frames_copy *c,
+                              struct pyf_stack *st, struct pyf_err *reterr);
+
 /* Calls @fn once per bound local variable of @fr (from the latest pyf_target__stack()), in
  * definition order, with the value rendered: None, True, 42, 1.5, 'text', b'bytes' (long ones
  * truncated with ...), or <TypeName at 0x7f...> for other objects. A non-zero return from

@@ -53,11 +53,11 @@ int attach_main(int argc, char **argv)
     static const struct option longopts[] = {{"rate", required_argument, NULL, 'r'},
                                              {"duration", required_argument, NULL, 'd'},
                                              {"children", no_argument, NULL, 'c'},
-                                             {"native", no_argument, NULL, 'n'},
+                                             {"native", optional_argument, NULL, 'n'},
                                              {"json", no_argument, NULL, 'j'},
                                              COMMON_LONGOPTS,
                                              {NULL, 0, NULL, 0}};
-    const char *socket = NULL, *duration = NULL;
+    const char *socket = NULL, *duration = NULL, *native_backend = NULL;
     json_t *body, *reply;
     bool as_json = false, children = false, native = false;
     long rate = 0;
@@ -79,20 +79,29 @@ int attach_main(int argc, char **argv)
             break;
         case 'n':
             native = true;
+            native_backend = optarg;
+            if (native_backend && strcmp(native_backend, "perf") != 0) {
+                fprintf(stderr, "probectl attach: --native takes no value or =perf, not '%s'\n",
+                        native_backend);
+                return 2;
+            }
             break;
         case 'S':
             socket = optarg;
             break;
         case 'h':
             printf("usage: probectl attach <pid> [--rate HZ] [--duration DUR] [--children]"
-                   " [--native] [--json]\n"
+                   " [--native[=perf]] [--json]\n"
                    "  Starts sampling the process's Python stacks into the daemon's database.\n"
                    "  --rate HZ        samples per second (default: the daemon's, 100)\n"
                    "  --duration DUR   stop after this long (30s, 5m, 2h)\n"
                    "  --children       also attach its new Python descendants (torchrun ranks,\n"
                    "                   dataloader workers), labelled with RANK/LOCAL_RANK\n"
-                   "  --native         native frames too (C, C++, libraries: perf, the target is\n"
-                   "                   never stopped), and threads with no Python frames\n");
+                   "  --native         native frames too (C, C++, libraries), and threads with no\n"
+                   "                   Python frames; the target is never stopped. The eBPF\n"
+                   "                   sampler copies native and Python frames in one instant;\n"
+                   "                   where it cannot load (no CAP_BPF), perf samples them\n"
+                   "  --native=perf    perf alone, even where eBPF could be used\n");
             return 0;
         default:
             return 2;
@@ -109,7 +118,7 @@ int attach_main(int argc, char **argv)
     if (children)
         json_object_set_new(body, "children", json_true());
     if (native)
-        json_object_set_new(body, "native", json_true());
+        json_object_set_new(body, "native", native_backend ? json_string("perf") : json_true());
     reply = client_request(socket, "POST", "/v1/targets", body);
     json_decref(body);
     if (!reply)
@@ -119,12 +128,16 @@ int attach_main(int argc, char **argv)
         printf("\n");
     } else {
         const char *why = json_string_value(json_object_get(reply, "native_error"));
+        const char *no_ebpf =
+            json_string_value(json_object_get(json_object_get(reply, "native"), "ebpf_error"));
         printf("attached to pid %d (Python %s) at %lld Hz, %s\n", pid,
                json_string_value(json_object_get(reply, "python_version")),
                (long long)json_integer_value(json_object_get(reply, "rate_hz")),
                json_string_value(json_object_get(reply, "mode")));
         if (why)
             printf("native stacks unavailable, Python frames only: %s\n", why);
+        if (no_ebpf)
+            printf("the eBPF sampler is unavailable, native stacks come from perf: %s\n", no_ebpf);
     }
     json_decref(reply);
     return 0;

@@ -1,7 +1,9 @@
 """Continuous mixed stacks: `probectl attach PID --native` against real targets on every
-interpreter. The daemon samples native stacks with perf (the target is never stopped), merges
-them with the Python frames read at each tick, and stores both in the same stacks, told apart
-by their kind in `query` and by colour in the flame graph.
+interpreter. The daemon samples native stacks with the eBPF sampler, which copies a running
+thread's registers, stack top and Python frames in one instant (the target is never stopped),
+or with perf where eBPF cannot load, merging those with the Python frames read at each tick;
+both kinds go in the same stacks, told apart by their kind in `query` and by colour in the
+flame graph.
 
 Targets: tests/targets/native_qsort.py (Python -> ctypes -> libc's sort -> a Python callback),
 native_torch.py (torch's OpenMP threads: no Python frames), native_spin.py (a library loaded
@@ -83,7 +85,7 @@ def test_qsort_callback_in_continuous_samples(python_path, target_factory, tmp_p
     log = str(tmp_path / 'sorts')
     t = target_factory(python_path, 'native_qsort.py', log)
     out = daemon.ctl('attach', t.pid, '--native', check=True).stdout
-    assert 'native-perf' in out, out
+    assert 'native-ebpf' in out, out
     merged = stored_mixed(daemon, t.pid, 50)
     in_callback = [s for s in merged.values()
                    if any(SORT.search(f[1]) for f in s) and py('compare')(s[0])
@@ -102,9 +104,13 @@ def test_qsort_callback_in_continuous_samples(python_path, target_factory, tmp_p
         s = in_callback[0]
         assert first(s, py('compare')) < first(s, nat(SORT.pattern)), s
     stats = listed(daemon, t.pid)
-    assert stats['mode'] == 'native-perf' and 'native_error' not in stats
+    assert stats['mode'] == 'native-ebpf' and 'native_error' not in stats
     n = stats['native']
+    assert n['backend'] == 'ebpf' and 'ebpf_error' not in n, n
     assert n['lost'] == 0 and n['merged'] > 0.5 * (n['merged'] + n['mismatched']), n
+    # the Python frames of the native sample's own instant: nearly every merge (a thread is
+    # told to the eBPF sampler at the first tick that reads it), and all decode
+    assert n['same_instant'] >= 0.9 * n['merged'] and n['py_undecoded'] <= 0.02 * n['merged'], n
     assert daemon.rows("SELECT native FROM targets WHERE pid = %d" % t.pid) == [[1]]
     detach(daemon, t.pid)
     assert t.proc.poll() is None and set(sorts(log)) == {'ok'}
@@ -204,6 +210,68 @@ def test_without_perf_falls_back_to_python(target_factory, tmp_path):
         d.close()
 
 
+def check_qsort_stacks(merged):
+    """The callback's stacks in order: compare above libc's sort above sort_forever, down to
+    the process's first frame, with no eval-loop frame left."""
+    under_sort = [s for s in merged.values() if any(SORT.search(f[1]) for f in s)]
+    assert under_sort, merged
+    for s in under_sort:
+        assert not any(EVAL.search(f[1]) for f in s), s
+        assert re.search(r'_start|__libc_start', s[-1][1]), s
+        i_sort = [i for i, f in enumerate(s) if SORT.search(f[1])]
+        first(s, py('main'), first(s, py('sort_forever'), i_sort[-1]))
+
+
+def test_perf_when_asked(target_factory, tmp_path, daemon):
+    """attach --native=perf: perf's samples, merged with the Python frames read at the tick
+    (a lag of up to a period), even where the eBPF sampler could load."""
+    t = target_factory('/usr/bin/python3', 'native_qsort.py', str(tmp_path / 'sorts'))
+    out = daemon.ctl('attach', t.pid, '--native=perf', check=True).stdout
+    assert 'native-perf' in out and 'eBPF' not in out, out
+    check_qsort_stacks(stored_mixed(daemon, t.pid, 30))
+    n = listed(daemon, t.pid)['native']
+    assert n['backend'] == 'perf' and 'same_instant' not in n and 'ebpf_error' not in n, n
+    assert n['merged'] > 0 and n['lag_ms'] > 0, n
+    bad = daemon.ctl('attach', '1', '--native=ebpf', check=False)
+    assert bad.returncode == 2 and "--native takes no value or =perf" in bad.stderr, bad.stderr
+    detach(daemon, t.pid)
+
+
+def test_without_cap_bpf_falls_back_to_perf(target_factory, tmp_path):
+    """A daemon without CAP_BPF (nor CAP_SYS_ADMIN) cannot load the eBPF sampler: attach
+    --native samples with perf instead, still mixed stacks, and says why in its reply,
+    `list` and the log."""
+    from daemon import Daemon
+    d = Daemon(wrapper=['setpriv', '--inh-caps=-bpf,-sys_admin',
+                        '--bounding-set=-bpf,-sys_admin'])
+    try:
+        t = target_factory('/usr/bin/python3', 'native_qsort.py', str(tmp_path / 'sorts'))
+        out = d.ctl('attach', t.pid, '--native', check=True).stdout
+        assert re.search(r'at 100 Hz, native-perf\nthe eBPF sampler is unavailable, native stacks '
+                         r'come from perf: .*loading the eBPF sampler: Operation not permitted '
+                         r'\(CAP_BPF', out), out
+        check_qsort_stacks(stored_mixed(d, t.pid, 30))
+        n = listed(d, t.pid)['native']
+        assert n['backend'] == 'perf' and 'CAP_BPF' in n['ebpf_error'], n
+        assert n['merged'] > 0 and n['lost'] == 0, n
+        assert 'the eBPF sampler is unavailable, native stacks come from perf' in d.read_log()
+    finally:
+        d.close()
+
+
+def test_deeper_than_the_ebpf_copy(target_factory, tmp_path, daemon):
+    """A Python stack deeper than the 128 frames the eBPF sampler copies: its samples merge
+    with the frames read at the tick instead, whole (all 150 nest() calls)."""
+    t = target_factory('/usr/bin/python3', 'native_qsort.py', str(tmp_path / 'sorts'), '150')
+    daemon.ctl('attach', t.pid, '--native', check=True)
+    merged = stored_mixed(daemon, t.pid, 20)
+    check_qsort_stacks(merged)
+    assert any(sum(1 for f in s if py('nest')(f)) == 151 for s in merged.values())
+    n = listed(daemon, t.pid)['native']
+    assert n['py_uncopied'] >= 20 and n['same_instant'] <= 0.1 * n['merged'], n
+    detach(daemon, t.pid)
+
+
 def test_prometheus_series_and_a_restart(target_factory, tmp_path):
     """The native figures are Prometheus series of the targets attached with --native (absent
     for the others), promtool accepts the page; a daemon killed with -9 and started again
@@ -247,7 +315,7 @@ def test_prometheus_series_and_a_restart(target_factory, tmp_path):
         assert 'resumed sampling pid %d' % t.pid in d.read_log()
         entry = wait_for(lambda: (lambda e: e if e.get('native', {}).get('merged', 0) >= 10
                                   else None)(listed(d, t.pid)), what='native samples resumed')
-        assert entry['mode'] == 'native-perf'
+        assert entry['mode'] == 'native-ebpf'
         assert listed(d, plain.pid)['mode'] == 'python'
     finally:
         d.close()
@@ -266,8 +334,8 @@ def test_children_inherit_native(target_factory, daemon):
                     and x.get('native', {}).get('samples', 0) > 0]
         found = wait_for(lambda: (lambda r: r if len(r) == 2 else None)(ranks()), timeout=40,
                          what='both ranks sampled natively')
-        assert all(x['mode'] == 'native-perf' for x in found), found
-        assert 'a descendant of pid %d (rank 0), native-perf' % launcher.pid in daemon.read_log()
+        assert all(x['mode'] == 'native-ebpf' for x in found), found
+        assert 'a descendant of pid %d (rank 0), native-ebpf' % launcher.pid in daemon.read_log()
     finally:
         subprocess.run(['pkill', '-P', str(launcher.pid)])
 

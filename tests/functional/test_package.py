@@ -219,8 +219,8 @@ def test_unit_capabilities_are_enough_and_ptrace_is_needed(deb):
             assert d.ctl('eval', pid, 'import os; os.getuid()').stdout == '%s\n' % run(
                 'id', '-u', user).stdout.strip()
             wait_for(lambda: 'RSS' in d.ctl('memory', pid, check=False).stdout, what='memory')
-            d.ctl('detach', pid)  # native stacks need perf: CAP_PERFMON, CAP_IPC_LOCK
-            assert 'native-perf' in d.ctl('attach', pid, '--native').stdout
+            d.ctl('detach', pid)  # native stacks: CAP_BPF + CAP_PERFMON (eBPF), CAP_IPC_LOCK
+            assert 'native-ebpf' in d.ctl('attach', pid, '--native').stdout
         finally:
             d.close()
         without = '-all,' + ','.join('+' + c for c in caps if c != 'sys_ptrace')

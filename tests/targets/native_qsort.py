@@ -2,7 +2,8 @@
 backtraces: the callback spins, so a stack read almost always lands inside it with libc's
 sort below it and the caller's Python frames below that.
 
-    native_qsort.py LOG_FILE    appends "ok" (or "bad") to LOG_FILE after each whole sort
+    native_qsort.py LOG_FILE [DEPTH]   appends "ok" (or "bad") to LOG_FILE after each whole
+                                       sort; with DEPTH, sorts from that many calls of nest()
 
 Also starts faulthandler's watchdog, a thread with no Python state. Prints `READY {"pid": N}`
 once the first sort is under way.
@@ -34,12 +35,19 @@ def sort_forever(log):
         log.write('ok\n' if list(arr) == list(range(1, 33)) else 'bad\n')
 
 
+def nest(depth, log):
+    if depth > 0:
+        nest(depth - 1, log)
+    else:
+        sort_forever(log)
+
+
 def main():
     faulthandler.dump_traceback_later(3600)  # a thread of C only: its watchdog
     with open(sys.argv[1], 'w', buffering=1) as log:
         print('READY ' + json.dumps({'pid': os.getpid()}))
         sys.stdout.flush()
-        sort_forever(log)
+        nest(int(sys.argv[2]) if len(sys.argv) > 2 else 0, log)
 
 
 main()
