@@ -14,13 +14,16 @@ callback, about 30 native frames deep) runs on CPU 0, the sampler on CPU 1.
    (draining the rings, unwinding, naming) and with each window's start-up (loading symbols
    and CFI), the unwinding alone per sample, frames per sample, the share of stacks unwound
    to the thread's first frame, samples lost, and the hit rate of the symbol cache.
-2. The daemon: windows rotate between no attach, `probectl attach` (Python frames) and
-   `probectl attach --native` at HZ, each attach made before its window and detached after.
-   Printed: the target's work rate in each and the ratios to unsampled; the daemon's CPU per
-   tick in each (from /proc over the window), so the cost of the native part is the
-   difference; and from `probectl list`: perf samples, lost, merged, mismatched, the lag
-   between the kernel's sample and the Python read, unwinding per sample, the naming cache's
-   hit rate.
+2. The daemon: windows rotate between no attach, `probectl attach` (Python frames),
+   `probectl attach --native=perf` (perf's samples) and `probectl attach --native` (the eBPF
+   sampler) at HZ, each attach made before its window and detached after. Printed: the
+   target's work rate in each and the ratios to unsampled; the daemon's CPU per tick in each
+   (from /proc over the window), so the cost of the native part is the difference; and from
+   `probectl list`, per native backend: samples, lost, merged, mismatched, merged with the
+   Python frames of the same instant (eBPF), the lag between the kernel's sample and the
+   Python frames merged with it, unwinding per sample, the naming cache's hit rate, and the
+   eBPF program's own time per sample in the kernel (kernel.bpf_stats_enabled is turned on
+   for the run).
 """
 import argparse
 import json
@@ -65,17 +68,25 @@ def daemon_windows(args):
     from procstat import cpu_seconds
     target, log = start_target(args)
     d = Daemon(wrapper=pinned(1, []))
-    phases = ('off', 'python', 'native')
+    phases = ('off', 'python', 'perf', 'ebpf')
+    flags = {'python': [], 'perf': ['--native=perf'], 'ebpf': ['--native']}
     rates = {p: [] for p in phases}
     cpu = {p: [0.0, 0] for p in phases}  # daemon CPU seconds, ticks
-    natives = []
+    natives = {'perf': [], 'ebpf': []}
+    stats_path = '/proc/sys/kernel/bpf_stats_enabled'
+    with open(stats_path) as f:
+        stats_were = f.read().strip()
+    with open(stats_path, 'w') as f:
+        f.write('1')
     try:
         for _ in range(args.rounds):
             for phase in phases:
                 ticks0 = 0
                 if phase != 'off':
-                    d.ctl('attach', target.pid, '--rate', args.rate,
-                          *(['--native'] if phase == 'native' else []), check=True)
+                    out = d.ctl('attach', target.pid, '--rate', args.rate, *flags[phase],
+                                check=True).stdout
+                    if phase != 'python' and 'native-' + phase not in out:
+                        sys.exit('attach did not use %s: %s' % (phase, out))
                     time.sleep(0.5)  # the attach's own work (symbols, CFI) left out
                     ticks0 = listed(d, target.pid)['stats']['ticks']
                 before, t0, c0 = count(log), time.perf_counter(), cpu_seconds(d.proc.pid)
@@ -85,30 +96,39 @@ def daemon_windows(args):
                 if phase != 'off':
                     entry = listed(d, target.pid)
                     cpu[phase][1] += entry['stats']['ticks'] - ticks0
-                    if phase == 'native':
-                        natives.append(entry['native'])
+                    if phase in natives:
+                        natives[phase].append(entry['native'])
                     d.ctl('detach', target.pid, check=True)
     finally:
+        with open(stats_path, 'w') as f:
+            f.write(stats_were)
         target.kill()
         target.wait()
         d.close()
     off = statistics.median(rates['off'])
-    print('daemon: %s, %d Hz, %d rounds of %.1f s windows: unsampled, attach, attach --native'
-          % (args.python, args.rate, args.rounds, args.window))
-    for phase in ('python', 'native'):
+    print('daemon: %s, %d Hz, %d rounds of %.1f s windows: unsampled, attach, attach'
+          ' --native=perf, attach --native (eBPF)' % (args.python, args.rate, args.rounds,
+                                                     args.window))
+    for phase in ('python', 'perf', 'ebpf'):
         r = statistics.median(rates[phase])
         print('  %-7s target %.1f sorts/s vs %.1f unsampled: ratio %.4f (slowdown %.2f %%);'
               ' daemon CPU %.1f us per tick'
               % (phase, r, off, r / off, (1 - r / off) * 100,
                  cpu[phase][0] / max(cpu[phase][1], 1) * 1e6))
-    total = {k: sum(n[k] for n in natives) for k in ('samples', 'lost', 'merged', 'mismatched')}
-    print('  native: %d perf samples, %d lost, %d merged, %d mismatched (%.1f %% merged);'
-          ' lag %.1f ms; unwinding %.1f us a sample; naming cache hit rate %.1f %%'
-          % (total['samples'], total['lost'], total['merged'], total['mismatched'],
-             100 * total['merged'] / max(total['merged'] + total['mismatched'], 1),
-             statistics.mean(n['lag_ms'] for n in natives),
-             statistics.mean(n['unwind_us'] for n in natives),
-             100 * statistics.mean(n['name_cache_hit_rate'] for n in natives)))
+    for backend, ns in natives.items():
+        total = {k: sum(n.get(k, 0) for n in ns)
+                 for k in ('samples', 'lost', 'merged', 'mismatched', 'same_instant')}
+        print('  %s: %d samples, %d lost, %d merged, %d mismatched (%.1f %% merged), %d with the'
+              ' Python frames of the same instant; lag %.2f ms; unwinding %.1f us a sample;'
+              ' naming cache hit rate %.1f %%'
+              % (backend, total['samples'], total['lost'], total['merged'], total['mismatched'],
+                 100 * total['merged'] / max(total['merged'] + total['mismatched'], 1),
+                 total['same_instant'], statistics.mean(n['lag_ms'] for n in ns),
+                 statistics.mean(n['unwind_us'] for n in ns),
+                 100 * statistics.mean(n['name_cache_hit_rate'] for n in ns)))
+        if backend == 'ebpf':
+            print('  ebpf: the program runs %.2f us a sample in the kernel'
+                  % statistics.mean(n.get('bpf_run_us', 0) for n in ns))
 
 
 def unwinder_windows(args):

@@ -21,7 +21,10 @@
 
 char LICENSE[] SEC("license") = "GPL"; /* bpf_probe_read_user() is GPL-only */
 
+/* The target, and the pid namespace its pid is in (the daemon's): ids seen from there, as
+ * /proc and perf give them to the daemon, whether or not it runs in a container. */
 const volatile __u32 target_tgid = 0;
+const volatile __u64 pidns_dev = 0, pidns_ino = 0;
 const volatile struct oncpu_chain chain = {};
 
 struct {
@@ -116,12 +119,13 @@ static void copy_frames(struct oncpu_event *e, __u32 tid)
 SEC("perf_event")
 int oncpu_sample(void *ctx)
 {
-    __u64 id = bpf_get_current_pid_tgid();
+    struct bpf_pidns_info ids;
     __u32 zero = 0;
     struct oncpu_counts *c = bpf_map_lookup_elem(&counts, &zero);
     struct oncpu_event *e;
 
-    if (id >> 32 != target_tgid || !c)
+    if (bpf_get_ns_current_pid_tgid(pidns_dev, pidns_ino, &ids, sizeof(ids)) ||
+        ids.tgid != target_tgid || !c)
         return 0;
     c->samples++;
     e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
@@ -129,11 +133,11 @@ int oncpu_sample(void *ctx)
         c->lost++;
         return 0;
     }
-    e->tid = (__u32)id;
+    e->tid = ids.pid;
     e->time_ns = bpf_ktime_get_ns();
     copy_regs(e);
     copy_stack(e);
-    copy_frames(e, (__u32)id);
+    copy_frames(e, ids.pid);
     bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
     return 0;
 }

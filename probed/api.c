@@ -248,6 +248,9 @@ static json_t *native_json(struct native *nat)
                                             (json_int_t)n->same_instant, "py_uncopied",
                                             (json_int_t)n->py_uncopied, "py_undecoded",
                                             (json_int_t)n->py_undecoded));
+    if (n->bpf_runs) /* measured only while kernel.bpf_stats_enabled = 1 */
+        json_object_set_new(j, "bpf_run_us",
+                            json_real((double)n->bpf_run_ns / 1e3 / (double)n->bpf_runs));
     return j;
 }
 

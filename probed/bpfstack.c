@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "oncpu.h"
 #include "oncpu.skel.h"
@@ -84,14 +85,20 @@ static int on_event(void *ctx, void *data, size_t size)
 
 static int load(struct bpfstack *bs, const struct pyf_chain *chain, char *err, size_t errlen)
 {
+    struct stat ns;
     int r;
 
+    if (stat("/proc/self/ns/pid", &ns) < 0)
+        return fail(err, errlen, -errno, "pid %d: the daemon's pid namespace: %s", (int)bs->pid,
+                    strerror(errno));
     libbpf_set_print(quiet);
     bs->skel = oncpu_bpf__open();
     if (!bs->skel)
         return fail(err, errlen, -errno, "pid %d: opening the eBPF sampler: %s", (int)bs->pid,
                     strerror(errno));
     bs->skel->rodata->target_tgid = (uint32_t)bs->pid;
+    bs->skel->rodata->pidns_dev = (uint64_t)ns.st_dev;
+    bs->skel->rodata->pidns_ino = (uint64_t)ns.st_ino;
     bs->skel->rodata->chain = (struct oncpu_chain){.ts_frame = chain->ts_frame,
                                                    .cframe_frame = chain->cframe_frame,
                                                    .fr_back = chain->fr_back,
@@ -214,7 +221,8 @@ void bpfstack__stats(struct bpfstack *bs, struct bpfstack_stats *ret)
 {
     int ncpu = libbpf_num_possible_cpus();
     struct oncpu_counts per_cpu[ncpu > 0 ? ncpu : 1];
-    uint32_t zero = 0;
+    struct bpf_prog_info info = {0};
+    uint32_t zero = 0, len = sizeof(info);
 
     *ret = bs->py;
     ret->samples = ret->lost = 0;
@@ -223,6 +231,10 @@ void bpfstack__stats(struct bpfstack *bs, struct bpfstack_stats *ret)
     for (int i = 0; i < ncpu; i++) {
         ret->samples += per_cpu[i].samples;
         ret->lost += per_cpu[i].lost;
+    }
+    if (bpf_obj_get_info_by_fd(bpf_program__fd(bs->skel->progs.oncpu_sample), &info, &len) == 0) {
+        ret->run_ns = info.run_time_ns;
+        ret->run_cnt = info.run_cnt;
     }
 }
 

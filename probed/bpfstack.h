@@ -29,6 +29,8 @@ struct bpfstack_stats {
     uint64_t samples;                                    /* the program ran for the process */
     uint64_t lost;                                       /* no room in the ring buffer */
     uint64_t py_copied, py_none, py_truncated, py_fault; /* what became of the Python frames */
+    /* the program's own time in the kernel, while kernel.bpf_stats_enabled = 1 (0: off) */
+    uint64_t run_ns, run_cnt;
 };
 
 int bpfstack_open(pid_t pid, uint32_t rate_hz, const struct pyf_chain *chain, struct bpfstack **ret,

@@ -206,6 +206,11 @@ static double r_native_mismatched(const struct row *r)
     return (double)r->native_stats.mismatched;
 }
 
+static double r_native_same_instant(const struct row *r)
+{
+    return (double)r->native_stats.same_instant;
+}
+
 /* Which rows have a value: a series not known yet is absent rather than a false 0. */
 enum needs {
     ALWAYS,
@@ -378,16 +383,19 @@ static void render(struct metrics *m, struct evbuffer *out)
                "Torch trace records the target could not buffer before a drain", r_torch_dropped,
                NEEDS_TORCH);
     per_target(m, out, "probed_native_samples_total", "counter",
-               "Native stack samples perf took (attach --native)", r_native_samples, NEEDS_NATIVE);
-    per_target(m, out, "probed_native_lost_total", "counter",
-               "Native samples the kernel dropped: a perf ring was full", r_native_lost,
+               "Native stack samples the kernel took (attach --native)", r_native_samples,
                NEEDS_NATIVE);
+    per_target(m, out, "probed_native_lost_total", "counter",
+               "Native samples the kernel dropped: a ring was full", r_native_lost, NEEDS_NATIVE);
     per_target(m, out, "probed_native_merged_total", "counter",
                "Python samples given the native frames of the same thread", r_native_merged,
                NEEDS_NATIVE);
     per_target(m, out, "probed_native_mismatched_total", "counter",
                "Samples kept Python-only: the native and Python stacks disagreed",
                r_native_mismatched, NEEDS_NATIVE);
+    per_target(m, out, "probed_native_same_instant_total", "counter",
+               "Merged samples whose Python frames the eBPF sampler copied in the same instant",
+               r_native_same_instant, NEEDS_NATIVE);
     samples_by_state(m, out);
 }
 

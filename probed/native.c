@@ -223,6 +223,8 @@ static void drain(struct native *n)
         bpfstack__stats(n->bs, &bst);
         n->stats.lost += bst.lost - n->kernel_lost;
         n->kernel_lost = bst.lost;
+        n->stats.bpf_run_ns = bst.run_ns;
+        n->stats.bpf_runs = bst.run_cnt;
         return;
     }
 #endif

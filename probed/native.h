@@ -49,6 +49,7 @@ struct native_stats {
      * thread, those whose frames were not copied (a thread not yet told, deeper than the copy,
      * a failed read) or did not decode or merge: those fall back to the frames read */
     uint64_t same_instant, py_uncopied, py_undecoded;
+    uint64_t bpf_run_ns, bpf_runs; /* the program's time in the kernel (kernel.bpf_stats_enabled) */
 };
 
 /* Which kernel sampler (ebpf first, perf where it cannot load) or only perf. */

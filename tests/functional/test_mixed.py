@@ -306,6 +306,7 @@ def test_prometheus_series_and_a_restart(target_factory, tmp_path):
         assert value('probed_native_samples_total', t.pid, text) >= 20
         assert value('probed_native_lost_total', t.pid, text) == 0
         assert value('probed_native_mismatched_total', t.pid, text) is not None
+        assert value('probed_native_same_instant_total', t.pid, text) >= 10
         assert value('probed_native_samples_total', plain.pid, text) is None
 
         wait_for(lambda: d.rows('SELECT count(*) FROM targets')[0][0] == 2,
