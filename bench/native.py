@@ -24,6 +24,9 @@ callback, about 30 native frames deep) runs on CPU 0, the sampler on CPU 1.
    Python frames merged with it, unwinding per sample, the naming cache's hit rate, and the
    eBPF program's own time per sample in the kernel (kernel.bpf_stats_enabled is turned on
    for the run).
+3. Shared function tables: N torch processes (tests/targets/native_torch.py, Debian's python3
+   with libtorch) attached --native one after the other. Printed: each attach's time, the
+   daemon's RSS growth with each, and the shared tables (held, built, found built already).
 """
 import argparse
 import json
@@ -175,6 +178,38 @@ def unwinder_windows(args):
                                             sum(f['lookups'] for f in figures)))
 
 
+def shared_tables(args):
+    os.environ.setdefault('PROBED_BUILD', args.build)
+    from daemon import Daemon
+    from procstat import rss_mib
+    ranks = [subprocess.Popen(['/usr/bin/python3', os.path.join(ROOT, 'tests', 'targets',
+                                                                 'native_torch.py'), '1'],
+                              stdout=subprocess.PIPE, universal_newlines=True)
+             for _ in range(args.torch_ranks)]
+    d = Daemon()
+    try:
+        pids = [json.loads(r.stdout.readline().split(' ', 1)[1])['pid'] for r in ranks]
+        time.sleep(1)
+        print('shared function tables: %d torch processes attached --native in turn'
+              % len(pids))
+        for i, pid in enumerate(pids):
+            rss0, t0 = rss_mib(d.proc.pid), time.perf_counter()
+            out = d.ctl('attach', pid, '--native', check=True).stdout
+            took = time.perf_counter() - t0
+            time.sleep(1)  # a second of sampling: the tables each sample needs are in use
+            tables = json.loads(d.ctl('list', '--json', check=True).stdout)['native_symbols']
+            print('  process %d: attach %.2f s (%s), daemon RSS +%.1f MiB; tables held %d'
+                  ' (%.1f MiB), built %d, found built %d'
+                  % (i + 1, took, out.split(', ')[-1].strip(), rss_mib(d.proc.pid) - rss0,
+                     tables['tables'], tables['bytes'] / 2**20, tables['builds'],
+                     tables['hits']))
+    finally:
+        for r in ranks:
+            r.kill()
+            r.wait()
+        d.close()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--build', default=os.path.join(ROOT, 'build'))
@@ -183,9 +218,11 @@ def main():
     ap.add_argument('--window', type=float, default=3.0)
     ap.add_argument('--rounds', type=int, default=8)
     ap.add_argument('--stack', type=int, default=16384)
+    ap.add_argument('--torch-ranks', type=int, default=3)
     args = ap.parse_args()
     unwinder_windows(args)
     daemon_windows(args)
+    shared_tables(args)
 
 
 if __name__ == '__main__':

@@ -13,10 +13,7 @@
 #include <unistd.h>
 
 #include "err.h"
-
-/* libstdc++'s C++ ABI demangler (cxxabi.h), callable from C: C++ symbols (torch's) are
- * named as C++ shows them, at::addmm rather than _ZN2at5addmm... */
-char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
+#include "symtab.h"
 
 #define TASK_PASSES 8 /* reads of /proc/PID/task until no thread is new (threads being born) */
 
@@ -38,25 +35,19 @@ struct pyf_native {
     Dwfl *dwfl;
     enum { UNATTACHED, HELD_THREADS, STACK_COPIES } mode; /* how libdw reads thread state */
     const struct pyf_stack_copy *copy; /* STACK_COPIES: the sample being unwound */
-    struct sym_table *tables; /* each module's functions, sorted: built at its first lookup */
+    struct pyf_symcache *symbols;      /* the function tables (symtab.h) */
+    bool own_symbols;                  /* opened without a shared cache: ours to free */
+    struct module_table *tables;       /* which table serves each module: found at first use */
     size_t n_tables, cap_tables;
 };
 
-/* A function of a module, at its address in the process. */
-struct sym {
-    uint64_t start, end;
-    const char *name; /* libdw's: valid until dwfl_end() */
-    char *demangled;  /* C++ names, made at the first lookup; owned */
-    bool tried;       /* demangling was tried */
-};
-
-/* libdw's own lookup (dwfl_module_addrinfo) scans the whole symbol table each time: ~70 us in
- * libpython, far more in libtorch. One sorted table per module makes it a binary search. */
-struct sym_table {
+/* A module of this process and its functions (a table shared with every process that maps
+ * the same file, symtab.h). */
+struct module_table {
     Dwfl_Module *module;
-    bool live; /* still reported (pyf_native__reread_maps) */
-    struct sym *syms;
-    size_t n;
+    Dwarf_Addr bias;    /* where the file is loaded: file address + bias = address here */
+    bool live;          /* still reported (pyf_native__reread_maps) */
+    struct symtab *tab; /* a reference; NULL: no table (no memory) */
 };
 
 /* ---- holding the threads ---- */
@@ -248,14 +239,20 @@ void pyf_stopped_free(struct pyf_stopped *s)
 
 /* ---- unwinding and naming ---- */
 
-int pyf_native_open(pid_t pid, struct pyf_native **ret_native, struct pyf_err *reterr)
+int pyf_native_open(pid_t pid, struct pyf_symcache *symbols, struct pyf_native **ret_native,
+                    struct pyf_err *reterr)
 {
     struct pyf_native *n = calloc(1, sizeof(*n));
+    bool own_symbols = !symbols;
     int r;
 
-    if (!n)
+    if (!n || (own_symbols && pyf_symcache_new(&symbols) < 0)) {
+        free(n);
         return pyf_fail(reterr, PYF_INVALID, ENOMEM, 0, "pid %d: out of memory", (int)pid);
+    }
     n->pid = pid;
+    n->symbols = symbols;
+    n->own_symbols = own_symbols;
     n->callbacks = (Dwfl_Callbacks){.find_elf = dwfl_linux_proc_find_elf,
                                     .find_debuginfo = dwfl_standard_find_debuginfo,
                                     .debuginfo_path = &n->debuginfo_path};
@@ -280,13 +277,6 @@ int pyf_native_open(pid_t pid, struct pyf_native **ret_native, struct pyf_err *r
     return 0;
 }
 
-static void free_table(struct sym_table *t)
-{
-    for (size_t k = 0; k < t->n; k++)
-        free(t->syms[k].demangled);
-    free(t->syms);
-}
-
 void pyf_native_free(struct pyf_native *n)
 {
     if (!n)
@@ -294,8 +284,10 @@ void pyf_native_free(struct pyf_native *n)
     if (n->dwfl)
         dwfl_end(n->dwfl);
     for (size_t i = 0; i < n->n_tables; i++)
-        free_table(&n->tables[i]);
+        symcache__put(n->symbols, n->tables[i].tab);
     free(n->tables);
+    if (n->own_symbols)
+        pyf_symcache_free(n->symbols);
     free(n);
 }
 
@@ -454,61 +446,40 @@ static bool is_eval_loop(const char *function)
            (function[len] == '\0' || function[len] == '.');
 }
 
-/* The name of @sym as C++ shows it (demangled once, kept), or its name. */
-static const char *sym_name(struct sym *sym)
+/* The table serving @m: found at its first use (shared by build-id, symtab.h). */
+static struct module_table *table_of(struct pyf_native *n, Dwfl_Module *m)
 {
-    int status = -1;
-
-    if (!sym->tried && strncmp(sym->name, "_Z", 2) == 0) {
-        sym->demangled = __cxa_demangle(sym->name, NULL, NULL, &status);
-        if (status != 0) {
-            free(sym->demangled);
-            sym->demangled = NULL;
-        }
-    }
-    sym->tried = true;
-    return sym->demangled ? sym->demangled : sym->name;
-}
-
-static int by_start(const void *a, const void *b)
-{
-    const struct sym *x = a, *y = b;
-
-    return x->start < y->start ? -1 : x->start > y->start;
-}
-
-/* The functions of @m (.symtab, else .dynsym, or separate debug info), sorted by address. */
-static struct sym_table *table_of(struct pyf_native *n, Dwfl_Module *m)
-{
-    struct sym_table *t;
-    int count;
+    struct module_table *t;
+    Dwarf_Addr bias = 0;
 
     for (size_t i = 0; i < n->n_tables; i++)
         if (n->tables[i].module == m)
             return &n->tables[i];
     if (n->n_tables == n->cap_tables) {
         size_t cap = n->cap_tables ? 2 * n->cap_tables : 16;
-        struct sym_table *p = realloc(n->tables, cap * sizeof(*p));
+        struct module_table *p = realloc(n->tables, cap * sizeof(*p));
         if (!p)
             return NULL;
         n->tables = p;
         n->cap_tables = cap;
     }
-    t = &n->tables[n->n_tables];
-    *t = (struct sym_table){.module = m};
-    count = dwfl_module_getsymtab(m);
-    t->syms = count > 0 ? calloc((size_t)count, sizeof(*t->syms)) : NULL;
-    for (int i = 1; t->syms && i < count; i++) {
-        GElf_Sym sym;
-        GElf_Addr addr;
-        const char *name = dwfl_module_getsym_info(m, i, &sym, &addr, NULL, NULL, NULL);
-        int type = GELF_ST_TYPE(sym.st_info);
-        if (name && *name && sym.st_size > 0 && (type == STT_FUNC || type == STT_GNU_IFUNC))
-            t->syms[t->n++] = (struct sym){addr, addr + sym.st_size, name, NULL, false};
-    }
-    qsort(t->syms, t->n, sizeof(*t->syms), by_start);
-    n->n_tables++;
+    if (!dwfl_module_getelf(m, &bias))
+        dwfl_module_info(m, NULL, &bias, NULL, NULL, NULL, NULL, NULL); /* no file: its start */
+    t = &n->tables[n->n_tables++];
+    *t =
+        (struct module_table){.module = m, .bias = bias, .tab = symcache__get(n->symbols, m, bias)};
     return t;
+}
+
+/* The function of @m covering address @addr of this process, or NULL. */
+static struct sym *sym_at(struct pyf_native *n, Dwfl_Module *m, uint64_t addr, uint64_t *ret_bias)
+{
+    struct module_table *t = table_of(n, m);
+
+    if (!t || !t->tab)
+        return NULL;
+    *ret_bias = t->bias;
+    return symtab__find(t->tab, addr - t->bias);
 }
 
 static int prepare_module(Dwfl_Module *m, void **userdata, const char *name, Dwarf_Addr start,
@@ -553,7 +524,7 @@ static void drop_dead_tables(struct pyf_native *n)
         if (n->tables[i].live)
             n->tables[kept++] = n->tables[i];
         else
-            free_table(&n->tables[i]);
+            symcache__put(n->symbols, n->tables[i].tab);
     }
     n->n_tables = kept;
 }
@@ -576,26 +547,6 @@ int pyf_native__reread_maps(struct pyf_native *n, struct pyf_err *reterr)
                         r > 0 ? strerror(r) : dwfl_errmsg(-1));
     pyf_native__prepare(n); /* the new ones' tables now, as at open */
     return 0;
-}
-
-/* The function covering @addr in @t, or NULL. */
-static struct sym *find_sym(struct sym_table *t, uint64_t addr)
-{
-    size_t lo = 0, hi = t ? t->n : 0;
-
-    while (lo < hi) { /* the last function starting at or before addr */
-        size_t mid = lo + (hi - lo) / 2;
-        if (t->syms[mid].start <= addr)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    /* usually the one before covers it, or none does; one nested in a larger one (a .cold
-     * part, an alias) may end first: look back a few */
-    for (size_t i = lo, steps = 0; i-- > 0 && steps < 16; steps++)
-        if (addr < t->syms[i].end)
-            return &t->syms[i];
-    return NULL;
 }
 
 size_t pyf_mixed_order(const bool *eval_loop, size_t n_native, const struct pyf_stack *st,
@@ -625,7 +576,8 @@ size_t pyf_mixed_order(const bool *eval_loop, size_t n_native, const struct pyf_
 static const char *function_at(struct pyf_native *n, uint64_t pc)
 {
     Dwfl_Module *m = dwfl_addrmodule(n->dwfl, pc - 1);
-    struct sym *sym = m ? find_sym(table_of(n, m), pc - 1) : NULL;
+    uint64_t bias;
+    struct sym *sym = m ? sym_at(n, m, pc - 1, &bias) : NULL;
 
     return sym ? sym->name : NULL;
 }
@@ -655,6 +607,7 @@ void pyf_native__symbol(struct pyf_native *n, uint64_t pc, bool innermost,
     Dwarf_Addr lookup = innermost || pc == 0 ? pc : pc - 1, start = 0, bias = 0;
     Dwfl_Module *m = dwfl_addrmodule(n->dwfl, lookup);
     Elf *elf = m ? dwfl_module_getelf(m, &bias) : NULL;
+    uint64_t table_bias = 0;
     struct sym *sym;
 
     *ret_frame = (struct pyf_native_frame){.pc = pc, .object_offset = pc};
@@ -662,10 +615,10 @@ void pyf_native__symbol(struct pyf_native *n, uint64_t pc, bool innermost,
         return; /* memory mapped from no file known (JIT code, or loaded since) */
     ret_frame->object = dwfl_module_info(m, NULL, &start, NULL, NULL, NULL, NULL, NULL);
     ret_frame->object_offset = elf ? pc - bias : pc - start;
-    sym = find_sym(table_of(n, m), lookup);
+    sym = sym_at(n, m, lookup, &table_bias);
     if (sym) {
-        ret_frame->function = sym_name(sym);
-        ret_frame->function_offset = pc - sym->start;
+        ret_frame->function = symtab__shown(sym);
+        ret_frame->function_offset = pc - (sym->start + table_bias);
         ret_frame->eval_loop = is_eval_loop(sym->name);
     }
 }

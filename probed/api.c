@@ -314,8 +314,17 @@ static int targets_list(struct api *a, struct evhttp_request *req, const struct 
         reply_error(req, 404, "pid %d is not attached", (int)pid);
         return 0;
     }
-    reply_json(req, 200,
-               pid ? json_incref(json_array_get(l.arr, 0)) : json_pack("{s:o}", "targets", l.arr));
+    if (pid) {
+        reply_json(req, 200, json_incref(json_array_get(l.arr, 0)));
+    } else {
+        /* the native function tables the targets share (one per library, by build-id) */
+        struct pyf_symcache_stats sc;
+        pyf_symcache__stats(a->sampler->symbols, &sc);
+        reply_json(req, 200,
+                   json_pack("{s:o, s:{s:I, s:I, s:I, s:I}}", "targets", l.arr, "native_symbols",
+                             "tables", (json_int_t)sc.tables, "builds", (json_int_t)sc.builds,
+                             "hits", (json_int_t)sc.hits, "bytes", (json_int_t)sc.bytes));
+    }
     if (pid)
         json_decref(l.arr);
     return 0;
@@ -371,7 +380,7 @@ static int targets_attach(struct api *a, struct evhttp_request *req, const struc
     t->native_wanted = native;
     t->native_perf_only = perf_only;
     if (native)
-        target__open_native(t); /* not fatal: Python frames are still there */
+        target__open_native(t, a->sampler->symbols); /* not fatal: Python frames are still there */
     if (dur_ns > 0)
         t->deadline_ns = mono_ns() + dur_ns;
     r = sampler__add(a->sampler, t);
@@ -1186,7 +1195,7 @@ static void follow_child(struct api *a, const struct followed *f, size_t i, pid_
     t->native_wanted = f->native[i];
     t->native_perf_only = f->perf_only[i];
     if (t->native_wanted)
-        target__open_native(t);
+        target__open_native(t, a->sampler->symbols);
     if (sampler__add(a->sampler, t) < 0) {
         target_free(t);
         return;

@@ -214,7 +214,7 @@ static void resume_one(int64_t id, int32_t pid, int64_t start_time, int32_t rate
         t->torch_tracing = flags & STORE_TORCH_TRACING;
         t->native_wanted = flags & STORE_NATIVE;
         if (t->native_wanted)
-            target__open_native(t);
+            target__open_native(t, c->sampler->symbols);
         if (sampler__add(c->sampler, t) == 0) {
             log_msg(LOG_INFO, "resumed sampling pid %d (attached before a restart)", pid);
             return;

@@ -69,7 +69,8 @@ static int open_ebpf(struct native *n, uint32_t rate_hz, const struct pyf_chain 
 }
 
 int native_open(pid_t pid, uint32_t rate_hz, const struct pyf_chain *chain,
-                enum native_backend backend, struct native **ret, char *err, size_t errlen)
+                enum native_backend backend, struct pyf_symcache *symbols, struct native **ret,
+                char *err, size_t errlen)
 {
     struct native *n = calloc(1, sizeof(*n));
     struct pyf_err e;
@@ -81,7 +82,7 @@ int native_open(pid_t pid, uint32_t rate_hz, const struct pyf_chain *chain,
         return -ENOMEM;
     }
     n->pid = pid;
-    r = pyf_native_open(pid, &n->nat, &e);
+    r = pyf_native_open(pid, symbols, &n->nat, &e);
     if (r < 0) {
         snprintf(err, errlen, "%s", e.msg);
         native_free(n);

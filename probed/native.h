@@ -72,9 +72,11 @@ struct native_stack {
 struct native;
 
 /* @chain: where the target's CPython keeps its frames, for the eBPF sampler (NULL: perf). Where
- * eBPF cannot be used, perf is; native__ebpf_error() says why. */
+ * eBPF cannot be used, perf is; native__ebpf_error() says why. @symbols: the function tables
+ * shared with the other targets (pyframes_native.h), kept until native_free(). */
 int native_open(pid_t pid, uint32_t rate_hz, const struct pyf_chain *chain,
-                enum native_backend backend, struct native **ret, char *err, size_t errlen);
+                enum native_backend backend, struct pyf_symcache *symbols, struct native **ret,
+                char *err, size_t errlen);
 void native_free(struct native *n); /* NULL is a no-op */
 
 /* Empties the rings into each thread's latest stack (stacks of the previous tick go);

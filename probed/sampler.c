@@ -405,8 +405,10 @@ int sampler_new(struct outbox *ob, struct sampler **ret)
     struct sampler *s = calloc(1, sizeof(*s));
     pthread_condattr_t ca;
 
-    if (!s)
+    if (!s || pyf_symcache_new(&s->symbols) < 0) {
+        free(s);
         return -ENOMEM;
+    }
     s->ob = ob;
     pthread_mutex_init(&s->lock, NULL);
     pthread_condattr_init(&ca);
@@ -441,6 +443,7 @@ void sampler_free(struct sampler *s)
     }
     for (size_t i = 0; i < s->n_targets; i++)
         target_free(s->targets[i]);
+    pyf_symcache_free(s->symbols); /* after every target that used it */
     pthread_cond_destroy(&s->wake);
     pthread_mutex_destroy(&s->lock);
     free(s);

@@ -36,6 +36,9 @@ struct sampler {
     pthread_mutex_t lock;
     pthread_cond_t wake; /* a target was added, or stop */
     struct outbox *ob;
+    /* native function tables shared by the targets attached --native (libtorch's, once for all
+     * the ranks of a job): native.h */
+    struct pyf_symcache *symbols;
     struct target *targets[SAMPLER_TARGETS_MAX];
     size_t n_targets;
     atomic_bool forget_sent; /* the store lost a batch: send every definition again */

@@ -98,14 +98,14 @@ fail:
     return r;
 }
 
-int target__open_native(struct target *t)
+int target__open_native(struct target *t, struct pyf_symcache *symbols)
 {
     struct pyf_chain chain;
     int r;
 
     pyf_target__chain(t->pyf, &chain);
     r = native_open(t->pid, t->rate_hz, &chain, t->native_perf_only ? NATIVE_PERF_ONLY : NATIVE_ANY,
-                    &t->native, t->native_error, sizeof(t->native_error));
+                    symbols, &t->native, t->native_error, sizeof(t->native_error));
     if (r < 0) {
         t->native = NULL;
         log_msg(LOG_WARN, "pid %d: native stacks unavailable, Python frames only: %s", (int)t->pid,

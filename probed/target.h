@@ -45,6 +45,7 @@ struct target_torch {
 };
 
 struct native;
+struct pyf_symcache;
 
 struct target {
     int64_t id;               /* targets.id in the store */
@@ -92,7 +93,7 @@ void target_free(struct target *t); /* NULL is a no-op */
 /* Starts sampling @t's native stacks (attach --native): with the eBPF sampler, else with perf
  * (the log says why). On failure the target goes on with Python frames only; t->native_error,
  * the log and the returned -errno say why. */
-int target__open_native(struct target *t);
+int target__open_native(struct target *t, struct pyf_symcache *symbols);
 /* "native-ebpf", "native-perf" or "python": what the stacks of @t hold, and how. */
 const char *target_mode(const struct target *t);
 /* Frees the sampling buffers of a target that has ended (its identity and stats stay). */

@@ -53,7 +53,7 @@ $ctl flamegraph "$pid" -o flamegraph.svg
 echo "(open flamegraph.svg in a browser: hover, click to zoom, Ctrl-F to search)"
 $ctl detach "$pid"
 echo
-echo "== probectl attach --native: C frames too, sampled by perf without stopping the process"
+echo "== probectl attach --native: C frames too, copied with the Python frames of the same instant by the eBPF sampler (perf where eBPF cannot load), without stopping the process"
 "$py" tests/targets/native_qsort.py "$work/sorts" >"$work/qsort.out" 2>&1 &
 qsort=$!
 trap 'kill $pid $qsort $daemon 2>/dev/null; wait $daemon 2>/dev/null; rm -rf "$work"' EXIT

@@ -59,10 +59,27 @@ struct pyf_native_frame {
     bool eval_loop; /* the interpreter's eval loop: a mixed stack puts Python frames here */
 };
 
+/* Function tables of ELF files, shared by the pyf_natives opened with the same cache: keyed by
+ * build-id, a library that many processes map (libtorch, in every rank of a job) is read and
+ * sorted once, and held once, while any of them uses it. Threads: any (it has a lock). Free it
+ * after every pyf_native that uses it. */
+struct pyf_symcache;
+struct pyf_symcache_stats {
+    uint64_t tables; /* held now, shared by build-id */
+    uint64_t builds; /* tables built */
+    uint64_t hits;   /* a process found its table built already (by another process) */
+    uint64_t bytes;  /* held now */
+};
+int pyf_symcache_new(struct pyf_symcache **ret); /* -ENOMEM */
+void pyf_symcache_free(struct pyf_symcache *c);  /* NULL is a no-op */
+void pyf_symcache__stats(struct pyf_symcache *c, struct pyf_symcache_stats *ret);
+
 /* The symbol tables of a process (libdw) and an unwinder for its held threads. */
 struct pyf_native;
 
-int pyf_native_open(pid_t pid, struct pyf_native **ret_native, struct pyf_err *reterr);
+/* @symbols: the shared function tables to use (NULL: tables of its own). */
+int pyf_native_open(pid_t pid, struct pyf_symcache *symbols, struct pyf_native **ret_native,
+                    struct pyf_err *reterr);
 void pyf_native_free(struct pyf_native *n); /* NULL is a no-op */
 
 /* The return addresses of held thread @tid, innermost first (the first is where it is).

@@ -245,7 +245,7 @@ int dump_json(pid_t pid, int locals_depth, bool native, json_t **ret, struct pyf
 
     r = pyf_target_open(pid, &t, e);
     if (r == 0 && native)
-        r = pyf_native_open(pid, &nat, e);
+        r = pyf_native_open(pid, NULL, &nat, e);
     if (r == 0 && native) /* from here on, every path lets the threads go */
         r = pyf_stop_process(pid, &held, e);
     held_ns = native ? monotonic_ns() : 0;

@@ -170,7 +170,7 @@ int main(int argc, char **argv)
     r->quiet = argc > 5 && strcmp(argv[5], "--quiet") == 0;
     if (getenv("NATIVESAMPLE_UNTIL"))
         until = strtoull(getenv("NATIVESAMPLE_UNTIL"), NULL, 10);
-    if (pyf_native_open(pid, &r->nat, &e) < 0) {
+    if (pyf_native_open(pid, NULL, &r->nat, &e) < 0) {
         fprintf(stderr, "nativesample: %s\n", e.msg);
         return 1;
     }

@@ -137,6 +137,37 @@ def test_threads_without_python_frames(target_factory, daemon):
     detach(daemon, t.pid)
 
 
+def test_torch_processes_share_function_tables(target_factory):
+    """Two torch processes (two ranks of a job) attached --native: libtorch's function table,
+    and every other library's, is built for the first and found built by the second (same
+    build-id), both name torch's C++ frames through it, and the tables go when both detach."""
+    from daemon import Daemon
+    d = Daemon()
+    try:
+        ranks = [target_factory('/usr/bin/python3', 'native_torch.py', '1') for _ in range(2)]
+
+        def symbols():
+            return json.loads(d.ctl('list', '--json', check=True).stdout)['native_symbols']
+        d.ctl('attach', ranks[0].pid, '--native', check=True)
+        first = symbols()
+        d.ctl('attach', ranks[1].pid, '--native', check=True)
+        second = symbols()
+        assert first['builds'] > 50 and first['hits'] == 0, first
+        assert second['builds'] - first['builds'] <= 0.05 * first['builds'], (first, second)
+        assert second['hits'] >= 0.95 * first['builds'], (first, second)
+        assert second['bytes'] - first['bytes'] <= 0.05 * first['bytes'], (first, second)
+        for t in ranks:  # torch's C++ named in each, under the Python caller
+            wait_for(lambda: any(any(nat(r'^at::')(f) for f in s) and
+                                 any(py('matmul_forever')(f) for f in s)
+                                 for s in mixed(d, t.pid).values()),
+                     timeout=40, what="pid %d's torch frames named" % t.pid)
+        for t in ranks:
+            d.ctl('detach', t.pid, check=True)
+        assert symbols() == dict(second, tables=0, bytes=0)
+    finally:
+        d.close()
+
+
 @pytest.mark.parametrize('python_path', [interpreter_params()[-2], interpreter_params()[-1]])
 def test_library_loaded_after_attach(python_path, target_factory, daemon):
     """A library mapped after the attach (and deleted from disk): the mappings are read

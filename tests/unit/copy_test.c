@@ -119,9 +119,9 @@ static void print_both(const struct pyf_stack *copy_st, const struct pyf_stack *
                 i < read_st->n_frames && read_st->frames[i].entry ? " entry" : "");
 }
 
-/* One parked thread: the copy decodes to its stack; broken copies fail as they should. A
- * thread that moves between the reads (shapes.py's busy one, at times) is tried again, and
- * left out if it never stays put. */
+/* One parked thread: the copy decodes to its stack; broken copies fail as they should. The
+ * thread running (shapes.py's busy one) is left out: its copy and reads are of different
+ * instants; a parked thread that moves between the reads all the same is tried again. */
 static int check_thread(struct pyf_target *t, const struct pyf_chain *ch,
                         const struct pyf_thread *th, struct pyf_stack *read_st,
                         struct pyf_stack *copy_st, struct copy *cp, bool *ret_checked)
@@ -131,6 +131,8 @@ static int check_thread(struct pyf_target *t, const struct pyf_chain *ch,
     int attempt, r = 0;
 
     *ret_checked = false;
+    if (th->on_cpu)
+        return 0;
     for (attempt = 0; attempt < 5; attempt++) {
         r = read_and_copy(t, ch, th, read_st, cp);
         if (r < 0 || read_st->n_frames < 3)
