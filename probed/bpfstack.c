@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "errbuf.h"
 #include "oncpu.h"
 #include "oncpu.skel.h"
 #include "perfstack.h"
@@ -34,18 +35,6 @@ struct bpfstack {
     bpfstack_fn fn;
     void *fn_ctx;
 };
-
-static int fail(char *err, size_t errlen, int r, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int r, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return r;
-}
 
 /* libbpf's own messages go nowhere: every failure is reported by the caller, with its errno. */
 static int quiet(enum libbpf_print_level level, const char *fmt, va_list ap)
@@ -89,13 +78,13 @@ static int load(struct bpfstack *bs, const struct pyf_chain *chain, char *err, s
     int r;
 
     if (stat("/proc/self/ns/pid", &ns) < 0)
-        return fail(err, errlen, -errno, "pid %d: the daemon's pid namespace: %s", (int)bs->pid,
-                    strerror(errno));
+        return errbuf_set(err, errlen, -errno, "pid %d: the daemon's pid namespace: %s",
+                          (int)bs->pid, strerror(errno));
     libbpf_set_print(quiet);
     bs->skel = oncpu_bpf__open();
     if (!bs->skel)
-        return fail(err, errlen, -errno, "pid %d: opening the eBPF sampler: %s", (int)bs->pid,
-                    strerror(errno));
+        return errbuf_set(err, errlen, -errno, "pid %d: opening the eBPF sampler: %s", (int)bs->pid,
+                          strerror(errno));
     bs->skel->rodata->target_tgid = (uint32_t)bs->pid;
     bs->skel->rodata->pidns_dev = (uint64_t)ns.st_dev;
     bs->skel->rodata->pidns_ino = (uint64_t)ns.st_ino;
@@ -106,14 +95,15 @@ static int load(struct bpfstack *bs, const struct pyf_chain *chain, char *err, s
     bpf_map__set_max_entries(bs->skel->maps.events, RING_BYTES);
     r = oncpu_bpf__load(bs->skel);
     if (r < 0)
-        return fail(err, errlen, r,
-                    "pid %d: loading the eBPF sampler: %s (CAP_BPF and CAP_PERFMON needed, and "
-                    "a kernel with BTF)",
-                    (int)bs->pid, strerror(-r));
+        return errbuf_set(
+            err, errlen, r,
+            "pid %d: loading the eBPF sampler: %s (CAP_BPF and CAP_PERFMON needed, and "
+            "a kernel with BTF)",
+            (int)bs->pid, strerror(-r));
     bs->rb = ring_buffer__new(bpf_map__fd(bs->skel->maps.events), on_event, bs, NULL);
     if (!bs->rb)
-        return fail(err, errlen, -errno, "pid %d: mapping the eBPF sampler's ring: %s",
-                    (int)bs->pid, strerror(errno));
+        return errbuf_set(err, errlen, -errno, "pid %d: mapping the eBPF sampler's ring: %s",
+                          (int)bs->pid, strerror(errno));
     return 0;
 }
 
@@ -124,13 +114,13 @@ int bpfstack_open(pid_t pid, uint32_t rate_hz, const struct pyf_chain *chain, st
     int r;
 
     if (chain->fr_bytes > ONCPU_FRAME_BYTES)
-        return fail(err, errlen, -EINVAL,
-                    "pid %d: this Python's frames need %u bytes copied, the eBPF sampler "
-                    "copies %d",
-                    (int)pid, chain->fr_bytes, ONCPU_FRAME_BYTES);
+        return errbuf_set(err, errlen, -EINVAL,
+                          "pid %d: this Python's frames need %u bytes copied, the eBPF sampler "
+                          "copies %d",
+                          (int)pid, chain->fr_bytes, ONCPU_FRAME_BYTES);
     bs = calloc(1, sizeof(*bs));
     if (!bs)
-        return fail(err, errlen, -ENOMEM, "pid %d: out of memory", (int)pid);
+        return errbuf_set(err, errlen, -ENOMEM, "pid %d: out of memory", (int)pid);
     bs->pid = pid;
     r = load(bs, chain, err, errlen);
     if (r == 0)

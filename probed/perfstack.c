@@ -6,7 +6,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <linux/perf_event.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +15,8 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "errbuf.h"
 
 /* The user registers asked for, in the order the kernel writes them (bit order), and where
  * each goes in DWARF's numbering. */
@@ -63,18 +64,6 @@ struct perfstack {
     size_t record_cap;
 };
 
-static int fail(char *err, size_t errlen, int r, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int r, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return r;
-}
-
 /* A cpu-clock event firing every 1/rate_hz of the thread's CPU time, with a ring of its own or
  * running the BPF program. */
 static int open_event(struct perfstack *ps, pid_t tid, char *err, size_t errlen)
@@ -108,17 +97,18 @@ static int open_event(struct perfstack *ps, pid_t tid, char *err, size_t errlen)
         int e = errno;
         if (e == ESRCH)
             return -ESRCH; /* the thread exited meanwhile */
-        return fail(err, errlen, -e,
-                    "pid %d: perf_event_open for thread %d: %s (root or CAP_PERFMON needed, or "
-                    "kernel.perf_event_paranoid <= 1)",
-                    (int)ps->pid, (int)tid, strerror(e));
+        return errbuf_set(
+            err, errlen, -e,
+            "pid %d: perf_event_open for thread %d: %s (root or CAP_PERFMON needed, or "
+            "kernel.perf_event_paranoid <= 1)",
+            (int)ps->pid, (int)tid, strerror(e));
     }
     if (ps->prog_fd >= 0 && (ioctl(fd, PERF_EVENT_IOC_SET_BPF, ps->prog_fd) < 0 ||
                              ioctl(fd, PERF_EVENT_IOC_ENABLE, 0) < 0)) {
         int e = errno;
         close(fd);
-        return fail(err, errlen, -e, "pid %d: attaching the eBPF sampler to thread %d: %s",
-                    (int)ps->pid, (int)tid, strerror(e));
+        return errbuf_set(err, errlen, -e, "pid %d: attaching the eBPF sampler to thread %d: %s",
+                          (int)ps->pid, (int)tid, strerror(e));
     }
     return fd;
 }
@@ -140,8 +130,8 @@ static int open_ring(struct perfstack *ps, pid_t tid, char *err, size_t errlen)
         if (map == MAP_FAILED) {
             int e = errno;
             close(fd);
-            return fail(err, errlen, -e, "pid %d: mapping the perf ring of thread %d: %s",
-                        (int)ps->pid, (int)tid, strerror(e));
+            return errbuf_set(err, errlen, -e, "pid %d: mapping the perf ring of thread %d: %s",
+                              (int)ps->pid, (int)tid, strerror(e));
         }
     }
     *r = (struct ring){.tid = tid, .fd = fd, .page = map, .seen = true};
@@ -166,8 +156,8 @@ int perfstack__refresh(struct perfstack *ps, char *err, size_t errlen)
     snprintf(path, sizeof(path), "/proc/%d/task", (int)ps->pid);
     d = opendir(path);
     if (!d)
-        return fail(err, errlen, -errno, "pid %d: listing its threads: %s", (int)ps->pid,
-                    strerror(errno));
+        return errbuf_set(err, errlen, -errno, "pid %d: listing its threads: %s", (int)ps->pid,
+                          strerror(errno));
     for (size_t i = 0; i < ps->n_rings; i++)
         ps->rings[i].seen = false;
     while (rc == 0 && (de = readdir(d)) != NULL) {
@@ -201,7 +191,7 @@ static int open_common(pid_t pid, uint32_t rate_hz, int prog_fd, uint32_t stack_
     int r;
 
     if (!ps)
-        return fail(err, errlen, -ENOMEM, "pid %d: out of memory", (int)pid);
+        return errbuf_set(err, errlen, -ENOMEM, "pid %d: out of memory", (int)pid);
     *ps = (struct perfstack){.pid = pid,
                              .prog_fd = prog_fd,
                              .rate_hz = rate_hz,
@@ -211,9 +201,9 @@ static int open_common(pid_t pid, uint32_t rate_hz, int prog_fd, uint32_t stack_
                              .record_cap = 64 * 1024};
     ps->record = malloc(ps->record_cap);
     r = ps->record ? perfstack__refresh(ps, err, errlen)
-                   : fail(err, errlen, -ENOMEM, "pid %d: out of memory", (int)pid);
+                   : errbuf_set(err, errlen, -ENOMEM, "pid %d: out of memory", (int)pid);
     if (r == 0 && ps->n_rings == 0)
-        r = fail(err, errlen, -ESRCH, "pid %d: no thread to sample (gone?)", (int)pid);
+        r = errbuf_set(err, errlen, -ESRCH, "pid %d: no thread to sample (gone?)", (int)pid);
     if (r < 0) {
         perfstack_free(ps);
         return r;

@@ -17,6 +17,7 @@
 
 #include "pyframes.h"
 #include "remote.h"
+#include "spawn.h"
 
 #define THREADS_CAP 64
 
@@ -49,30 +50,6 @@ static int pass(pid_t pid, struct pyf_err *e)
     return r;
 }
 
-static pid_t start_target(const char *python, const char *script)
-{
-    int fds[2];
-    char buf[4096];
-    pid_t pid;
-    FILE *f;
-
-    if (pipe(fds) < 0)
-        return -1;
-    pid = fork();
-    if (pid == 0) {
-        dup2(fds[1], 1);
-        close(fds[0]);
-        execl(python, python, script, (char *)NULL);
-        _exit(127);
-    }
-    close(fds[1]);
-    f = fdopen(fds[0], "r");
-    while (f && fgets(buf, sizeof(buf), f))
-        if (strncmp(buf, "READY", 5) == 0)
-            return pid; /* the pipe stays open: the target may print more */
-    return -1;
-}
-
 int main(int argc, char **argv)
 {
     static const int errs[] = {EFAULT, ESRCH, EPERM};
@@ -85,7 +62,7 @@ int main(int argc, char **argv)
         printf("fault_test: %s is not installed on this machine: skipped\n", argv[1]);
         return 77; /* CTest SKIP_RETURN_CODE: reported as skipped, with this line */
     }
-    pid = start_target(argv[1], argv[2]);
+    pid = spawn_target(argv[1], argv[2]);
     if (pid < 0)
         return fprintf(stderr, "fault_test: target did not start\n"), 2;
     for (size_t k = 0; k < sizeof(errs) / sizeof(errs[0]); k++) {

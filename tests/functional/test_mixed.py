@@ -216,15 +216,20 @@ def test_flame_graph_colours_native_frames(target_factory, tmp_path, daemon):
     detach(daemon, t.pid)
 
 
+def daemon_without(*caps):
+    """A daemon whose capabilities lack @caps (setpriv, as a unit without them would)."""
+    from daemon import Daemon
+    dropped = ','.join('-' + c for c in caps)
+    return Daemon(wrapper=['setpriv', '--inh-caps=' + dropped, '--bounding-set=' + dropped])
+
+
 def test_without_perf_falls_back_to_python(target_factory, tmp_path):
     """A daemon that may not use perf (no CAP_PERFMON or CAP_SYS_ADMIN, and
     perf_event_paranoid above 1): attach --native still samples Python frames, and says why
     native ones are missing, in its reply, `list` and the log."""
-    from daemon import Daemon
     with open('/proc/sys/kernel/perf_event_paranoid') as f:
         assert int(f.read()) > 1, 'perf_event_paranoid <= 1: perf needs no capability here'
-    d = Daemon(wrapper=['setpriv', '--inh-caps=-perfmon,-sys_admin',
-                        '--bounding-set=-perfmon,-sys_admin'])
+    d = daemon_without('perfmon', 'sys_admin')
     try:
         t = target_factory('/usr/bin/python3', 'native_qsort.py', str(tmp_path / 'sorts'))
         out = d.ctl('attach', t.pid, '--native', check=True).stdout
@@ -272,9 +277,7 @@ def test_without_cap_bpf_falls_back_to_perf(target_factory, tmp_path):
     """A daemon without CAP_BPF (nor CAP_SYS_ADMIN) cannot load the eBPF sampler: attach
     --native samples with perf instead, still mixed stacks, and says why in its reply,
     `list` and the log."""
-    from daemon import Daemon
-    d = Daemon(wrapper=['setpriv', '--inh-caps=-bpf,-sys_admin',
-                        '--bounding-set=-bpf,-sys_admin'])
+    d = daemon_without('bpf', 'sys_admin')
     try:
         t = target_factory('/usr/bin/python3', 'native_qsort.py', str(tmp_path / 'sorts'))
         out = d.ctl('attach', t.pid, '--native', check=True).stdout

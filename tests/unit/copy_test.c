@@ -17,6 +17,7 @@
 
 #include "pyframes.h"
 #include "remote.h"
+#include "spawn.h"
 
 #define THREADS_CAP 64
 #define COPY_FRAMES 256
@@ -27,30 +28,6 @@ struct copy {
     uint8_t bytes[COPY_FRAMES * STRIDE];
     struct pyf_frames_copy c;
 };
-
-static pid_t start_target(const char *python, const char *script)
-{
-    int fds[2];
-    char buf[4096];
-    pid_t pid;
-    FILE *f;
-
-    if (pipe(fds) < 0)
-        return -1;
-    pid = fork();
-    if (pid == 0) {
-        dup2(fds[1], 1);
-        close(fds[0]);
-        execl(python, python, script, (char *)NULL);
-        _exit(127);
-    }
-    close(fds[1]);
-    f = fdopen(fds[0], "r");
-    while (f && fgets(buf, sizeof(buf), f))
-        if (strncmp(buf, "READY", 5) == 0)
-            return pid;
-    return -1;
-}
 
 /* The chain of @tstate as the eBPF program copies it. */
 static int copy_chain(pid_t pid, const struct pyf_chain *ch, uint64_t tstate, struct copy *cp)
@@ -217,7 +194,7 @@ int main(int argc, char **argv)
         printf("copy_test: %s is not installed on this machine: skipped\n", argv[1]);
         return 77; /* CTest SKIP_RETURN_CODE: reported as skipped, with this line */
     }
-    pid = start_target(argv[1], argv[2]);
+    pid = spawn_target(argv[1], argv[2]);
     if (pid < 0)
         return fprintf(stderr, "copy_test: target did not start\n"), 2;
     r = run(pid);
