@@ -316,6 +316,8 @@ static int targets_list(struct api *a, struct evhttp_request *req, const struct 
     }
     if (pid) {
         reply_json(req, 200, json_incref(json_array_get(l.arr, 0)));
+    } else if (!p->root) { /* the shared tables tell of every user's processes: root's only */
+        reply_json(req, 200, json_pack("{s:o}", "targets", l.arr));
     } else {
         /* the native function tables the targets share (one per library, by build-id) */
         struct pyf_symcache_stats sc;
@@ -1173,7 +1175,7 @@ static void follow_child(struct api *a, const struct followed *f, size_t i, pid_
 {
     struct pyf_err e = {0};
     struct target *t = NULL;
-    struct not_python id;
+    struct not_python id, after;
     char path[64];
     struct stat st;
 
@@ -1182,7 +1184,12 @@ static void follow_child(struct api *a, const struct followed *f, size_t i, pid_
         st.st_uid != f->uid[i])
         return;
     if (target_new(child, f->rate[i], &t, &e) < 0) {
-        if (e.kind == PYF_NOT_PYTHON || e.kind == PYF_UNSUPPORTED) {
+        /* Remembered only if it did not exec meanwhile: a launcher's fork (Python's exe) that
+         * became `sh` under the check would otherwise have Python's identity remembered as not
+         * Python, and the rank that `sh` execs next (Python's exe again, same pid and start
+         * time) would never be attached. */
+        if ((e.kind == PYF_NOT_PYTHON || e.kind == PYF_UNSUPPORTED) && identify(child, &after) &&
+            after.exe_dev == id.exe_dev && after.exe_ino == id.exe_ino) {
             a->not_python[a->next_not_python] = id;
             a->next_not_python = (a->next_not_python + 1) % FOLLOW_MAX;
             if (a->n_not_python < FOLLOW_MAX)

@@ -265,15 +265,21 @@ static void record(struct sampler *s, struct target *t, size_t n, int64_t ts, in
     outbox__unlock(s->ob);
 }
 
-static bool same_process(const struct target *t)
+/* NULL when @t is still the process attached, else why not: it exited (and its pid may be
+ * another's now), or it exec'd another program (the layout read at the attach is garbage). */
+static const char *process_changed(const struct target *t)
 {
     int64_t start;
+    uint64_t stack;
 
-    return procfs_start_time(t->pid, &start) == 0 && start == t->start_time;
+    if (procfs_identity(t->pid, &start, &stack) < 0 || start != t->start_time)
+        return "exited";
+    return stack == t->start_stack ? NULL : "exec'd another program";
 }
 
 static void sample_target(struct sampler *s, struct target *t, int64_t now)
 {
+    const char *changed;
     struct pyf_err e = {0};
     size_t n = 0;
     int r;
@@ -283,10 +289,11 @@ static void sample_target(struct sampler *s, struct target *t, int64_t now)
         return;
     }
     /* Once a second, and after any error: is it still the same process? A pid can be
-     * reused, and reading another process's memory through the old layout is garbage. */
+     * reused, and a process can exec another program: reading its memory through the old
+     * layout is garbage. */
     if ((t->stats.ticks % t->rate_hz == 0 || t->stats.errors != t->errors_seen) &&
-        !same_process(t)) {
-        end_target(s, t, TARGET_EXITED, "exited");
+        (changed = process_changed(t)) != NULL) {
+        end_target(s, t, TARGET_EXITED, changed);
         return;
     }
     t->errors_seen = t->stats.errors;

@@ -65,7 +65,7 @@ int target_new(pid_t pid, uint32_t rate_hz, struct target **ret, struct pyf_err 
     if (!t)
         return -ENOMEM;
     t->pid = pid;
-    r = procfs_start_time(pid, &t->start_time);
+    r = procfs_identity(pid, &t->start_time, &t->start_stack);
     snprintf(path, sizeof(path), "/proc/%d", pid);
     if (r < 0 || stat(path, &st) < 0) {
         r = r < 0 ? r : -errno;

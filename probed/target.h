@@ -57,7 +57,8 @@ struct target {
     bool native_perf_only;    /* attach --native=perf: not the eBPF sampler */
     pid_t pid;
     uid_t uid;
-    int64_t start_time; /* /proc/PID/stat field 22 */
+    int64_t start_time;   /* /proc/PID/stat field 22 */
+    uint64_t start_stack; /* field 28: changes when it execs (procfs_identity) */
     char cmdline[512];
     char py_version[32];
     int rank, local_rank, world_size; /* from RANK/LOCAL_RANK/WORLD_SIZE; -1: not set */

@@ -47,6 +47,7 @@ void procfs_cmdline(pid_t pid, char *buf, size_t size)
 struct stat_fields {
     unsigned long long utime, stime; /* clock ticks */
     long long threads, start_time;
+    unsigned long long start_stack;
 };
 
 static int read_stat(const char *name, pid_t pid, struct stat_fields *f)
@@ -57,12 +58,12 @@ static int read_stat(const char *name, pid_t pid, struct stat_fields *f)
     if (n <= 0)
         return n < 0 ? (int)n : -EIO;
     /* The command name can hold spaces and parentheses: fields start after the last ')'.
-     * From field 3 (state): 14 utime, 15 stime, 20 num_threads, 22 starttime. */
+     * From field 3 (state): 14 utime, 15 stime, 20 num_threads, 22 starttime, 28 startstack. */
     p = strrchr(buf, ')');
     if (!p || sscanf(p + 2,
                      "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d "
-                     "%*d %lld %*d %lld",
-                     &f->utime, &f->stime, &f->threads, &f->start_time) != 4)
+                     "%*d %lld %*d %lld %*u %*d %*u %*u %*u %llu",
+                     &f->utime, &f->stime, &f->threads, &f->start_time, &f->start_stack) != 5)
         return -EPROTO;
     return 0;
 }
@@ -81,6 +82,18 @@ int procfs_start_time(pid_t pid, int64_t *ret)
 
     if (r == 0)
         *ret = f.start_time;
+    return r;
+}
+
+int procfs_identity(pid_t pid, int64_t *ret_start_time, uint64_t *ret_start_stack)
+{
+    struct stat_fields f;
+    int r = read_stat("stat", pid, &f);
+
+    if (r == 0) {
+        *ret_start_time = f.start_time;
+        *ret_start_stack = f.start_stack;
+    }
     return r;
 }
 

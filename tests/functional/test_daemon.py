@@ -377,6 +377,34 @@ def test_children_followed_after_kill_9_and_restart():
         d.close()
 
 
+def test_a_followed_child_that_execs_is_attached_again(daemon):
+    """--children attaches a launcher's fork while it is still a copy of the launcher; when it
+    execs the rank, the daemon ends that target ("exec'd another program": its layout is
+    another program's now) and attaches the rank it became, with its RANK."""
+    launcher = Target('/usr/bin/python3', 'forkexec.py', '2')
+    child = launcher.info['child']
+    try:
+        daemon.ctl('attach', launcher.pid, '--children', check=True)
+
+        def entries():
+            return [x for x in json.loads(daemon.ctl('list', '--json', check=True).stdout)[
+                'targets'] if x['pid'] == child]
+        first = wait_for(lambda: entries(), what='the fork attached')[0]
+        assert first.get('rank') is None, first  # the launcher's copy: no RANK yet
+        rank = wait_for(lambda: [x for x in entries() if x['state'] == 'sampling' and
+                                 x.get('rank') == 0], timeout=30, what='the rank attached')
+        assert rank[0]['id'] != first['id']
+        assert wait_for(lambda: daemon.rows("SELECT end_reason FROM targets WHERE id = %d AND"
+                                            " ended_ns IS NOT NULL" % first['id']),
+                        what='the fork ended in the store') == [["exec'd another program"]]
+        wait_for(lambda: daemon.rows("SELECT count(*) FROM sample_frames WHERE target_id = %d"
+                                     " AND func = 'spin_inner'" % rank[0]['id'])[0][0] > 0,
+                 what="the rank's own frames stored")
+    finally:
+        subprocess.run(['pkill', '-P', str(launcher.pid)])
+        launcher.close()
+
+
 def test_retention_by_age_and_size():
     d = Daemon('--retention', '3s', '--max-db-size', '300K')
     t = busy('/usr/bin/python3')
