@@ -28,6 +28,13 @@ def test_svg_zoom_and_search_in_chromium():
     try:
         d.ctl('attach', t.pid, '--rate', '250', check=True)
         time.sleep(3)
+        # the folded text and the SVG must count the same samples: none may come in between
+        # (under ASan in CI a few were stored between the two, and the shares differed)
+        d.ctl('detach', t.pid, check=True)
+        before, after = -1, d.rows('SELECT count(*) FROM samples')[0][0]
+        while after != before:  # the writer commits once a second
+            time.sleep(1.2)
+            before, after = after, d.rows('SELECT count(*) FROM samples')[0][0]
         folded = d.ctl('flamegraph', t.pid, '--idle', '--format', 'folded', check=True).stdout
         counts = [(l.rsplit(' ', 1)[0], int(l.rsplit(' ', 1)[1])) for l in folded.splitlines()]
         total = sum(n for _, n in counts)
