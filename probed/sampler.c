@@ -394,7 +394,6 @@ static void *sampler_main(void *arg)
         }
         sample_target(s, t, now);
         count_tick(s, mono_ns() - now);
-        let_others_in(s);
         t->next_ns += t->period_ns;
         /* A short hiccup (the thread was descheduled for a period or two) is caught up on the
          * same schedule; falling further behind skips ahead rather than burst. */
@@ -402,6 +401,9 @@ static void *sampler_main(void *arg)
             t->stats.late++;
             t->next_ns = now + t->period_ns;
         }
+        /* last: while the lock is let go, a detach may free t (ASan caught t->next_ns written
+         * after a detach in that window) */
+        let_others_in(s);
     }
     pthread_mutex_unlock(&s->lock);
     return NULL;
