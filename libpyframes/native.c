@@ -37,14 +37,15 @@ struct pyf_native {
     const struct pyf_stack_copy *copy; /* STACK_COPIES: the sample being unwound */
     struct pyf_symcache *symbols;      /* the function tables (symtab.h) */
     bool own_symbols;                  /* opened without a shared cache: ours to free */
-    struct module_table *tables;       /* which table serves each module: found at first use */
+    /* which table serves each module, found at its first use; the module's libdw userdata
+     * points at its entry too, so a lookup (each frame of each sample) is no search */
+    struct module_table **tables;
     size_t n_tables, cap_tables;
 };
 
 /* A module of this process and its functions (a table shared with every process that maps
  * the same file, symtab.h). */
 struct module_table {
-    Dwfl_Module *module;
     Dwarf_Addr bias;    /* where the file is loaded: file address + bias = address here */
     bool live;          /* still reported (pyf_native__reread_maps) */
     struct symtab *tab; /* a reference; NULL: no table (no memory) */
@@ -283,8 +284,10 @@ void pyf_native_free(struct pyf_native *n)
         return;
     if (n->dwfl)
         dwfl_end(n->dwfl);
-    for (size_t i = 0; i < n->n_tables; i++)
-        symcache__put(n->symbols, n->tables[i].tab);
+    for (size_t i = 0; i < n->n_tables; i++) {
+        symcache__put(n->symbols, n->tables[i]->tab);
+        free(n->tables[i]);
+    }
     free(n->tables);
     if (n->own_symbols)
         pyf_symcache_free(n->symbols);
@@ -451,23 +454,27 @@ static struct module_table *table_of(struct pyf_native *n, Dwfl_Module *m)
 {
     struct module_table *t;
     Dwarf_Addr bias = 0;
+    void **userdata = NULL;
 
-    for (size_t i = 0; i < n->n_tables; i++)
-        if (n->tables[i].module == m)
-            return &n->tables[i];
+    dwfl_module_info(m, &userdata, NULL, NULL, NULL, NULL, NULL, NULL);
+    if (userdata && *userdata)
+        return *userdata;
     if (n->n_tables == n->cap_tables) {
         size_t cap = n->cap_tables ? 2 * n->cap_tables : 16;
-        struct module_table *p = realloc(n->tables, cap * sizeof(*p));
+        struct module_table **p = realloc(n->tables, cap * sizeof(*p));
         if (!p)
             return NULL;
         n->tables = p;
         n->cap_tables = cap;
     }
+    if (!(t = malloc(sizeof(*t))))
+        return NULL;
     if (!dwfl_module_getelf(m, &bias))
         dwfl_module_info(m, NULL, &bias, NULL, NULL, NULL, NULL, NULL); /* no file: its start */
-    t = &n->tables[n->n_tables++];
-    *t =
-        (struct module_table){.module = m, .bias = bias, .tab = symcache__get(n->symbols, m, bias)};
+    *t = (struct module_table){.bias = bias, .tab = symcache__get(n->symbols, m, bias)};
+    n->tables[n->n_tables++] = t;
+    if (userdata)
+        *userdata = t;
     return t;
 }
 
@@ -503,12 +510,11 @@ void pyf_native__prepare(struct pyf_native *n)
 static int mark_module(Dwfl_Module *m, void **userdata, const char *name, Dwarf_Addr start,
                        void *arg)
 {
-    struct pyf_native *n = arg;
+    struct module_table *t = *userdata;
 
-    (void)userdata, (void)name, (void)start;
-    for (size_t i = 0; i < n->n_tables; i++)
-        if (n->tables[i].module == m)
-            n->tables[i].live = true;
+    (void)m, (void)name, (void)start, (void)arg;
+    if (t)
+        t->live = true;
     return DWARF_CB_OK;
 }
 
@@ -518,13 +524,15 @@ static void drop_dead_tables(struct pyf_native *n)
     size_t kept = 0;
 
     for (size_t i = 0; i < n->n_tables; i++)
-        n->tables[i].live = false;
+        n->tables[i]->live = false;
     dwfl_getmodules(n->dwfl, mark_module, n, 0);
     for (size_t i = 0; i < n->n_tables; i++) {
-        if (n->tables[i].live)
+        if (n->tables[i]->live) {
             n->tables[kept++] = n->tables[i];
-        else
-            symcache__put(n->symbols, n->tables[i].tab);
+            continue;
+        }
+        symcache__put(n->symbols, n->tables[i]->tab);
+        free(n->tables[i]);
     }
     n->n_tables = kept;
 }

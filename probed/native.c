@@ -219,13 +219,7 @@ static void drain(struct native *n)
 
 #ifdef PROBED_BPF
     if (n->bs) {
-        struct bpfstack_stats bst;
         bpfstack__drain(n->bs, on_bpf_sample, n);
-        bpfstack__stats(n->bs, &bst);
-        n->stats.lost += bst.lost - n->kernel_lost;
-        n->kernel_lost = bst.lost;
-        n->stats.bpf_run_ns = bst.run_ns;
-        n->stats.bpf_runs = bst.run_cnt;
         return;
     }
 #endif
@@ -233,11 +227,20 @@ static void drain(struct native *n)
     n->stats.lost += lost;
 }
 
+/* Follows the process's threads; with eBPF, also reads the kernel's counters (two syscalls:
+ * here, a few times a second, rather than at every tick). */
 static int refresh(struct native *n, char *err, size_t errlen)
 {
 #ifdef PROBED_BPF
-    if (n->bs)
+    if (n->bs) {
+        struct bpfstack_stats bst;
+        bpfstack__stats(n->bs, &bst);
+        n->stats.lost += bst.lost - n->kernel_lost;
+        n->kernel_lost = bst.lost;
+        n->stats.bpf_run_ns = bst.run_ns;
+        n->stats.bpf_runs = bst.run_cnt;
         return bpfstack__refresh(n->bs, err, errlen);
+    }
 #endif
     return perfstack__refresh(n->ps, err, errlen);
 }
