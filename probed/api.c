@@ -39,6 +39,7 @@
 #define HEADERS_MAX 16384     /* bytes of request headers */
 #define IO_TIMEOUT_S 10       /* a client that stalls this long is dropped (slow loris) */
 #define WORKERS_MAX 8         /* queries, flame graphs and backtraces running at once */
+#define USER_JOBS_MAX 3       /* of those, for one user who is not root */
 #define EVAL_TIMEOUT_MS 10000 /* default wait for an eval's reply */
 #define EVAL_TIMEOUT_MAX_MS 600000
 #define TRACKED_MAX 128             /* processes with allocation tracking or the torch trace on */
@@ -87,6 +88,10 @@ struct api {
     pthread_mutex_t lock; /* workers count, for api_free() to wait on */
     pthread_cond_t idle;
     int workers;
+    struct user_jobs {
+        uid_t uid;
+        int n;                /* 0: a free entry */
+    } user_jobs[WORKERS_MAX]; /* the workers of users who are not root */
     atomic_uint_fast64_t requests, queries, query_errors;
 };
 
@@ -520,6 +525,43 @@ static void torch_done(struct api *a, const struct job *j)
     }
 }
 
+/* With a->lock: a worker for @sc's user, within WORKERS_MAX and USER_JOBS_MAX (a user who is
+ * not root may not take every worker: root's requests and other users' still get one).
+ * -EBUSY: all workers run; -EUSERS: this user's do. */
+static int worker_claim(struct api *a, const struct query_scope *sc)
+{
+    struct user_jobs *free_entry = NULL, *mine = NULL;
+
+    if (a->workers >= WORKERS_MAX)
+        return -EBUSY;
+    for (int i = 0; !sc->root && i < WORKERS_MAX; i++) {
+        struct user_jobs *u = &a->user_jobs[i];
+        if (u->n && u->uid == sc->uid)
+            mine = u;
+        else if (!u->n && !free_entry)
+            free_entry = u;
+    }
+    if (!sc->root) {
+        if (mine && mine->n >= USER_JOBS_MAX)
+            return -EUSERS;
+        if (!mine)
+            *(mine = free_entry) = (struct user_jobs){.uid = sc->uid};
+        mine->n++;
+    }
+    a->workers++;
+    return 0;
+}
+
+static void worker_release(struct api *a, const struct query_scope *sc)
+{
+    for (int i = 0; !sc->root && i < WORKERS_MAX; i++)
+        if (a->user_jobs[i].n && a->user_jobs[i].uid == sc->uid) {
+            a->user_jobs[i].n--;
+            break;
+        }
+    a->workers--;
+}
+
 /* Loop thread: the worker is done; reply. */
 static void job_done(evutil_socket_t fd, short what, void *arg)
 {
@@ -537,11 +579,11 @@ static void job_done(evutil_socket_t fd, short what, void *arg)
         reply_raw(j->req, j->raw_type, j->raw, j->raw_len);
     else
         reply_json(j->req, j->status, json_incref(j->body));
-    job_free(j);
     pthread_mutex_lock(&a->lock);
-    a->workers--;
+    worker_release(a, &j->scope);
     pthread_cond_broadcast(&a->idle);
     pthread_mutex_unlock(&a->lock);
+    job_free(j);
 }
 
 static void run_query(struct job *j, const char *sql)
@@ -664,13 +706,16 @@ static void start_job(struct api *a, struct job *j)
     int r;
 
     pthread_mutex_lock(&a->lock);
-    r = a->workers < WORKERS_MAX ? 0 : -EBUSY;
-    if (r == 0)
-        a->workers++;
+    r = worker_claim(a, &j->scope);
     pthread_mutex_unlock(&a->lock);
+    if (r == -EUSERS && j->req)
+        reply_error(j->req, 429,
+                    "uid %u has %d queries, flame graphs or evals running already;"
+                    " try again when one is done",
+                    (unsigned)j->scope.uid, USER_JOBS_MAX);
+    else if (r < 0 && j->req)
+        reply_error(j->req, 503, "too many queries running (%d); try again", WORKERS_MAX);
     if (r < 0) {
-        if (j->req)
-            reply_error(j->req, 503, "too many queries running (%d); try again", WORKERS_MAX);
         job_dropped(a, j);
         return;
     }
@@ -680,7 +725,7 @@ static void start_job(struct api *a, struct job *j)
     pthread_attr_destroy(&attr);
     if (r != 0) {
         pthread_mutex_lock(&a->lock);
-        a->workers--;
+        worker_release(a, &j->scope);
         pthread_mutex_unlock(&a->lock);
         if (j->req)
             reply_error(j->req, 503, "could not start a worker: %s", strerror(r));

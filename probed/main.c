@@ -30,6 +30,8 @@
 #include "config.h"
 #include "meter.h"
 #include "log.h"
+#include "query.h"
+#include "sqlmem.h"
 #include "procfs.h"
 #include "outbox.h"
 #include "sampler.h"
@@ -345,6 +347,10 @@ int main(int argc, char **argv)
     if (parse_args(argc, argv, &o) < 0)
         return 2;
     signal(SIGPIPE, SIG_IGN);
+    if (sqlmem_install(QUERY_ALL_MEMORY_BYTES) < 0) { /* before any SQLite call */
+        log_msg(LOG_ERR, "SQLite was initialised before its allocator could be set");
+        return 1;
+    }
     if (evthread_use_pthreads() < 0) {
         log_msg(LOG_ERR, "libevent has no pthreads support");
         return 1;

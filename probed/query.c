@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "livetab.h"
+#include "sqlmem.h"
 #include "viewtab.h"
 #include "schema.h"
 #include "units.h"
@@ -23,6 +24,7 @@ struct guard {
     char refused[256];   /* why the authorizer said no */
     int64_t deadline_ns; /* CLOCK_MONOTONIC */
     bool timed_out;
+    struct sqlmem_budget *memory; /* what the connection's allocations are charged to */
 };
 
 static int fail(struct query_err *err, int status, const char *fmt, ...)
@@ -97,8 +99,16 @@ static int authorize(void *ctx, int action, const char *a1, const char *a2, cons
     if (!g->armed)
         return SQLITE_OK;
     switch (action) {
-    case SQLITE_SELECT:
     case SQLITE_FUNCTION:
+        /* fts3_tokenizer() returns an address inside the daemon (and registers a tokenizer
+         * from one); load_extension() would load code */
+        if (a2 &&
+            (strcasecmp(a2, "fts3_tokenizer") == 0 || strcasecmp(a2, "load_extension") == 0)) {
+            snprintf(g->refused, sizeof(g->refused), "the function %s() is refused", a2);
+            return SQLITE_DENY;
+        }
+        return SQLITE_OK;
+    case SQLITE_SELECT:
     case SQLITE_RECURSIVE:
         return SQLITE_OK;
     case SQLITE_READ:
@@ -245,6 +255,20 @@ static int shadow_tables(sqlite3 *db, const struct query_scope *sc, struct query
     return setup_exec(db, sql, err);
 }
 
+/* Bounds on what a statement may build (the schema and views are made before, unbounded). */
+static void set_limits(sqlite3 *db)
+{
+    sqlite3_limit(db, SQLITE_LIMIT_LENGTH, QUERY_VALUE_BYTES);
+    sqlite3_limit(db, SQLITE_LIMIT_SQL_LENGTH, QUERY_SQL_BYTES);
+    sqlite3_limit(db, SQLITE_LIMIT_COLUMN, 500);
+    sqlite3_limit(db, SQLITE_LIMIT_EXPR_DEPTH, 500);
+    sqlite3_limit(db, SQLITE_LIMIT_COMPOUND_SELECT, 100);
+    sqlite3_limit(db, SQLITE_LIMIT_FUNCTION_ARG, 64);
+    sqlite3_limit(db, SQLITE_LIMIT_LIKE_PATTERN_LENGTH, 1000);
+    sqlite3_limit(db, SQLITE_LIMIT_VARIABLE_NUMBER, 100);
+    sqlite3_limit(db, SQLITE_LIMIT_WORKER_THREADS, 0);
+}
+
 static int open_connection(const char *path, struct sampler *sampler, struct guard *g,
                            sqlite3 **ret, struct query_err *err)
 {
@@ -288,6 +312,7 @@ static int open_connection(const char *path, struct sampler *sampler, struct gua
         sqlite3_close(db);
         return r;
     }
+    set_limits(db);
     g->armed = true;
     *ret = db;
     return 0;
@@ -312,14 +337,33 @@ static json_t *column_value(sqlite3_stmt *q, int i)
     }
 }
 
+/* Why a statement stopped: a limit it ran into is named, with the limit. */
+static int fail_step(sqlite3 *db, struct guard *g, int rc, struct query_err *err)
+{
+    if (g->memory && g->memory->refused && g->memory->over_all)
+        return fail(err, 503,
+                    "the queries running now hold all the memory queries may have (%lld MiB);"
+                    " try again",
+                    QUERY_ALL_MEMORY_BYTES >> 20);
+    if (g->memory && g->memory->refused)
+        return fail(err, 400, "the query needed more than %lld MiB (the query memory limit)",
+                    QUERY_MEMORY_BYTES >> 20);
+    if ((rc & 0xff) == SQLITE_TOOBIG)
+        return fail(err, 400, "%s: a value longer than %d bytes (the query value limit)",
+                    sqlite3_errmsg(db), QUERY_VALUE_BYTES);
+    return fail(err, 400, "%s", g->refused[0] ? g->refused : sqlite3_errmsg(db));
+}
+
 static int prepare(sqlite3 *db, struct guard *g, const char *sql, sqlite3_stmt **ret,
                    struct query_err *err)
 {
     const char *tail = NULL;
     sqlite3_stmt *q = NULL;
 
-    if (sqlite3_prepare_v2(db, sql, -1, &q, &tail) != SQLITE_OK)
-        return fail(err, 400, "%s", g->refused[0] ? g->refused : sqlite3_errmsg(db));
+    int rc = sqlite3_prepare_v2(db, sql, -1, &q, &tail);
+
+    if (rc != SQLITE_OK)
+        return fail_step(db, g, rc, err);
     if (!q)
         return fail(err, 400, "empty query");
     while (tail && (*tail == ' ' || *tail == '\n' || *tail == '\t' || *tail == ';'))
@@ -341,7 +385,7 @@ static int collect(sqlite3 *db, struct guard *g, sqlite3_stmt *q, const struct q
 {
     int ncol = sqlite3_column_count(q), rc;
     json_t *cols = json_array(), *rows = json_array();
-    int64_t n = 0;
+    int64_t n = 0, bytes = 0;
 
     json_object_set_new(out, "columns", cols);
     json_object_set_new(out, "rows", rows);
@@ -349,13 +393,16 @@ static int collect(sqlite3 *db, struct guard *g, sqlite3_stmt *q, const struct q
         json_array_append_new(cols, json_string(sqlite3_column_name(q, i)));
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
         json_t *row;
-        if (n == lim->max_rows) {
+        if (n == lim->max_rows || bytes > QUERY_REPLY_BYTES) {
             json_object_set_new(out, "truncated", json_true());
             return 0;
         }
         row = json_array();
-        for (int i = 0; i < ncol; i++)
+        for (int i = 0; i < ncol; i++) {
             json_array_append_new(row, column_value(q, i));
+            bytes +=
+                8 + (sqlite3_column_type(q, i) == SQLITE_TEXT ? sqlite3_column_bytes(q, i) : 0);
+        }
         json_array_append_new(rows, row);
         n++;
     }
@@ -366,7 +413,7 @@ static int collect(sqlite3 *db, struct guard *g, sqlite3_stmt *q, const struct q
     if (g->timed_out)
         return fail(err, 408, "query interrupted after %lld ms (the query time limit)",
                     (long long)lim->time_ms);
-    return fail(err, 400, "%s", g->refused[0] ? g->refused : sqlite3_errmsg(db));
+    return fail_step(db, g, rc, err);
 }
 
 int query_run(const char *db_path, struct sampler *sampler, const struct query_scope *scope,
@@ -378,9 +425,14 @@ int query_run(const char *db_path, struct sampler *sampler, const struct query_s
     json_t *out;
     int r;
 
+    g.memory = sqlmem_enter(QUERY_MEMORY_BYTES);
+    if (!g.memory)
+        return fail(err, 503, "too many queries hold memory now (%d); try again", SQLMEM_BUDGETS);
     r = open_connection(db_path, sampler, &g, &db, err);
-    if (r < 0)
+    if (r < 0) {
+        sqlmem_leave(g.memory);
         return r;
+    }
     g.deadline_ns = now_mono_ns() + lim->time_ms * 1000000LL;
     r = prepare(db, &g, sql, &q, err);
     out = r == 0 ? json_object() : NULL;
@@ -388,6 +440,7 @@ int query_run(const char *db_path, struct sampler *sampler, const struct query_s
         r = out ? collect(db, &g, q, lim, out, err) : fail(err, 500, "out of memory");
     sqlite3_finalize(q);
     sqlite3_close(db);
+    sqlmem_leave(g.memory);
     if (r < 0) {
         json_decref(out);
         return r;

@@ -7,7 +7,8 @@
  * reading: writes, ATTACH, DDL and state-changing PRAGMAs are refused with the reason. A
  * progress handler interrupts a query that runs past its time limit. A scoped user (not
  * root, or --pid) sees targets, threads and samples through temp views filtered to its
- * processes and cannot read the raw tables directly.
+ * processes and cannot read the raw tables directly. Every query is bounded (QUERY_* below):
+ * past a bound it fails with the bound named, or its reply is cut ("truncated").
  * Threads: a connection belongs to the thread that opened it (a query worker).
  * Failure: -errno with the message for the user in @err.
  */
@@ -32,6 +33,15 @@ struct query_limits {
     int64_t time_ms; /* interrupted after this long */
     int64_t max_rows;
 };
+
+/* What one query may consume besides time and rows: SQLite's memory (sqlmem.h: per query, and
+ * all queries together), the longest value (a string or blob; also caps what one function call
+ * can build, which no progress handler interrupts), the SQL text, and the reply. */
+#define QUERY_MEMORY_BYTES (64LL << 20)
+#define QUERY_ALL_MEMORY_BYTES (256LL << 20)
+#define QUERY_VALUE_BYTES (8 << 20)
+#define QUERY_SQL_BYTES (1 << 20)
+#define QUERY_REPLY_BYTES (32LL << 20)
 
 struct query_err {
     int http_status; /* 400 refused/invalid, 408 timed out, 500 ours */

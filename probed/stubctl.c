@@ -12,7 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <linux/openat2.h>
+#include <sys/fsuid.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,14 +31,29 @@ struct stubctl {
     pthread_mutex_t inject_lock;
 };
 
-/* Where one target's stub lives: as the target sees it, and as we reach it. */
+/*
+ * Where one target's stub lives. Everything under the target's /tmp is the user's to change at
+ * any instant, so it is reached only through these fds, opened once without following links
+ * and checked on the opened object (never by path again): the daemon acts with root's rights.
+ */
 struct stub_place {
-    char dir_in_target[64];
-    char dir[128];
-    char sock[160];
-    uid_t uid;
+    pid_t pid;
+    uid_t uid; /* the target's (the owner of /proc/PID) */
     gid_t gid;
+    char name[48];          /* probed-PID-START */
+    char dir_in_target[64]; /* /tmp/probed-PID-START, as the target sees it */
+    int tmp_fd;             /* the target's /tmp, through /proc/PID/root */
+    int dir_fd;             /* the stub directory, once checked; -1 before */
 };
+
+static void place_close(struct stub_place *p)
+{
+    if (p->tmp_fd >= 0)
+        close(p->tmp_fd);
+    if (p->dir_fd >= 0)
+        close(p->dir_fd);
+    p->tmp_fd = p->dir_fd = -1;
+}
 
 /* Empties and removes one stale stub directory (opened without following links). */
 static void remove_stub_dir(int tmp_fd, const char *name)
@@ -104,101 +122,214 @@ void stubctl_free(struct stubctl *sc)
     free(sc);
 }
 
-static int place_of(pid_t pid, struct stub_place *p, char *err, size_t errlen)
+/* Opens @pid's /tmp as @pid sees it (through /proc/PID/root, its links resolved inside that
+ * root only), after @pid's /proc entry: its owner is whom the stub's files must belong to, and
+ * a start time read through that entry after the opens proves the pid was not reused. */
+static int place_open(pid_t pid, struct stub_place *p, char *err, size_t errlen)
 {
+    struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+                           .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
     char proc[32];
     struct stat st;
-    int64_t start;
-    int r = procfs_start_time(pid, &start);
+    int64_t start, start_after;
+    int proc_fd, root_fd, r;
 
+    *p = (struct stub_place){.pid = pid, .tmp_fd = -1, .dir_fd = -1};
     snprintf(proc, sizeof(proc), "/proc/%d", (int)pid);
-    if (r < 0 || stat(proc, &st) < 0)
+    proc_fd = open(proc, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (proc_fd < 0 || fstat(proc_fd, &st) < 0 || procfs_start_time(pid, &start) < 0) {
+        if (proc_fd >= 0)
+            close(proc_fd);
         return errbuf_set(err, errlen, -ESRCH, "pid %d does not exist", (int)pid);
-    snprintf(p->dir_in_target, sizeof(p->dir_in_target), "/tmp/probed-%d-%" PRId64, (int)pid,
-             start);
-    snprintf(p->dir, sizeof(p->dir), "/proc/%d/root%s", (int)pid, p->dir_in_target);
-    snprintf(p->sock, sizeof(p->sock), "%s/%s", p->dir, STUB_SOCKET_NAME);
+    }
     p->uid = st.st_uid;
     p->gid = st.st_gid;
+    root_fd = openat(proc_fd, "root", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    r = root_fd < 0 ? -errno : 0;
+    if (r == 0) {
+        p->tmp_fd = (int)syscall(SYS_openat2, root_fd, "tmp", &how, sizeof(how));
+        r = p->tmp_fd < 0 ? -errno : 0;
+        close(root_fd);
+    }
+    close(proc_fd);
+    if (r < 0)
+        return errbuf_set(err, errlen, r, "pid %d: open its /tmp through /proc/%d/root: %s",
+                          (int)pid, (int)pid, strerror(-r));
+    if (procfs_start_time(pid, &start_after) < 0 || start_after != start) {
+        place_close(p);
+        return errbuf_set(err, errlen, -ESRCH, "pid %d exited", (int)pid);
+    }
+    snprintf(p->name, sizeof(p->name), "probed-%d-%" PRId64, (int)pid, start);
+    snprintf(p->dir_in_target, sizeof(p->dir_in_target), "/tmp/%s", p->name);
     return 0;
 }
 
-static int connect_stub(const struct stub_place *p)
+/* The stub directory, opened without following a link and checked on the opened fd: a
+ * directory of the target's user that nobody else may enter. -ENOENT when there is none. */
+static int place_open_dir(struct stub_place *p, char *err, size_t errlen)
+{
+    struct stat st;
+    int fd = openat(p->tmp_fd, p->name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+    if (fd < 0) {
+        int e = errno;
+        if (e == ENOENT)
+            return -ENOENT;
+        return errbuf_set(err, errlen, e == ELOOP || e == ENOTDIR ? -EPERM : -e,
+                          "pid %d: %s is not a directory of its user (%s)", (int)p->pid,
+                          p->dir_in_target, e == ELOOP ? "a symbolic link" : strerror(e));
+    }
+    if (fstat(fd, &st) < 0 || st.st_uid != p->uid || (st.st_mode & 077)) {
+        close(fd);
+        return errbuf_set(err, errlen, -EPERM,
+                          "pid %d: %s is not a private directory of uid %u (owner %u, mode %o)",
+                          (int)p->pid, p->dir_in_target, (unsigned)p->uid, (unsigned)st.st_uid,
+                          (unsigned)(st.st_mode & 07777));
+    }
+    if (p->dir_fd >= 0)
+        close(p->dir_fd);
+    p->dir_fd = fd;
+    return 0;
+}
+
+/*
+ * Connects to the stub's socket and proves the target is on the other end: the socket file is
+ * opened without following a link and connected through that fd (/proc/self/fd/N, so nothing
+ * can be swapped between the check and the connect), and SO_PEERCRED must name the target's
+ * pid and uid. -ENOENT: no stub listens there yet (load one); -EPERM: something else does.
+ */
+static int connect_stub(const struct stub_place *p, char *err, size_t errlen)
 {
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
-    int fd;
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    struct stat st;
+    int sock_fd, fd, r;
 
-    if (strlen(p->sock) >= sizeof(addr.sun_path))
-        return -ENAMETOOLONG;
-    memcpy(addr.sun_path, p->sock, strlen(p->sock) + 1);
+    sock_fd = openat(p->dir_fd, STUB_SOCKET_NAME, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (sock_fd < 0)
+        return errno == ENOENT
+                   ? -ENOENT
+                   : errbuf_set(err, errlen, -EPERM, "pid %d: open %s/%s: %s", (int)p->pid,
+                                p->dir_in_target, STUB_SOCKET_NAME, strerror(errno));
+    if (fstat(sock_fd, &st) < 0 || !S_ISSOCK(st.st_mode) || st.st_uid != p->uid) {
+        close(sock_fd);
+        return errbuf_set(
+            err, errlen, -EPERM, "pid %d: %s/%s is not a socket of uid %u (%s, owner %u)",
+            (int)p->pid, p->dir_in_target, STUB_SOCKET_NAME, (unsigned)p->uid,
+            S_ISLNK(st.st_mode) ? "a symbolic link" : "another kind of file", (unsigned)st.st_uid);
+    }
+    snprintf(addr.sun_path, sizeof(addr.sun_path), "/proc/self/fd/%d", sock_fd);
     fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -errno;
-    if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
-        int e = errno;
+    r = fd < 0 ? -errno : 0;
+    if (r == 0 && connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0)
+        r = -errno;
+    close(sock_fd);
+    if (r < 0) {
+        if (fd >= 0)
+            close(fd);
+        return r == -ECONNREFUSED ? -ENOENT : r; /* a stale socket: nobody listens */
+    }
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 || cred.pid != p->pid ||
+        cred.uid != p->uid) {
         close(fd);
-        return -e;
+        return errbuf_set(err, errlen, -EPERM,
+                          "pid %d: %s/%s is a socket of pid %d (uid %u), not pid %d's stub: "
+                          "refused",
+                          (int)p->pid, p->dir_in_target, STUB_SOCKET_NAME, (int)cred.pid,
+                          (unsigned)cred.uid, (int)p->pid);
     }
     return fd;
 }
 
-/* The directory: created 0700 for the target's user, or an existing one that is exactly that
- * (never a symlink or someone else's: /tmp is shared). */
-static int make_dir(const struct stub_place *p, char *err, size_t errlen)
-{
-    struct stat st;
+/* This thread's filesystem identity (fsuid/fsgid, per thread on Linux): what it creates while
+ * it is the target's user belongs to that user and is made with that user's rights only (the
+ * kernel drops CAP_DAC_OVERRIDE, CAP_CHOWN... while the fsuid is not 0). */
+struct fs_identity {
+    uid_t uid;
+    gid_t gid;
+};
 
-    if (mkdir(p->dir, 0700) == 0) {
-        if (chown(p->dir, p->uid, p->gid) < 0)
-            return errbuf_set(err, errlen, -errno, "chown %s: %s", p->dir, strerror(errno));
-        return 0;
+static int fs_identity_become(uid_t uid, gid_t gid, struct fs_identity *ret_old)
+{
+    ret_old->gid = (gid_t)setfsgid(gid);
+    ret_old->uid = (uid_t)setfsuid(uid);
+    if ((uid_t)setfsuid((uid_t)-1) != uid || (gid_t)setfsgid((gid_t)-1) != gid) {
+        setfsuid(ret_old->uid);
+        setfsgid(ret_old->gid);
+        return -EPERM;
     }
-    if (errno != EEXIST)
-        return errbuf_set(err, errlen, -errno, "mkdir %s: %s", p->dir, strerror(errno));
-    if (lstat(p->dir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != p->uid || (st.st_mode & 077))
-        return errbuf_set(err, errlen, -EPERM,
-                          "%s exists and is not a private directory of the target's user", p->dir);
     return 0;
 }
 
-/* A copy of the stub under a name used once: dlopen() of a path already loaded would not
- * run the constructor again. */
+static void fs_identity_restore(const struct fs_identity *old)
+{
+    setfsuid(old->uid);
+    setfsgid(old->gid);
+}
+
+/* The directory, made by the target's user, or the one already there when it is theirs. */
+static int make_dir(struct stub_place *p, char *err, size_t errlen)
+{
+    struct fs_identity old;
+    int r = fs_identity_become(p->uid, p->gid, &old);
+
+    if (r < 0)
+        return errbuf_set(err, errlen, r, "pid %d: act as uid %u: cannot set the fsuid",
+                          (int)p->pid, (unsigned)p->uid);
+    r = mkdirat(p->tmp_fd, p->name, 0700) < 0 && errno != EEXIST ? -errno : 0;
+    fs_identity_restore(&old);
+    if (r < 0)
+        return errbuf_set(err, errlen, r, "pid %d: mkdir %s as uid %u: %s", (int)p->pid,
+                          p->dir_in_target, (unsigned)p->uid, strerror(-r));
+    return place_open_dir(p, err, errlen);
+}
+
+/* A copy of the stub under a name used once (dlopen() of a path already loaded would not run
+ * the constructor again), created by the target's user inside the checked directory only. */
 static int copy_stub(const struct stubctl *sc, const struct stub_place *p, char *name, size_t size,
                      char *err, size_t errlen)
 {
-    char path[256], buf[65536];
+    char buf[65536];
+    struct fs_identity old;
     struct timespec ts;
     int in, out, r = 0;
     ssize_t n;
 
     clock_gettime(CLOCK_REALTIME, &ts);
     snprintf(name, size, "stub-%lld%09ld.so", (long long)ts.tv_sec, ts.tv_nsec);
-    snprintf(path, sizeof(path), "%s/%s", p->dir, name);
     in = open(sc->stub_path, O_RDONLY | O_CLOEXEC);
     if (in < 0)
         return errbuf_set(err, errlen, -errno, "open %s: %s", sc->stub_path, strerror(errno));
-    out = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0500);
-    if (out < 0) {
-        r = errbuf_set(err, errlen, -errno, "create %s: %s", path, strerror(errno));
+    if ((r = fs_identity_become(p->uid, p->gid, &old)) < 0) {
         close(in);
-        return r;
+        return errbuf_set(err, errlen, r, "pid %d: act as uid %u: cannot set the fsuid",
+                          (int)p->pid, (unsigned)p->uid);
+    }
+    out = openat(p->dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0500);
+    if (out < 0)
+        r = -errno;
+    fs_identity_restore(&old);
+    if (out < 0) {
+        close(in);
+        return errbuf_set(err, errlen, r, "pid %d: create %s/%s as uid %u: %s", (int)p->pid,
+                          p->dir_in_target, name, (unsigned)p->uid, strerror(-r));
     }
     while (r == 0 && (n = read(in, buf, sizeof(buf))) > 0)
         if (write(out, buf, (size_t)n) != n)
-            r = errbuf_set(err, errlen, -EIO, "write %s: %s", path, strerror(errno));
-    if (r == 0 && fchown(out, p->uid, p->gid) < 0)
-        r = errbuf_set(err, errlen, -errno, "chown %s: %s", path, strerror(errno));
+            r = errbuf_set(err, errlen, -EIO, "write %s/%s: %s", p->dir_in_target, name,
+                           strerror(errno));
     close(in);
     if (close(out) < 0 && r == 0)
-        r = errbuf_set(err, errlen, -errno, "close %s: %s", path, strerror(errno));
+        r = errbuf_set(err, errlen, -errno, "close %s/%s: %s", p->dir_in_target, name,
+                       strerror(errno));
     if (r < 0)
-        unlink(path);
+        unlinkat(p->dir_fd, name, 0);
     return r;
 }
 
 /* Loads the stub and waits for its socket; returns the connected socket. */
-static int inject_stub(struct stubctl *sc, pid_t pid, const struct stub_place *p, char *err,
-                       size_t errlen)
+static int inject_stub(struct stubctl *sc, struct stub_place *p, char *err, size_t errlen)
 {
     char name[64], in_target[160];
     double deadline;
@@ -209,16 +340,17 @@ static int inject_stub(struct stubctl *sc, pid_t pid, const struct stub_place *p
         (r = copy_stub(sc, p, name, sizeof(name), err, errlen)) < 0)
         return r;
     snprintf(in_target, sizeof(in_target), "%s/%s", p->dir_in_target, name);
-    r = inject_library(pid, in_target, err, errlen);
+    r = inject_library(p->pid, in_target, err, errlen);
     if (r < 0)
         return r;
     deadline = mono_ms() + SOCKET_WAIT_MS;
-    while ((fd = connect_stub(p)) < 0 && mono_ms() < deadline)
+    while ((fd = connect_stub(p, err, errlen)) == -ENOENT && mono_ms() < deadline)
         usleep(2000);
-    if (fd < 0)
+    if (fd == -ENOENT)
         return errbuf_set(err, errlen, -ETIMEDOUT,
-                          "pid %d loaded the stub but its socket %s did not appear within %d ms",
-                          (int)pid, p->sock, SOCKET_WAIT_MS);
+                          "pid %d loaded the stub but its socket %s/%s did not appear within "
+                          "%d ms",
+                          (int)p->pid, p->dir_in_target, STUB_SOCKET_NAME, SOCKET_WAIT_MS);
     return fd;
 }
 
@@ -228,23 +360,31 @@ static int open_stub(struct stubctl *sc, pid_t pid, bool may_inject, struct stub
 {
     struct stub_place p;
     double t0 = mono_ms();
-    int fd = place_of(pid, &p, err, errlen);
+    int fd = place_open(pid, &p, err, errlen);
 
     if (fd < 0)
         return fd;
-    fd = connect_stub(&p);
-    if (fd >= 0)
+    fd = place_open_dir(&p, err, errlen);
+    if (fd == 0)
+        fd = connect_stub(&p, err, errlen);
+    if (fd != -ENOENT || !may_inject) {
+        if (fd == -ENOENT)
+            errbuf_set(err, errlen, -ENOENT, "pid %d has no stub loaded", (int)pid);
+        place_close(&p);
         return fd;
-    if (!may_inject)
-        return errbuf_set(err, errlen, -ENOENT, "pid %d has no stub loaded", (int)pid);
+    }
     pthread_mutex_lock(&sc->inject_lock);
-    fd = connect_stub(&p); /* another worker may have loaded it meanwhile */
-    if (fd < 0) {
-        fd = inject_stub(sc, pid, &p, err, errlen);
+    /* another worker may have loaded it meanwhile */
+    fd = place_open_dir(&p, err, errlen);
+    if (fd == 0)
+        fd = connect_stub(&p, err, errlen);
+    if (fd == -ENOENT) {
+        fd = inject_stub(sc, &p, err, errlen);
         res->injected = fd >= 0;
         res->inject_ms = mono_ms() - t0;
     }
     pthread_mutex_unlock(&sc->inject_lock);
+    place_close(&p);
     return fd;
 }
 
@@ -312,6 +452,9 @@ static int exchange(int fd, pid_t pid, const struct stub_call *call, struct stub
     if (r < 0 || h.magic != STUB_MAGIC)
         return errbuf_set(err, errlen, r < 0 ? r : -EPROTO, "pid %d: the stub's reply: %s",
                           (int)pid, r < 0 ? strerror(-r) : "garbled");
+    if (h.len > STUB_REPLY_MAX) /* whoever answers on a target's socket is not trusted */
+        return errbuf_set(err, errlen, -EPROTO, "pid %d: a reply of %u bytes (the limit is %u)",
+                          (int)pid, h.len, STUB_REPLY_MAX);
     res->status = (enum stub_status)h.status;
     res->text = malloc((size_t)h.len + 1);
     if (!res->text)

@@ -453,7 +453,10 @@ static int read_all(int fd, void *buf, size_t len)
 
 static void reply(int fd, uint8_t status, const char *text)
 {
-    struct stub_reply h = {.magic = STUB_MAGIC, .status = status, .len = (uint32_t)strlen(text)};
+    size_t len = strlen(text);
+    struct stub_reply h = {.magic = STUB_MAGIC,
+                           .status = status,
+                           .len = (uint32_t)(len > STUB_REPLY_MAX ? STUB_REPLY_MAX : len)};
 
     /* MSG_NOSIGNAL: a daemon that stopped waiting must not SIGPIPE the target */
     if (send(fd, &h, sizeof(h), MSG_NOSIGNAL) == (ssize_t)sizeof(h))

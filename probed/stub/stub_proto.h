@@ -13,6 +13,7 @@
 #define STUB_MAGIC 0x50524244u /* "PRBD" */
 #define STUB_SOCKET_NAME "sock"
 #define STUB_CODE_MAX (4u << 20)
+#define STUB_REPLY_MAX (16u << 20) /* longer output is cut there by the stub */
 
 enum stub_kind {
     STUB_RUN = 1,         /* run the code; print a final expression's value */

@@ -24,7 +24,8 @@
     X(test_sampler_makes_room)                                                                     \
     X(test_config_checks_values)                                                                   \
     X(test_config_file_and_reload)                                                                 \
-    X(test_mixed_order)
+    X(test_mixed_order)                                                                            \
+    X(test_sqlmem_budgets)
 
 #define DECLARE(name) int name(void);
 CASES(DECLARE)

@@ -1,0 +1,225 @@
+"""The root daemon as an attack surface (docs/SECURITY.md): each attack found against it, run for
+real by a user who is not root, against a real daemon. Every test here failed on d301f2e."""
+import ctypes
+import os
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from conftest import TARGETS, wait_for
+from daemon import ensure_test_user
+
+PYTHON = '/usr/bin/python3'  # readable by the test user (pyenv lives in root's home)
+
+
+def start_time(pid):
+    with open('/proc/%d/stat' % pid) as f:
+        return int(f.read().rsplit(')', 1)[1].split()[19])
+
+
+def as_user(user, *cmd, **kw):
+    return subprocess.run(['setpriv', '--reuid=' + user, '--regid=' + user, '--init-groups']
+                          + [str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=120, **kw)
+
+
+class UserTarget:
+    """tests/targets/evaltarget.py run by @user: a process that user owns."""
+
+    def __init__(self, user, mode='sleep'):
+        self.proc = subprocess.Popen(['setpriv', '--reuid=' + user, '--regid=' + user,
+                                      '--init-groups', PYTHON,
+                                      os.path.join(TARGETS, 'evaltarget.py'), mode],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     universal_newlines=True)
+        line = self.proc.stdout.readline()
+        assert line.startswith('READY'), line + self.proc.stderr.read()
+        self.pid = self.proc.pid
+        self.stub_dir = '/tmp/probed-%d-%d' % (self.pid, start_time(self.pid))
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+
+
+@pytest.fixture(scope='module')
+def user(daemon):
+    u = ensure_test_user()
+    os.chmod(daemon.socket, 0o666)  # the group rule is packaging's; here SO_PEERCRED decides
+    return u
+
+
+@pytest.fixture
+def root_target():
+    p = subprocess.Popen([PYTHON, os.path.join(TARGETS, 'evaltarget.py'), 'sleep'],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    assert p.stdout.readline().startswith('READY')
+    yield p.pid
+    p.kill()
+    p.wait()
+    p.stdout.close()
+    p.stderr.close()
+
+
+def test_a_stub_socket_linked_to_roots_never_runs_code_as_root(daemon, user, root_target):
+    """Attack 1: the user's own stub directory holds a 'sock' that links to a root process's stub
+    socket; an eval of the user's pid must not reach root's process."""
+    r = daemon.ctl('eval', root_target, 'import os; os.getuid()')
+    assert r.stdout == '0\n', r.stderr  # root's target has its stub, and so its socket
+    root_sock = '/tmp/probed-%d-%d/sock' % (root_target, start_time(root_target))
+    assert os.path.exists(root_sock)
+    t = UserTarget(user)
+    try:
+        made = as_user(user, 'sh', '-c', 'mkdir -m 700 %s && ln -s %s %s/sock'
+                       % (t.stub_dir, root_sock, t.stub_dir))
+        assert made.returncode == 0, made.stderr
+        r = daemon.ctl('eval', t.pid, 'import os; os.getuid()', user=user)
+        assert r.stdout != '0\n', 'code ran as root: ' + r.stdout
+        assert r.returncode != 0 and 'sock' in r.stderr, (r.returncode, r.stdout, r.stderr)
+        rows = daemon.rows('SELECT status, uid FROM evals WHERE pid = %d' % t.pid)
+        assert len(rows) == 1 and rows[0][0].startswith('error') and rows[0][1] != 0, rows
+        # root's own process answered nothing to anyone but root
+        assert daemon.rows('SELECT count(*) FROM evals WHERE pid = %d' % root_target) == [[1]]
+    finally:
+        t.close()
+
+
+def test_a_socket_of_another_process_in_the_stub_directory_is_refused(daemon, user):
+    """Attack 1, without a link: the user binds a real socket in their target's stub directory
+    from another of their processes; SO_PEERCRED shows it is not the target, so nothing is sent."""
+    t = UserTarget(user)
+    listener = None
+    try:
+        made = as_user(user, 'mkdir', '-m', '700', t.stub_dir)
+        assert made.returncode == 0, made.stderr
+        listener = subprocess.Popen(
+            ['setpriv', '--reuid=' + user, '--regid=' + user, '--init-groups', PYTHON, '-c',
+             'import socket, sys, time\n'
+             's = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(8)\n'
+             'print("READY", flush=True)\n'
+             'while True:\n'
+             '    c, _ = s.accept(); c.recv(65536); c.close()\n', t.stub_dir + '/sock'],
+            stdout=subprocess.PIPE, universal_newlines=True)
+        assert listener.stdout.readline().startswith('READY')
+        r = daemon.ctl('eval', t.pid, '1', user=user)
+        assert r.returncode != 0 and 'not pid %d' % t.pid in r.stderr, (r.stdout, r.stderr)
+        assert 'pid %d' % listener.pid in r.stderr, r.stderr
+    finally:
+        if listener:
+            listener.kill()
+            listener.wait()
+            listener.stdout.close()
+        t.close()
+
+
+libc = ctypes.CDLL(None, use_errno=True)
+RENAME_EXCHANGE = 2
+
+
+def test_the_stub_directory_swapped_for_a_link_never_gets_root_to_write_elsewhere(daemon, user):
+    """Attack 2: while the daemon loads the stub, the user swaps their stub directory for a link
+    to a root-only directory (renameat2 RENAME_EXCHANGE in a loop); no file may appear there."""
+    victim = tempfile.mkdtemp(prefix='probed-victim-')
+    os.chmod(victim, 0o700)
+    swapper = None
+    try:
+        for _ in range(12):
+            t = UserTarget(user)
+            try:
+                link = '/tmp/probed-swap-%d' % t.pid
+                as_user(user, 'sh', '-c', 'mkdir -m 700 %s && ln -s %s %s'
+                        % (t.stub_dir, victim, link), check=True)
+                swapper = subprocess.Popen(
+                    ['setpriv', '--reuid=' + user, '--regid=' + user, '--init-groups', PYTHON,
+                     '-c', 'import ctypes, sys\n'
+                     'libc = ctypes.CDLL(None)\n'
+                     'a, b = sys.argv[1].encode(), sys.argv[2].encode()\n'
+                     'while True:\n'
+                     '    libc.renameat2(-100, a, -100, b, 2)\n', t.stub_dir, link])
+                time.sleep(0.05)
+                daemon.ctl('eval', t.pid, '1', user=user)
+                swapper.kill()
+                swapper.wait()
+                swapper = None
+                assert os.listdir(victim) == [], 'root wrote into %s: %s' % (victim,
+                                                                         os.listdir(victim))
+            finally:
+                if swapper:
+                    swapper.kill()
+                    swapper.wait()
+                    swapper = None
+                t.close()
+                for p in (t.stub_dir, '/tmp/probed-swap-%d' % t.pid):
+                    subprocess.run(['rm', '-rf', p])
+    finally:
+        subprocess.run(['rm', '-rf', victim])
+
+
+def rss_kb(pid):
+    with open('/proc/%d/status' % pid) as f:
+        for line in f:
+            if line.startswith('VmRSS:'):
+                return int(line.split()[1])
+    return 0
+
+
+def test_queries_cannot_take_the_daemons_memory_and_the_api_answers(daemon, user):
+    """Attack 4: printf('%.*c', 900000000, 'x') four times at once took 10 GB and stalled the API.
+    Each is refused within seconds with the limit named; the daemon stays small; list answers."""
+    before = rss_kb(daemon.proc.pid)
+    sql = "SELECT printf('%.*c', 900000000, 'x')"
+    env = dict(os.environ, PROBED_SOCKET=daemon.socket)
+    procs = [subprocess.Popen(['setpriv', '--reuid=' + user, '--regid=' + user, '--init-groups',
+                               daemon_ctl(), 'query', sql],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True, env=env) for _ in range(4)]
+    peak = before
+    t0 = time.time()
+    listed = daemon.ctl('list', user=user, timeout=10)
+    assert listed.returncode == 0, listed.stderr
+    while any(p.poll() is None for p in procs) and time.time() - t0 < 60:
+        peak = max(peak, rss_kb(daemon.proc.pid))
+        time.sleep(0.02)
+    outs = [p.communicate(timeout=10) for p in procs]
+    assert time.time() - t0 < 30, 'queries answered only after %.1f s' % (time.time() - t0)
+    # SQLite's printf() gives NULL for what is past the value limit; a user with more than
+    # USER_JOBS_MAX at once is told to wait
+    for p, (out, err) in zip(procs, outs):
+        assert (p.returncode == 0 and 'NULL' in out) or 'running already' in err, (out, err)
+    assert sum(p.returncode == 0 for p in procs) >= 3, outs
+    assert peak - before < 150 * 1024, 'daemon RSS grew by %d MB' % ((peak - before) // 1024)
+
+
+def test_a_query_past_its_memory_or_its_reply_limit_is_refused_or_cut(daemon, user):
+    # 40 values of 4 MB: each under the value limit, the reply well over 32 MB
+    r = daemon.ctl('query', "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r"
+                   " WHERE x < 40) SELECT x, printf('%.*c', 4000000, 'y') FROM r",
+                   '--format', 'json', user=user)
+    assert r.returncode == 0, r.stderr
+    import json
+    out = json.loads(r.stdout)
+    assert out['truncated'] is True and 0 < len(out['rows']) < 40, len(out['rows'])
+    # a sort of 100 x 4 MB values in memory: over one query's 64 MiB
+    r = daemon.ctl('query', "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r"
+                   " WHERE x < 100) SELECT group_concat(v) FROM (SELECT printf('%.*c', 4000000,"
+                   " 'z') AS v FROM r ORDER BY random())", user=user)
+    assert r.returncode != 0 and 'the query memory limit' in r.stderr, r.stderr
+    # and it left nothing held
+    assert daemon.rows('SELECT 1', user=user) == [[1]]
+
+
+def test_functions_that_leak_or_load_code_are_refused(daemon, user):
+    for sql in ("SELECT hex(fts3_tokenizer('simple'))", "SELECT load_extension('/tmp/x.so')"):
+        for who in (user, None):
+            r = daemon.ctl('query', sql, user=who)
+            assert r.returncode != 0 and 'refused' in r.stderr, (sql, r.stdout, r.stderr)
+
+
+def daemon_ctl():
+    from conftest import PROBECTL
+    return PROBECTL
