@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "allocs.h"
+#include "connlimit.h"
 #include "dump.h"
 #include "errbuf.h"
 #include "eval.h"
@@ -59,7 +60,8 @@ struct api {
     uint32_t rate_hz;        /* config sample_rate as last applied to the targets */
     int64_t next_target_id;  /* loop thread only */
     int listen_fd;
-    bool serving; /* evhttp owns listen_fd */
+    bool serving;              /* evhttp owns listen_fd */
+    struct connlimit *clients; /* bounds on the socket's clients */
 
     /* --children: a timer looks for new descendants of the targets that follow them; a
      * process found not to be Python is not tried again while it runs the same executable
@@ -1558,9 +1560,13 @@ int api_new(struct event_base *base, const struct api_config *cfg, int gid, stru
         return -ENOMEM;
     }
     r = listen_unix(cfg->socket_path, gid, &a->listen_fd);
-    if (r == 0 && evhttp_accept_socket(a->http, a->listen_fd) < 0)
-        r = log_errno(LOG_ERR, -EIO, "serving on %s", cfg->socket_path);
-    a->serving = r == 0;
+    if (r == 0) {
+        a->serving = true; /* served or closed, the fd is evhttp's now */
+        r = connlimit_serve(base, a->http, a->listen_fd,
+                            &(struct connlimit_config){.what = cfg->socket_path}, &a->clients);
+        if (r < 0)
+            log_errno(LOG_ERR, r, "serving on %s", cfg->socket_path);
+    }
     if (r < 0) {
         api_free(a);
         return r;
@@ -1586,6 +1592,7 @@ void api_free(struct api *a)
         event_free(a->allocs_timer);
     if (a->http)
         evhttp_free(a->http); /* closes the listening socket it serves */
+    connlimit_free(a->clients);
     if (a->listen_fd >= 0 && !a->serving)
         close(a->listen_fd);
     if (a->listen_fd >= 0) /* ours: bound by listen_unix() */

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -338,6 +339,21 @@ static void stop(struct daemon *d)
     store_free(d->store);
 }
 
+/* The soft open-files limit up to the hard one: each target holds fds (its threads' stat
+ * files, perf events, its binaries), and so does each client. 1024, the usual soft limit, ran
+ * out with 18 targets of 70 threads. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= rl.rlim_max)
+        return;
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+        log_errno(LOG_WARN, -errno, "raising the open-files limit to %llu",
+                  (unsigned long long)rl.rlim_max);
+}
+
 int main(int argc, char **argv)
 {
     struct daemon d = {0};
@@ -359,6 +375,7 @@ int main(int argc, char **argv)
         log_errno(LOG_ERR, -errno, "daemon()");
         return 1;
     }
+    raise_fd_limit();
     r = start(&d, &o);
     if (r == 0) {
         log_msg(LOG_INFO, "serving on %s, database %s", o.cfg.text[CFG_SOCKET],

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "errbuf.h"
+#include "connlimit.h"
 #include "log.h"
 #include "native.h"
 #include "procfs.h"
@@ -39,6 +40,7 @@ struct metrics {
     struct event_base *base;
     struct metrics_sources src;
     struct evhttp *http; /* NULL: not serving */
+    struct connlimit *clients;
     char address[CONFIG_VALUE_MAX];
     struct row rows[SAMPLER_TARGETS_MAX];
     size_t n_rows, n_ended;
@@ -449,6 +451,7 @@ void metrics_free(struct metrics *m)
         return;
     if (m->http)
         evhttp_free(m->http);
+    connlimit_free(m->clients);
     free(m);
 }
 
@@ -493,6 +496,7 @@ static int listen_tcp(const char *address, int *ret_fd, char *err, size_t errlen
 int metrics__listen(struct metrics *m, const char *address, char *err, size_t errlen)
 {
     struct evhttp *http = NULL;
+    struct connlimit *clients = NULL;
     int fd = -1, r;
 
     if (strcmp(address, m->address) == 0)
@@ -502,10 +506,14 @@ int metrics__listen(struct metrics *m, const char *address, char *err, size_t er
         if (r < 0)
             return r;
         http = evhttp_new(m->base);
-        if (!http || evhttp_accept_socket(http, fd) < 0) {
+        r = http ? connlimit_serve(m->base, http, fd,
+                                   &(struct connlimit_config){.what = "/metrics"}, &clients)
+                 : -ENOMEM;
+        if (r < 0) {
             if (http)
                 evhttp_free(http);
-            close(fd);
+            else
+                close(fd);
             return errbuf_set(err, errlen, -ENOMEM, "metrics_address: serving %s failed", address);
         }
         evhttp_set_timeout(http, 10);
@@ -517,7 +525,9 @@ int metrics__listen(struct metrics *m, const char *address, char *err, size_t er
     }
     if (m->http)
         evhttp_free(m->http); /* closes the old listening socket */
+    connlimit_free(m->clients);
     m->http = http;
+    m->clients = clients;
     snprintf(m->address, sizeof(m->address), "%s", address);
     log_msg(LOG_INFO, "metrics: %s%s", http ? "serving /metrics on " : "", address);
     return 0;

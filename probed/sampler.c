@@ -271,9 +271,14 @@ static const char *process_changed(const struct target *t)
 {
     int64_t start;
     uint64_t stack;
+    int r = procfs_identity(t->pid, &start, &stack);
 
-    if (procfs_identity(t->pid, &start, &stack) < 0 || start != t->start_time)
+    /* Only a pid that is gone or another process's is an exit: a read that failed for want
+     * of fds or memory (EMFILE, ENOMEM) says nothing about the target. */
+    if (r == -ENOENT || r == -ESRCH || (r == 0 && start != t->start_time))
         return "exited";
+    if (r < 0)
+        return NULL;
     return stack == t->start_stack ? NULL : "exec'd another program";
 }
 

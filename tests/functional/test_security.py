@@ -223,3 +223,122 @@ def test_functions_that_leak_or_load_code_are_refused(daemon, user):
 def daemon_ctl():
     from conftest import PROBECTL
     return PROBECTL
+
+
+SECRET_JOB = '''
+import time
+def root_secret_function_%s():
+    while True:
+        sum(range(1000))
+print("READY", flush=True)
+root_secret_function_%s()
+'''
+
+
+def test_another_users_code_is_not_readable_through_any_table(daemon, user):
+    """Attack 5: stacks, strings, frames and stack_frames are shared by every target; a user saw
+    root's functions and paths (from a 0700 directory) through them."""
+    secret_dir = tempfile.mkdtemp(prefix='probed-secret-')
+    tag = os.path.basename(secret_dir).replace('-', '_')
+    path = os.path.join(secret_dir, 'secret_job.py')
+    with open(path, 'w') as f:
+        f.write(SECRET_JOB % (tag, tag))
+    root_job = subprocess.Popen([PYTHON, path], stdout=subprocess.PIPE, universal_newlines=True)
+    mine = UserTarget(user)
+    try:
+        assert root_job.stdout.readline().startswith('READY')
+        daemon.ctl('attach', root_job.pid, check=True)
+        r = daemon.ctl('attach', mine.pid, user=user)
+        assert r.returncode == 0, r.stderr
+        secret = 'root_secret_function_' + tag
+        wait_for(lambda: daemon.rows("SELECT count(*) FROM strings WHERE text = '%s'" % secret)
+                 [0][0] == 1, what="root's function stored")
+        wait_for(lambda: daemon.rows("SELECT count(*) FROM sample_frames WHERE pid = %d"
+                                     % mine.pid, user=user)[0][0] > 0, what="the user's samples")
+        for sql in ("SELECT func, file FROM stacks",
+                    "SELECT text FROM strings",
+                    "SELECT s.text FROM frames f JOIN strings s ON s.id IN (f.func_id, f.file_id)",
+                    "SELECT s.text FROM stack_frames sf JOIN frames f ON f.id = sf.frame_id"
+                    " JOIN strings s ON s.id IN (f.func_id, f.file_id)",
+                    "SELECT func, file FROM function_stats",
+                    "SELECT func, file FROM sample_frames"):
+            seen = json_rows(daemon.rows(sql, user=user))
+            assert secret not in seen and secret_dir not in seen, sql
+            assert 'evaltarget.py' in seen, sql  # the user's own code is there
+            assert secret in json_rows(daemon.rows(sql)), sql  # and root sees everything
+        for sql in ('SELECT * FROM main.strings', 'SELECT * FROM main.stack_frames',
+                    'SELECT name, payload FROM dbstat'):
+            r = daemon.ctl('query', sql, user=user)
+            assert r.returncode != 0 and ('reserved to root' in r.stderr
+                                          or 'refused' in r.stderr), (sql, r.stderr)
+    finally:
+        daemon.ctl('detach', root_job.pid)
+        root_job.kill()
+        root_job.wait()
+        root_job.stdout.close()
+        mine.close()
+        subprocess.run(['rm', '-rf', secret_dir])
+
+
+def json_rows(rows):
+    import json
+    return json.dumps(rows)
+
+
+def cpu_s(pid):
+    with open('/proc/%d/stat' % pid) as f:
+        fields = f.read().rsplit(')', 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+
+def test_held_connections_never_exhaust_fds_nor_end_live_targets():
+    """Attack 3: 1100 connections held open under a 1024-fd limit made accept() fail in a loop
+    (57 % CPU, 370 MB of log in 30 s), the API unreachable and live targets marked exited."""
+    import resource
+    import socket
+    from daemon import Daemon
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 4096), max(hard, 4096)))
+    d = Daemon(wrapper=['prlimit', '--nofile=1024:1024'])
+    target = subprocess.Popen([PYTHON, os.path.join(TARGETS, 'evaltarget.py'), 'busy'],
+                              stdout=subprocess.PIPE, universal_newlines=True)
+    held = []
+    try:
+        assert target.stdout.readline().startswith('READY')
+        d.ctl('attach', target.pid, '--rate', '200', check=True)
+        cpu0, log0 = cpu_s(d.proc.pid), os.path.getsize(d.log_path)
+        deadline = time.time() + 20
+        while len(held) < 1100 and time.time() < deadline:
+            s = socket.socket(socket.AF_UNIX)
+            s.settimeout(0.5)
+            try:
+                s.connect(d.socket)  # waits while the backlog is full
+            except OSError:
+                s.close()
+                continue
+            held.append(s)
+        assert len(held) > 1000  # less: accepting paused once the fds ran out
+        time.sleep(5)
+        busy = cpu_s(d.proc.pid) - cpu0
+        grew = os.path.getsize(d.log_path) - log0
+        assert busy < 2.5, 'the daemon used %.1f s of CPU in 5 s (spinning on accept?)' % busy
+        assert grew < 20000, 'the log grew by %d bytes' % grew
+        # the fds did run out (the attack happened), and that was said once
+        assert d.read_log().count('accept: Too many open files') == 1, d.read_log()[-2000:]
+        for s in held:
+            s.close()
+        held = []
+        time.sleep(1)
+        listed = d.ctl('list', '--json', check=True)
+        import json
+        t = json.loads(listed.stdout)['targets'][0]
+        assert t['state'] == 'sampling', t
+        n = d.rows('SELECT count(*) FROM samples')[0][0]
+        wait_for(lambda: d.rows('SELECT count(*) FROM samples')[0][0] > n, what='more samples')
+    finally:
+        for s in held:
+            s.close()
+        target.kill()
+        target.wait()
+        target.stdout.close()
+        d.close()
