@@ -1382,6 +1382,31 @@ static pid_t path_pid(const char *path, const char *prefix)
     return *end || v <= 0 || v > 0x7fffffff ? -1 : (pid_t)v;
 }
 
+/* Every endpoint and the methods it answers: a known path asked with another method is 405. */
+static const struct {
+    const char *path, *allow;
+} endpoints[] = {
+    {"/v1/status", "GET"},       {"/v1/targets", "GET, POST"}, {"/v1/query", "POST"},
+    {"/v1/flamegraph", "GET"},   {"/v1/backtrace", "GET"},     {"/v1/eval", "POST"},
+    {"/v1/allocations", "POST"}, {"/v1/torch", "POST"},        {"/v1/config", "GET, PUT"},
+};
+
+/* A request whose length is said twice (two Content-Length, or one beside a Transfer-Encoding)
+ * is read differently by different parsers (request smuggling): refused. */
+static bool ambiguous_length(struct evhttp_request *req)
+{
+    struct evkeyvalq *h = evhttp_request_get_input_headers(req);
+    struct evkeyval *kv;
+    int lengths = 0, encodings = 0;
+
+    TAILQ_FOREACH(kv, h, next)
+    {
+        lengths += strcasecmp(kv->key, "Content-Length") == 0;
+        encodings += strcasecmp(kv->key, "Transfer-Encoding") == 0;
+    }
+    return lengths > 1 || (lengths && encodings);
+}
+
 static int route(struct api *a, struct evhttp_request *req, const struct peer *p, const char *path,
                  const struct evkeyvalq *q)
 {
@@ -1401,6 +1426,7 @@ static int route(struct api *a, struct evhttp_request *req, const struct peer *p
             return targets_detach(a, req, p, pid);
         if (m == EVHTTP_REQ_GET)
             return targets_list(a, req, p, pid);
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, DELETE");
         return reply_error(req, 405, "use GET or DELETE on /v1/targets/<pid>");
     }
     if (strcmp(path, "/v1/query") == 0 && m == EVHTTP_REQ_POST)
@@ -1419,6 +1445,11 @@ static int route(struct api *a, struct evhttp_request *req, const struct peer *p
         return config_get(a, req);
     if (strcmp(path, "/v1/config") == 0 && m == EVHTTP_REQ_PUT)
         return config_put(a, req, p);
+    for (size_t i = 0; i < sizeof(endpoints) / sizeof(endpoints[0]); i++)
+        if (strcmp(path, endpoints[i].path) == 0) {
+            evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", endpoints[i].allow);
+            return reply_error(req, 405, "%s answers %s only", path, endpoints[i].allow);
+        }
     reply_error(req, 404, "no such endpoint: %s (see docs/api.md)", path);
     return 0;
 }
@@ -1439,6 +1470,13 @@ static void on_request(struct evhttp_request *req, void *arg)
     }
     if (!path) {
         reply_error(req, 400, "malformed request URI");
+        return;
+    }
+    if (ambiguous_length(req)) {
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+        reply_error(req, 400,
+                    "the body's length is given twice (Content-Length, "
+                    "Transfer-Encoding): refused");
         return;
     }
     TAILQ_INIT(&params);

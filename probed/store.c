@@ -2,11 +2,14 @@
 #include "store.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sqlite3.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "schema.h"
 
@@ -113,6 +116,26 @@ static int migrate(struct store *st, struct store_err *err)
     return 0;
 }
 
+/* The database file exists and only root reads it (0600, whatever the umask): it holds every
+ * user's stacks, and users read their own through the API only. SQLite gives its -wal and
+ * -shm files the database's mode. One found readable by others is made private. */
+static int make_private(const char *path, bool create, struct store_err *err)
+{
+    struct stat sb;
+    int fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC | (create ? O_CREAT : 0), 0600), r = 0;
+
+    if (fd < 0 && !create && errno == ENOENT)
+        return 0;
+    if (fd < 0)
+        return fail(err, -errno, "opening %s: %s", path, strerror(errno));
+    if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode))
+        r = fail(err, -EINVAL, "%s is not a regular file", path);
+    else if ((sb.st_mode & 077) && fchmod(fd, 0600) < 0)
+        r = fail(err, -errno, "making %s private (mode 0600): %s", path, strerror(errno));
+    close(fd);
+    return r;
+}
+
 int store_open(const char *path, struct store **ret, struct store_err *err)
 {
     struct store *st = calloc(1, sizeof(*st));
@@ -120,6 +143,14 @@ int store_open(const char *path, struct store **ret, struct store_err *err)
 
     if (!st)
         return fail(err, -ENOMEM, "out of memory");
+    if ((r = make_private(path, true, err)) < 0)
+        goto fail;
+    for (int i = 0; i < 2; i++) { /* a -wal and -shm left by an earlier daemon */
+        char side[4096];
+        snprintf(side, sizeof(side), "%s%s", path, i ? "-shm" : "-wal");
+        if ((r = make_private(side, false, err)) < 0)
+            goto fail;
+    }
     if (sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
         SQLITE_OK) {
         r = fail(err, -EIO, "opening %s: %s", path,

@@ -342,3 +342,64 @@ def test_held_connections_never_exhaust_fds_nor_end_live_targets():
         target.wait()
         target.stdout.close()
         d.close()
+
+
+def test_the_database_is_private_whatever_the_umask():
+    """8: the database was created 0644 outside systemd: every local user could read every
+    user's stacks from the file. Made 0600, and an existing one readable by others made so."""
+    from daemon import Daemon
+    old = os.umask(0o022)
+    try:
+        d = Daemon()
+        d.close()
+        for suffix in ('', '-wal', '-shm'):
+            if os.path.exists(d.db + suffix):
+                assert os.stat(d.db + suffix).st_mode & 0o777 == 0o600, suffix
+        for suffix in ('', '-wal', '-shm'):
+            if os.path.exists(d.db + suffix):
+                os.chmod(d.db + suffix, 0o644)
+        d.start()
+        d.close()
+        assert os.stat(d.db).st_mode & 0o777 == 0o600
+    finally:
+        os.umask(old)
+
+
+def raw_http(path, data):
+    import socket
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(10)
+    s.connect(path)
+    s.sendall(data)
+    out = b''
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        out += chunk
+        if b'\r\n\r\n' in out and b'"status"' in out:
+            break
+    s.close()
+    return out.decode('utf-8', 'replace')
+
+
+def test_http_edges_wrong_method_and_a_length_given_twice(daemon):
+    """8: a wrong method on an existing route answered 404 (docs say 405); two Content-Length
+    headers were accepted (request smuggling)."""
+    r = daemon.curl('-o', '/dev/null', '-w', '%{http_code}', '-X', 'DELETE', 'http://probed/v1/query')
+    assert r.stdout == '405'
+    r = daemon.curl('-i', '-X', 'PUT', 'http://probed/v1/status')
+    assert ' 405 ' in r.stdout.splitlines()[0] and 'Allow: GET' in r.stdout, r.stdout
+    assert daemon.curl('-o', '/dev/null', '-w', '%{http_code}',
+                       'http://probed/v1/nothing').stdout == '404'
+    body = b'{"sql": "SELECT 1"}'
+    twice = (b'POST /v1/query HTTP/1.1\r\nHost: probed\r\nContent-Length: %d\r\n'
+             b'Content-Length: 5\r\n\r\n' % len(body)) + body
+    assert ' 400 ' in raw_http(daemon.socket, twice).splitlines()[0]
+    both = (b'POST /v1/query HTTP/1.1\r\nHost: probed\r\nContent-Length: %d\r\n'
+            b'Transfer-Encoding: chunked\r\n\r\n' % len(body)) + body
+    first = raw_http(daemon.socket, both).splitlines()
+    assert first and ' 400 ' in first[0], first
+    once = (b'POST /v1/query HTTP/1.1\r\nHost: probed\r\nContent-Length: %d\r\n'
+            b'Connection: close\r\n\r\n' % len(body)) + body
+    assert ' 200 ' in raw_http(daemon.socket, once).splitlines()[0]
