@@ -139,7 +139,7 @@ int eval_run(struct stubctl *sc, const char *db_path, const struct eval_request 
         char what[300];
         snprintf(what, sizeof(what), "error: %s",
                  json_string_value(msg) ? json_string_value(msg) : "");
-        audit(db_path, rq, ts_ns, what, 0, elapsed, false);
+        audit(db_path, rq, ts_ns, what, 0, elapsed, res.injected);
         return status;
     }
     name = status_name(&res);

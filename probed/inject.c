@@ -19,6 +19,7 @@
 #include <sys/uio.h>
 #include <sys/user.h>
 #include <sys/wait.h>
+#include <stddef.h>
 #include <unistd.h>
 
 #include "errbuf.h"
@@ -88,23 +89,64 @@ static int find_libs(pid_t pid, struct libs *l, char *err, size_t errlen)
     return 0;
 }
 
-/* @name's value in the .dynsym of the target's libc, read through /proc/PID/root. */
-static int libc_symbol(pid_t pid, const struct libs *l, const char *name, uint64_t *ret, char *err,
-                       size_t errlen)
+/* What a call in the target needs from its libc: the functions, and the two pieces of code a
+ * call returns through (found by their bytes in libc's executable segments):
+ *   restorer     glibc's __restore_rt, `mov $15, %rax; syscall`: rt_sigreturn, which puts
+ *                every register back from the frame we leave under the call;
+ *   syscall_ret  `syscall; ret`: makes the value a call returned (rax) visible to us as the
+ *                number of a syscall we stop at (and skip), then goes on to the restorer. */
+struct libc_addrs {
+    uint64_t dlopen, dlerror, restorer, syscall_ret; /* syscall_ret 0: none found */
+};
+
+#define RESTORER_LEN 9 /* rip at its syscall's stop is restorer + 9 */
+static const uint8_t restorer_code[RESTORER_LEN] = {0x48, 0xc7, 0xc0, 0x0f, 0x00,
+                                                    0x00, 0x00, 0x0f, 0x05};
+static const uint8_t syscall_ret_code[3] = {0x0f, 0x05, 0xc3};
+
+static void find_code(Elf *elf, const struct libs *l, struct libc_addrs *a)
 {
+    size_t n = 0, size = 0;
+    const uint8_t *file = (const uint8_t *)elf_rawfile(elf, &size);
+
+    if (!file || elf_getphdrnum(elf, &n) < 0)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        GElf_Phdr ph;
+        if (!gelf_getphdr(elf, (int)i, &ph) || ph.p_type != PT_LOAD || !(ph.p_flags & PF_X) ||
+            ph.p_offset + ph.p_filesz > size || ph.p_filesz < RESTORER_LEN)
+            continue;
+        for (uint64_t off = 0; off + RESTORER_LEN <= ph.p_filesz; off++) {
+            const uint8_t *at = file + ph.p_offset + off;
+            uint64_t addr = l->libc_base + ph.p_vaddr + off;
+            if (!a->restorer && memcmp(at, restorer_code, RESTORER_LEN) == 0)
+                a->restorer = addr;
+            if (!a->syscall_ret && memcmp(at, syscall_ret_code, sizeof(syscall_ret_code)) == 0)
+                a->syscall_ret = addr;
+        }
+    }
+}
+
+/* The addresses in @pid of what a call needs, from its libc read through /proc/PID/root. */
+static int libc_addrs(pid_t pid, const struct libs *l, struct libc_addrs *ret, char *err,
+                      size_t errlen)
+{
+    static const char *const names[] = {"dlopen", "dlerror"};
+    uint64_t *slots[] = {&ret->dlopen, &ret->dlerror};
     char path[4200];
-    int fd, r = -ENOENT;
+    int fd;
     Elf *elf = NULL;
     Elf_Scn *scn = NULL;
 
+    *ret = (struct libc_addrs){0};
     snprintf(path, sizeof(path), "/proc/%d/root%s", (int)pid, l->libc_path);
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return errbuf_set(err, errlen, -errno, "pid %d: open %s: %s", (int)pid, path,
                           strerror(errno));
     if (elf_version(EV_CURRENT) != EV_NONE)
-        elf = elf_begin(fd, ELF_C_READ, NULL);
-    while (elf && r == -ENOENT && (scn = elf_nextscn(elf, scn)) != NULL) {
+        elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+    while (elf && (scn = elf_nextscn(elf, scn)) != NULL) {
         GElf_Shdr sh;
         Elf_Data *data;
         if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_DYNSYM || !(data = elf_getdata(scn, NULL)))
@@ -113,17 +155,27 @@ static int libc_symbol(pid_t pid, const struct libs *l, const char *name, uint64
             GElf_Sym sym;
             const char *s;
             if (!gelf_getsym(data, (int)i, &sym) || sym.st_value == 0 ||
-                !(s = elf_strptr(elf, sh.sh_link, sym.st_name)) || strcmp(s, name) != 0)
+                !(s = elf_strptr(elf, sh.sh_link, sym.st_name)))
                 continue;
-            *ret = l->libc_base + sym.st_value;
-            r = 0;
-            break;
+            for (size_t k = 0; k < 2; k++)
+                if (!*slots[k] && strcmp(s, names[k]) == 0)
+                    *slots[k] = l->libc_base + sym.st_value;
         }
     }
     if (elf)
+        find_code(elf, l, ret);
+    if (elf)
         elf_end(elf);
     close(fd);
-    return r == 0 ? 0 : errbuf_set(err, errlen, r, "pid %d: %s has no %s", (int)pid, path, name);
+    if (!ret->dlopen || !ret->dlerror)
+        return errbuf_set(err, errlen, -ENOENT, "pid %d: %s has no %s", (int)pid, path,
+                          ret->dlopen ? "dlerror" : "dlopen");
+    if (!ret->restorer)
+        return errbuf_set(err, errlen, -ENOTSUP,
+                          "pid %d: %s has no signal-return code (__restore_rt): a call into the "
+                          "process could not put it back by itself",
+                          (int)pid, path);
+    return 0;
 }
 
 /* Waits for the next stop of @pid: 0 and the status, or -ESRCH when it exited. */
@@ -219,137 +271,323 @@ static int mem_rw(int memfd, uint64_t at, void *buf, size_t len, bool write)
 }
 
 /*
- * Calls @fn(@a1, @a2) on the stopped thread and returns its rax. The call returns to address
- * 0, which stops the thread with SIGSEGV at rip 0: that is how we know it is done (the signal
- * is dropped on detach). orig_rax = -1 keeps the kernel from restarting the interrupted
- * syscall into our call; the caller restores the real registers afterwards.
+ * The kernel's x86-64 signal frame, as rt_sigreturn reads it back (arch/x86/include/asm/
+ * sigframe.h, uapi asm/ucontext.h): what we leave under each call, so that the call returns
+ * through glibc's __restore_rt into rt_sigreturn, which puts every register, the FPU/AVX state
+ * and the signal mask back as they were, and the thread goes on where it was stopped. Should
+ * the daemon die at any instant of the call, the thread still gets back by itself.
  */
-static int remote_call(pid_t pid, int memfd, const struct user_regs_struct *saved, uint64_t sp,
-                       uint64_t fn, uint64_t a1, uint64_t a2, uint64_t *ret)
+struct kernel_ucontext {
+    uint64_t uc_flags;
+    uint64_t uc_link;
+    stack_t uc_stack;
+    struct sigcontext uc_mcontext;
+    uint64_t uc_sigmask;
+};
+
+struct rt_sigframe {
+    uint64_t pretcode; /* where the call returns: the restorer */
+    struct kernel_ucontext uc;
+    uint8_t info[128]; /* siginfo_t: unread by rt_sigreturn, but it checks it is there */
+};
+
+_Static_assert(sizeof(struct sigcontext) == 256, "struct sigcontext is the kernel's");
+_Static_assert(offsetof(struct rt_sigframe, uc.uc_mcontext) == 48, "the kernel's rt_sigframe");
+
+#define UC_FP_XSTATE 0x1
+#define UC_SIGCONTEXT_SS 0x2
+#define UC_STRICT_RESTORE_SS 0x4
+#define SW_BYTES_AT 464 /* struct _fpx_sw_bytes in the legacy area's unused bytes */
+
+#define ERESTARTSYS 512
+#define ERESTARTNOINTR 513
+#define ERESTARTNOHAND 514
+#define ERESTART_RESTARTBLOCK 516
+#define NR_RT_SIGRETURN 15
+#define NR_RESTART_SYSCALL 219
+
+/* One injection: the thread as we stopped it, and the memory under its stack we write. */
+struct hijack {
+    pid_t pid;
+    int memfd;
+    const struct libc_addrs *libc;
+    struct user_regs_struct saved;
+    uint64_t sigmask;
+    struct iovec xs;  /* its whole FPU/SSE/AVX state (NT_X86_XSTATE) */
+    uint64_t top;     /* below the red zone: what we use grows down from here */
+    uint64_t lo;      /* the lowest byte we write */
+    uint8_t *old_mem; /* [lo, top) as it was */
+};
+
+/* The syscall the thread was in, to be run again when it goes on (the kernel's restart rules,
+ * which a thread held at a syscall's entry follows when we put this number in orig_rax): -1
+ * when it was in none, or the syscall finished. */
+static long restart_nr(const struct user_regs_struct *r)
 {
-    struct user_regs_struct r = *saved;
-    uint64_t zero = 0;
+    if ((long)r->orig_rax < 0)
+        return -1;
+    switch (-(long)r->rax) {
+    case ERESTARTSYS:
+    case ERESTARTNOINTR:
+    case ERESTARTNOHAND:
+        return (long)r->orig_rax;
+    case ERESTART_RESTARTBLOCK:
+        return NR_RESTART_SYSCALL; /* the rest of a sleep, from the thread's restart block */
+    default:
+        return -1;
+    }
+}
+
+/* The frame under a call: the saved registers, as the thread would go on by itself. rt_sigreturn
+ * does no syscall restart and forgets the restart block: a thread stopped in a syscall goes back
+ * to its `syscall` instruction and runs it again whole (a sleep starts over: longer, never
+ * wrong). The altstack field is invalid on purpose: rt_sigreturn leaves the thread's as it is. */
+static void build_frame(const struct hijack *h, uint64_t fpstate_at, uint64_t pretcode,
+                        struct rt_sigframe *f)
+{
+    const struct user_regs_struct *r = &h->saved;
+    struct sigcontext *sc = &f->uc.uc_mcontext;
+    bool again = restart_nr(r) >= 0;
+
+    memset(f, 0, sizeof(*f));
+    f->pretcode = pretcode;
+    f->uc.uc_flags = UC_FP_XSTATE | UC_SIGCONTEXT_SS | UC_STRICT_RESTORE_SS;
+    f->uc.uc_stack.ss_flags = SS_ONSTACK | SS_DISABLE; /* EINVAL to rt_sigreturn: kept */
+    f->uc.uc_sigmask = h->sigmask;
+    *sc = (struct sigcontext){.r8 = r->r8,
+                              .r9 = r->r9,
+                              .r10 = r->r10,
+                              .r11 = r->r11,
+                              .r12 = r->r12,
+                              .r13 = r->r13,
+                              .r14 = r->r14,
+                              .r15 = r->r15,
+                              .rdi = r->rdi,
+                              .rsi = r->rsi,
+                              .rbp = r->rbp,
+                              .rbx = r->rbx,
+                              .rdx = r->rdx,
+                              .rax = again ? r->orig_rax : r->rax,
+                              .rcx = r->rcx,
+                              .rsp = r->rsp,
+                              .rip = again ? r->rip - 2 : r->rip,
+                              .eflags = r->eflags,
+                              .cs = (unsigned short)r->cs,
+                              .__pad0 = (unsigned short)r->ss,
+                              .fpstate = (struct _fpstate *)(uintptr_t)fpstate_at};
+}
+
+/* The xsave image for the frame: the thread's state as ptrace gave it, whose software bytes
+ * hold XCR0 (the features enabled, as gdb reads them), rewritten as a signal frame's (magic1,
+ * sizes, the same features), with magic2 after it. */
+static int write_fpstate(const struct hijack *h, uint64_t at)
+{
+    uint32_t size = (uint32_t)h->xs.iov_len, magic2 = FP_XSTATE_MAGIC2;
+    uint8_t *image = malloc(h->xs.iov_len);
+    struct _fpx_sw_bytes sw = {.magic1 = FP_XSTATE_MAGIC1,
+                               .extended_size = size + (uint32_t)sizeof(magic2),
+                               .xstate_size = size};
+    int r;
+
+    if (!image)
+        return -ENOMEM;
+    if (h->xs.iov_len < SW_BYTES_AT + sizeof(sw)) {
+        free(image);
+        return -EPROTO;
+    }
+    memcpy(image, h->xs.iov_base, h->xs.iov_len);
+    memcpy(&sw.xstate_bv, image + SW_BYTES_AT, sizeof(sw.xstate_bv)); /* XCR0 */
+    memcpy(image + SW_BYTES_AT, &sw, sizeof(sw));
+    r = mem_rw(h->memfd, at, image, size, true);
+    if (r == 0)
+        r = mem_rw(h->memfd, at + size, &magic2, sizeof(magic2), true);
+    free(image);
+    return r;
+}
+
+/*
+ * Calls @fn(@a1, @a2) on the held thread, and holds it again at the entry of the rt_sigreturn
+ * it returns into: done, with nothing of the call left but what it did. Every syscall of the
+ * call stops (PTRACE_SYSCALL) so that we see that one. @ret_value: @fn's return value, when
+ * given (it returns through `syscall; ret`, its value the number of a syscall we skip).
+ * -EFAULT: the call crashed (the thread is held at the signal, not delivered).
+ */
+static int hijacked_call(struct hijack *h, uint64_t fn, uint64_t a1, uint64_t a2,
+                         uint64_t *ret_value)
+{
+    const uint64_t str_end = h->top;
+    uint64_t fp_at = (str_end - STRING_MAX - h->xs.iov_len - 8) & ~63ULL;
+    uint64_t frame_at, sp, gadget = h->libc->syscall_ret;
+    struct rt_sigframe f;
+    struct user_regs_struct r;
     int status, e;
 
-    sp = (sp & ~0xfULL) - 8; /* as after a call: rsp % 16 == 8 at the function's entry */
-    if ((e = mem_rw(memfd, sp, &zero, sizeof(zero), true)) < 0)
+    /* at the call, rsp % 16 == 8 (as after a `call`); the frame starts at rsp, or at rsp + 8
+     * after the syscall_ret gadget's own return address */
+    if (ret_value) {
+        sp = ((fp_at - sizeof(f)) & ~0xfULL) - 8 - 16;
+        frame_at = sp + 8;
+    } else {
+        sp = ((fp_at - sizeof(f)) & ~0xfULL) - 8;
+        frame_at = sp;
+    }
+    if (sp < h->lo)
+        return -EOVERFLOW;
+    build_frame(h, fp_at, h->libc->restorer, &f);
+    if ((e = write_fpstate(h, fp_at)) < 0 ||
+        (e = mem_rw(h->memfd, frame_at, &f, sizeof(f), true)) < 0 ||
+        (ret_value && (e = mem_rw(h->memfd, sp, &gadget, sizeof(gadget), true)) < 0))
         return e;
+    r = h->saved;
     r.rsp = sp;
     r.rip = fn;
     r.rdi = a1;
     r.rsi = a2;
     r.rax = 0;
-    r.orig_rax = (uint64_t)-1;
-    r.eflags &= ~0x400ULL; /* DF clear, as the ABI requires */
-    if (ptrace(PTRACE_SETREGS, pid, 0, &r) < 0 || ptrace(PTRACE_CONT, pid, 0, 0) < 0)
+    r.orig_rax = (uint64_t)-1; /* no restart into our call, and at a syscall stop: none run */
+    r.eflags &= ~0x400ULL;     /* DF clear, as the ABI requires */
+    if (ptrace(PTRACE_SETREGS, h->pid, 0, &r) < 0 || ptrace(PTRACE_SYSCALL, h->pid, 0, 0) < 0)
         return -errno;
-    while ((e = wait_stop(pid, &status)) == 0) {
-        int sig = WSTOPSIG(status);
-        if (sig == SIGSEGV && ptrace(PTRACE_GETREGS, pid, 0, &r) == 0 && r.rip == 0) {
-            *ret = r.rax;
-            return 0;
-        }
-        if (sig == SIGSEGV)
+    while ((e = wait_stop(h->pid, &status)) == 0) {
+        int sig = WSTOPSIG(status), pass = 0;
+        if (sig == (SIGTRAP | 0x80)) {
+            struct __ptrace_syscall_info si;
+            if (ptrace(PTRACE_GET_SYSCALL_INFO, h->pid, sizeof(si), &si) > 0 &&
+                si.op == PTRACE_SYSCALL_INFO_ENTRY) {
+                if (si.entry.nr == NR_RT_SIGRETURN &&
+                    si.instruction_pointer == h->libc->restorer + RESTORER_LEN)
+                    return 0;
+                if (ret_value && si.instruction_pointer == h->libc->syscall_ret + 2) {
+                    *ret_value = si.entry.nr;
+                    ptrace(PTRACE_POKEUSER, h->pid, offsetof(struct user, regs.orig_rax), -1L);
+                }
+            }
+        } else if (sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE) {
             return -EFAULT; /* it crashed inside the call: report, do not deliver */
-        /* a stop of ours, or the target's own signal: let it through and keep waiting */
-        if (ptrace(PTRACE_CONT, pid, 0,
-                   (void *)(intptr_t)(status >> 16 == PTRACE_EVENT_STOP ? 0 : sig)) < 0)
+        } else if (status >> 16 != PTRACE_EVENT_STOP) {
+            pass = sig; /* the target's own signal: its handler runs on top of our call */
+        }
+        if (ptrace(PTRACE_SYSCALL, h->pid, 0, (void *)(intptr_t)pass) < 0)
             return -errno;
     }
     return e;
 }
 
-/* The text of the target's dlerror(), after a dlopen() that returned NULL. */
-static void remote_dlerror(pid_t pid, int memfd, const struct user_regs_struct *saved, uint64_t sp,
-                           uint64_t dlerror_fn, char *buf, size_t size)
+/* Lets the thread go on exactly as it was stopped: from the rt_sigreturn entry we hold it at,
+ * the syscall it was in runs again (or none), with every register and its FPU state back. */
+static void put_back(struct hijack *h, bool at_syscall_entry)
 {
-    uint64_t msg = 0;
+    struct user_regs_struct r = h->saved;
 
-    snprintf(buf, size, "dlopen failed (no message)");
-    if (remote_call(pid, memfd, saved, sp, dlerror_fn, 0, 0, &msg) == 0 && msg) {
-        struct iovec local = {buf, size - 1}, remote = {(void *)(uintptr_t)msg, size - 1};
-        ssize_t n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
-        buf[n > 0 ? (size_t)n : 0] = '\0';
-        buf[strnlen(buf, size - 1)] = '\0';
-    }
+    ptrace(PTRACE_SETREGSET, h->pid, NT_X86_XSTATE, &h->xs);
+    if (at_syscall_entry)
+        r.orig_rax = (uint64_t)restart_nr(&h->saved);
+    /* at a signal stop (a crash inside the call), the kernel restarts the syscall itself */
+    ptrace(PTRACE_SETREGS, h->pid, 0, &r);
+    /* only now is the frame no longer needed (were we to die before, rt_sigreturn reads it);
+     * the memory is below the stack pointer, dead to the thread, put back all the same */
+    mem_rw(h->memfd, h->lo, h->old_mem, (size_t)(h->top - h->lo), true);
 }
 
-/* With the main thread stopped at a safe point: the call, then every register put back. */
-static int call_dlopen(pid_t pid, const char *path, uint64_t dlopen_fn, uint64_t dlerror_fn,
-                       const struct user_regs_struct *saved, char *err, size_t errlen)
+/* Whether @path is mapped in @pid: dlopen() loaded it. */
+static bool mapped(pid_t pid, const char *path)
 {
-    /* Below the red zone: the path, and under it the stack of the call. */
-    uint64_t str_at = (saved->rsp - 128 - STRING_MAX) & ~0xfULL, sp = str_at - 64;
-    uint64_t lo = (sp & ~0xfULL) - 16, handle = 0;
-    size_t len = strlen(path) + 1, saved_len = (size_t)(str_at + STRING_MAX - lo);
-    struct iovec xs = {.iov_len = XSTATE_BYTES};
-    uint8_t *old_mem = malloc(saved_len);
-    char path_buf[STRING_MAX] = {0}, memf[64];
-    int memfd, r;
+    char maps[64], line[4096 + 128];
+    size_t n = strlen(path);
+    bool found = false;
+    FILE *f;
 
-    xs.iov_base = malloc(XSTATE_BYTES);
-    snprintf(memf, sizeof(memf), "/proc/%d/mem", (int)pid);
-    memfd = open(memf, O_RDWR | O_CLOEXEC);
-    if (!old_mem || !xs.iov_base || memfd < 0 || len > STRING_MAX) {
-        r = errbuf_set(err, errlen, memfd < 0 ? -errno : -ENOMEM, "pid %d: prepare the call: %s",
-                       (int)pid, memfd < 0 ? strerror(errno) : "no memory or path too long");
-        goto out;
+    snprintf(maps, sizeof(maps), "/proc/%d/maps", (int)pid);
+    if (!(f = fopen(maps, "re")))
+        return false;
+    while (!found && fgets(line, sizeof(line), f)) {
+        char *p = strchr(line, '/');
+        found = p && strncmp(p, path, n) == 0 && (p[n] == '\n' || p[n] == '\0');
     }
-    /* The whole FPU/SSE/AVX state: the call clobbers it, the target's floats must not see it. */
-    if (ptrace(PTRACE_GETREGSET, pid, NT_X86_XSTATE, &xs) < 0) {
-        r = errbuf_set(err, errlen, -errno, "pid %d: read the FPU state: %s", (int)pid,
-                       strerror(errno));
-        goto out;
-    }
+    fclose(f);
+    return found;
+}
+
+/* With the main thread held at a safe point: dlopen(), dlerror() when it failed, put back. */
+static int call_dlopen(struct hijack *h, const char *path, char *err, size_t errlen)
+{
+    char path_buf[STRING_MAX] = {0};
+    size_t len = strlen(path) + 1;
+    uint64_t msg = 0;
+    int r;
+
+    if (len > STRING_MAX)
+        return errbuf_set(err, errlen, -ENAMETOOLONG, "pid %d: path too long: %s", (int)h->pid,
+                          path);
     memcpy(path_buf, path, len);
-    if ((r = mem_rw(memfd, lo, old_mem, saved_len, false)) < 0 ||
-        (r = mem_rw(memfd, str_at, path_buf, STRING_MAX, true)) < 0) {
-        errbuf_set(err, errlen, r, "pid %d: write below the stack at 0x%" PRIx64 ": %s", (int)pid,
-                   lo, strerror(-r));
-        goto out;
-    }
-    r = remote_call(pid, memfd, saved, sp, dlopen_fn, str_at, RTLD_NOW, &handle);
-    if (r == 0 && !handle) {
-        remote_dlerror(pid, memfd, saved, sp, dlerror_fn, err, errlen);
+    if ((r = mem_rw(h->memfd, h->lo, h->old_mem, (size_t)(h->top - h->lo), false)) < 0 ||
+        (r = mem_rw(h->memfd, h->top - STRING_MAX, path_buf, STRING_MAX, true)) < 0)
+        return errbuf_set(err, errlen, r, "pid %d: write below the stack at 0x%" PRIx64 ": %s",
+                          (int)h->pid, h->lo, strerror(-r));
+    r = hijacked_call(h, h->libc->dlopen, h->top - STRING_MAX, RTLD_NOW, NULL);
+    if (r == 0 && !mapped(h->pid, path)) {
+        snprintf(err, errlen, "dlopen failed (no message)");
+        if (h->libc->syscall_ret && hijacked_call(h, h->libc->dlerror, 0, 0, &msg) == 0 && msg) {
+            struct iovec local = {err, errlen - 1}, remote = {(void *)(uintptr_t)msg, errlen - 1};
+            ssize_t n = process_vm_readv(h->pid, &local, 1, &remote, 1, 0);
+            err[n > 0 ? (size_t)n : 0] = '\0';
+            err[strnlen(err, errlen - 1)] = '\0';
+        }
         r = -ENOEXEC;
-    } else if (r < 0) {
-        errbuf_set(err, errlen, r, "pid %d: the call to dlopen() failed: %s", (int)pid,
+    } else if (r < 0 && r != -ESRCH) {
+        errbuf_set(err, errlen, r, "pid %d: the call to dlopen() failed: %s", (int)h->pid,
                    strerror(-r));
     }
-    if (r != -ESRCH) {
-        mem_rw(memfd, lo, old_mem, saved_len, true);
-        ptrace(PTRACE_SETREGSET, pid, NT_X86_XSTATE, &xs);
-        ptrace(PTRACE_SETREGS, pid, 0, saved); /* and the kernel restarts its syscall */
-    }
-out:
-    if (memfd >= 0)
-        close(memfd);
-    free(old_mem);
-    free(xs.iov_base);
+    if (r != -ESRCH)
+        put_back(h, r != -EFAULT);
     return r;
 }
 
 int inject_library(pid_t pid, const char *path_in_target, char *err, size_t errlen)
 {
-    struct user_regs_struct saved;
-    uint64_t dlopen_fn, dlerror_fn;
+    struct libc_addrs libc;
+    struct hijack h = {.pid = pid, .memfd = -1, .libc = &libc};
+    char memf[64];
     struct libs l;
     int r;
 
     if ((r = find_libs(pid, &l, err, errlen)) < 0 ||
-        (r = libc_symbol(pid, &l, "dlopen", &dlopen_fn, err, errlen)) < 0 ||
-        (r = libc_symbol(pid, &l, "dlerror", &dlerror_fn, err, errlen)) < 0)
+        (r = libc_addrs(pid, &l, &libc, err, errlen)) < 0)
         return r;
-    if (ptrace(PTRACE_SEIZE, pid, 0, 0) < 0)
+    if (ptrace(PTRACE_SEIZE, pid, 0, (void *)(long)PTRACE_O_TRACESYSGOOD) < 0)
         return errbuf_set(err, errlen, -errno, "pid %d: ptrace: %s%s", (int)pid, strerror(errno),
                           errno == EPERM ? " (another tracer, no CAP_SYS_PTRACE, or not dumpable)"
                                          : "");
-    r = stop_at_safe_point(pid, &l, &saved, err, errlen);
-    if (r == 0)
-        r = call_dlopen(pid, path_in_target, dlopen_fn, dlerror_fn, &saved, err, errlen);
+    r = stop_at_safe_point(pid, &l, &h.saved, err, errlen);
+    if (r == 0) {
+        snprintf(memf, sizeof(memf), "/proc/%d/mem", (int)pid);
+        h.memfd = open(memf, O_RDWR | O_CLOEXEC);
+        h.xs = (struct iovec){.iov_base = malloc(XSTATE_BYTES), .iov_len = XSTATE_BYTES};
+        if (h.memfd < 0 || !h.xs.iov_base)
+            r = errbuf_set(err, errlen, h.memfd < 0 ? -errno : -ENOMEM,
+                           "pid %d: prepare the call: %s", (int)pid,
+                           h.memfd < 0 ? strerror(errno) : "out of memory");
+        else if (ptrace(PTRACE_GETREGSET, pid, NT_X86_XSTATE, &h.xs) < 0 ||
+                 ptrace(PTRACE_GETSIGMASK, pid, sizeof(h.sigmask), &h.sigmask) < 0)
+            r = errbuf_set(err, errlen, -errno, "pid %d: read the FPU state and signal mask: %s",
+                           (int)pid, strerror(errno));
+        if (r == 0) {
+            /* below the red zone: the path, the xsave image, the frame, two return addresses */
+            size_t use = STRING_MAX + h.xs.iov_len + 64 + sizeof(struct rt_sigframe) + 64;
+            h.top = (h.saved.rsp - 128) & ~0xfULL;
+            h.lo = (h.top - use) & ~0xfULL;
+            h.old_mem = malloc((size_t)(h.top - h.lo));
+            r = h.old_mem ? call_dlopen(&h, path_in_target, err, errlen)
+                          : errbuf_set(err, errlen, -ENOMEM, "pid %d: out of memory", (int)pid);
+        }
+    }
+    if (h.memfd >= 0)
+        close(h.memfd);
+    free(h.xs.iov_base);
+    free(h.old_mem);
     if (r == -ESRCH)
         return errbuf_set(err, errlen, r, "pid %d exited while the stub was being loaded",
                           (int)pid);
-    ptrace(PTRACE_DETACH, pid, 0, 0); /* drops our SIGSEGV; the target runs on as it was */
+    ptrace(PTRACE_DETACH, pid, 0, 0); /* the thread goes on as it was */
     return r;
 }

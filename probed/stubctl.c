@@ -329,7 +329,8 @@ static int copy_stub(const struct stubctl *sc, const struct stub_place *p, char 
 }
 
 /* Loads the stub and waits for its socket; returns the connected socket. */
-static int inject_stub(struct stubctl *sc, struct stub_place *p, char *err, size_t errlen)
+static int inject_stub(struct stubctl *sc, struct stub_place *p, bool *ret_loaded, char *err,
+                       size_t errlen)
 {
     char name[64], in_target[160];
     double deadline;
@@ -343,6 +344,7 @@ static int inject_stub(struct stubctl *sc, struct stub_place *p, char *err, size
     r = inject_library(p->pid, in_target, err, errlen);
     if (r < 0)
         return r;
+    *ret_loaded = true; /* whether or not its socket comes up (a stopped process: later) */
     deadline = mono_ms() + SOCKET_WAIT_MS;
     while ((fd = connect_stub(p, err, errlen)) == -ENOENT && mono_ms() < deadline)
         usleep(2000);
@@ -379,8 +381,7 @@ static int open_stub(struct stubctl *sc, pid_t pid, bool may_inject, struct stub
     if (fd == 0)
         fd = connect_stub(&p, err, errlen);
     if (fd == -ENOENT) {
-        fd = inject_stub(sc, &p, err, errlen);
-        res->injected = fd >= 0;
+        fd = inject_stub(sc, &p, &res->injected, err, errlen);
         res->inject_ms = mono_ms() - t0;
     }
     pthread_mutex_unlock(&sc->inject_lock);

@@ -1,8 +1,12 @@
 /*
  * reinject.c - loads a library into a process N times with probed's injector (inject.c), each
  * time from a fresh copy (a path dlopen() has not seen), for tests/functional/test_eval.py.
- * usage: reinject <pid> <library> <dir as the target sees it> <dir as we reach it> <n>
+ * usage: reinject <pid> <library> <dir as the target sees it> <dir as we reach it> <n> [kill_us]
  * Prints {"ok": n, "failed": n, "last_error": "..."}; exit 0 when all loads succeeded.
+ * With kill_us, each load runs in a child (the injector, as the daemon would) that is killed
+ * with SIGKILL at a random instant within kill_us microseconds: a daemon dying at any point of
+ * an injection. Then "ok" counts the loads that ended before the kill; the target must go on
+ * correctly whatever the instant.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -12,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "inject.h"
@@ -33,26 +38,54 @@ static int copy(const char *from, const char *to)
     return r;
 }
 
+/* One load by a child killed at a random instant within @kill_us: 1 when it finished first. */
+static int killed_while_injecting(pid_t pid, const char *in_target, int kill_us)
+{
+    int status = 0;
+    pid_t child = fork();
+
+    if (child == 0) {
+        char err[512];
+        _exit(inject_library(pid, in_target, err, sizeof(err)) < 0 ? 1 : 0);
+    }
+    if (child < 0)
+        return 0;
+    usleep((useconds_t)(random() % kill_us));
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 int main(int argc, char **argv)
 {
     char err[512] = "", path[4096], in_target[4096];
-    int ok = 0, failed = 0, n;
+    int ok = 0, failed = 0, n, kill_us;
     pid_t pid;
 
-    if (argc != 6)
-        return fprintf(stderr, "usage: reinject <pid> <lib> <dir in target> <dir> <n>\n"), 2;
+    if (argc != 6 && argc != 7)
+        return fprintf(stderr, "usage: reinject <pid> <lib> <dir in target> <dir> <n> [kill_us]\n"),
+               2;
     pid = atoi(argv[1]);
     n = atoi(argv[5]);
+    kill_us = argc == 7 ? atoi(argv[6]) : 0;
+    srandom((unsigned)getpid());
     for (int i = 0; i < n; i++) {
         snprintf(path, sizeof(path), "%s/noop-%d.so", argv[4], i);
         snprintf(in_target, sizeof(in_target), "%s/noop-%d.so", argv[3], i);
-        if (copy(argv[2], path) < 0 || inject_library(pid, in_target, err, sizeof(err)) < 0)
+        if (copy(argv[2], path) < 0)
+            failed++;
+        else if (kill_us > 0)
+            ok += killed_while_injecting(pid, in_target, kill_us);
+        else if (inject_library(pid, in_target, err, sizeof(err)) < 0)
             failed++;
         else
             ok++;
         unlink(path);
-        if (kill(pid, 0) < 0)
+        if (kill(pid, 0) < 0) {
+            snprintf(err, sizeof(err), "the target is gone after load %d", i);
+            failed++;
             break;
+        }
     }
     printf("{\"ok\": %d, \"failed\": %d, \"last_error\": \"%s\"}\n", ok, failed, err);
     return failed ? 1 : 0;
