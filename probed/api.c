@@ -273,6 +273,9 @@ static json_t *target_json(const struct target *t)
         (json_int_t)t->stats.errors, "late", (json_int_t)t->stats.late, "dropped",
         (json_int_t)t->stats.dropped);
 
+    json_object_set_new(json_object_get(j, "stats"), "threads_cut",
+                        json_integer((json_int_t)t->stats.threads_cut));
+    json_object_set_new(j, "threads_room", json_integer((json_int_t)t->threads_cap));
     if (t->rank >= 0)
         json_object_set_new(j, "rank", json_integer(t->rank));
     if (t->local_rank >= 0)

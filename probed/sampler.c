@@ -304,7 +304,7 @@ static void sample_target(struct sampler *s, struct target *t, int64_t now)
     t->errors_seen = t->stats.errors;
     if (t->native) /* the kernel's samples since the last tick, then the Python frames now */
         native__collect(t->native, t->stats.ticks % (t->rate_hz / 10 + 1) == 0);
-    r = pyf_target__sample(t->pyf, t->threads, t->stacks, TARGET_THREADS_MAX, &n, &e);
+    r = pyf_target__sample(t->pyf, t->threads, t->stacks, t->threads_cap, &n, &e);
     t->stats.ticks++;
     if (r < 0 && (e.kind == PYF_GONE || pyf_err_fatal(&e))) {
         if (e.kind == PYF_GONE)
@@ -320,6 +320,10 @@ static void sample_target(struct sampler *s, struct target *t, int64_t now)
     if (t->native) /* the eBPF sampler copies these threads' Python frames from now on */
         native__track(t->native, t->threads, n);
     record(s, t, n, real_ns(), mono_ns());
+    /* every slot full: there may be more threads; the next tick reads up to twice as many
+     * (a rare allocation, between ticks), and at the maximum the rest is counted as cut */
+    if (n == t->threads_cap && target__grow_threads(t) == -ENOSPC)
+        t->stats.threads_cut++;
 }
 
 /* The target due first, or NULL when none is sampling. */

@@ -3,8 +3,9 @@
  *
  * One thread walks the targets in order of their next due time, reads each one's threads and
  * stacks with one pyf_target__sample(), turns frames and stacks into content-hash ids and
- * appends samples (and definitions not sent before) to the outbox. It never allocates and
- * never touches the database.
+ * appends samples (and definitions not sent before) to the outbox. It never allocates (but
+ * once, when a target's threads fill its room: target__grow_threads()) and never touches the
+ * database.
  * Threads: sampler_start/stop and the target functions from the API thread; the lock guards
  * the target list and every target's mutable fields (state, stats), and is held while one
  * target is sampled (tens of microseconds), never across I/O to the store or a client.

@@ -40,18 +40,43 @@ static void read_ranks(struct target *t)
     free(env);
 }
 
-static int alloc_buffers(struct target *t)
+/* Room for @cap threads' stacks (TARGET_DEPTH_MAX frames each); the old buffers are kept when
+ * the new ones cannot be had. */
+static int alloc_buffers(struct target *t, size_t cap)
 {
-    t->threads = calloc(TARGET_THREADS_MAX, sizeof(*t->threads));
-    t->stacks = calloc(TARGET_THREADS_MAX, sizeof(*t->stacks));
-    t->frame_pool = calloc((size_t)TARGET_THREADS_MAX * TARGET_DEPTH_MAX, sizeof(*t->frame_pool));
-    if (!t->threads || !t->stacks || !t->frame_pool)
+    struct pyf_thread *threads = calloc(cap, sizeof(*threads));
+    struct pyf_stack *stacks = calloc(cap, sizeof(*stacks));
+    struct pyf_frame *pool = calloc(cap * TARGET_DEPTH_MAX, sizeof(*pool));
+
+    if (!threads || !stacks || !pool) {
+        free(threads);
+        free(stacks);
+        free(pool);
         return -ENOMEM;
-    for (size_t i = 0; i < TARGET_THREADS_MAX; i++) {
-        t->stacks[i].frames = t->frame_pool + i * TARGET_DEPTH_MAX;
-        t->stacks[i].cap = TARGET_DEPTH_MAX;
     }
+    for (size_t i = 0; i < cap; i++) {
+        stacks[i].frames = pool + i * TARGET_DEPTH_MAX;
+        stacks[i].cap = TARGET_DEPTH_MAX;
+    }
+    free(t->threads);
+    free(t->stacks);
+    free(t->frame_pool);
+    t->threads = threads;
+    t->stacks = stacks;
+    t->frame_pool = pool;
+    t->threads_cap = cap;
     return 0;
+}
+
+int target__grow_threads(struct target *t)
+{
+    size_t cap = t->threads_cap * 2 > TARGET_THREADS_MAX ? TARGET_THREADS_MAX : t->threads_cap * 2;
+    int r = cap > t->threads_cap ? alloc_buffers(t, cap) : -ENOSPC;
+
+    if (r == 0)
+        log_msg(LOG_INFO, "pid %d: room for %zu threads (it has %zu or more)", (int)t->pid, cap,
+                cap / 2);
+    return r;
 }
 
 int target_new(pid_t pid, uint32_t rate_hz, struct target **ret, struct pyf_err *err)
@@ -77,7 +102,7 @@ int target_new(pid_t pid, uint32_t rate_hz, struct target **ret, struct pyf_err 
     r = pyf_target_open(pid, &t->pyf, err);
     if (r < 0)
         goto fail;
-    r = alloc_buffers(t);
+    r = alloc_buffers(t, TARGET_THREADS_MIN);
     if (r < 0) {
         snprintf(err->msg, sizeof(err->msg), "pid %d: out of memory for sampling buffers", pid);
         goto fail;

@@ -17,9 +17,10 @@
 #include "procfs.h"
 #include "pyframes.h"
 
-#define TARGET_THREADS_MAX 64 /* Python threads sampled per process; more are dropped */
-#define TARGET_DEPTH_MAX 256  /* frames kept per stack; deeper stacks are truncated */
-#define TARGET_TIDS_MAX 256   /* thread names remembered */
+#define TARGET_THREADS_MIN 64   /* Python threads a target's buffers hold at first */
+#define TARGET_THREADS_MAX 1024 /* they double up to this (libpyframes' THREAD_SPANS_MAX) */
+#define TARGET_DEPTH_MAX 256    /* frames kept per stack; deeper stacks are truncated */
+#define TARGET_TIDS_MAX 256     /* thread names remembered */
 
 enum target_state { TARGET_SAMPLING, TARGET_EXITED, TARGET_DETACHED, TARGET_FAILED };
 
@@ -30,6 +31,7 @@ struct target_stats {
     uint64_t errors;      /* ticks that failed as a whole (not fatal) */
     uint64_t late;        /* times sampling fell over 3 periods behind and skipped ahead */
     uint64_t dropped;     /* samples the outbox had no room for */
+    uint64_t threads_cut; /* ticks that found TARGET_THREADS_MAX threads or more: the rest unread */
     uint64_t by_state[4]; /* samples by state: bit 0 on CPU, bit 1 holds the GIL */
 };
 
@@ -81,9 +83,10 @@ struct target {
     struct pyf_target *pyf;
     struct native *native;  /* the kernel's samples of native stacks; NULL: Python frames only */
     char native_error[256]; /* why native_wanted is not met (the fallback to Python only) */
-    struct pyf_thread *threads;
+    struct pyf_thread *threads; /* threads_cap of each */
     struct pyf_stack *stacks;
     struct pyf_frame *frame_pool;
+    size_t threads_cap;
     pid_t known_tids[TARGET_TIDS_MAX]; /* tids whose name was sent to the store */
     size_t n_known_tids;
 };
@@ -91,6 +94,9 @@ struct target {
 /* Opens @pid for sampling at @rate_hz. @err receives a message for the user on failure. */
 int target_new(pid_t pid, uint32_t rate_hz, struct target **ret, struct pyf_err *err);
 void target_free(struct target *t); /* NULL is a no-op */
+/* A tick found every thread slot full: room for twice as many (up to TARGET_THREADS_MAX), on
+ * the sampler thread, between ticks. -ENOSPC at the maximum, -ENOMEM: the old room is kept. */
+int target__grow_threads(struct target *t);
 /* Starts sampling @t's native stacks (attach --native): with the eBPF sampler, else with perf
  * (the log says why). On failure the target goes on with Python frames only; t->native_error,
  * the log and the returned -errno say why. */
