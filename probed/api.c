@@ -1567,7 +1567,8 @@ int api_new(struct event_base *base, const struct api_config *cfg, int gid, stru
                                                   .db_path = cfg->db_path,
                                                   .requests = &a->requests,
                                                   .queries = &a->queries,
-                                                  .query_errors = &a->query_errors},
+                                                  .query_errors = &a->query_errors,
+                                                  .config = cfg->config},
                         &a->metrics);
     if (r == 0 && (r = api__config_changed(a, err, sizeof(err))) < 0)
         log_msg(LOG_ERR, "%s", err);

@@ -10,7 +10,7 @@
 #include "errbuf.h"
 #include "units.h"
 
-enum kind { K_PATH, K_NAME, K_RATE, K_DURATION, K_SIZE, K_ADDRESS };
+enum kind { K_PATH, K_NAME, K_RATE, K_DURATION, K_SIZE, K_ADDRESS, K_CHOICE };
 
 struct key_def {
     const char *name;
@@ -53,6 +53,10 @@ static const struct key_def keys[CFG_N] = {
                                  true,
                                  "how often a snapshot of where memory went is taken while"
                                  " allocation tracking is on (0: on request only)"},
+    [CFG_METRICS_CMDLINE] = {"metrics_cmdline", K_CHOICE, true, "script", 0, 0, false,
+                             "what the cmd label of /metrics shows: script (the program and its"
+                             " script or module, never its arguments) or full (the whole"
+                             " command line: any local user can read it)"},
 };
 
 void config_init(struct config *c)
@@ -170,6 +174,11 @@ int config_check(enum config_key k, const char *value, int64_t *num, char *err, 
         return 0;
     case K_ADDRESS:
         return check_address(value, err, errlen);
+    case K_CHOICE: /* metrics_cmdline, the only one */
+        if (strcmp(value, "script") != 0 && strcmp(value, "full") != 0)
+            return errbuf_set(err, errlen, -EINVAL, "%s: '%s' is not script or full", d->name,
+                              value);
+        return 0;
     default:
         return check_number(d, value, num, err, errlen);
     }

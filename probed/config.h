@@ -34,6 +34,7 @@ enum config_key {
     CFG_METRICS_ADDRESS,     /* host:port of /metrics, or "off" */
     CFG_MEMORY_INTERVAL,     /* ns between memory/CPU rows of a target; 0 = none */
     CFG_ALLOCATION_INTERVAL, /* ns between allocation snapshots while tracking; 0 = on request */
+    CFG_METRICS_CMDLINE,     /* /metrics cmd label: "script" (program and script) or "full" */
     CFG_N
 };
 

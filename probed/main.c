@@ -4,7 +4,7 @@
  *
  *   probed [--config PATH] [--socket PATH] [--db PATH] [--foreground] [--rate HZ]
  *          [--retention DUR] [--max-db-size SIZE] [--query-timeout DUR] [--metrics ADDR]
- *          [--memory-interval DUR] [--group NAME] [--stub PATH]
+ *          [--memory-interval DUR] [--metrics-cmdline script|full] [--group NAME] [--stub PATH]
  *
  * Settings come from config.h: defaults, then probed.conf, then these options; SIGHUP
  * re-reads the file and the API changes the live ones (probectl config).
@@ -66,6 +66,8 @@ static void usage(FILE *out)
             "  --memory-interval DUR  how often targets' memory and CPU are recorded (default 1s)\n"
             "  --allocation-interval DUR  how often allocation snapshots are taken while\n"
             "                         tracking is on (default 30s; 0: on request)\n"
+            "  --metrics-cmdline script|full  the cmd label of /metrics: the program and its\n"
+            "                         script (default), or the whole command line\n"
             "  --group NAME           group owning the socket (default probed, if it exists)\n"
             "  --stub PATH            the library eval loads into targets (default: next to\n"
             "                         probed, else %s/libprobed-stub.so)\n"
@@ -107,6 +109,7 @@ static const struct {
     {"metrics", CFG_METRICS_ADDRESS},
     {"memory-interval", CFG_MEMORY_INTERVAL},
     {"allocation-interval", CFG_ALLOCATION_INTERVAL},
+    {"metrics-cmdline", CFG_METRICS_CMDLINE},
     {"group", CFG_GROUP},
     {"stub", CFG_STUB},
 };

@@ -40,6 +40,7 @@ struct metrics {
     struct event_base *base;
     struct metrics_sources src;
     struct evhttp *http; /* NULL: not serving */
+    bool full_cmdline;   /* metrics_cmdline = full, read at each scrape */
     struct connlimit *clients;
     char address[CONFIG_VALUE_MAX];
     struct row rows[SAMPLER_TARGETS_MAX];
@@ -70,6 +71,35 @@ static void add_label(char *buf, size_t size, size_t *len, const char *name, con
     *len = n;
 }
 
+/* The cmd label by default: the program and what it runs (its script, `-m module`, `-c`),
+ * never the arguments after, which can hold secrets (`--db-password=...`): /metrics is for
+ * every local user. "python3 -u train.py --lr 3" -> "python3 train.py". */
+static void program_and_script(const char *cmdline, char *out, size_t size)
+{
+    char buf[sizeof(((struct target *)0)->cmdline)], *save = NULL, *tok;
+    const char *prog;
+    int n;
+
+    snprintf(buf, sizeof(buf), "%s", cmdline);
+    prog = strtok_r(buf, " ", &save);
+    n = snprintf(out, size, "%s", prog ? prog : "");
+    while (prog && (tok = strtok_r(NULL, " ", &save)) != NULL && n >= 0 && (size_t)n < size) {
+        if (strcmp(tok, "-m") == 0) {
+            const char *mod = strtok_r(NULL, " ", &save);
+            snprintf(out + n, size - (size_t)n, " -m %s", mod ? mod : "");
+            return;
+        }
+        if (strcmp(tok, "-c") == 0) {
+            snprintf(out + n, size - (size_t)n, " -c");
+            return;
+        }
+        if (tok[0] != '-') {
+            snprintf(out + n, size - (size_t)n, " %s", tok);
+            return;
+        }
+    }
+}
+
 static void copy_row(const struct target *t, void *ctx)
 {
     struct metrics *m = ctx;
@@ -98,7 +128,13 @@ static void copy_row(const struct target *t, void *ctx)
     snprintf(num, sizeof(num), "%d", t->local_rank);
     add_label(r->labels, sizeof(r->labels), &len, "local_rank", t->local_rank >= 0 ? num : "",
               sizeof(num));
-    add_label(r->labels, sizeof(r->labels), &len, "cmd", t->cmdline, CMD_LABEL_MAX);
+    if (m->full_cmdline) {
+        add_label(r->labels, sizeof(r->labels), &len, "cmd", t->cmdline, CMD_LABEL_MAX);
+    } else {
+        char cmd[CMD_LABEL_MAX + 1];
+        program_and_script(t->cmdline, cmd, sizeof(cmd));
+        add_label(r->labels, sizeof(r->labels), &len, "cmd", cmd, CMD_LABEL_MAX);
+    }
     add_label(r->labels, sizeof(r->labels), &len, "python", t->py_version, sizeof(t->py_version));
 }
 
@@ -323,6 +359,11 @@ static void render(struct metrics *m, struct evbuffer *out)
     struct meter *mt = m->src.meter;
 
     m->n_rows = m->n_ended = 0;
+    if (m->src.config) {
+        char how[16];
+        config_text(m->src.config, CFG_METRICS_CMDLINE, how, sizeof(how));
+        m->full_cmdline = strcmp(how, "full") == 0;
+    }
     sampler__each(m->src.sampler, copy_row, m);
 
     family(out, "probed_build_info", "gauge", "probed's version");

@@ -27,6 +27,7 @@ struct metrics_sources {
     struct meter *meter;
     const char *db_path;
     const atomic_uint_fast64_t *requests, *queries, *query_errors;
+    struct config *config; /* metrics_cmdline */
 };
 
 struct metrics;

@@ -106,7 +106,9 @@ def test_metrics_exposition_is_valid_and_http_is_strict(scraped):
     odd = subprocess.Popen([PYTHON, '-c', 'import time\nwhile True: time.sleep(0.1)', odd_arg])
     try:
         d.ctl('attach', odd.pid, check=True)
+        d.ctl('config', 'metrics_cmdline=full', check=True)  # by default: the program, `-c`
         status, text = http_get('http://127.0.0.1:%d/metrics' % port)
+        d.ctl('config', 'metrics_cmdline=script', check=True)
         label = re.search(r'^probed_target_sample_rate_hz\{pid="%d",[^\n]*cmd="((?:[^"\\]|\\.)*)"'
                           % odd.pid, text, re.M).group(1)
         cmd = '%s -c import time while True: time.sleep(0.1) %s' % (PYTHON, odd_arg)
@@ -374,7 +376,7 @@ def test_config_api_refuses_garbage_and_other_users():
         assert r.returncode == 1 and 'only root' in r.stderr
         assert d.ctl('config', 'sample_rate', user=user, check=True).stdout == '100\n'
         status, _ = d.api('POST', '/v1/config', {'key': 'sample_rate', 'value': '5'})
-        assert status == 404
+        assert status == 405  # the path is known: GET and PUT only
         assert settings(d) == before
     finally:
         d.close()

@@ -531,3 +531,39 @@ def test_a_target_with_1101_threads_is_sampled_past_64_and_the_cut_is_counted(da
         p.kill()
         p.wait()
         p.stdout.close()
+
+
+def test_metrics_show_the_program_and_script_not_the_arguments():
+    """8: /metrics gave any local user every target's full command line (--db-password=...).
+    By default the cmd label is the program and its script; metrics_cmdline = full, a live
+    setting, shows it all."""
+    import urllib.request
+    from conftest import free_port
+    from daemon import Daemon
+    port = free_port()
+    d = Daemon('--metrics', '127.0.0.1:%d' % port)
+    p = subprocess.Popen([PYTHON, '-u', os.path.join(TARGETS, 'evaltarget.py'), 'sleep',
+                          '--db-password=hunter2'], stdout=subprocess.PIPE,
+                         universal_newlines=True)
+    try:
+        assert p.stdout.readline().startswith('READY')
+        d.ctl('attach', p.pid, check=True)
+
+        def scrape():
+            with urllib.request.urlopen('http://127.0.0.1:%d/metrics' % port, timeout=10) as r:
+                return r.read().decode()
+        text = wait_for(lambda: [line for line in scrape().splitlines()
+                                 if 'pid="%d"' % p.pid in line], what='the series')
+        script = os.path.join(TARGETS, 'evaltarget.py')
+        assert all('cmd="%s %s"' % (PYTHON, script) in line for line in text), text[:3]
+        assert 'hunter2' not in scrape()
+        r = d.ctl('config', 'metrics_cmdline=full')
+        assert r.returncode == 0, r.stderr
+        assert 'hunter2' in scrape()
+        r = d.ctl('config', 'metrics_cmdline=everything')
+        assert r.returncode != 0 and 'script or full' in r.stderr
+    finally:
+        p.kill()
+        p.wait()
+        p.stdout.close()
+        d.close()
