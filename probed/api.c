@@ -275,6 +275,13 @@ static json_t *target_json(const struct target *t)
 
     json_object_set_new(json_object_get(j, "stats"), "threads_cut",
                         json_integer((json_int_t)t->stats.threads_cut));
+    json_object_set_new(json_object_get(j, "stats"), "lost",
+                        json_integer((json_int_t)t->stats.lost));
+    if (t->gap.samples)
+        json_object_set_new(j, "gap",
+                            json_pack("{s:I, s:I, s:I, s:s}", "from_ns", (json_int_t)t->gap.from_ns,
+                                      "to_ns", (json_int_t)t->gap.to_ns, "samples",
+                                      (json_int_t)t->gap.samples, "why", t->gap.why));
     json_object_set_new(j, "threads_room", json_integer((json_int_t)t->threads_cap));
     if (t->rank >= 0)
         json_object_set_new(j, "rank", json_integer(t->rank));
@@ -1293,12 +1300,13 @@ static int status_get(struct api *a, struct evhttp_request *req)
     struct writer *w = a->writer;
 
     reply_json(req, 200,
-               json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "version", PROBED_VERSION,
-                         "database", a->cfg.db_path, "requests", (json_int_t)a->requests, "queries",
-                         (json_int_t)a->queries, "query_errors", (json_int_t)a->query_errors,
-                         "flushes", (json_int_t)w->flushes, "write_errors",
-                         (json_int_t)w->write_errors, "samples_written",
-                         (json_int_t)w->samples_written, "db_bytes", (json_int_t)w->db_bytes));
+               json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "version",
+                         PROBED_VERSION, "database", a->cfg.db_path, "requests",
+                         (json_int_t)a->requests, "queries", (json_int_t)a->queries, "query_errors",
+                         (json_int_t)a->query_errors, "flushes", (json_int_t)w->flushes,
+                         "write_errors", (json_int_t)w->write_errors, "samples_written",
+                         (json_int_t)w->samples_written, "samples_dropped",
+                         (json_int_t)w->samples_dropped, "db_bytes", (json_int_t)w->db_bytes));
     return 0;
 }
 

@@ -336,8 +336,9 @@ static void stop(struct daemon *d)
     if (d->base)
         event_base_free(d->base);
     meter_stop(&d->meter);
-    sampler_free(d->sampler); /* targets stay "live" in the store: a restart resumes them */
+    sampler_stop(d->sampler); /* targets stay "live" in the store: a restart resumes them */
     writer_stop(&d->writer);  /* after the sampler: its last samples are flushed */
+    sampler_free(d->sampler); /* after the writer, which tells it of samples it could not write */
     outbox_free(d->ob);
     store_free(d->store);
 }
@@ -366,6 +367,7 @@ int main(int argc, char **argv)
     if (parse_args(argc, argv, &o) < 0)
         return 2;
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGXFSZ, SIG_IGN); /* a database past the file-size limit: a write error, not death */
     if (sqlmem_install(QUERY_ALL_MEMORY_BYTES) < 0) { /* before any SQLite call */
         log_msg(LOG_ERR, "SQLite was initialised before its allocator could be set");
         return 1;

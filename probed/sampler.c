@@ -448,17 +448,23 @@ int sampler_start(struct sampler *s)
     return 0;
 }
 
+void sampler_stop(struct sampler *s)
+{
+    if (!s || !s->started)
+        return;
+    lock_from_outside(s);
+    s->stopping = true;
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->lock);
+    pthread_join(s->thread, NULL);
+    s->started = false;
+}
+
 void sampler_free(struct sampler *s)
 {
     if (!s)
         return;
-    if (s->started) {
-        lock_from_outside(s);
-        s->stopping = true;
-        pthread_cond_signal(&s->wake);
-        pthread_mutex_unlock(&s->lock);
-        pthread_join(s->thread, NULL);
-    }
+    sampler_stop(s);
     for (size_t i = 0; i < s->n_targets; i++)
         target_free(s->targets[i]);
     pyf_symcache_free(s->symbols); /* after every target that used it */
@@ -576,6 +582,24 @@ void sampler__set_usage(struct sampler *s, int64_t target_id, const struct proc_
             s->targets[i]->usage = *u;
             s->targets[i]->usage_ns = ts_ns;
         }
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+void sampler__add_lost(struct sampler *s, int64_t target_id, uint64_t n, int64_t from_ns,
+                       int64_t to_ns, const char *why)
+{
+    lock_from_outside(s);
+    for (size_t i = 0; i < s->n_targets; i++) {
+        struct target *t = s->targets[i];
+        if (t->id != target_id)
+            continue;
+        t->stats.lost += n;
+        if (!t->gap.samples || from_ns - t->gap.to_ns > 60 * 1000000000LL) /* a new gap */
+            t->gap = (struct target_gap){.from_ns = from_ns};
+        t->gap.to_ns = to_ns;
+        t->gap.samples += n;
+        snprintf(t->gap.why, sizeof(t->gap.why), "%s", why);
     }
     pthread_mutex_unlock(&s->lock);
 }

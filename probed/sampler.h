@@ -59,6 +59,9 @@ struct sampler {
 
 int sampler_new(struct outbox *ob, struct sampler **ret);
 int sampler_start(struct sampler *s);
+/* Stops the thread; the targets stay, and so do the calls other threads make (the writer's
+ * last flushes report lost samples to it): free it after them. */
+void sampler_stop(struct sampler *s);
 void sampler_free(struct sampler *s); /* stops the thread; frees the targets still held */
 
 /* Takes @t, whose id the caller chose (and records its attach in the outbox unless
@@ -76,6 +79,10 @@ void sampler__add_torch(struct sampler *s, int64_t target_id, const struct torch
                         uint64_t dropped, bool tracing);
 void sampler__set_usage(struct sampler *s, int64_t target_id, const struct proc_usage *u,
                         int64_t ts_ns);
+/* @n samples of @target_id, taken from @from_ns to @to_ns, could not be written (@why): counted
+ * in its stats (lost) and its gap, which a loss within a minute of the last one extends. */
+void sampler__add_lost(struct sampler *s, int64_t target_id, uint64_t n, int64_t from_ns,
+                       int64_t to_ns, const char *why);
 /* config sample_rate changed: targets attached at the default rate now sample at @hz. */
 void sampler__default_rate(struct sampler *s, uint32_t hz);
 

@@ -32,6 +32,7 @@ struct target_stats {
     uint64_t late;        /* times sampling fell over 3 periods behind and skipped ahead */
     uint64_t dropped;     /* samples the outbox had no room for */
     uint64_t threads_cut; /* ticks that found TARGET_THREADS_MAX threads or more: the rest unread */
+    uint64_t lost;        /* samples taken but lost: the database would not take them (disk full) */
     uint64_t by_state[4]; /* samples by state: bit 0 on CPU, bit 1 holds the GIL */
 };
 
@@ -44,6 +45,13 @@ struct target_torch {
     uint64_t dropped;    /* records the target could not buffer */
     bool has_memory, has_reserved;
     double allocated_mb, reserved_mb;
+};
+
+/* The latest stretch of a target's samples the database would not take (writer.c). */
+struct target_gap {
+    int64_t from_ns, to_ns; /* the first and last lost sample's time; 0: none yet */
+    uint64_t samples;
+    char why[128];
 };
 
 struct native;
@@ -74,6 +82,7 @@ struct target {
     enum target_state state;
     char end_reason[128];
     struct target_stats stats;
+    struct target_gap gap;
     struct proc_usage usage; /* the meter's latest reading (meter.h); usage_ns 0: none yet */
     int64_t usage_ns;
     struct target_torch torch; /* the torch trace's totals, from its drains */

@@ -6,7 +6,40 @@
 
 #include "log.h"
 
-#define RETAIN_EVERY 10 /* flushes between retention passes */
+#define RETAIN_EVERY 10      /* flushes between retention passes */
+#define LOST_TARGETS_MAX 256 /* targets whose lost samples are told apart in one batch */
+
+/* A batch the database would not take is lost: counted where users look (the dropped total,
+ * each target's lost samples and its gap in list), never silently. */
+static void count_lost(struct writer *w, const struct ob_half *h, const char *why)
+{
+    struct lost {
+        int64_t target_id, from_ns, to_ns;
+        uint64_t n;
+    } acc[LOST_TARGETS_MAX];
+    size_t n_acc = 0, last = 0;
+
+    w->samples_dropped += h->n_samples;
+    for (size_t i = 0; i < h->n_samples; i++) {
+        const struct ob_sample *smp = &h->samples[i];
+        if (!n_acc || acc[last].target_id != smp->target_id) { /* a tick's samples go together */
+            for (last = 0; last < n_acc && acc[last].target_id != smp->target_id; last++)
+                ;
+            if (last == n_acc && n_acc == LOST_TARGETS_MAX) {
+                last = 0; /* more targets than that: the rest count in the total only */
+                continue;
+            }
+            if (last == n_acc)
+                acc[n_acc++] = (struct lost){smp->target_id, smp->ts_ns, smp->ts_ns, 0};
+        }
+        acc[last].from_ns = smp->ts_ns < acc[last].from_ns ? smp->ts_ns : acc[last].from_ns;
+        acc[last].to_ns = smp->ts_ns > acc[last].to_ns ? smp->ts_ns : acc[last].to_ns;
+        acc[last].n++;
+    }
+    for (size_t i = 0; i < n_acc; i++)
+        sampler__add_lost(w->sampler, acc[i].target_id, acc[i].n, acc[i].from_ns, acc[i].to_ns,
+                          why);
+}
 
 static void flush(struct writer *w)
 {
@@ -21,6 +54,7 @@ static void flush(struct writer *w)
                     "writing %zu samples to the database: %s (further failures are"
                     " counted, not logged)",
                     h->n_samples, err.msg);
+        count_lost(w, h, err.msg);
         atomic_store(&w->sampler->forget_sent, true);
         return;
     }

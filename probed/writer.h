@@ -1,9 +1,11 @@
 /*
  * writer.h - the writer thread: once a second, the outbox's filled half into the store.
  *
- * Also enforces retention (age and size) every few seconds. A failed write is logged once
- * per kind of failure and counted; the sampler is then told to send its definitions again,
- * since the ones in the lost batch never reached the database.
+ * Also enforces retention (age and size) every few seconds. A failed write (a full disk) is
+ * logged once and counted: its samples in samples_dropped, and in each target's lost samples
+ * and gap (sampler__add_lost, shown by list); the sampler is then told to send its
+ * definitions again, since the ones in the lost batch never reached the database. The batch
+ * itself is not kept for a retry yet.
  * Threads: writer_start/stop from main; the thread owns the store connection meanwhile.
  */
 #ifndef PROBED_WRITER_H

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <signal.h>
 #include <string.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +22,23 @@
     {                                                                                              \
         "help", no_argument, NULL, 'h'                                                             \
     }
+
+/* A stretch of samples the database would not take (a full disk): said under the target. */
+static void print_gap(const json_t *gap)
+{
+    time_t from, to;
+    char a[32], b[32];
+
+    if (!json_is_object(gap))
+        return;
+    from = (time_t)(json_integer_value(json_object_get(gap, "from_ns")) / 1000000000LL);
+    to = (time_t)(json_integer_value(json_object_get(gap, "to_ns")) / 1000000000LL);
+    strftime(a, sizeof(a), "%Y-%m-%d %H:%M:%S", localtime(&from));
+    strftime(b, sizeof(b), "%H:%M:%S", localtime(&to));
+    printf("         gap: %lld samples lost from %s to %s (%s)\n",
+           (long long)json_integer_value(json_object_get(gap, "samples")), a, b,
+           json_string_value(json_object_get(gap, "why")));
+}
 
 static void print_target(json_t *t)
 {
@@ -38,6 +56,7 @@ static void print_target(json_t *t)
            (long long)json_integer_value(json_object_get(st, "samples")),
            (long long)json_integer_value(json_object_get(st, "torn")), mode,
            json_string_value(json_object_get(t, "cmdline")));
+    print_gap(json_object_get(t, "gap"));
 }
 
 static void print_header(void)

@@ -205,8 +205,8 @@ def test_unit_capabilities_are_enough_and_ptrace_is_needed(deb):
     refuses clearly and keeps serving."""
     user = ensure_test_user()
     caps = unit_capabilities()
-    assert set(caps) == {'sys_ptrace', 'perfmon', 'ipc_lock', 'bpf', 'dac_override', 'chown',
-                         'fowner'}
+    assert set(caps) == {'sys_ptrace', 'perfmon', 'ipc_lock', 'bpf', 'setuid', 'setgid',
+                         'dac_override', 'chown', 'fowner'}
     p, pid = target(user)
     try:
         bounding = '-all,' + ','.join('+' + c for c in caps)

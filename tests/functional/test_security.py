@@ -567,3 +567,37 @@ def test_metrics_show_the_program_and_script_not_the_arguments():
         p.wait()
         p.stdout.close()
         d.close()
+
+
+def test_samples_lost_to_a_full_disk_are_counted_and_the_gap_shown():
+    """7: with the database on a full filesystem every target had a 64 s hole while every
+    dropped counter stayed 0 (only write_errors moved). A file-size limit stands for the full
+    disk here: the lost samples are in the dropped total, in the target's lost count, and its
+    gap is in list."""
+    import json
+    from daemon import Daemon
+    d = Daemon(wrapper=['prlimit', '--fsize=%d' % (600 * 1024)])
+    target = subprocess.Popen([PYTHON, os.path.join(TARGETS, 'evaltarget.py'), 'busy'],
+                              stdout=subprocess.PIPE, universal_newlines=True)
+    try:
+        assert target.stdout.readline().startswith('READY')
+        d.ctl('attach', target.pid, '--rate', '1000', check=True)
+
+        def listed():
+            return [t for t in json.loads(d.ctl('list', '--json', check=True).stdout)['targets']
+                    if t['pid'] == target.pid][0]
+        t = wait_for(lambda: listed()['stats']['lost'] > 0 and listed(), timeout=60,
+                     what='samples lost to the full database')
+        assert t['gap']['samples'] > 0 and t['gap']['to_ns'] >= t['gap']['from_ns'] > 0, t
+        assert t['gap']['why'], t  # SQLite's words: disk full, I/O error
+        status = d.api('GET', '/v1/status')[1]
+        assert status['write_errors'] > 0 and status['samples_dropped'] >= t['stats']['lost'], \
+            status
+        out = d.ctl('list', check=True).stdout
+        assert 'gap: ' in out and 'samples lost from' in out, out
+        assert target.poll() is None
+    finally:
+        target.kill()
+        target.wait()
+        target.stdout.close()
+        d.close()
