@@ -1300,13 +1300,14 @@ static int status_get(struct api *a, struct evhttp_request *req)
     struct writer *w = a->writer;
 
     reply_json(req, 200,
-               json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "version",
+               json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "version",
                          PROBED_VERSION, "database", a->cfg.db_path, "requests",
                          (json_int_t)a->requests, "queries", (json_int_t)a->queries, "query_errors",
                          (json_int_t)a->query_errors, "flushes", (json_int_t)w->flushes,
                          "write_errors", (json_int_t)w->write_errors, "samples_written",
                          (json_int_t)w->samples_written, "samples_dropped",
-                         (json_int_t)w->samples_dropped, "db_bytes", (json_int_t)w->db_bytes));
+                         (json_int_t)w->samples_dropped, "samples_pending",
+                         (json_int_t)w->backlog_samples, "db_bytes", (json_int_t)w->db_bytes));
     return 0;
 }
 

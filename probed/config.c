@@ -57,6 +57,10 @@ static const struct key_def keys[CFG_N] = {
                              "what the cmd label of /metrics shows: script (the program and its"
                              " script or module, never its arguments) or full (the whole"
                              " command line: any local user can read it)"},
+    [CFG_WRITE_BACKLOG] = {"write_backlog", K_SIZE, true, "64M", 1 << 16, 1LL << 34, true,
+                           "samples the database would not take (a full disk) are kept up to"
+                           " this much memory and written when it takes them again; past it"
+                           " they are lost and counted (0: none kept)"},
 };
 
 void config_init(struct config *c)

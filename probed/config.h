@@ -35,6 +35,7 @@ enum config_key {
     CFG_MEMORY_INTERVAL,     /* ns between memory/CPU rows of a target; 0 = none */
     CFG_ALLOCATION_INTERVAL, /* ns between allocation snapshots while tracking; 0 = on request */
     CFG_METRICS_CMDLINE,     /* /metrics cmd label: "script" (program and script) or "full" */
+    CFG_WRITE_BACKLOG,       /* bytes of batches kept while the database fails; 0 = none */
     CFG_N
 };
 

@@ -68,6 +68,7 @@ static void usage(FILE *out)
             "                         tracking is on (default 30s; 0: on request)\n"
             "  --metrics-cmdline script|full  the cmd label of /metrics: the program and its\n"
             "                         script (default), or the whole command line\n"
+            "  --write-backlog SIZE   samples kept while the database fails (default 64M)\n"
             "  --group NAME           group owning the socket (default probed, if it exists)\n"
             "  --stub PATH            the library eval loads into targets (default: next to\n"
             "                         probed, else %s/libprobed-stub.so)\n"
@@ -110,6 +111,7 @@ static const struct {
     {"memory-interval", CFG_MEMORY_INTERVAL},
     {"allocation-interval", CFG_ALLOCATION_INTERVAL},
     {"metrics-cmdline", CFG_METRICS_CMDLINE},
+    {"write-backlog", CFG_WRITE_BACKLOG},
     {"group", CFG_GROUP},
     {"stub", CFG_STUB},
 };

@@ -206,3 +206,86 @@ struct ob_half *outbox__swap(struct outbox *ob)
     pthread_mutex_unlock(&ob->lock);
     return full;
 }
+
+/* Makes room for @more elements in a growable array of *@n used, *@cap allocated. */
+static bool grow(void **arr, size_t *cap, size_t n, size_t more, size_t size)
+{
+    size_t want = *cap ? *cap : 1024;
+    void *p;
+
+    if (n + more <= *cap)
+        return true;
+    while (want < n + more)
+        want *= 2;
+    p = realloc(*arr, want * size);
+    if (!p)
+        return false;
+    *arr = p;
+    *cap = want;
+    return true;
+}
+
+#define APPEND(b, field, nfield, capfield, src)                                                    \
+    (grow((void **)&(b)->h.field, &(b)->capfield, (b)->h.nfield, (src)->nfield,                    \
+          sizeof(*(src)->field)) &&                                                                \
+     (memcpy((b)->h.field + (b)->h.nfield, (src)->field, (src)->nfield * sizeof(*(src)->field)),   \
+      (b)->h.nfield += (src)->nfield, true))
+
+/* Definitions point into their half's arena: moved, they point @base further. */
+static void rebase(struct ob_def *defs, size_t from, size_t to, size_t base)
+{
+    for (size_t i = from; i < to; i++)
+        defs[i].off += (uint32_t)base;
+}
+
+int ob_backlog_add(struct ob_backlog *b, const struct ob_half *h, size_t max_bytes)
+{
+    size_t bytes = h->n_samples * sizeof(*h->samples) + h->n_frames * sizeof(*h->frames) +
+                   (h->n_strings + h->n_stacks + h->n_threads) * sizeof(struct ob_def) +
+                   h->arena_used + h->n_usage * sizeof(*h->usage) +
+                   h->n_thread_cpu * sizeof(*h->thread_cpu);
+    size_t base = b->h.arena_used, strings = b->h.n_strings, stacks = b->h.n_stacks,
+           threads = b->h.n_threads;
+    struct {
+        size_t n_samples, n_frames, n_usage, n_thread_cpu;
+    } n = {b->h.n_samples, b->h.n_frames, b->h.n_usage, b->h.n_thread_cpu};
+
+    if (b->bytes + bytes > max_bytes || b->h.n_targets + h->n_targets > OB_TARGETS_MAX ||
+        b->h.n_ends + h->n_ends > OB_TARGETS_MAX || base + h->arena_used > UINT32_MAX)
+        return -ENOSPC;
+    if (!APPEND(b, samples, n_samples, cap_samples, h) ||
+        !APPEND(b, frames, n_frames, cap_frames, h) ||
+        !APPEND(b, strings, n_strings, cap_strings, h) ||
+        !APPEND(b, stacks, n_stacks, cap_stacks, h) ||
+        !APPEND(b, threads, n_threads, cap_threads, h) ||
+        !APPEND(b, usage, n_usage, cap_usage, h) ||
+        !APPEND(b, thread_cpu, n_thread_cpu, cap_thread_cpu, h) ||
+        !grow((void **)&b->h.arena, &b->cap_arena, b->h.arena_used, h->arena_used, 1)) {
+        /* all of @h or none of it: the counts go back (the memory grown stays) */
+        b->h.n_samples = n.n_samples;
+        b->h.n_frames = n.n_frames;
+        b->h.n_strings = strings;
+        b->h.n_stacks = stacks;
+        b->h.n_threads = threads;
+        b->h.n_usage = n.n_usage;
+        b->h.n_thread_cpu = n.n_thread_cpu;
+        return -ENOMEM;
+    }
+    memcpy(b->h.arena + base, h->arena, h->arena_used);
+    b->h.arena_used += h->arena_used;
+    rebase(b->h.strings, strings, b->h.n_strings, base);
+    rebase(b->h.stacks, stacks, b->h.n_stacks, base);
+    rebase(b->h.threads, threads, b->h.n_threads, base);
+    memcpy(b->h.targets + b->h.n_targets, h->targets, h->n_targets * sizeof(*h->targets));
+    b->h.n_targets += h->n_targets;
+    memcpy(b->h.ends + b->h.n_ends, h->ends, h->n_ends * sizeof(*h->ends));
+    b->h.n_ends += h->n_ends;
+    b->bytes += bytes;
+    return 0;
+}
+
+void ob_backlog_clear(struct ob_backlog *b)
+{
+    half_free(&b->h);
+    *b = (struct ob_backlog){0};
+}

@@ -119,4 +119,18 @@ bool ob_half__thread_cpu(struct ob_half *h, const struct ob_thread_cpu *c);
  * returned half is the writer's until the next swap. */
 struct ob_half *outbox__swap(struct outbox *ob);
 
+/* Batches the database would not take (a full disk), kept by the writer to write again later:
+ * one half grown to hold them in order (definitions before the samples that use them), up to
+ * a bound in bytes. Writer thread only. */
+struct ob_backlog {
+    struct ob_half h; /* n_* as in a half; arrays grown on demand */
+    size_t cap_samples, cap_frames, cap_strings, cap_stacks, cap_threads, cap_arena, cap_usage,
+        cap_thread_cpu;
+    size_t bytes; /* held */
+};
+
+/* Appends @h; -ENOSPC past @max_bytes (or 256 attaches or ends): nothing appended, @h is lost. */
+int ob_backlog_add(struct ob_backlog *b, const struct ob_half *h, size_t max_bytes);
+void ob_backlog_clear(struct ob_backlog *b); /* empty, its memory freed */
+
 #endif

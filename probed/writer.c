@@ -8,6 +8,7 @@
 
 #define RETAIN_EVERY 10      /* flushes between retention passes */
 #define LOST_TARGETS_MAX 256 /* targets whose lost samples are told apart in one batch */
+#define RETRY_MAX_NS (32 * 1000000000LL) /* the longest wait before the backlog is tried again */
 
 /* A batch the database would not take is lost: counted where users look (the dropped total,
  * each target's lost samples and its gap in list), never silently. */
@@ -41,25 +42,53 @@ static void count_lost(struct writer *w, const struct ob_half *h, const char *wh
                           why);
 }
 
+/* The backlog first (it holds what came before), then the new batch; a batch the database
+ * will not take goes to the end of the backlog, or is lost past its bound. */
 static void flush(struct writer *w)
 {
     struct ob_half *h = outbox__swap(w->ob);
     struct store_err err;
+    int64_t now = mono_ns();
+    int r = 0;
 
     w->samples_dropped += h->n_dropped;
     w->usage_dropped += h->n_usage_dropped;
-    if (store__write(w->store, h, &err) < 0) {
-        if (w->write_errors++ == 0)
-            log_msg(LOG_ERR,
-                    "writing %zu samples to the database: %s (further failures are"
-                    " counted, not logged)",
-                    h->n_samples, err.msg);
-        count_lost(w, h, err.msg);
-        atomic_store(&w->sampler->forget_sent, true);
+    if (w->backlog.h.n_samples || w->backlog.h.n_targets || w->backlog.h.n_ends) {
+        if (now < w->retry_ns) {
+            r = -EAGAIN; /* not yet: the new batch joins the backlog */
+        } else if ((r = store__write(w->store, &w->backlog.h, &err)) == 0) {
+            log_msg(LOG_INFO, "the database takes samples again: %zu kept meanwhile written",
+                    w->backlog.h.n_samples);
+            w->flushes++;
+            w->samples_written += w->backlog.h.n_samples;
+            ob_backlog_clear(&w->backlog);
+            w->backlog_samples = 0;
+            w->retry_wait_ns = 0;
+        }
+    }
+    if (r == 0 && (r = store__write(w->store, h, &err)) == 0) {
+        w->flushes++;
+        w->samples_written += h->n_samples;
         return;
     }
-    w->flushes++;
-    w->samples_written += h->n_samples;
+    if (r != -EAGAIN && w->write_errors++ == 0)
+        log_msg(LOG_ERR,
+                "writing %zu samples to the database: %s (kept up to write_backlog, written "
+                "when it takes them again; further failures are counted, not logged)",
+                h->n_samples, err.msg);
+    if (r != -EAGAIN) {
+        w->retry_wait_ns = w->retry_wait_ns ? w->retry_wait_ns * 2 : 1000000000LL;
+        if (w->retry_wait_ns > RETRY_MAX_NS)
+            w->retry_wait_ns = RETRY_MAX_NS;
+        w->retry_ns = now + w->retry_wait_ns;
+    }
+    if (ob_backlog_add(&w->backlog, h, (size_t)config_num(w->config, CFG_WRITE_BACKLOG)) == 0) {
+        w->backlog_samples = w->backlog.h.n_samples;
+        return;
+    }
+    count_lost(w, h, r == -EAGAIN ? "the database would not take the samples before" : err.msg);
+    /* its definitions never reached the database: the sampler sends them again */
+    atomic_store(&w->sampler->forget_sent, true);
 }
 
 static void retain(struct writer *w)
@@ -94,7 +123,11 @@ static void *writer_main(void *arg)
         pthread_mutex_lock(&w->bg.lock);
     }
     pthread_mutex_unlock(&w->bg.lock);
-    flush(w); /* what the sampler added while we stopped */
+    w->retry_ns = 0; /* one last try of the backlog too */
+    flush(w);        /* what the sampler added while we stopped */
+    if (w->backlog.h.n_samples)
+        count_lost(w, &w->backlog.h, "the database would not take them before the daemon stopped");
+    ob_backlog_clear(&w->backlog);
     return NULL;
 }
 

@@ -572,11 +572,11 @@ def test_metrics_show_the_program_and_script_not_the_arguments():
 def test_samples_lost_to_a_full_disk_are_counted_and_the_gap_shown():
     """7: with the database on a full filesystem every target had a 64 s hole while every
     dropped counter stayed 0 (only write_errors moved). A file-size limit stands for the full
-    disk here: the lost samples are in the dropped total, in the target's lost count, and its
-    gap is in list."""
+    disk here, with no backlog kept (write_backlog = 0): the lost samples are in the dropped
+    total, in the target's lost count, and its gap is in list."""
     import json
     from daemon import Daemon
-    d = Daemon(wrapper=['prlimit', '--fsize=%d' % (600 * 1024)])
+    d = Daemon('--write-backlog', '0', wrapper=['prlimit', '--fsize=%d' % (600 * 1024)])
     target = subprocess.Popen([PYTHON, os.path.join(TARGETS, 'evaltarget.py'), 'busy'],
                               stdout=subprocess.PIPE, universal_newlines=True)
     try:
@@ -596,6 +596,37 @@ def test_samples_lost_to_a_full_disk_are_counted_and_the_gap_shown():
         out = d.ctl('list', check=True).stdout
         assert 'gap: ' in out and 'samples lost from' in out, out
         assert target.poll() is None
+    finally:
+        target.kill()
+        target.wait()
+        target.stdout.close()
+        d.close()
+
+
+def test_samples_the_full_disk_would_not_take_are_kept_and_written_when_it_does():
+    """7: what could not be written is kept (bounded by write_backlog) and written once the
+    database takes it again: the timeline has no hole, nothing is counted lost."""
+    from daemon import Daemon
+    d = Daemon(wrapper=['prlimit', '--fsize=%d:unlimited' % (600 * 1024)])
+    target = subprocess.Popen([PYTHON, os.path.join(TARGETS, 'evaltarget.py'), 'busy'],
+                              stdout=subprocess.PIPE, universal_newlines=True)
+    try:
+        assert target.stdout.readline().startswith('READY')
+        d.ctl('attach', target.pid, '--rate', '200', check=True)
+        wait_for(lambda: d.api('GET', '/v1/status')[1]['samples_pending'] > 600, timeout=90,
+                 what='3 s of samples kept while the database fails')
+        subprocess.run(['prlimit', '--pid', str(d.proc.pid), '--fsize=unlimited:unlimited'],
+                       check=True)  # the disk has room again
+        wait_for(lambda: d.api('GET', '/v1/status')[1]['samples_pending'] == 0, timeout=90,
+                 what='the backlog written')
+        listed = d.api('GET', '/v1/targets')[1]['targets'][0]
+        assert 'gap' not in listed and listed['stats']['lost'] == 0, listed
+        d.ctl('detach', target.pid, check=True)
+        status = d.api('GET', '/v1/status')[1]
+        assert status['write_errors'] > 0 and status['samples_dropped'] == 0, status
+        ts = [r[0] for r in d.rows('SELECT ts_ns FROM samples ORDER BY ts_ns')]
+        hole = max(b - a for a, b in zip(ts, ts[1:]))
+        assert len(ts) > 1000 and hole < 200_000_000, 'a hole of %.2f s' % (hole / 1e9)
     finally:
         target.kill()
         target.wait()
