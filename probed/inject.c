@@ -454,10 +454,15 @@ static int hijacked_call(struct hijack *h, uint64_t fn, uint64_t a1, uint64_t a2
             struct __ptrace_syscall_info si;
             if (ptrace(PTRACE_GET_SYSCALL_INFO, h->pid, sizeof(si), &si) > 0 &&
                 si.op == PTRACE_SYSCALL_INFO_ENTRY) {
+                /* ours, and not a signal handler's return through the same restorer, nor
+                 * a syscall of libc's own that runs the gadget's bytes: the stack pointer
+                 * is where our frame or our gadget's return address left it */
                 if (si.entry.nr == NR_RT_SIGRETURN &&
-                    si.instruction_pointer == h->libc->restorer + RESTORER_LEN)
+                    si.instruction_pointer == h->libc->restorer + RESTORER_LEN &&
+                    si.stack_pointer == frame_at + 8)
                     return 0;
-                if (ret_value && si.instruction_pointer == h->libc->syscall_ret + 2) {
+                if (ret_value && si.instruction_pointer == h->libc->syscall_ret + 2 &&
+                    si.stack_pointer == sp + 8) {
                     *ret_value = si.entry.nr;
                     ptrace(PTRACE_POKEUSER, h->pid, offsetof(struct user, regs.orig_rax), -1L);
                 }

@@ -3,6 +3,7 @@
 busy     pure Python, counting            sleep   in time.sleep() between counts
 read     blocked in os.read() on a pipe   cgil    in a C call that holds the GIL (3 s at a time)
 float    a float loop that checks every result (a clobbered FPU register shows as wrong)
+signals  the float loop with SIGALRM every millisecond (a handler counting `ticks`)
 malloc   allocating and freeing large buffers (libc malloc/free) all the time
 seccomp  sleeping under a seccomp filter that refuses openat() (the stub cannot be opened)
 It never imports threading, prints READY {"pid": ...}, and keeps `counter` and `wrong` as
@@ -57,6 +58,21 @@ def float_loop():
         counter += 1
 
 
+def signals():
+    """the float loop, interrupted by SIGALRM every millisecond: its C handler returns through
+    the same glibc restorer an injected call does, on another stack."""
+    import signal
+    global ticks
+    ticks = 0
+
+    def on_alarm(signum, frame):
+        global ticks
+        ticks += 1
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, 0.001, 0.001)
+    float_loop()
+
+
 def malloc_loop():
     global counter
     while True:
@@ -85,7 +101,7 @@ def seccomp():
     sleep()
 
 
-MODES = {'seccomp': seccomp, 'busy': busy, 'sleep': sleep, 'read': read, 'cgil': cgil, 'float': float_loop,
+MODES = {'signals': signals, 'seccomp': seccomp, 'busy': busy, 'sleep': sleep, 'read': read, 'cgil': cgil, 'float': float_loop,
          'malloc': malloc_loop}
 
 if __name__ == '__main__':
