@@ -39,6 +39,8 @@
 #define BODY_MAX (1 << 20)    /* bytes of a request body */
 #define HEADERS_MAX 16384     /* bytes of request headers */
 #define IO_TIMEOUT_S 10       /* a client that stalls this long is dropped (slow loris) */
+#define REQUEST_S 30          /* a connection's first request must arrive whole within this */
+#define API_CONNS_MAX 512     /* connections open; past it 503, at twice it accepting pauses */
 #define WORKERS_MAX 8         /* queries, flame graphs and backtraces running at once */
 #define USER_JOBS_MAX 3       /* of those, for one user who is not root */
 #define EVAL_TIMEOUT_MS 10000 /* default wait for an eval's reply */
@@ -1476,6 +1478,11 @@ static void on_request(struct evhttp_request *req, void *arg)
     struct peer p;
 
     a->requests++;
+    if (!connlimit__request(a->clients, req)) {
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+        reply_error(req, 503, "too many connections (over %d); try again", API_CONNS_MAX);
+        return;
+    }
     if (peer_of(req, &p) < 0) {
         reply_error(req, 403, "cannot tell who is asking (SO_PEERCRED failed)");
         return;
@@ -1614,7 +1621,10 @@ int api_new(struct event_base *base, const struct api_config *cfg, int gid, stru
     if (r == 0) {
         a->serving = true; /* served or closed, the fd is evhttp's now */
         r = connlimit_serve(base, a->http, a->listen_fd,
-                            &(struct connlimit_config){.what = cfg->socket_path}, &a->clients);
+                            &(struct connlimit_config){.what = cfg->socket_path,
+                                                       .max_conns = API_CONNS_MAX,
+                                                       .request_s = REQUEST_S},
+                            &a->clients);
         if (r < 0)
             log_errno(LOG_ERR, r, "serving on %s", cfg->socket_path);
     }

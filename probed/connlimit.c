@@ -3,7 +3,9 @@
 #include "connlimit.h"
 
 #include <errno.h>
+#include <event2/bufferevent.h>
 #include <event2/listener.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -13,15 +15,37 @@
 
 #define ACCEPT_PAUSE_MS 200
 #define LOG_EVERY_S 60
+#define SWEEP_MS 100 /* how often closed connections are counted out and slow ones cut */
+
+/* One connection: its bufferevent, held by a reference of ours so that evhttp freeing it is
+ * seen (its callbacks are then gone) and its fd closes when we let go; when it came, and
+ * whether a whole request has arrived on it. */
+struct conn {
+    struct bufferevent *bev;
+    int64_t accepted_ms;
+    bool served;
+};
 
 struct connlimit {
     struct connlimit_config cfg;
     struct event_base *base;
     struct evconnlistener *listener; /* owned by the evhttp it is bound to */
     struct event *resume;            /* ends a pause of accepting */
+    struct event *sweep;
+    struct conn *conns; /* 2 * max_conns */
+    int n_conns;
+    bool paused_full; /* at 2 * max_conns: accepting waits for a connection to close */
     struct connlimit_stats stats;
     time_t logged_at;
 };
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
 
 /* The error callback's argument is the listener's, which evhttp set to itself: the bounds of
  * a listener are found by the listener (the daemon serves two at most). */
@@ -41,7 +65,59 @@ static void on_resume(evutil_socket_t fd, short what, void *arg)
     struct connlimit *cl = arg;
 
     (void)fd, (void)what;
-    evconnlistener_enable(cl->listener);
+    if (!cl->paused_full)
+        evconnlistener_enable(cl->listener);
+}
+
+/* evhttp's bufferevent for a connection it accepted (it sets the fd on it next). */
+static struct bufferevent *make_bev(struct event_base *base, void *arg)
+{
+    struct connlimit *cl = arg;
+    struct bufferevent *bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+
+    if (!bev || cl->n_conns == 2 * cl->cfg.max_conns)
+        return bev; /* (never: accepting pauses before) unbounded, but served */
+    bufferevent_incref(bev);
+    cl->conns[cl->n_conns++] = (struct conn){.bev = bev, .accepted_ms = mono_ms()};
+    if (cl->n_conns == 2 * cl->cfg.max_conns && !cl->paused_full) {
+        cl->paused_full = true;
+        evconnlistener_disable(cl->listener);
+    }
+    return bev;
+}
+
+/* Counts out the connections evhttp has freed (closing their fds now), and cuts those whose
+ * first request has not arrived whole within request_s (slow or trickling clients): their
+ * socket shut, evhttp sees the end and frees them. */
+static void on_sweep(evutil_socket_t fd, short what, void *arg)
+{
+    struct connlimit *cl = arg;
+    int64_t now = mono_ms();
+
+    (void)fd, (void)what;
+    for (int i = 0; i < cl->n_conns;) {
+        struct conn *c = &cl->conns[i];
+        bufferevent_data_cb readcb, writecb;
+        bufferevent_event_cb eventcb;
+        void *cbarg;
+        bufferevent_getcb(c->bev, &readcb, &writecb, &eventcb, &cbarg);
+        if (!readcb && !writecb && !eventcb && !cbarg) { /* evhttp let it go */
+            bufferevent_decref(c->bev);
+            *c = cl->conns[--cl->n_conns];
+            continue;
+        }
+        if (!c->served && now - c->accepted_ms > cl->cfg.request_s * 1000LL &&
+            bufferevent_getfd(c->bev) >= 0) {
+            shutdown(bufferevent_getfd(c->bev), SHUT_RDWR);
+            c->served = true; /* cut once */
+            cl->stats.cut_slow++;
+        }
+        i++;
+    }
+    if (cl->paused_full && cl->n_conns < 2 * cl->cfg.max_conns) {
+        cl->paused_full = false;
+        evconnlistener_enable(cl->listener);
+    }
 }
 
 /* accept() failed for want of fds or memory: pause rather than spin, and say so once a
@@ -78,9 +154,16 @@ int connlimit_serve(struct event_base *base, struct evhttp *http, int fd,
         cl->cfg = *cfg;
         cl->base = base;
         cl->resume = evtimer_new(base, on_resume, cl);
+        cl->sweep = event_new(base, -1, EV_PERSIST, on_sweep, cl);
+        cl->conns = calloc((size_t)(2 * cfg->max_conns), sizeof(*cl->conns));
+    }
+    if (cl && cl->sweep &&
+        event_add(cl->sweep, &(struct timeval){.tv_usec = SWEEP_MS * 1000}) < 0) {
+        event_free(cl->sweep);
+        cl->sweep = NULL;
     }
     /* no callback yet: evhttp_bind_listener() sets its own, and so enables it */
-    if (cl && cl->resume)
+    if (cl && cl->resume && cl->sweep && cl->conns)
         cl->listener = evconnlistener_new(base, NULL, NULL,
                                           LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, fd);
     if (!cl || !cl->listener || !evhttp_bind_listener(http, cl->listener)) {
@@ -97,6 +180,7 @@ int connlimit_serve(struct event_base *base, struct evhttp *http, int fd,
             break;
         }
     evconnlistener_set_error_cb(cl->listener, on_accept_error);
+    evhttp_set_bevcb(http, make_bev, cl);
     *ret = cl;
     return 0;
 }
@@ -105,6 +189,11 @@ void connlimit_free(struct connlimit *cl)
 {
     if (!cl)
         return;
+    for (int i = 0; i < cl->n_conns; i++) /* evhttp_free() has freed them all: ours closes */
+        bufferevent_decref(cl->conns[i].bev);
+    free(cl->conns);
+    if (cl->sweep)
+        event_free(cl->sweep);
     for (int i = 0; i < LISTENERS_MAX; i++)
         if (registered[i] == cl)
             registered[i] = NULL;
@@ -116,4 +205,21 @@ void connlimit_free(struct connlimit *cl)
 void connlimit__stats(const struct connlimit *cl, struct connlimit_stats *ret)
 {
     *ret = cl->stats;
+    ret->open = cl->n_conns;
+}
+
+bool connlimit__request(struct connlimit *cl, struct evhttp_request *req)
+{
+    struct evhttp_connection *evcon = req ? evhttp_request_get_connection(req) : NULL;
+    struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
+
+    if (!cl)
+        return true;
+    for (int i = 0; bev && i < cl->n_conns; i++)
+        if (cl->conns[i].bev == bev)
+            cl->conns[i].served = true;
+    if (cl->n_conns <= cl->cfg.max_conns)
+        return true;
+    cl->stats.refused_over++;
+    return false;
 }

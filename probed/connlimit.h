@@ -1,17 +1,19 @@
 /*
- * connlimit.h - what the clients of one HTTP listener (the API's Unix socket, the Prometheus
- * port) can cost the daemon when its fds run out. Before, 1100 idle connections under the
- * usual 1024-fd limit made accept() fail in a loop: 57 % CPU, 370 MB of log in 30 s, and live
- * targets taken for exited (sampler.c now tells a failed open from a gone process).
+ * connlimit.h - bounds what the clients of one HTTP listener (the API's Unix socket, the
+ * Prometheus port) can hold: connections, time to send a first request, and what an accept()
+ * that fails costs. Before, 1100 idle connections under the usual 1024-fd limit made accept()
+ * fail in a loop (57 % CPU, 370 MB of log in 30 s) and live targets were taken for exited
+ * (sampler.c now tells a failed open from a gone process).
  *
- * The listener is ours (an evconnlistener bound to the evhttp): accept() failing (EMFILE,
- * ENFILE, ENOBUFS, ENOMEM) pauses accepting for ACCEPT_PAUSE_MS and is logged once a minute
- * with a count, never in a loop. evhttp's own timeout closes a connection idle for its
- * timeout; main.c raises the fd limit to the hard one (the unit sets LimitNOFILE).
- * Not yet: a cap on open connections with 503 past it, and a deadline for a request that
- * trickles in (libevent 2.1 has no hook for either without a filter bufferevent, which loses
- * replies evhttp closes after: docs/SECURITY.md).
- * Threads: the loop thread only. Memory: fixed.
+ * The listener is ours (an evconnlistener bound to the evhttp), and so is each connection's
+ * bufferevent (evhttp_set_bevcb), held by a reference of ours: evhttp freeing it is seen in a
+ * sweep every 100 ms (its callbacks are gone), and only then is it counted out and its fd
+ * closed. Past max_conns open connections a request is answered 503 (connlimit__request()
+ * false); at twice that, accepting pauses until one closes. A connection whose first request
+ * has not arrived whole within request_s is cut (slow or trickling clients). accept() failing
+ * (EMFILE, ENFILE, ENOBUFS, ENOMEM) pauses accepting for 200 ms and is logged once a minute
+ * with a count, never in a loop. main.c raises the fd limit to the hard one.
+ * Threads: the loop thread only. Memory: 2 * max_conns small entries, at the start.
  * Failure: connlimit_serve() -ENOMEM (the fd closed).
  */
 #ifndef PROBED_CONNLIMIT_H
@@ -19,10 +21,13 @@
 
 #include <event2/event.h>
 #include <event2/http.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 struct connlimit_config {
     const char *what; /* for the log: the socket's path, "/metrics" */
+    int max_conns;    /* past it 503; at twice it accepting pauses */
+    int request_s;    /* a connection's first request must arrive whole within this */
 };
 
 struct connlimit;
@@ -33,8 +38,13 @@ int connlimit_serve(struct event_base *base, struct evhttp *http, int fd,
                     const struct connlimit_config *cfg, struct connlimit **ret);
 void connlimit_free(struct connlimit *cl); /* NULL is a no-op */
 
+/* A request arrived whole on its connection: false when more than max_conns are open (answer
+ * it 503 and close). NULL @cl: true. */
+bool connlimit__request(struct connlimit *cl, struct evhttp_request *req);
+
 struct connlimit_stats {
-    uint64_t accept_errors;
+    int open;
+    uint64_t accept_errors, refused_over, cut_slow;
 };
 void connlimit__stats(const struct connlimit *cl, struct connlimit_stats *ret);
 

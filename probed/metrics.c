@@ -22,7 +22,8 @@
 #include "native.h"
 #include "procfs.h"
 
-#define CMD_LABEL_MAX 127 /* bytes of the command line in the cmd label */
+#define CMD_LABEL_MAX 127     /* bytes of the command line in the cmd label */
+#define METRICS_CONNS_MAX 256 /* scrapers at once; past it 503, at twice it accepting pauses */
 
 /* One sampled target as a scrape reports it, copied out under the sampler's lock. */
 struct row {
@@ -452,6 +453,13 @@ static void on_request(struct evhttp_request *req, void *arg)
         evhttp_send_error(req, 500, "out of memory");
         return;
     }
+    if (!connlimit__request(m->clients, req)) {
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+        evbuffer_add_printf(out, "probed: too many connections (over %d)\n", METRICS_CONNS_MAX);
+        evhttp_send_reply(req, 503, "Service Unavailable", out);
+        evbuffer_free(out);
+        return;
+    }
     if (strcmp(uri, "/metrics") == 0 || strncmp(uri, "/metrics?", 9) == 0) {
         if (evhttp_request_get_command(req) != EVHTTP_REQ_GET) {
             evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET");
@@ -548,7 +556,10 @@ int metrics__listen(struct metrics *m, const char *address, char *err, size_t er
             return r;
         http = evhttp_new(m->base);
         r = http ? connlimit_serve(m->base, http, fd,
-                                   &(struct connlimit_config){.what = "/metrics"}, &clients)
+                                   &(struct connlimit_config){.what = "/metrics",
+                                                              .max_conns = METRICS_CONNS_MAX,
+                                                              .request_s = 10},
+                                   &clients)
                  : -ENOMEM;
         if (r < 0) {
             if (http)
