@@ -148,6 +148,8 @@ static int place_open(pid_t pid, struct stub_place *p, char *err, size_t errlen)
     r = root_fd < 0 ? -errno : 0;
     if (r == 0) {
         p->tmp_fd = (int)syscall(SYS_openat2, root_fd, "tmp", &how, sizeof(how));
+        if (p->tmp_fd < 0 && errno == ENOSYS) /* before Linux 5.6: /tmp itself, not a link */
+            p->tmp_fd = openat(root_fd, "tmp", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         r = p->tmp_fd < 0 ? -errno : 0;
         close(root_fd);
     }
