@@ -213,7 +213,7 @@ static bool grow(void **arr, size_t *cap, size_t n, size_t more, size_t size)
     size_t want = *cap ? *cap : 1024;
     void *p;
 
-    if (n + more <= *cap)
+    if (*arr && n + more <= *cap) /* (never NULL after: no arithmetic on a NULL array) */
         return true;
     while (want < n + more)
         want *= 2;
@@ -225,10 +225,17 @@ static bool grow(void **arr, size_t *cap, size_t n, size_t more, size_t size)
     return true;
 }
 
+/* memcpy() that may be given no bytes and a NULL (an array never grown) */
+static void copy_in(void *dst, const void *src, size_t bytes)
+{
+    if (bytes)
+        memcpy(dst, src, bytes);
+}
+
 #define APPEND(b, field, nfield, capfield, src)                                                    \
     (grow((void **)&(b)->h.field, &(b)->capfield, (b)->h.nfield, (src)->nfield,                    \
           sizeof(*(src)->field)) &&                                                                \
-     (memcpy((b)->h.field + (b)->h.nfield, (src)->field, (src)->nfield * sizeof(*(src)->field)),   \
+     (copy_in((b)->h.field + (b)->h.nfield, (src)->field, (src)->nfield * sizeof(*(src)->field)),  \
       (b)->h.nfield += (src)->nfield, true))
 
 /* Definitions point into their half's arena: moved, they point @base further. */
@@ -271,7 +278,7 @@ int ob_backlog_add(struct ob_backlog *b, const struct ob_half *h, size_t max_byt
         b->h.n_thread_cpu = n.n_thread_cpu;
         return -ENOMEM;
     }
-    memcpy(b->h.arena + base, h->arena, h->arena_used);
+    copy_in(b->h.arena + base, h->arena, h->arena_used);
     b->h.arena_used += h->arena_used;
     rebase(b->h.strings, strings, b->h.n_strings, base);
     rebase(b->h.stacks, stacks, b->h.n_stacks, base);
