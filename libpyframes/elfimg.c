@@ -37,8 +37,11 @@ int elfimg_open(const char *path, struct elfimg **ret_img, struct pyf_err *reter
     if (img->fd < 0) {
         r = errno;
         free(img);
-        return pyf_fail(reterr, r == EACCES || r == EPERM ? PYF_DENIED : PYF_GONE, r, 0, "open %s",
-                        path);
+        return pyf_fail(reterr,
+                        r == EACCES || r == EPERM   ? PYF_DENIED
+                        : r == ENOENT || r == ESRCH ? PYF_GONE
+                                                    : PYF_INVALID, /* EMFILE: not the process */
+                        r, 0, "open %s", path);
     }
     img->elf = elf_begin(img->fd, ELF_C_READ_MMAP, NULL);
     if (!img->elf || elf_kind(img->elf) != ELF_K_ELF || gelf_getclass(img->elf) != ELFCLASS64) {

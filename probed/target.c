@@ -94,8 +94,12 @@ int target_new(pid_t pid, uint32_t rate_hz, struct target **ret, struct pyf_err 
     snprintf(path, sizeof(path), "/proc/%d", pid);
     if (r < 0 || stat(path, &st) < 0) {
         r = r < 0 ? r : -errno;
-        snprintf(err->msg, sizeof(err->msg), "pid %d: no such process (%s)", pid, strerror(-r));
-        err->kind = PYF_GONE;
+        /* only a pid that is not there is gone: EMFILE, ENOMEM say nothing about it */
+        bool gone = r == -ENOENT || r == -ESRCH;
+        snprintf(err->msg, sizeof(err->msg), "pid %d: %s (%s)", pid,
+                 gone ? "no such process" : "cannot read /proc", strerror(-r));
+        err->kind = gone ? PYF_GONE : PYF_INVALID;
+        err->sys = -r;
         goto fail;
     }
     t->uid = st.st_uid;
