@@ -6,7 +6,10 @@
  * through /proc/PID/root): a directory owned by the target's user, mode 0700, holding the
  * library and its socket (0600), so only root and that user can reach the stub. A target
  * keeps its stub for life: the next request connects to the socket that is already there,
- * also after a restart of the daemon.
+ * also after a restart of the daemon. That directory is the user's to change at any instant:
+ * it is reached only through fds opened without following links and checked on the opened
+ * object, its files are created with the user's fsuid, and the socket's peer must be the
+ * target (SO_PEERCRED), else -EPERM (docs/SECURITY.md).
  * Threads: any worker; one injection at a time (a mutex), requests in parallel.
  * Failure: -errno, with what failed and why in @err; a timeout is not an error (the code may
  * still be running in the target, and the reply says so).
