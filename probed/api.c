@@ -33,6 +33,7 @@
 #include "procfs.h"
 #include "pprof.h"
 #include "query.h"
+#include "sqlmem.h"
 #include "torchtrace.h"
 #include "units.h"
 
@@ -1300,16 +1301,22 @@ static void on_follow_timer(evutil_socket_t fd, short what, void *arg)
 static int status_get(struct api *a, struct evhttp_request *req)
 {
     struct writer *w = a->writer;
+    struct connlimit_stats c;
 
+    connlimit__stats(a->clients, &c);
     reply_json(req, 200,
-               json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "version",
-                         PROBED_VERSION, "database", a->cfg.db_path, "requests",
+               json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:{s:i, "
+                         "s:I, s:I, s:I}}",
+                         "version", PROBED_VERSION, "database", a->cfg.db_path, "requests",
                          (json_int_t)a->requests, "queries", (json_int_t)a->queries, "query_errors",
                          (json_int_t)a->query_errors, "flushes", (json_int_t)w->flushes,
                          "write_errors", (json_int_t)w->write_errors, "samples_written",
                          (json_int_t)w->samples_written, "samples_dropped",
                          (json_int_t)w->samples_dropped, "samples_pending",
-                         (json_int_t)w->backlog_samples, "db_bytes", (json_int_t)w->db_bytes));
+                         (json_int_t)w->backlog_samples, "db_bytes", (json_int_t)w->db_bytes,
+                         "query_memory_bytes", (json_int_t)sqlmem_queries_bytes(), "connections",
+                         "open", c.open, "refused_over", (json_int_t)c.refused_over, "cut_slow",
+                         (json_int_t)c.cut_slow, "accept_errors", (json_int_t)c.accept_errors));
     return 0;
 }
 

@@ -38,7 +38,7 @@ struct sqlmem_budget {
 struct sqlmem_budget *sqlmem_enter(int64_t limit_bytes);
 void sqlmem_leave(struct sqlmem_budget *b); /* NULL is a no-op */
 
-/* Bytes held by all queries now (for /metrics and tests). */
+/* Bytes held by all queries now (GET /v1/status, tests). */
 int64_t sqlmem_queries_bytes(void);
 
 #endif

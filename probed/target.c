@@ -40,6 +40,17 @@ static void read_ranks(struct target *t)
     free(env);
 }
 
+static void free_buffers(struct target *t)
+{
+    free(t->threads);
+    free(t->stacks);
+    free(t->frame_pool);
+    t->threads = NULL;
+    t->stacks = NULL;
+    t->frame_pool = NULL;
+    t->threads_cap = 0;
+}
+
 /* Room for @cap threads' stacks (TARGET_DEPTH_MAX frames each); the old buffers are kept when
  * the new ones cannot be had. */
 static int alloc_buffers(struct target *t, size_t cap)
@@ -58,9 +69,7 @@ static int alloc_buffers(struct target *t, size_t cap)
         stacks[i].frames = pool + i * TARGET_DEPTH_MAX;
         stacks[i].cap = TARGET_DEPTH_MAX;
     }
-    free(t->threads);
-    free(t->stacks);
-    free(t->frame_pool);
+    free_buffers(t);
     t->threads = threads;
     t->stacks = stacks;
     t->frame_pool = pool;
@@ -161,13 +170,8 @@ void target_release(struct target *t)
     native_free(t->native);
     t->native = NULL;
     pyf_target_free(t->pyf);
-    free(t->threads);
-    free(t->stacks);
-    free(t->frame_pool);
     t->pyf = NULL;
-    t->threads = NULL;
-    t->stacks = NULL;
-    t->frame_pool = NULL;
+    free_buffers(t);
 }
 
 void target_free(struct target *t)
