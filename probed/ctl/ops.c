@@ -189,8 +189,11 @@ static int print_memory(const char *socket, int pid, long long target, long long
         return 1;
     }
     snprintf(sql, sizeof(sql),
-             "WITH w AS (SELECT (ts_ns - %lld) / 60e9 AS x, rss / 1048576.0 AS a,"
-             " pss / 1048576.0 AS b, uss / 1048576.0 AS c, swap / 1048576.0 AS d FROM memory"
+             /* MB rounded as memory_usage rounds "now": a peak printed below the reading
+              * it includes was a rounding of each side (111.6 vs 111.7) */
+             "WITH w AS (SELECT (ts_ns - %lld) / 60e9 AS x, round(rss / 1048576.0, 2) AS a,"
+             " round(pss / 1048576.0, 2) AS b, round(uss / 1048576.0, 2) AS c,"
+             " round(swap / 1048576.0, 2) AS d FROM memory"
              " WHERE target_id = %lld AND ts_ns >= %lld)"
              " SELECT count(*), -min(x),"
              " max(a), (count(*) * sum(x * a) - sum(x) * sum(a)) / nullif(count(*) * sum(x * x)"
