@@ -462,7 +462,9 @@ def test_an_eval_of_a_stopped_target_is_audited_as_loading_the_stub(daemon):
         assert rows and rows[-1][0] == 1, (status, reply, rows)
         with open('/proc/%d/stat' % t.pid) as f:
             assert f.read().rsplit(')', 1)[1].split()[0] == 'T'  # left stopped
-        os.kill(t.pid, signal.SIGCONT)
+        os.kill(t.pid, signal.SIGCONT)  # the stub loaded while stopped comes up now
+        sock = '/tmp/probed-%d-%d/sock' % (t.pid, start_time(t.pid))
+        wait_for(lambda: os.path.exists(sock), what="the stub's socket after SIGCONT")
         status, reply = daemon.api('POST', '/v1/eval', {'pid': t.pid, 'code': '1 + 1'})
         assert (status, reply.get('output'), reply.get('injected')) == (200, '2\n', False), reply
     finally:
