@@ -520,7 +520,9 @@ static bool attach_when_ready(const char *socket, pid_t pid, long rate, pid_t *c
             json_decref(reply);
             return true;
         }
-        if (status != 422) { /* 422: not (yet) a Python process: retry */
+        /* 422: not (yet) a Python process; 404, 500: caught while it execs (its /proc
+         * entry or files changing under the read): retry while the child lives */
+        if (status != 422 && status != 404 && status != 500) {
             fprintf(stderr, "probectl run: %s; running unobserved\n", client_error_text(reply));
             json_decref(reply);
             return false;
