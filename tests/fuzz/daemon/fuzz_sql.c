@@ -7,11 +7,17 @@
  * NUL, is the SQL. After each query the harness aborts (a crash for libFuzzer) when:
  *   - the database changed (PRAGMA data_version on a connection of its own moved): a write
  *     got through;
- *   - uid 1000 was shown anything of uid 2000's target (its marker string in the reply).
+ *   - uid 1000's answer depends on uid 2000's rows. Two databases differ only in the text of
+ *     uid 2000's rows (SECRET_A, SECRET_B); uid 1000's query runs on A, on B, and on A again.
+ *     A differing answer on B while A gave the same twice is a leak. Comparing answers rather
+ *     than looking for the secret in them is what keeps the oracle sound: a query may spell
+ *     the secret itself (a CI run found printf('%secret...') "leaking" its own literal), and
+ *     a query that is not deterministic (random(), 'now') differs from itself on A.
  */
 #define _GNU_SOURCE
 #include <jansson.h>
 #include <sqlite3.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,80 +29,137 @@
 #include "sqlmem.h"
 #include "store.h"
 
-#define SECRET "secret_of_uid_2000"
+/* Same length, so that no length or offset differs between the two databases. */
+#define SECRET_A "secret_of_uid_2000_alpha"
+#define SECRET_B "hidden_by_uid_2000_omega"
 
-static char db_path[256];
+static char db_path[2][256];
 static struct sampler *sampler;
-static sqlite3 *watch;
-static int64_t version;
+static sqlite3 *watch[2];
+static int64_t version[2];
 
-static int64_t data_version(void)
+static int64_t data_version(sqlite3 *db)
 {
     sqlite3_stmt *q;
     int64_t v = -1;
 
-    if (sqlite3_prepare_v2(watch, "PRAGMA data_version", -1, &q, NULL) == SQLITE_OK &&
+    if (sqlite3_prepare_v2(db, "PRAGMA data_version", -1, &q, NULL) == SQLITE_OK &&
         sqlite3_step(q) == SQLITE_ROW)
         v = sqlite3_column_int64(q, 0);
     sqlite3_finalize(q);
     return v;
 }
 
-/* Two users' targets, their samples and their strings, as the writer would store them. */
+/* Two users' targets, their samples and their strings, as the writer would store them; every
+ * %1$s is uid 2000's secret. */
 static const char rows[] =
     "INSERT INTO targets (id, pid, start_time, uid, cmdline, py_version, rate_hz, attached_ns)"
     " VALUES (1, 100, 1, 1000, 'python3 mine.py', '3.11.2', 100, 1),"
-    " (2, 200, 2, 2000, 'python3 " SECRET ".py', '3.11.2', 100, 1);"
+    " (2, 200, 2, 2000, 'python3 %1$s.py', '3.11.2', 100, 1);"
     "INSERT INTO strings (id, text) VALUES (11, 'my_function'), (12, '/home/me/mine.py'),"
-    " (21, '" SECRET "'), (22, '/home/other/" SECRET ".py');"
+    " (21, '%1$s'), (22, '/home/other/%1$s.py');"
     "INSERT INTO frames (id, func_id, file_id, line, first_line) VALUES (101, 11, 12, 3, 1),"
     " (201, 21, 22, 7, 5);"
     "INSERT INTO stack_frames (stack_id, depth, frame_id) VALUES (1001, 0, 101), (2001, 0, 201);"
     "INSERT INTO threads (target_id, tid, name) VALUES (1, 100, 'MainThread'),"
-    " (2, 200, '" SECRET "');"
+    " (2, 200, '%1$s');"
     "INSERT INTO samples (target_id, ts_ns, tid, stack_id, state) VALUES (1, 1, 100, 1001, 3),"
     " (1, 2, 100, 1001, 1), (2, 1, 200, 2001, 3);"
     "INSERT INTO evals (ts_ns, uid, pid, start_time, target_uid, mode, code, status,"
-    " output_bytes, elapsed_ms, injected) VALUES (1, 2000, 200, 2, 2000, 'eval', '" SECRET
-    "', 'ok', 0, 1, 1);";
+    " output_bytes, elapsed_ms, injected) VALUES (1, 2000, 200, 2, 2000, 'eval', '%1$s',"
+    " 'ok', 0, 1, 1);";
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
+/* A database made by store.c in a directory of its own, holding rows with this secret. */
+static void make_db(int which, const char *secret)
 {
     char dir[] = "/tmp/probed-fuzz-sql-XXXXXX";
     struct store *st = NULL;
     struct store_err err;
-    struct outbox *ob = NULL;
     sqlite3 *db = NULL;
+    char *sql;
 
-    (void)argc, (void)argv;
-    if (sqlmem_install(QUERY_ALL_MEMORY_BYTES) < 0 || !mkdtemp(dir))
+    if (!mkdtemp(dir) || asprintf(&sql, rows, secret) < 0)
         abort();
-    snprintf(db_path, sizeof(db_path), "%s/probed.db", dir);
-    if (store_open(db_path, &st, &err) < 0) {
+    snprintf(db_path[which], sizeof(db_path[which]), "%s/probed.db", dir);
+    if (store_open(db_path[which], &st, &err) < 0) {
         fprintf(stderr, "fuzz_sql: %s\n", err.msg);
         abort();
     }
     store_free(st);
-    if (sqlite3_open(db_path, &db) != SQLITE_OK ||
-        sqlite3_exec(db, rows, NULL, NULL, NULL) != SQLITE_OK) {
+    if (sqlite3_open(db_path[which], &db) != SQLITE_OK ||
+        sqlite3_exec(db, sql, NULL, NULL, NULL) != SQLITE_OK) {
         fprintf(stderr, "fuzz_sql: %s\n", sqlite3_errmsg(db));
         abort();
     }
     sqlite3_close(db);
-    if (outbox_new(1024, &ob) < 0 || sampler_new(ob, &sampler) < 0 ||
-        sqlite3_open_v2(db_path, &watch, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK)
+    free(sql);
+    if (sqlite3_open_v2(db_path[which], &watch[which], SQLITE_OPEN_READONLY, NULL) != SQLITE_OK)
         abort();
-    version = data_version();
+    version[which] = data_version(watch[which]);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    struct outbox *ob = NULL;
+
+    (void)argc, (void)argv;
+    if (sqlmem_install(QUERY_ALL_MEMORY_BYTES) < 0)
+        abort();
+    /* random() and randomblob() give the same numbers to every run of a query: the PRNG is
+     * seeded once, saved, and restored before each run (answer()). */
+    sqlite3_randomness(sizeof(version), version);
+    sqlite3_test_control(SQLITE_TESTCTRL_PRNG_SAVE);
+    make_db(0, SECRET_A);
+    make_db(1, SECRET_B);
+    if (outbox_new(1024, &ob) < 0 || sampler_new(ob, &sampler) < 0)
+        abort();
     return 0;
+}
+
+/* The answer to sql on database `which`, as text: the JSON reply or the error's message. */
+static char *answer(int which, const struct query_scope *scope, const char *sql)
+{
+    static const struct query_limits lim = {.time_ms = 200, .max_rows = 100};
+    struct query_err err;
+    json_t *out = NULL;
+    char *text = NULL;
+
+    sqlite3_test_control(SQLITE_TESTCTRL_PRNG_RESTORE);
+    if (query_run(db_path[which], sampler, scope, &lim, sql, &out, &err) == 0) {
+        text = json_dumps(out, 0);
+        json_decref(out);
+    } else if (asprintf(&text, "error %d: %s", err.http_status, err.msg) < 0) {
+        text = NULL;
+    }
+    if (!text)
+        abort();
+    if (data_version(watch[which]) != version[which]) {
+        fprintf(stderr, "fuzz_sql: the database changed after: %s\n", sql);
+        abort();
+    }
+    return text;
+}
+
+/* Whether uid 1000's answers to sql on A and on B differ for a reason other than chance: run
+ * alternately (A B A B A), every A gives one answer, every B another, and none ran out of
+ * time. A query that reads the clock (now_ns(), 'now') cannot pass that by chance. */
+static bool answers_depend_on_b(const struct query_scope *scope, const char *sql, char *a, char *b)
+{
+    bool depends = strcmp(a, b) != 0 && !strstr(a, "error 408") && !strstr(b, "error 408");
+
+    for (int run = 2; depends && run < 5; run++) {
+        char *again = answer(run % 2, scope, sql);
+
+        depends = strcmp(again, run % 2 ? b : a) == 0;
+        free(again);
+    }
+    return depends;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static const struct query_limits lim = {.time_ms = 200, .max_rows = 100};
     struct query_scope scope = {.root = true};
-    struct query_err err;
-    json_t *out = NULL;
-    char *sql;
+    char *sql, *a, *b;
 
     if (size < 2)
         return 0;
@@ -107,19 +170,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     sql = strndup((const char *)data + 1, size - 1);
     if (!sql)
         return 0;
-    if (query_run(db_path, sampler, &scope, &lim, sql, &out, &err) == 0) {
-        char *text = json_dumps(out, 0);
-        if (!scope.root && text && strstr(text, SECRET)) {
-            fprintf(stderr, "fuzz_sql: uid 1000 saw uid 2000's rows with: %s\n%s\n", sql, text);
+    a = answer(0, &scope, sql);
+    if (!scope.root) {
+        b = answer(1, &scope, sql);
+        if (answers_depend_on_b(&scope, sql, a, b)) {
+            fprintf(stderr,
+                    "fuzz_sql: uid 1000's answer depends on uid 2000's rows: %s\n"
+                    "with A: %s\nwith B: %s\n",
+                    sql, a, b);
             abort();
         }
-        free(text);
-        json_decref(out);
+        free(b);
     }
-    if (data_version() != version) {
-        fprintf(stderr, "fuzz_sql: the database changed after: %s\n", sql);
-        abort();
-    }
+    free(a);
     free(sql);
     return 0;
 }
