@@ -22,9 +22,13 @@
 char LICENSE[] SEC("license") = "GPL"; /* bpf_probe_read_user() is GPL-only */
 
 /* The target, and the pid namespace its pid is in (the daemon's): ids seen from there, as
- * /proc and perf give them to the daemon, whether or not it runs in a container. */
+ * /proc and perf give them to the daemon, whether or not it runs in a container. The ids
+ * helper answers only for tasks whose own namespace that is: for a target in a container of
+ * its own (global_ids, set where the daemon runs in the initial namespace) the global ids are
+ * the daemon's. */
 const volatile __u32 target_tgid = 0;
 const volatile __u64 pidns_dev = 0, pidns_ino = 0;
+const volatile bool global_ids = false;
 const volatile struct oncpu_chain chain = {};
 
 struct {
@@ -124,8 +128,15 @@ int oncpu_sample(void *ctx)
     struct oncpu_counts *c = bpf_map_lookup_elem(&counts, &zero);
     struct oncpu_event *e;
 
-    if (bpf_get_ns_current_pid_tgid(pidns_dev, pidns_ino, &ids, sizeof(ids)) ||
-        ids.tgid != target_tgid || !c)
+    if (global_ids) {
+        __u64 id = bpf_get_current_pid_tgid();
+
+        ids.tgid = (__u32)(id >> 32);
+        ids.pid = (__u32)id;
+    } else if (bpf_get_ns_current_pid_tgid(pidns_dev, pidns_ino, &ids, sizeof(ids))) {
+        return 0;
+    }
+    if (ids.tgid != target_tgid || !c)
         return 0;
     c->samples++;
     e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);

@@ -365,6 +365,28 @@ static size_t returned_inner_frames(const struct pyf_target *t, size_t n)
     }
 }
 
+/*
+ * <= 3.10: -EAGAIN when a frame below the innermost live one had returned (no references
+ * left) in the copy. A live frame is referenced by its callee's f_back, so the chain went
+ * through a frame that was freed between the reads of its callee and of it: into the frame
+ * free list, whose frames link through f_back to one another, or a code object's zombie
+ * frame, whose f_back still names its last caller. Either way the frames past it belong to
+ * no stack the thread had (a chain ending in a free frame, or looping through the list).
+ */
+static int returned_frame_below(const struct pyf_target *t, uint64_t tstate, size_t n,
+                                struct pyf_err *e)
+{
+    if (t->lay.fr_state_model != PYF_STATE_REFCNT)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (t->raw[i].state <= 0)
+            return pyf_fail(e, PYF_TORN, EAGAIN, t->raw[i].raddr,
+                            "pid %d: thread 0x%" PRIx64 ": frame 0x%" PRIx64
+                            " had returned when its callee was read",
+                            t->info.pid, tstate, t->raw[i].raddr);
+    return 0;
+}
+
 /* A chain that hit the depth limit is either deep or a cycle: tell which. */
 static bool chain_has_cycle(struct pyf_target *t, size_t n)
 {
@@ -651,8 +673,10 @@ static int finish(struct pyf_target *t, uint64_t tstate, struct snapshot *s, str
 
     memmove(t->raw, t->raw + gone, (s->n - gone) * sizeof(*t->raw));
     s->n -= gone;
-    if (s->more && s->n == PYF_DEPTH_MAX && chain_has_cycle(t, s->n))
+    if (s->more && chain_has_cycle(t, s->n))
         r = pyf_fail(e, PYF_TORN, ELOOP, tstate, "pid %d: frame chain loops", t->info.pid);
+    else
+        r = returned_frame_below(t, tstate, s->n, e);
     st->n_frames = 0;
     st->n_hidden = 0;
     st->cframe_hint = s->cframe;

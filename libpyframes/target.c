@@ -386,6 +386,7 @@ int pyf_target_open(pid_t pid, struct pyf_target **ret_target, struct pyf_err *r
     }
     t->info.pid = pid;
     t->pthread_tid_off = -1;
+    nsmap_init(&t->ns, pid);
     snprintf(t->info.runtime_file, sizeof(t->info.runtime_file), "%s", rf.path);
     r = find_addresses(t, &rf, reterr);
     if (r == 0)
@@ -423,6 +424,7 @@ void pyf_target_free(struct pyf_target *t)
         if (t->statfds[i].tid)
             close(t->statfds[i].fd);
     codecache_free(t->codes);
+    nsmap_free(&t->ns);
     batch_free(&t->batch);
     free(t->guess_u64);
     free(t->scratch_u64);

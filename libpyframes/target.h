@@ -16,6 +16,7 @@
 #include "batch.h"
 #include "codecache.h"
 #include "layout.h"
+#include "nsmap.h"
 #include "pyframes.h"
 
 /* Where one thread's part of a batch landed (stack.c): the spans of its thread state and of
@@ -58,6 +59,7 @@ struct pyf_target {
     uint64_t tstate_current_raddr; /* where the GIL holder's PyThreadState* lives, or 0 */
     struct pyf_types types;
     int pthread_tid_off; /* <= 3.10: offset of tid in glibc's struct pthread; -1: unknown */
+    struct nsmap ns;     /* the target's thread ids -> ours, when it is in a container */
 
     /* bytes to read of each struct: up to the last field we use */
     size_t ts_read, fr_read, co_read;

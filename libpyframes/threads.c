@@ -27,14 +27,17 @@
 #define THREADS_MAX 4096
 #define PTHREAD_SCAN_BYTES 2048
 
-/* The tids of the process, from /proc/PID/task; at most @cap. */
-static size_t task_tids(pid_t pid, pid_t *tids, size_t cap)
+/* The tids of the process as it knows them itself (its own pid namespace's); at most @cap. */
+static size_t task_tids(struct pyf_target *t, pid_t *tids, size_t cap)
 {
+    pid_t pid = t->info.pid;
     char path[64];
     struct dirent *d;
     size_t n = 0;
     DIR *dir;
 
+    if (t->ns.active)
+        return nsmap_ns_tids(&t->ns, pid, tids, cap);
     snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
     dir = opendir(path);
     if (!dir)
@@ -58,12 +61,13 @@ static bool tid_in(pid_t tid, const pid_t *tids, size_t n)
  * Before 3.11 a PyThreadState knows only its pthread_t, which in glibc is the address of
  * the thread's struct pthread, where the kernel tid is kept at an offset private to glibc.
  * Rather than hard-code one glibc, find the offset at which every thread's struct holds one
- * of the process's tids (the main thread's holds the pid), once per target.
+ * of the process's tids (the main thread's holds the pid), once per target. The ids are the
+ * target's own: in a container, those of its pid namespace (nsmap.h).
  */
 static int calibrate_pthread_tid(struct pyf_target *t, const uint64_t *pthreads, size_t n)
 {
     pid_t tids[THREADS_MAX];
-    size_t n_tids = task_tids(t->info.pid, tids, THREADS_MAX);
+    size_t n_tids = task_tids(t, tids, THREADS_MAX);
     uint8_t *bufs;
     size_t best_matches = 0;
     int best = -1;
@@ -79,16 +83,19 @@ static int calibrate_pthread_tid(struct pyf_target *t, const uint64_t *pthreads,
             memset(bufs + i * PTHREAD_SCAN_BYTES, 0, PTHREAD_SCAN_BYTES);
     /* A thread that is exiting may already be gone from /proc while its thread state is
      * still listed, so take the offset that matches the most threads, among those at which
-     * some thread (the main one) holds the pid itself. */
+     * some thread (the main one) holds the pid itself. Every thread's word must differ: in a
+     * container the tids are 1, 2, 3..., numbers that flags and counts hold as well. */
     for (int off = 0; off + 4 <= PTHREAD_SCAN_BYTES; off += 4) {
         size_t matches = 0;
-        bool has_pid = false;
-        for (size_t i = 0; i < n; i++) {
+        bool has_pid = false, distinct = true;
+        for (size_t i = 0; i < n && distinct; i++) {
             int32_t v = field_i32(bufs + i * PTHREAD_SCAN_BYTES, off);
             matches += v > 0 && tid_in(v, tids, n_tids);
-            has_pid |= v == t->info.pid;
+            has_pid |= v == t->ns.ns_pid;
+            for (size_t k = 0; k < i && distinct; k++)
+                distinct = v != field_i32(bufs + k * PTHREAD_SCAN_BYTES, off);
         }
-        if (has_pid && matches * 2 > n && matches > best_matches) {
+        if (distinct && has_pid && matches * 2 > n && matches > best_matches) {
             best = off;
             best_matches = matches;
         }
@@ -320,13 +327,16 @@ int threads__guess_add(struct pyf_target *t, struct threads_guess *g, size_t i)
     return g->ts_span[i];
 }
 
-/* The last step of either path: the tids a thread state lacks, each thread's on-CPU state,
- * and the pthread_ts as the guess of the next call. */
+/* The last step of either path: the tids a thread state lacks, our ids of them (a target in
+ * a container knows its threads by other ids), each thread's on-CPU state, and the
+ * pthread_ts as the guess of the next call. */
 static void threads_complete(struct pyf_target *t, struct pyf_thread *th, size_t n, bool tids_known)
 {
     if (t->lay.ts_native_thread_id < 0 && !tids_known)
         tids_from_pthreads(t, th, t->pthread_u64, n);
+    nsmap_thread_count(&t->ns, n);
     for (size_t i = 0; i < n; i++) {
+        th[i].tid = nsmap_host_tid(&t->ns, t->info.pid, th[i].tid);
         th[i].on_cpu = thread_on_cpu(t, th[i].tid);
         if (i < GUESS_THREADS_MAX)
             t->guess_pthreads[i] = t->pthread_u64[i];

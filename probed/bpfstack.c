@@ -5,12 +5,14 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "errbuf.h"
 #include "oncpu.h"
@@ -72,14 +74,49 @@ static int on_event(void *ctx, void *data, size_t size)
     return 0;
 }
 
+/* Whether we run in the initial pid namespace: our NSpid line names one id only. */
+static bool in_initial_pidns(void)
+{
+    char buf[4096];
+    const char *line;
+    ssize_t n;
+    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+
+    if (fd < 0)
+        return false;
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    line = strstr(buf, "\nNSpid:");
+    if (!line)
+        return false;
+    line += strlen("\nNSpid:");
+    line += strspn(line, " \t");
+    line += strspn(line, "0123456789");
+    return *line == '\n' || *line == '\0';
+}
+
 static int load(struct bpfstack *bs, const struct pyf_chain *chain, char *err, size_t errlen)
 {
-    struct stat ns;
+    struct stat ns, target_ns;
+    char path[64];
+    bool global_ids;
     int r;
 
-    if (stat("/proc/self/ns/pid", &ns) < 0)
-        return errbuf_set(err, errlen, -errno, "pid %d: the daemon's pid namespace: %s",
-                          (int)bs->pid, strerror(errno));
+    snprintf(path, sizeof(path), "/proc/%d/ns/pid", (int)bs->pid);
+    if (stat("/proc/self/ns/pid", &ns) < 0 || stat(path, &target_ns) < 0)
+        return errbuf_set(err, errlen, -errno, "pid %d: the pid namespaces: %s", (int)bs->pid,
+                          strerror(errno));
+    /* A target in a container of its own (another pid namespace) is seen by its global ids,
+     * which are ours only where we run in the initial namespace. */
+    global_ids = ns.st_ino != target_ns.st_ino || ns.st_dev != target_ns.st_dev;
+    if (global_ids && !in_initial_pidns())
+        return errbuf_set(err, errlen, -EXDEV,
+                          "pid %d is in a pid namespace below the daemon's, which is not the "
+                          "initial one: the eBPF sampler cannot name its threads",
+                          (int)bs->pid);
     libbpf_set_print(quiet);
     bs->skel = oncpu_bpf__open();
     if (!bs->skel)
@@ -88,6 +125,7 @@ static int load(struct bpfstack *bs, const struct pyf_chain *chain, char *err, s
     bs->skel->rodata->target_tgid = (uint32_t)bs->pid;
     bs->skel->rodata->pidns_dev = (uint64_t)ns.st_dev;
     bs->skel->rodata->pidns_ino = (uint64_t)ns.st_ino;
+    bs->skel->rodata->global_ids = global_ids;
     bs->skel->rodata->chain = (struct oncpu_chain){.ts_frame = chain->ts_frame,
                                                    .cframe_frame = chain->cframe_frame,
                                                    .fr_back = chain->fr_back,
