@@ -808,12 +808,12 @@ static int sample_walked(struct pyf_target *t, struct pyf_thread *ret_threads,
 int pyf_target__sample(struct pyf_target *t, struct pyf_thread *ret_threads,
                        struct pyf_stack *stacks, size_t cap, size_t *ret_n, struct pyf_err *reterr)
 {
-    struct thread_spans *sp = t->thread_spans;
+    struct thread_spans *sp;
     size_t n = 0;
     int r;
 
-    if (cap > THREAD_SPANS_MAX)
-        cap = THREAD_SPANS_MAX;
+    cap = target__thread_room(t, cap); /* may move t->thread_spans */
+    sp = t->thread_spans;
     codecache__begin(t->codes);
     r = sample_as_guessed(t, ret_threads, stacks, cap, &n, reterr);
     if (r == 1)

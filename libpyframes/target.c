@@ -315,19 +315,40 @@ static int alloc_scratch(struct pyf_target *t)
         return -ENOMEM;
     t->guess_u64 = calloc(n, sizeof(*t->guess_u64));
     t->scratch_u64 = calloc(n, sizeof(*t->scratch_u64));
-    t->pthread_u64 = calloc(THREAD_SPANS_MAX, sizeof(*t->pthread_u64));
+    t->pthread_u64 = calloc(THREAD_ROOM_MIN, sizeof(*t->pthread_u64));
     t->liov = calloc(n, sizeof(*t->liov));
     t->riov = calloc(n, sizeof(*t->riov));
     t->code_buf = calloc(n, t->co_read);
     t->heads = calloc(n, sizeof(*t->heads));
     t->raw = calloc(n, sizeof(*t->raw));
     t->ts_buf = calloc(1, t->ts_read);
-    t->thread_spans = calloc(THREAD_SPANS_MAX, sizeof(*t->thread_spans));
+    t->thread_spans = calloc(THREAD_ROOM_MIN, sizeof(*t->thread_spans));
+    t->thread_room = THREAD_ROOM_MIN;
     t->codes = codecache_new(CODECACHE_SETS);
     if (!t->guess_u64 || !t->scratch_u64 || !t->pthread_u64 || !t->liov || !t->riov ||
         !t->code_buf || !t->heads || !t->raw || !t->ts_buf || !t->thread_spans || !t->codes)
         return -ENOMEM;
     return 0;
+}
+
+size_t target__thread_room(struct pyf_target *t, size_t cap)
+{
+    uint64_t *pthreads;
+    struct thread_spans *spans;
+
+    if (cap > THREAD_SPANS_MAX)
+        cap = THREAD_SPANS_MAX;
+    if (cap <= t->thread_room)
+        return cap;
+    pthreads = realloc(t->pthread_u64, cap * sizeof(*pthreads));
+    if (pthreads)
+        t->pthread_u64 = pthreads;
+    spans = pthreads ? realloc(t->thread_spans, cap * sizeof(*spans)) : NULL;
+    if (!spans)
+        return t->thread_room; /* both hold thread_room at least */
+    t->thread_spans = spans;
+    t->thread_room = cap;
+    return cap;
 }
 
 /* A read that fails here fails for a reason worth telling: permission, or gone. */

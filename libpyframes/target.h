@@ -45,7 +45,8 @@ struct raw_frame {
 #define STATFD_SLOTS 64      /* threads whose /proc stat file we keep open */
 #define GUESS_THREADS_MAX 64 /* thread lists up to this long are read in one syscall */
 #define SCRATCH_SLOTS (PYF_DEPTH_MAX + PYF_HIDDEN_MAX + 1)
-#define THREAD_SPANS_MAX 1024 /* threads pyf_target__sample() reads in one call */
+#define THREAD_SPANS_MAX 4096 /* threads one call reads (pyf_target__threads, __sample) */
+#define THREAD_ROOM_MIN 64    /* per-thread scratch at first; it grows to a call's cap */
 
 struct statfd {
     pid_t tid; /* 0: free */
@@ -67,14 +68,15 @@ struct pyf_target {
     /* scratch for one sample (see stack.c, threads.c); SCRATCH_SLOTS entries each */
     struct batch batch;
     uint64_t *guess_u64, *scratch_u64; /* stack.c: guesses, sorting */
-    uint64_t *pthread_u64;             /* threads.c: each thread's pthread_t */
+    uint64_t *pthread_u64;             /* threads.c: each thread's pthread_t (thread_room) */
     struct batch_window code_window;   /* the batch's spans of guessed code heads */
     struct iovec *liov, *riov;
     uint8_t *code_buf; /* co_read bytes per frame: code heads the batch did not have */
     const uint8_t **heads;
     struct raw_frame *raw;
     uint8_t *ts_buf;                   /* ts_read bytes */
-    struct thread_spans *thread_spans; /* THREAD_SPANS_MAX (stack.c) */
+    struct thread_spans *thread_spans; /* stack.c (thread_room) */
+    size_t thread_room;                /* threads pthread_u64 and thread_spans have room for */
 
     /* the thread list of the last pyf_target__threads(), the guess for the next one */
     uint64_t guess_interp, guess_gil;
@@ -103,6 +105,10 @@ size_t threads__guess_begin(struct pyf_target *t, struct threads_guess *g, size_
 int threads__guess_add(struct pyf_target *t, struct threads_guess *g, size_t i);
 int threads__guess_check(struct pyf_target *t, const struct threads_guess *g, struct pyf_thread *th,
                          size_t *ret_n);
+
+/* How many threads a call asking for @cap may read: the per-thread scratch grown to @cap (at
+ * most THREAD_SPANS_MAX), or what it had when memory is short. */
+size_t target__thread_room(struct pyf_target *t, size_t cap);
 
 /* Reads a pointer-sized word, checking the pointer first; errors name @what. */
 int target_read_u64(const struct pyf_target *t, uint64_t raddr, uint64_t *ret_value,

@@ -468,8 +468,7 @@ int pyf_target__threads(struct pyf_target *t, struct pyf_thread *ret_threads, si
     size_t n = 0;
     int r;
 
-    if (cap > THREAD_SPANS_MAX)
-        cap = THREAD_SPANS_MAX; /* the pthread_t scratch */
+    cap = target__thread_room(t, cap); /* the pthread_t scratch */
     r = threads_as_guessed(t, ret_threads, cap, &n, reterr);
     if (r == 0) {
         r = threads_walked(t, ret_threads, cap, &n, reterr);

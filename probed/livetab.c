@@ -27,9 +27,9 @@ enum col {
 };
 
 #define LIVE_PIDS_MAX 1024
-#define LIVE_THREADS_MAX 256
-#define IDX_LOCALS 1 /* idxNum bit: the locals column is used */
-#define IDX_PID 2    /* idxNum bit: argv[0] is a pid = constraint */
+#define LIVE_THREADS_MAX 4096 /* libpyframes' THREAD_SPANS_MAX */
+#define IDX_LOCALS 1          /* idxNum bit: the locals column is used */
+#define IDX_PID 2             /* idxNum bit: argv[0] is a pid = constraint */
 
 struct live_row {
     int pid, tid, depth, lineno, first_line, holds_gil, on_cpu;
@@ -180,10 +180,13 @@ static int add_row(struct live_cursor *c, const struct live_row *r)
 static int read_pid(struct live_cursor *c, pid_t pid, bool with_locals, struct pyf_frame *frames,
                     struct pyf_err *e)
 {
-    struct pyf_thread threads[LIVE_THREADS_MAX];
+    struct pyf_thread *threads = calloc(LIVE_THREADS_MAX, sizeof(*threads));
     struct pyf_target *t = NULL;
     size_t n = 0;
-    int r = pyf_target_open(pid, &t, e);
+    int r = threads ? pyf_target_open(pid, &t, e) : -ENOMEM;
+
+    if (!threads)
+        snprintf(e->msg, sizeof(e->msg), "pid %d: no memory for its thread list", (int)pid);
 
     if (r == 0)
         r = pyf_target__threads(t, threads, LIVE_THREADS_MAX, &n, e);
@@ -215,6 +218,7 @@ static int read_pid(struct live_cursor *c, pid_t pid, bool with_locals, struct p
         }
     }
     pyf_target_free(t);
+    free(threads);
     return r;
 }
 

@@ -80,12 +80,40 @@ static int64_t stack_id_of_frames(struct sampler *s, struct ob_half *h, size_t n
     return id;
 }
 
-/* The id of Python stack @st. */
+/* A frame of our own in a stored stack, where frames were left out: "[N frames elided]". */
+static int64_t marker_frame_id(struct sampler *s, struct ob_half *h, const char *what)
+{
+    const struct pyf_frame f = {.func = what, .file = "<probed>"};
+
+    return frame_id(s, h, &f);
+}
+
+/* The id of Python stack @st. A stack deeper than TARGET_DEPTH_MAX keeps both ends, its
+ * innermost frames (where time goes) and its outermost (where the thread started, the root
+ * of every flame graph), with a marker frame for those in between; a thread deeper than
+ * TARGET_READ_DEPTH, whose outermost frames were not read, ends in a marker saying so. */
 static int64_t stack_id(struct sampler *s, struct ob_half *h, const struct pyf_stack *st)
 {
-    for (size_t i = 0; i < st->n_frames; i++)
-        s->frame_ids[i] = frame_id(s, h, &st->frames[i]);
-    return stack_id_of_frames(s, h, st->n_frames);
+    size_t n = st->n_frames, inner = n, outer = 0, k = 0;
+    char what[64];
+
+    if (n + st->truncated > TARGET_DEPTH_MAX) {
+        inner = TARGET_DEPTH_MAX / 2;
+        outer = TARGET_DEPTH_MAX - inner - 1 - st->truncated;
+    }
+    for (size_t i = 0; i < inner; i++)
+        s->frame_ids[k++] = frame_id(s, h, &st->frames[i]);
+    if (outer || inner < n) {
+        snprintf(what, sizeof(what), "[%zu frames elided]", n - inner - outer);
+        s->frame_ids[k++] = marker_frame_id(s, h, what);
+    }
+    for (size_t i = n - outer; i < n; i++)
+        s->frame_ids[k++] = frame_id(s, h, &st->frames[i]);
+    if (st->truncated) {
+        snprintf(what, sizeof(what), "[deeper than %zu frames: the rest not read]", st->cap);
+        s->frame_ids[k++] = marker_frame_id(s, h, what);
+    }
+    return stack_id_of_frames(s, h, k);
 }
 
 /* The frame id of native address @pc, named once (the target's cache by address); the name
@@ -138,16 +166,34 @@ static size_t merge_native(struct sampler *s, struct ob_half *h, struct native *
 /* Sends the name of a thread seen for the first time. */
 static void name_thread(struct sampler *s, struct ob_half *h, struct target *t, pid_t tid)
 {
+    size_t lo = 0, hi = t->n_known_tids;
     char name[64];
 
-    for (size_t i = 0; i < t->n_known_tids; i++)
-        if (t->known_tids[i] == tid)
+    while (lo < hi) { /* sorted: a binary search, as a target may have thousands */
+        size_t mid = lo + (hi - lo) / 2;
+
+        if (t->known_tids[mid] == tid)
             return;
+        if (t->known_tids[mid] < tid)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
     pyf_thread_name(t->pid, tid, name, sizeof(name));
     if (!ob_half__thread(s->ob, h, t->id, tid, name))
         return;
-    if (t->n_known_tids < TARGET_TIDS_MAX)
-        t->known_tids[t->n_known_tids++] = tid;
+    if (t->n_known_tids == t->known_tids_cap) {
+        size_t cap = t->known_tids_cap ? t->known_tids_cap * 2 : 64;
+        pid_t *tids = realloc(t->known_tids, cap * sizeof(*tids));
+
+        if (!tids)
+            return; /* sent again next time: a row the store already has */
+        t->known_tids = tids;
+        t->known_tids_cap = cap;
+    }
+    memmove(t->known_tids + lo + 1, t->known_tids + lo, (t->n_known_tids - lo) * sizeof(pid_t));
+    t->known_tids[lo] = tid;
+    t->n_known_tids++;
 }
 
 /* Marks @t ended: recorded in the store, its buffers freed, no longer sampled. */
@@ -208,6 +254,10 @@ static int64_t thread_stack_id(struct sampler *s, struct ob_half *h, struct targ
 
     if (!ns)
         return stack_id(s, h, &t->stacks[i]);
+    if (t->stacks[i].n_frames > TARGET_DEPTH_MAX) { /* deep: its Python frames, both ends */
+        stats->mismatched++;
+        return stack_id(s, h, &t->stacks[i]);
+    }
     n = merge_same_instant(s, h, t, ns);
     if (n > 0) {
         stats->merged++;
@@ -282,6 +332,21 @@ static const char *process_changed(const struct target *t)
     return stack == t->start_stack ? NULL : "exec'd another program";
 }
 
+/* A thread found deeper than TARGET_DEPTH_MAX gets room for TARGET_READ_DEPTH frames and is
+ * read again at once, whole: stored with its outermost frames (stack_id()), not cut. */
+static void read_deep_threads(struct target *t, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct pyf_stack *st = &t->stacks[i];
+        struct pyf_err e;
+
+        if (!st->truncated || target__deepen(t, i) < 0)
+            continue;
+        if (pyf_target__stack(t->pyf, &t->threads[i], st, &e) < 0)
+            st->torn = true; /* dropped and counted, as any stack not read whole */
+    }
+}
+
 static void sample_target(struct sampler *s, struct target *t, int64_t now)
 {
     const char *changed;
@@ -305,6 +370,11 @@ static void sample_target(struct sampler *s, struct target *t, int64_t now)
     if (t->native) /* the kernel's samples since the last tick, then the Python frames now */
         native__collect(t->native, t->stats.ticks % (t->rate_hz / 10 + 1) == 0);
     r = pyf_target__sample(t->pyf, t->threads, t->stacks, t->threads_cap, &n, &e);
+    /* every slot full: there may be more threads, so the tick is read again with room for
+     * twice as many (a rare allocation), not stored in part: the main thread is the oldest,
+     * last in the list, and <= 3.10 finds every thread's id only once it has seen it */
+    while (r == 0 && n == t->threads_cap && target__grow_threads(t) == 0)
+        r = pyf_target__sample(t->pyf, t->threads, t->stacks, t->threads_cap, &n, &e);
     t->stats.ticks++;
     if (r < 0 && (e.kind == PYF_GONE || pyf_err_fatal(&e))) {
         if (e.kind == PYF_GONE)
@@ -317,12 +387,11 @@ static void sample_target(struct sampler *s, struct target *t, int64_t now)
         t->stats.errors++;
         return;
     }
+    read_deep_threads(t, n);
     if (t->native) /* the eBPF sampler copies these threads' Python frames from now on */
         native__track(t->native, t->threads, n);
     record(s, t, n, real_ns(), mono_ns());
-    /* every slot full: there may be more threads; the next tick reads up to twice as many
-     * (a rare allocation, between ticks), and at the maximum the rest is counted as cut */
-    if (n == t->threads_cap && target__grow_threads(t) == -ENOSPC)
+    if (n == TARGET_THREADS_MAX) /* at the maximum, the threads past it are left out */
         t->stats.threads_cut++;
 }
 

@@ -42,6 +42,10 @@ static void read_ranks(struct target *t)
 
 static void free_buffers(struct target *t)
 {
+    for (size_t i = 0; t->deep && i < t->threads_cap; i++)
+        free(t->deep[i]);
+    free(t->deep);
+    t->deep = NULL;
     free(t->threads);
     free(t->stacks);
     free(t->frame_pool);
@@ -58,11 +62,13 @@ static int alloc_buffers(struct target *t, size_t cap)
     struct pyf_thread *threads = calloc(cap, sizeof(*threads));
     struct pyf_stack *stacks = calloc(cap, sizeof(*stacks));
     struct pyf_frame *pool = calloc(cap * TARGET_DEPTH_MAX, sizeof(*pool));
+    struct pyf_frame **deep = calloc(cap, sizeof(*deep));
 
-    if (!threads || !stacks || !pool) {
+    if (!threads || !stacks || !pool || !deep) {
         free(threads);
         free(stacks);
         free(pool);
+        free(deep);
         return -ENOMEM;
     }
     for (size_t i = 0; i < cap; i++) {
@@ -73,7 +79,25 @@ static int alloc_buffers(struct target *t, size_t cap)
     t->threads = threads;
     t->stacks = stacks;
     t->frame_pool = pool;
+    t->deep = deep;
     t->threads_cap = cap;
+    return 0;
+}
+
+int target__deepen(struct target *t, size_t i)
+{
+    struct pyf_stack *st = &t->stacks[i];
+    struct pyf_frame *frames;
+
+    if (st->cap >= TARGET_READ_DEPTH)
+        return -ENOSPC;
+    frames = calloc(TARGET_READ_DEPTH, sizeof(*frames));
+    if (!frames)
+        return -ENOMEM;
+    memcpy(frames, st->frames, st->n_frames * sizeof(*frames));
+    t->deep[i] = frames;
+    st->frames = frames;
+    st->cap = TARGET_READ_DEPTH;
     return 0;
 }
 
@@ -172,6 +196,9 @@ void target_release(struct target *t)
     pyf_target_free(t->pyf);
     t->pyf = NULL;
     free_buffers(t);
+    free(t->known_tids);
+    t->known_tids = NULL;
+    t->n_known_tids = t->known_tids_cap = 0;
 }
 
 void target_free(struct target *t)

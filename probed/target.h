@@ -17,10 +17,11 @@
 #include "procfs.h"
 #include "pyframes.h"
 
-#define TARGET_THREADS_MIN 64   /* Python threads a target's buffers hold at first */
-#define TARGET_THREADS_MAX 1024 /* they double up to this (libpyframes' THREAD_SPANS_MAX) */
-#define TARGET_DEPTH_MAX 256    /* frames kept per stack; deeper stacks are truncated */
-#define TARGET_TIDS_MAX 256     /* thread names remembered */
+#define TARGET_THREADS_MIN 64           /* Python threads a target's buffers hold at first */
+#define TARGET_THREADS_MAX 1024         /* they double up to this (libpyframes' THREAD_SPANS_MAX) */
+#define TARGET_DEPTH_MAX 256            /* frames stored per stack: deeper ones keep both ends */
+#define TARGET_READ_DEPTH PYF_DEPTH_MAX /* frames read of a thread found deeper than that */
+#define TARGET_TIDS_MAX 256             /* thread names remembered */
 
 enum target_state { TARGET_SAMPLING, TARGET_EXITED, TARGET_DETACHED, TARGET_FAILED };
 
@@ -94,10 +95,11 @@ struct target {
     char native_error[256]; /* why native_wanted is not met (the fallback to Python only) */
     struct pyf_thread *threads; /* threads_cap of each */
     struct pyf_stack *stacks;
-    struct pyf_frame *frame_pool;
+    struct pyf_frame *frame_pool; /* TARGET_DEPTH_MAX frames per thread */
+    struct pyf_frame **deep;      /* threads_cap: a deep thread's own TARGET_READ_DEPTH frames */
     size_t threads_cap;
-    pid_t known_tids[TARGET_TIDS_MAX]; /* tids whose name was sent to the store */
-    size_t n_known_tids;
+    pid_t *known_tids; /* tids whose name was sent to the store (sampler.c), sorted */
+    size_t n_known_tids, known_tids_cap;
 };
 
 /* Opens @pid for sampling at @rate_hz. @err receives a message for the user on failure. */
@@ -106,6 +108,10 @@ void target_free(struct target *t); /* NULL is a no-op */
 /* A tick found every thread slot full: room for twice as many (up to TARGET_THREADS_MAX), on
  * the sampler thread, between ticks. -ENOSPC at the maximum, -ENOMEM: the old room is kept. */
 int target__grow_threads(struct target *t);
+/* Stack @i came back truncated at TARGET_DEPTH_MAX: room for TARGET_READ_DEPTH frames in it
+ * (its frames so far kept, as the next read's guess). -ENOMEM: it stays as it was; -ENOSPC:
+ * it has that room already. */
+int target__deepen(struct target *t, size_t i);
 /* Starts sampling @t's native stacks (attach --native): with the eBPF sampler, else with perf
  * (the log says why). On failure the target goes on with Python frames only; t->native_error,
  * the log and the returned -errno say why. */

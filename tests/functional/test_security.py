@@ -511,7 +511,7 @@ def signal_kill():
 MANY_THREADS = '''
 import threading
 stop = threading.Event()
-threads = [threading.Thread(target=stop.wait, name='w%d' % i, daemon=True) for i in range(1100)]
+threads = [threading.Thread(target=stop.wait, name='w%d' % i, daemon=True) for i in range(4200)]
 for t in threads:
     t.start()
 print("READY", flush=True)
@@ -519,9 +519,9 @@ stop.wait()
 '''
 
 
-def test_a_target_with_1101_threads_is_sampled_past_64_and_the_cut_is_counted(daemon):
+def test_a_target_with_4201_threads_is_sampled_past_64_and_the_cut_is_counted(daemon):
     """8: only 64 threads of a target were ever sampled, silently (1101 threads: 64 sampled).
-    Its room doubles up to 1024 threads; past that the ticks that left threads out are counted
+    Its room doubles up to 4096 threads; past that the ticks that left threads out are counted
     and shown."""
     import json
     p = subprocess.Popen([PYTHON, '-c', MANY_THREADS], stdout=subprocess.PIPE,
@@ -533,10 +533,10 @@ def test_a_target_with_1101_threads_is_sampled_past_64_and_the_cut_is_counted(da
         def tids():
             return daemon.rows('SELECT count(DISTINCT tid) FROM samples s JOIN targets t'
                                ' ON t.id = s.target_id WHERE t.pid = %d' % p.pid)[0][0]
-        wait_for(lambda: tids() >= 1024, timeout=60, what='1024 threads sampled')
+        wait_for(lambda: tids() >= 4096, timeout=90, what='4096 threads sampled')
         t = json.loads(daemon.ctl('list', '--json', check=True).stdout)['targets']
         t = [x for x in t if x['pid'] == p.pid][0]
-        assert t['threads_room'] == 1024 and t['stats']['threads_cut'] > 0, t
+        assert t['threads_room'] == 4096 and t['stats']['threads_cut'] > 0, t
     finally:
         daemon.ctl('detach', p.pid)
         p.kill()
