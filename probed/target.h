@@ -18,10 +18,9 @@
 #include "pyframes.h"
 
 #define TARGET_THREADS_MIN 64           /* Python threads a target's buffers hold at first */
-#define TARGET_THREADS_MAX 1024         /* they double up to this (libpyframes' THREAD_SPANS_MAX) */
+#define TARGET_THREADS_MAX 4096         /* they double up to this (libpyframes' THREAD_SPANS_MAX) */
 #define TARGET_DEPTH_MAX 256            /* frames stored per stack: deeper ones keep both ends */
 #define TARGET_READ_DEPTH PYF_DEPTH_MAX /* frames read of a thread found deeper than that */
-#define TARGET_TIDS_MAX 256             /* thread names remembered */
 
 enum target_state { TARGET_SAMPLING, TARGET_EXITED, TARGET_DETACHED, TARGET_FAILED };
 
