@@ -2,6 +2,7 @@
  * Objects/lnotab_notes.txt (3.6-3.10) and Objects/locations.md (3.11+). */
 #include "linetable.h"
 
+#include <limits.h>
 #include <stdbool.h>
 
 /* 3.6-3.9: (address increment, signed line increment) byte pairs. */
@@ -104,11 +105,16 @@ static bool locations_next(const uint8_t *tab, size_t len, struct range *r)
     return true;
 }
 
-int linetable_line(enum pyf_line_format fmt, const uint8_t *tab, size_t len, int first_line,
-                   int64_t addr)
+#define PAST_TABLE INT_MIN /* line_at(): the table ends before the offset */
+
+/* The line at @addr, -1 when the table has none for it, or PAST_TABLE; *ret_before: the line
+ * of the last range before @addr that has one (-1: none). */
+static int line_at(enum pyf_line_format fmt, const uint8_t *tab, size_t len, int first_line,
+                   int64_t addr, int *ret_before)
 {
     struct range r = {.start = -1, .end = 0, .line = -1, .computed_line = first_line, .at = 0};
 
+    *ret_before = -1;
     if (!tab)
         len = 0;
     if (fmt == PYF_LINE_LNOTAB)
@@ -116,10 +122,34 @@ int linetable_line(enum pyf_line_format fmt, const uint8_t *tab, size_t len, int
     if (addr < 0)
         return first_line; /* a frame that has not started yet */
     while (r.end <= addr) {
-        bool more = fmt == PYF_LINE_LINETABLE ? linetable310_next(tab, len, &r)
-                                              : locations_next(tab, len, &r);
+        bool more;
+
+        if (r.line >= 0)
+            *ret_before = r.line;
+        more = fmt == PYF_LINE_LINETABLE ? linetable310_next(tab, len, &r)
+                                         : locations_next(tab, len, &r);
         if (!more)
-            return -1;
+            return PAST_TABLE;
     }
     return r.line;
+}
+
+int linetable_line(enum pyf_line_format fmt, const uint8_t *tab, size_t len, int first_line,
+                   int64_t addr)
+{
+    int before, line = line_at(fmt, tab, len, first_line, addr, &before);
+
+    return line == PAST_TABLE ? -1 : line;
+}
+
+int linetable_frame_line(enum pyf_line_format fmt, const uint8_t *tab, size_t len, int first_line,
+                         int64_t addr)
+{
+    int before, line = line_at(fmt, tab, len, first_line, addr, &before);
+
+    if (line == PAST_TABLE)
+        return -1;
+    if (line >= 0)
+        return line;
+    return before >= 0 ? before : first_line;
 }

@@ -19,4 +19,12 @@
 int linetable_line(enum pyf_line_format fmt, const uint8_t *tab, size_t len, int first_line,
                    int64_t addr);
 
+/* The line a frame stopped at @addr is on, for a person: linetable_line(), except that an
+ * instruction with no line of its own gets the line of the last instruction before it that
+ * has one (else @first_line). Such an instruction is most often the jump back at the end of a
+ * loop body on 3.10 and 3.11, where a thread waits for the GIL: 3.12 gives that jump the line
+ * of the statement before it, as this does. -1 only for an offset past the table. */
+int linetable_frame_line(enum pyf_line_format fmt, const uint8_t *tab, size_t len, int first_line,
+                         int64_t addr);
+
 #endif

@@ -506,7 +506,7 @@ static int32_t code_line(const struct pyf_target *t, struct code_info *ci, int64
 {
     if (ci->memo_addr != lasti) {
         ci->memo_line =
-            linetable_line(t->lay.line_format, ci->lines, ci->n_lines, ci->first_line, lasti);
+            linetable_frame_line(t->lay.line_format, ci->lines, ci->n_lines, ci->first_line, lasti);
         ci->memo_addr = lasti;
     }
     return ci->memo_line;

@@ -86,7 +86,9 @@ int pyf_target__threads(struct pyf_target *t, struct pyf_thread *ret_threads, si
 struct pyf_frame {
     const char *func; /* qualified name where the version has one (3.11+), else the name */
     const char *file;
-    int32_t line;       /* line being executed; -1 when the line table has none for it */
+    int32_t line;       /* line being executed: an instruction the line table gives no line
+                         * (3.10/3.11's jump back at a loop's end) is on the line before it,
+                         * as py-spy reads it; -1 only for an offset past the table */
     int32_t first_line; /* line of the def */
     uint64_t frame_raddr;
     uint64_t code_raddr;

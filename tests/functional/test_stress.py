@@ -171,3 +171,27 @@ def test_every_one_of_300_threads_is_sampled_with_its_own_id(python, target_fact
         assert stats['threads_room'] >= 301 and stats['stats']['threads_cut'] == 0, stats
     finally:
         daemon.ctl('detach', t.pid, check=True)
+
+
+@pytest.mark.parametrize('python', interpreter_params())
+def test_two_threads_in_a_hot_loop_have_real_lines(python, target_factory, daemon):
+    """GIL contention parks a thread at the loop's jump back, which 3.10 and 3.11 give no line:
+    the stored line is still one of the function's (the statement before the jump, as py-spy
+    and 3.12's own tables say), never -1."""
+    require(python)
+    from conftest import marks
+    m = marks(os.path.join(os.path.dirname(__file__), '..', 'targets', 'hotloop.py'))
+    t = target_factory(python, 'hotloop.py')
+    daemon.ctl('attach', t.pid, '--rate', '1000', check=True)
+    try:
+        by_target = "s.target_id = (SELECT max(id) FROM targets WHERE pid = %d)" % t.pid
+        wait_for(lambda: daemon.rows("SELECT count(*) FROM samples s WHERE %s" % by_target)[0][0]
+                 >= 2000, timeout=60, what='2000 samples stored')
+    finally:
+        daemon.ctl('detach', t.pid, check=True)
+    lines = dict(daemon.rows("SELECT st.lineno, count(*) FROM samples s JOIN stacks st"
+                             " ON st.stack_id = s.stack_id WHERE %s AND st.depth = 0"
+                             " AND st.func LIKE '%%keep_cpu_busy' GROUP BY 1" % by_target))
+    print('hot loop lines, %s: %s' % (python, lines))
+    assert sum(lines.values()) > 1000, lines
+    assert set(lines) <= set(range(m['busy_first'], m['busy_last'] + 1)), lines

@@ -33,6 +33,10 @@ int test_linetable310(void)
     CHECK(linetable_line(PYF_LINE_LINETABLE, tab, sizeof(tab), 10, 8) == 12);
     CHECK(linetable_line(PYF_LINE_LINETABLE, tab, sizeof(tab), 10, 12) == -1);
     CHECK(linetable_line(PYF_LINE_LINETABLE, tab, sizeof(tab), 10, -1) == 10);
+    /* a frame stopped where there is no line is on the line before; past the table, -1 */
+    CHECK(linetable_frame_line(PYF_LINE_LINETABLE, tab, sizeof(tab), 10, 4) == 11);
+    CHECK(linetable_frame_line(PYF_LINE_LINETABLE, tab, sizeof(tab), 10, 8) == 12);
+    CHECK(linetable_frame_line(PYF_LINE_LINETABLE, tab, sizeof(tab), 10, 12) == -1);
     return 0;
 }
 
@@ -55,6 +59,15 @@ int test_locations(void)
     CHECK(linetable_line(PYF_LINE_LOCATIONS, tab, sizeof(tab), 100, 15) == 101);
     CHECK(linetable_line(PYF_LINE_LOCATIONS, tab, sizeof(tab), 100, 16) == -1);
     CHECK(linetable_line(PYF_LINE_LOCATIONS, tab, sizeof(tab), 100, -2) == 100);
+    CHECK(linetable_frame_line(PYF_LINE_LOCATIONS, tab, sizeof(tab), 100, 6) == 102);
+    CHECK(linetable_frame_line(PYF_LINE_LOCATIONS, tab, sizeof(tab), 100, 16) == -1);
+    {
+        /* no location first: the def line */
+        const uint8_t first[] = {0x80 | (15 << 3) | 0, 0x80 | (13 << 3) | 0, 2};
+
+        CHECK(linetable_frame_line(PYF_LINE_LOCATIONS, first, sizeof(first), 100, 0) == 100);
+        CHECK(linetable_frame_line(PYF_LINE_LOCATIONS, first, sizeof(first), 100, 2) == 101);
+    }
     return 0;
 }
 
