@@ -37,6 +37,7 @@
 #include "torchtrace.h"
 #include "units.h"
 
+#define WATCHES_MAX 64        /* processes followed for --children that are not Python */
 #define BODY_MAX (1 << 20)    /* bytes of a request body */
 #define HEADERS_MAX 16384     /* bytes of request headers */
 #define IO_TIMEOUT_S 10       /* a client that stalls this long is dropped (slow loris) */
@@ -78,6 +79,18 @@ struct api {
         ino_t exe_ino;
     } not_python[FOLLOW_MAX];
     size_t n_not_python, next_not_python;
+    /* attach --children of a process that is not Python (a shell, a Slurm batch script, the
+     * fork of `probectl run` before it execs): not sampled, only followed; the first of its
+     * descendants, or itself after an exec, that is Python is attached like any. Loop thread. */
+    struct watch {
+        pid_t pid;
+        uid_t uid;
+        int64_t start_time;
+        uint32_t rate;
+        bool native, perf_only;
+        char cmdline[128];
+    } watches[WATCHES_MAX];
+    size_t n_watches;
 
     /* allocation tracking on (allocs.h): snapshots every allocation_interval; the torch trace
      * on (torchtrace.h): drains every second; loop thread */
@@ -324,6 +337,22 @@ static void list_one(const struct target *t, void *ctx)
         json_array_append_new(l->arr, target_json(t));
 }
 
+/* The processes followed for --children that are not Python, those of @p's user. */
+static json_t *watches_json(const struct api *a, const struct peer *p)
+{
+    json_t *arr = json_array();
+
+    for (size_t i = 0; i < a->n_watches; i++) {
+        const struct watch *w = &a->watches[i];
+
+        if (p->root || w->uid == p->uid)
+            json_array_append_new(arr, json_pack("{s:i, s:i, s:s, s:i}", "pid", (int)w->pid, "uid",
+                                                 (int)w->uid, "cmdline", w->cmdline, "rate_hz",
+                                                 (int)w->rate));
+    }
+    return arr;
+}
+
 static int targets_list(struct api *a, struct evhttp_request *req, const struct peer *p, pid_t pid)
 {
     struct list_ctx l = {.peer = p, .pid = pid, .arr = json_array()};
@@ -337,20 +366,25 @@ static int targets_list(struct api *a, struct evhttp_request *req, const struct 
     if (pid) {
         reply_json(req, 200, json_incref(json_array_get(l.arr, 0)));
     } else if (!p->root) { /* the shared tables tell of every user's processes: root's only */
-        reply_json(req, 200, json_pack("{s:o}", "targets", l.arr));
+        reply_json(req, 200,
+                   json_pack("{s:o, s:o}", "targets", l.arr, "following", watches_json(a, p)));
     } else {
         /* the native function tables the targets share (one per library, by build-id) */
         struct pyf_symcache_stats sc;
         pyf_symcache__stats(a->sampler->symbols, &sc);
         reply_json(req, 200,
-                   json_pack("{s:o, s:{s:I, s:I, s:I, s:I}}", "targets", l.arr, "native_symbols",
-                             "tables", (json_int_t)sc.tables, "builds", (json_int_t)sc.builds,
-                             "hits", (json_int_t)sc.hits, "bytes", (json_int_t)sc.bytes));
+                   json_pack("{s:o, s:o, s:{s:I, s:I, s:I, s:I}}", "targets", l.arr, "following",
+                             watches_json(a, p), "native_symbols", "tables", (json_int_t)sc.tables,
+                             "builds", (json_int_t)sc.builds, "hits", (json_int_t)sc.hits, "bytes",
+                             (json_int_t)sc.bytes));
     }
     if (pid)
         json_decref(l.arr);
     return 0;
 }
+
+static int watch_add(struct api *a, struct evhttp_request *req, const struct peer *p, pid_t pid,
+                     uint32_t rate, bool native, bool perf_only, const char *why);
 
 static int targets_attach(struct api *a, struct evhttp_request *req, const struct peer *p)
 {
@@ -394,6 +428,8 @@ static int targets_attach(struct api *a, struct evhttp_request *req, const struc
     if (authorise_pid(req, p, (pid_t)pid) < 0)
         return 0;
     r = target_new((pid_t)pid, (uint32_t)rate, &t, &e);
+    if (r < 0 && children && (e.kind == PYF_NOT_PYTHON || e.kind == PYF_UNSUPPORTED))
+        return watch_add(a, req, p, (pid_t)pid, (uint32_t)rate, native, perf_only, e.msg);
     if (r < 0)
         return reply_error(req, errbuf_http_status(&e), "%s", e.msg);
     t->id = a->next_target_id;
@@ -424,6 +460,14 @@ static int targets_detach(struct api *a, struct evhttp_request *req, const struc
     struct list_ctx l = {.peer = p, .pid = pid, .arr = json_array()};
     struct target *t;
 
+    for (size_t i = 0; i < a->n_watches; i++)
+        if (a->watches[i].pid == pid && (p->root || a->watches[i].uid == p->uid)) {
+            json_decref(l.arr);
+            a->watches[i] = a->watches[--a->n_watches];
+            log_msg(LOG_INFO, "no longer following pid %d", (int)pid);
+            return reply_json(req, 200,
+                              json_pack("{s:i, s:b}", "pid", (int)pid, "following", false));
+        }
     sampler__each(a->sampler, list_one, &l); /* visible to this peer? */
     if (json_array_size(l.arr) == 0) {
         json_decref(l.arr);
@@ -1176,14 +1220,64 @@ static int backtrace_get(struct api *a, struct evhttp_request *req, const struct
 /* ---- --children ---- */
 
 #define FOLLOW_PERIOD_MS 500
+#define FOLLOWED_MAX (SAMPLER_TARGETS_MAX + WATCHES_MAX)
+
+/* attach --children of a process that is not Python: followed, not sampled (see struct
+ * watch). @why: what target_new() said of it. */
+static int watch_add(struct api *a, struct evhttp_request *req, const struct peer *p, pid_t pid,
+                     uint32_t rate, bool native, bool perf_only, const char *why)
+{
+    struct watch w = {.pid = pid, .rate = rate, .native = native, .perf_only = perf_only};
+    char path[64];
+    struct stat st;
+
+    snprintf(path, sizeof(path), "/proc/%d", (int)pid);
+    if (procfs_start_time(pid, &w.start_time) < 0 || stat(path, &st) < 0)
+        return reply_error(req, 404, "pid %d: no such process", (int)pid);
+    w.uid = st.st_uid;
+    procfs_cmdline(pid, w.cmdline, sizeof(w.cmdline));
+    for (size_t i = 0; i < a->n_watches; i++)
+        if (a->watches[i].pid == pid) /* asked again (probectl run polls): the same answer */
+            return reply_json(req, 200,
+                              json_pack("{s:i, s:b, s:b, s:s, s:s}", "pid", (int)pid, "following",
+                                        true, "python", false, "cmdline", w.cmdline, "message",
+                                        why));
+    if (a->n_watches == WATCHES_MAX)
+        return reply_error(req, 503, "pid %d: %d processes are followed already", (int)pid,
+                           WATCHES_MAX);
+    a->watches[a->n_watches++] = w;
+    log_msg(LOG_INFO, "following pid %d (not Python) for its Python descendants, for uid %u",
+            (int)pid, (unsigned)p->uid);
+    return reply_json(req, 200,
+                      json_pack("{s:i, s:b, s:b, s:s, s:s}", "pid", (int)pid, "following", true,
+                                "python", false, "cmdline", w.cmdline, "message", why));
+}
+
+/* Forgets the followed processes that ended, or became a target themselves (an exec into
+ * Python: the target follows its descendants from then on). */
+static void watches_prune(struct api *a, const pid_t *sampled, size_t n_sampled)
+{
+    for (size_t i = 0; i < a->n_watches;) {
+        const struct watch *w = &a->watches[i];
+        int64_t start;
+        bool gone = procfs_start_time(w->pid, &start) < 0 || start != w->start_time;
+
+        for (size_t k = 0; k < n_sampled && !gone; k++)
+            gone = sampled[k] == w->pid;
+        if (gone)
+            a->watches[i] = a->watches[--a->n_watches];
+        else
+            i++;
+    }
+}
 
 struct followed {
-    pid_t pid[SAMPLER_TARGETS_MAX]; /* targets that follow their children */
-    uint32_t rate[SAMPLER_TARGETS_MAX];
-    uid_t uid[SAMPLER_TARGETS_MAX];
-    bool native[SAMPLER_TARGETS_MAX];    /* attached with --native: so are its descendants */
-    bool perf_only[SAMPLER_TARGETS_MAX]; /* and with --native=perf */
-    size_t n;
+    pid_t pid[FOLLOWED_MAX]; /* targets that follow their children, then the watches */
+    uint32_t rate[FOLLOWED_MAX];
+    uid_t uid[FOLLOWED_MAX];
+    bool native[FOLLOWED_MAX];    /* attached with --native: so are its descendants */
+    bool perf_only[FOLLOWED_MAX]; /* and with --native=perf */
+    size_t n, n_targets;
     pid_t sampled[SAMPLER_TARGETS_MAX]; /* every pid being sampled */
     size_t n_sampled;
 };
@@ -1283,8 +1377,22 @@ static void on_follow_timer(evutil_socket_t fd, short what, void *arg)
         return;
     f->n = f->n_sampled = 0;
     sampler__each(a->sampler, collect_followed, f);
+    watches_prune(a, f->sampled, f->n_sampled);
+    f->n_targets = f->n;
+    for (size_t i = 0; i < a->n_watches; i++) {
+        const struct watch *w = &a->watches[i];
+
+        f->pid[f->n] = w->pid;
+        f->rate[f->n] = w->rate;
+        f->uid[f->n] = w->uid;
+        f->native[f->n] = w->native;
+        f->perf_only[f->n++] = w->perf_only;
+    }
     for (size_t i = 0; i < f->n; i++) {
         size_t n = follow_descendants(f->pid[i], kids, FOLLOW_MAX);
+
+        if (i >= f->n_targets && n < FOLLOW_MAX) /* a watch: itself too, once it execs Python */
+            kids[n++] = f->pid[i];
         for (size_t k = 0; k < n; k++) {
             bool sampled = false;
             for (size_t j = 0; j < f->n_sampled && !sampled; j++)

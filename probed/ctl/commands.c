@@ -145,6 +145,10 @@ int attach_main(int argc, char **argv)
     if (as_json) {
         json_dumpf(reply, stdout, JSON_INDENT(2));
         printf("\n");
+    } else if (json_is_true(json_object_get(reply, "following"))) {
+        printf("following pid %d (%s): not Python, so not sampled; its Python descendants are "
+               "attached as they start\n",
+               pid, json_string_value(json_object_get(reply, "cmdline")));
     } else {
         const char *why = json_string_value(json_object_get(reply, "native_error"));
         const char *no_ebpf =
@@ -187,9 +191,12 @@ int detach_main(int argc, char **argv)
     reply = client_request(socket, "DELETE", path, NULL);
     if (!reply)
         return 1;
-    printf(
-        "detached from pid %d after %lld samples\n", pid,
-        (long long)json_integer_value(json_object_get(json_object_get(reply, "stats"), "samples")));
+    if (json_is_false(json_object_get(reply, "following")))
+        printf("no longer following pid %d\n", pid);
+    else
+        printf("detached from pid %d after %lld samples\n", pid,
+               (long long)json_integer_value(
+                   json_object_get(json_object_get(reply, "stats"), "samples")));
     json_decref(reply);
     return 0;
 }
@@ -225,6 +232,13 @@ int list_main(int argc, char **argv)
     } else {
         print_header();
         json_array_foreach(json_object_get(reply, "targets"), i, t) print_target(t);
+        json_array_foreach(json_object_get(reply, "following"), i, t)
+        {
+            printf("%-8lld %-9s %-7lld %-8s %-10s %-6s %-17s %s\n",
+                   (long long)json_integer_value(json_object_get(t, "pid")), "following",
+                   (long long)json_integer_value(json_object_get(t, "rate_hz")), "-", "-", "-",
+                   "children", json_string_value(json_object_get(t, "cmdline")));
+        }
     }
     json_decref(reply);
     return 0;
@@ -498,8 +512,10 @@ int flamegraph_main(int argc, char **argv)
 #define RUN_ATTACH_TRIES 500 /* x 20 ms: the interpreter has 10 s to come up */
 
 /* Attaches to @pid once its interpreter is up; false when it never was (not Python). */
-static bool attach_when_ready(const char *socket, pid_t pid, long rate, pid_t *child_done)
+static bool attach_when_ready(const char *socket, pid_t pid, long rate, bool children,
+                              pid_t *child_done)
 {
+    bool following = false;
     char err[512];
 
     for (int i = 0; i < RUN_ATTACH_TRIES; i++) {
@@ -509,6 +525,11 @@ static bool attach_when_ready(const char *socket, pid_t pid, long rate, pid_t *c
 
         if (rate)
             json_object_set_new(body, "rate", json_integer(rate));
+        /* with --children the daemon follows the child whatever it is now (it may still be
+         * us, before the exec, or a shell), and attaches it once it runs Python, and every
+         * Python process it starts */
+        if (children)
+            json_object_set_new(body, "children", json_true());
         r = client_call(client_socket_path(socket), "POST", "/v1/targets", body, &status, &reply,
                         NULL, NULL, err, sizeof(err));
         json_decref(body);
@@ -516,7 +537,14 @@ static bool attach_when_ready(const char *socket, pid_t pid, long rate, pid_t *c
             fprintf(stderr, "probectl run: %s; running unobserved\n", err);
             return false;
         }
-        if (status == 200) {
+        if (status == 200 && !json_is_true(json_object_get(reply, "following"))) {
+            json_decref(reply);
+            return true;
+        }
+        if (status == 200) { /* followed, not Python yet: its exec is attached on the next try */
+            following = true;
+            status = 422;
+        } else if (status == 409 && following) { /* the daemon's follower was first */
             json_decref(reply);
             return true;
         }
@@ -534,6 +562,8 @@ static bool attach_when_ready(const char *socket, pid_t pid, long rate, pid_t *c
         }
         usleep(20000);
     }
+    if (following) /* a shell or launcher: its Python descendants are attached as they start */
+        return true;
     fprintf(stderr,
             "probectl run: pid %d did not start a Python interpreter in 10 s;"
             " running unobserved\n",
@@ -543,11 +573,14 @@ static bool attach_when_ready(const char *socket, pid_t pid, long rate, pid_t *c
 
 int run_main(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"rate", required_argument, NULL, 'r'}, COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {{"rate", required_argument, NULL, 'r'},
+                                             {"children", no_argument, NULL, 'c'},
+                                             COMMON_LONGOPTS,
+                                             {NULL, 0, NULL, 0}};
     const char *socket = NULL;
     pid_t pid, done = -1;
     int c, wstatus = 0;
+    bool children = false;
     long rate = 0;
 
     while ((c = getopt_long(argc, argv, "+r:h", longopts, NULL)) != -1) {
@@ -555,13 +588,18 @@ int run_main(int argc, char **argv)
         case 'r':
             rate = atol(optarg);
             break;
+        case 'c':
+            children = true;
+            break;
         case 'S':
             socket = optarg;
             break;
         case 'h':
-            printf("usage: probectl run [--rate HZ] -- <command> [args...]\n"
+            printf("usage: probectl run [--rate HZ] [--children] -- <command> [args...]\n"
                    "  Runs the command attached from its start (once its interpreter is up),\n"
-                   "  keeps its samples, and exits with its exit status.\n");
+                   "  keeps its samples, and exits with its exit status.\n"
+                   "  --children  also every Python process it starts (multiprocessing workers,\n"
+                   "              a shell script's or a launcher's Python programs)\n");
             return 0;
         default:
             return 2;
@@ -584,7 +622,7 @@ int run_main(int argc, char **argv)
     /* The terminal's Ctrl-C reaches the job (same process group); we outlive it. */
     signal(SIGINT, SIG_IGN);
     signal(SIGQUIT, SIG_IGN);
-    attach_when_ready(socket, pid, rate, &done);
+    attach_when_ready(socket, pid, rate, children, &done);
     if (done == -1) {
         while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR)
             ;

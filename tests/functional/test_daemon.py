@@ -352,6 +352,76 @@ def test_children_are_followed_and_labelled(daemon):
         launcher.close()
 
 
+def test_children_of_a_shell_are_followed(daemon):
+    """A shell parent (a Slurm batch script, `sh -c 'torchrun ...'`) is not Python: attach
+    --children follows it without sampling it and attaches the Python programs it starts;
+    it was refused ("is not a CPython 3 process")."""
+    busy_py = os.path.join(TARGETS, 'busy.py')
+    sh = subprocess.Popen(['sh', '-c', 'sleep 1; "$0" "$1" & "$0" "$1"; wait', '/usr/bin/python3',
+                           busy_py], stdout=subprocess.DEVNULL, start_new_session=True)
+    try:
+        out = daemon.ctl('attach', sh.pid, '--children', check=True).stdout
+        assert 'following pid %d' % sh.pid in out, out
+        listed = json.loads(daemon.ctl('list', '--json', check=True).stdout)
+        assert [x['pid'] for x in listed['following']] == [sh.pid], listed
+        assert 'following' in daemon.ctl('list', check=True).stdout
+
+        def pythons():
+            return sorted(x['pid'] for x in json.loads(daemon.ctl('list', '--json', check=True)
+                                                       .stdout)['targets']
+                          if x['state'] == 'sampling')
+        kids = wait_for(lambda: (lambda p: p if len(p) == 2 else None)(pythons()), timeout=30,
+                        what="the shell's two Python children attached")
+        assert sh.pid not in kids
+        wait_for(lambda: daemon.rows("SELECT count(DISTINCT t.pid) FROM sample_frames f JOIN"
+                                     " targets t ON t.id = f.target_id WHERE f.func ="
+                                     " 'spin_inner'")[0][0] == 2, what='samples of both')
+        out = daemon.ctl('detach', sh.pid, check=True).stdout
+        assert 'no longer following pid %d' % sh.pid in out, out
+        assert json.loads(daemon.ctl('list', '--json', check=True).stdout)['following'] == []
+    finally:
+        os.killpg(sh.pid, signal.SIGKILL)
+        sh.wait()
+
+
+MULTIPROCESSING_APP = '''
+import multiprocessing, time
+
+def work(seconds):
+    deadline = time.time() + seconds
+    total = 0
+    while time.time() < deadline:
+        total += 1
+    return total
+
+if __name__ == "__main__":
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=work, args=(4,)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    work(4)
+    for p in procs:
+        p.join()
+'''
+
+
+def test_run_children_samples_multiprocessing_workers(daemon, tmp_path):
+    """probectl run --children: the program's workers are sampled too, not the parent only."""
+    app = tmp_path / 'mp_app.py'
+    app.write_text(MULTIPROCESSING_APP)
+    env = dict(os.environ, PROBED_SOCKET=daemon.socket)
+    r = subprocess.run([PROBECTL, 'run', '--children', '--rate', '200', '--', '/usr/bin/python3',
+                        str(app)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert 'unobserved' not in r.stderr, r.stderr
+    pids = wait_for(lambda: (lambda n: n if n[0][0] == 3 else None)(daemon.rows(
+        "SELECT count(DISTINCT t.pid) FROM sample_frames f JOIN targets t ON t.id = f.target_id"
+        " WHERE f.func = 'work' AND t.cmdline LIKE '%%mp_app.py%%'")), timeout=30,
+        what='samples in work() of the parent and both workers')
+    assert pids == [[3]]
+
+
 def test_children_followed_after_kill_9_and_restart():
     """A target attached with --children goes on following them when the daemon resumes it
     (and is resumed with nothing else: no allocation tracking, no torch trace)."""
