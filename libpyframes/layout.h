@@ -55,6 +55,9 @@ struct pyf_layout {
 
     /* _PyRuntimeState (3.7+) */
     int32_t rt_interp_head, rt_tstate_current;
+    /* the garbage collector's int "collecting": in _PyRuntimeState (3.7, 3.8) or in
+     * PyInterpreterState (3.9+); -1 where the version has it in neither (3.6) */
+    int32_t rt_gc_collecting, is_gc_collecting;
     /* PyInterpreterState */
     int32_t is_next, is_id, is_tstate_head, is_gil;
     /* struct _gil_runtime_state (3.12+) */

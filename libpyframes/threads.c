@@ -232,10 +232,27 @@ static int first_interp(const struct pyf_target *t, uint64_t *ret, struct pyf_er
     return target_read_u64(t, ts + (uint64_t)t->lay.ts_interp, ret, e, "thread's interpreter");
 }
 
-/* The fields of a PyInterpreterState we use; they can sit kilobytes apart (3.13). */
+/* The fields of a PyInterpreterState we use; they can sit kilobytes apart (3.13). gc: the
+ * word holding the collector's int "collecting", in the interpreter or (3.7, 3.8) the
+ * runtime. */
 struct interp_fields {
-    uint64_t next, id, tstate_head, gil;
+    uint64_t next, id, tstate_head, gil, gc;
 };
+
+/* Where the collector's "collecting" flag of interpreter @interp lives; 0: not known (3.6). */
+static uint64_t gc_word_at(const struct pyf_target *t, uint64_t interp)
+{
+    if (t->lay.is_gc_collecting >= 0)
+        return interp + (uint64_t)t->lay.is_gc_collecting;
+    if (t->lay.rt_gc_collecting >= 0 && t->info.runtime_raddr)
+        return t->info.runtime_raddr + (uint64_t)t->lay.rt_gc_collecting;
+    return 0;
+}
+
+static bool gc_collecting(uint64_t word)
+{
+    return (int32_t)(uint32_t)word != 0; /* an int: the low half of the word (little-endian) */
+}
 
 static int read_interp(const struct pyf_target *t, uint64_t interp, struct interp_fields *f,
                        struct pyf_err *e)
@@ -243,7 +260,8 @@ static int read_interp(const struct pyf_target *t, uint64_t interp, struct inter
     const struct pyf_layout *l = &t->lay;
     const int32_t offs[] = {l->is_next, l->is_id, l->is_tstate_head, l->is_gil};
     uint64_t *dst[] = {&f->next, &f->id, &f->tstate_head, &f->gil};
-    struct iovec liov[4], riov[4];
+    uint64_t gc_at = gc_word_at(t, interp);
+    struct iovec liov[5], riov[5];
     size_t n = 0;
     int r;
 
@@ -257,6 +275,10 @@ static int read_interp(const struct pyf_target *t, uint64_t interp, struct inter
         liov[n] = (struct iovec){.iov_base = dst[i], .iov_len = 8};
         riov[n++] = (struct iovec){.iov_base = (void *)(uintptr_t)(interp + (uint64_t)offs[i]),
                                    .iov_len = 8};
+    }
+    if (gc_at) {
+        liov[n] = (struct iovec){.iov_base = &f->gc, .iov_len = 8};
+        riov[n++] = (struct iovec){.iov_base = (void *)(uintptr_t)gc_at, .iov_len = 8};
     }
     r = remote_readv(t->info.pid, liov, riov, n);
     return r < 0 ? target_fail_read(t, e, r, interp, "interpreter") : 0;
@@ -273,6 +295,7 @@ static void thread_from_tstate(const struct pyf_target *t, const uint8_t *tsbuf,
         .tstate_raddr = ts,
         .interp_id = (int64_t)is->id,
         .holds_gil = holder && holder == ts,
+        .gc_collecting = gc_collecting(is->gc),
     };
     if (l->ts_native_thread_id >= 0)
         th->tid = (pid_t)field_u64(tsbuf, l->ts_native_thread_id);
@@ -309,6 +332,8 @@ size_t threads__guess_begin(struct pyf_target *t, struct threads_guess *g, size_
     for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); i++)
         if (offs[i] >= 0)
             batch_add(b, t->guess_interp + (uint64_t)offs[i], sizeof(uint64_t));
+    if (gc_word_at(t, t->guess_interp))
+        batch_add(b, gc_word_at(t, t->guess_interp), sizeof(uint64_t));
     gil_at = gil_range(t, t->guess_gil, &gil_len);
     g->gil_span = gil_at ? batch_add_alone(b, gil_at, gil_len) : -1;
     for (size_t i = 0; i < g->n; i++)
@@ -360,6 +385,12 @@ int threads__guess_check(struct pyf_target *t, const struct threads_guess *g, st
         .tstate_head = batch_word(b, interp, l->is_tstate_head, 0, &ok),
         .gil = batch_word(b, interp, l->is_gil, 0, &ok),
     };
+    if (gc_word_at(t, interp)) {
+        const uint8_t *p = batch_find(b, gc_word_at(t, interp), sizeof(uint64_t));
+
+        ok &= p != NULL;
+        is.gc = p ? field_u64(p, 0) : 0;
+    }
     if (!ok || is.next != 0 || is.tstate_head != t->guess_tstates[0] ||
         (l->gil_model == PYF_GIL_INTERP && is.gil != t->guess_gil))
         return 0;

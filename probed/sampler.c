@@ -307,7 +307,7 @@ static void record(struct sampler *s, struct target *t, size_t n, int64_t ts, in
             continue;
         }
         smp.stack_id = thread_stack_id(s, h, t, i, mono);
-        smp.state = (th->on_cpu ? 1 : 0) | (th->holds_gil ? 2 : 0);
+        smp.state = (th->on_cpu ? 1 : 0) | (th->holds_gil ? 2 : 0) | (th->gc_collecting ? 4 : 0);
         add_sample(s, h, t, &smp);
     }
     if (t->native)

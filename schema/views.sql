@@ -17,7 +17,7 @@ JOIN strings fl ON fl.id = f.file_id;
 CREATE TEMP VIEW sample_frames AS
 SELECT s.ts_ns, t.pid, s.tid, th.name AS thread, st.depth, st.func,
        st.file, st.lineno, st.kind, s.state & 1 AS on_cpu, (s.state >> 1) & 1 AS holds_gil,
-       s.target_id, s.stack_id
+       (s.state >> 2) & 1 AS gc_collecting, s.target_id, s.stack_id
 FROM samples s
 JOIN targets t ON t.id = s.target_id
 LEFT JOIN threads th ON th.target_id = s.target_id AND th.tid = s.tid
@@ -42,10 +42,11 @@ FROM funcs JOIN per_stack USING (stack_id), total
 GROUP BY func, file, kind
 ORDER BY self_samples DESC, total_samples DESC;
 
--- Per thread over time: running on CPU, holding the GIL.
+-- Per thread over time: running on CPU, holding the GIL, its interpreter collecting garbage.
 CREATE TEMP VIEW thread_states AS
 SELECT s.ts_ns, t.pid, s.tid, th.name AS thread, s.state & 1 AS on_cpu,
-       (s.state >> 1) & 1 AS holds_gil, s.stack_id = 0 AS no_python_frames
+       (s.state >> 1) & 1 AS holds_gil, (s.state >> 2) & 1 AS gc_collecting,
+       s.stack_id = 0 AS no_python_frames
 FROM samples s
 JOIN targets t ON t.id = s.target_id
 LEFT JOIN threads th ON th.target_id = s.target_id AND th.tid = s.tid;

@@ -144,6 +144,19 @@ int main(void)
 #endif
 #endif
 
+    /* the collector's "collecting" flag: in the runtime (3.7, 3.8), per interpreter (3.9+);
+     * 3.6 keeps it in a static of gcmodule.c */
+#if PY_VERSION_HEX >= 0x03070000 && PY_VERSION_HEX < 0x03090000
+    F("rt_gc_collecting", offsetof(_PyRuntimeState, gc.collecting));
+    F("is_gc_collecting", -1);
+#elif PY_VERSION_HEX >= 0x03090000
+    F("rt_gc_collecting", -1);
+    F("is_gc_collecting", offsetof(PyInterpreterState, gc.collecting));
+#else
+    F("rt_gc_collecting", -1);
+    F("is_gc_collecting", -1);
+#endif
+
     /* PyInterpreterState */
     F("is_next", offsetof(PyInterpreterState, next));
 #if PY_VERSION_HEX < 0x03070000

@@ -76,6 +76,10 @@ struct pyf_thread {
     pid_t tid;             /* kernel thread id; 0 if the thread has no OS thread (yet) */
     bool holds_gil;
     bool on_cpu; /* running or runnable now (state R), not sleeping or blocked */
+    /* its interpreter's garbage collector was running (a collection, and any __del__ or
+     * weakref callback it called, in whichever thread); false where the version does not
+     * say (3.6) */
+    bool gc_collecting;
 };
 
 /* Every thread of every interpreter, newest first within an interpreter. Writes at most

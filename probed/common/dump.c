@@ -137,10 +137,10 @@ static json_t *thread_json(struct pyf_target *t, struct pyf_native *nat, const s
                            int depth)
 {
     json_t *frames = json_array();
-    json_t *jt =
-        json_pack("{s:i, s:s, s:I, s:b, s:b, s:b}", "tid", (int)bt->th.tid, "name", bt->name,
-                  "interpreter", (json_int_t)bt->th.interp_id, "holds_gil", bt->th.holds_gil,
-                  "on_cpu", bt->th.on_cpu, "truncated", bt->st.truncated);
+    json_t *jt = json_pack("{s:i, s:s, s:I, s:b, s:b, s:b, s:b}", "tid", (int)bt->th.tid, "name",
+                           bt->name, "interpreter", (json_int_t)bt->th.interp_id, "holds_gil",
+                           bt->th.holds_gil, "on_cpu", bt->th.on_cpu, "gc_collecting",
+                           bt->th.gc_collecting, "truncated", bt->st.truncated);
 
     if (nat)
         json_object_set_new(jt, "python", json_boolean(!bt->native_only));

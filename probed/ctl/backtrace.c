@@ -138,6 +138,8 @@ static void print_thread_text(json_t *jt)
            json_is_true(json_object_get(jt, "on_cpu")) ? " (active)" : " (idle)");
     if (interp > 0)
         printf(" (interpreter %lld)", (long long)interp);
+    if (json_is_true(json_object_get(jt, "gc_collecting")))
+        printf(" (garbage collecting)");
     if (json_is_false(json_object_get(jt, "python")))
         printf(" (no Python)");
     printf("\n");
