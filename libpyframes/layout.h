@@ -48,10 +48,16 @@ enum pyf_gil_model {
     PYF_GIL_INTERP = 3,      /* >= 3.12: interp->ceval.gil -> {last_holder, locked} */
 };
 
+enum pyf_dict_keys_model {
+    PYF_DICT_KEYS_SIZE = 1, /* <= 3.10: dk_size entries' worth of indices, entries of 3 words */
+    PYF_DICT_KEYS_LOG2 = 2, /* >= 3.11: 1 << dk_log2_index_bytes of indices; dk_kind says
+                             * whether entries are (hash, key, value) or (key, value) */
+};
+
 /* Offsets in bytes; -1 where the version has no such field. */
 struct pyf_layout {
     uint32_t version; /* PYF_VER(3, minor) */
-    uint8_t frame_model, line_format, long_format, gil_model, fr_state_model;
+    uint8_t frame_model, line_format, long_format, gil_model, fr_state_model, dict_keys_model;
 
     /* _PyRuntimeState (3.7+) */
     int32_t rt_interp_head, rt_tstate_current;
@@ -84,6 +90,12 @@ struct pyf_layout {
     int32_t ob_type, var_size, tp_name, tp_flags, tuple_items, bytes_data, float_value;
     int32_t long_digits, long_digit_bits, cell_ref, str_length, str_state, str_ascii_data,
         str_compact_data;
+    /* containers: PyListObject, PySetObject (and sizeof(setentry)), PyDictObject, its keys
+     * (PyDictKeysObject) and a split table's values (the array in PyDictValues) */
+    int32_t list_items, set_used, set_mask, set_table, set_entry_size;
+    int32_t dict_used, dict_keys, dict_values;
+    int32_t dk_size, dk_log2_size, dk_log2_index_bytes, dk_kind, dk_nentries, dk_indices;
+    int32_t dict_values_array;
 };
 
 /* Borrowed, static: the table for 3.minor, or NULL when the version is not supported. */

@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -139,6 +140,7 @@ static int visit(const struct pyf_target *t, const struct local_names *ln, const
     char value[VALUE_MAX];
 
     for (size_t i = 0; i < ln->n; i++) {
+        struct pyf_err ve;
         uint64_t v;
         char *name = NULL;
         int r;
@@ -151,8 +153,16 @@ static int visit(const struct pyf_target *t, const struct local_names *ln, const
         if (!v)
             continue; /* unbound */
         r = pyobj_str(t, ln->names[i], 256, &name, e);
-        if (r == 0)
-            r = pyobj_repr(t, v, value, sizeof(value), e);
+        /* a value that cannot be read (corrupt, or freed under us) is shown as such, beside
+         * the others: only a process gone or denied stops the walk */
+        if (r == 0 && pyobj_repr(t, v, value, sizeof(value), &ve) < 0) {
+            if (pyf_err_fatal(&ve)) {
+                *e = ve;
+                r = -(ve.sys ? ve.sys : EIO);
+            } else {
+                snprintf(value, sizeof(value), "<invalid object at 0x%" PRIx64 ">", v);
+            }
+        }
         if (r == 0)
             r = fn(ctx, name, value);
         free(name);

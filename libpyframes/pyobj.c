@@ -16,8 +16,8 @@
 #define REPR_BYTES_MAX 120 /* bytes of a bytes value shown as a local */
 #define LONG_DIGITS_MAX 4096
 
-static int read_at(const struct pyf_target *t, uint64_t raddr, void *buf, size_t size,
-                   struct pyf_err *e, const char *what)
+int pyobj_read(const struct pyf_target *t, uint64_t raddr, void *buf, size_t size,
+               struct pyf_err *e, const char *what)
 {
     int r;
 
@@ -34,7 +34,7 @@ int pyobj_type(const struct pyf_target *t, uint64_t raddr, uint64_t *ret_type,
                struct pyf_err *reterr)
 {
     uint64_t type = 0;
-    int r = read_at(t, raddr + t->lay.ob_type, &type, sizeof(type), reterr, "object type");
+    int r = pyobj_read(t, raddr + t->lay.ob_type, &type, sizeof(type), reterr, "object type");
 
     if (r == 0)
         *ret_type = type;
@@ -70,7 +70,7 @@ static int str_view(const struct pyf_target *t, uint64_t raddr, struct str_view 
 
     if ((size_t)t->lay.str_compact_data + 8 > sizeof(head))
         return pyf_fail(e, PYF_INVALID, EINVAL, raddr, "str layout too large");
-    r = read_at(t, raddr, head, t->lay.str_compact_data + 8, e, "str");
+    r = pyobj_read(t, raddr, head, t->lay.str_compact_data + 8, e, "str");
     if (r < 0)
         return r;
     r = expect_type(t, head, t->types.str, raddr, e, "str");
@@ -141,7 +141,7 @@ static int str_chars(const struct pyf_target *t, const struct str_view *v, size_
 
     if (!data)
         return pyf_fail(e, PYF_INVALID, ENOMEM, 0, "str buffer");
-    r = n ? read_at(t, v->data_raddr, data, n * v->kind, e, "str data") : 0;
+    r = n ? pyobj_read(t, v->data_raddr, data, n * v->kind, e, "str data") : 0;
     if (r < 0) {
         free(data);
         return r;
@@ -180,7 +180,7 @@ int pyobj_bytes(const struct pyf_target *t, uint64_t raddr, size_t max, uint8_t 
     int64_t size;
     uint8_t *data;
     size_t n;
-    int r = read_at(t, raddr, head, t->lay.bytes_data, reterr, "bytes");
+    int r = pyobj_read(t, raddr, head, t->lay.bytes_data, reterr, "bytes");
 
     if (r < 0)
         return r;
@@ -195,7 +195,7 @@ int pyobj_bytes(const struct pyf_target *t, uint64_t raddr, size_t max, uint8_t 
     data = malloc(n + 1);
     if (!data)
         return pyf_fail(reterr, PYF_INVALID, ENOMEM, 0, "bytes buffer");
-    r = n ? read_at(t, raddr + t->lay.bytes_data, data, n, reterr, "bytes data") : 0;
+    r = n ? pyobj_read(t, raddr + t->lay.bytes_data, data, n, reterr, "bytes data") : 0;
     if (r < 0) {
         free(data);
         return r;
@@ -211,7 +211,7 @@ int pyobj_tuple(const struct pyf_target *t, uint64_t raddr, uint64_t *items, siz
     uint8_t head[64];
     int64_t size;
     size_t n;
-    int r = read_at(t, raddr, head, t->lay.tuple_items, reterr, "tuple");
+    int r = pyobj_read(t, raddr, head, t->lay.tuple_items, reterr, "tuple");
 
     if (r < 0)
         return r;
@@ -223,7 +223,8 @@ int pyobj_tuple(const struct pyf_target *t, uint64_t raddr, uint64_t *items, siz
         return pyf_fail(reterr, PYF_TORN, EFAULT, raddr, "tuple at 0x%" PRIx64 " has size %" PRId64,
                         raddr, size);
     n = (size_t)size < cap ? (size_t)size : cap;
-    r = n ? read_at(t, raddr + t->lay.tuple_items, items, n * sizeof(*items), reterr, "tuple items")
+    r = n ? pyobj_read(t, raddr + t->lay.tuple_items, items, n * sizeof(*items), reterr,
+                       "tuple items")
           : 0;
     if (r == 0)
         *ret_n = n;
@@ -237,7 +238,7 @@ static int repr_long(const struct pyf_target *t, uint64_t raddr, bool is_bool, c
     size_t n;
     bool negative;
     uint32_t *digits;
-    int r = read_at(t, raddr + t->lay.var_size, &tag, sizeof(tag), e, "int");
+    int r = pyobj_read(t, raddr + t->lay.var_size, &tag, sizeof(tag), e, "int");
 
     if (r < 0)
         return r;
@@ -259,7 +260,7 @@ static int repr_long(const struct pyf_target *t, uint64_t raddr, bool is_bool, c
     digits = malloc((n ? n : 1) * sizeof(*digits));
     if (!digits)
         return pyf_fail(e, PYF_INVALID, ENOMEM, 0, "int digits");
-    r = n ? read_at(t, raddr + t->lay.long_digits, digits, n * sizeof(*digits), e, "int digits")
+    r = n ? pyobj_read(t, raddr + t->lay.long_digits, digits, n * sizeof(*digits), e, "int digits")
           : 0;
     if (r == 0)
         objrepr_long(digits, n, (unsigned)t->lay.long_digit_bits, negative, buf, size);
@@ -286,34 +287,42 @@ static int repr_str(const struct pyf_target *t, uint64_t raddr, char *buf, size_
     return 0;
 }
 
-static int repr_other(const struct pyf_target *t, uint64_t raddr, uint64_t type, char *buf,
-                      size_t size, struct pyf_err *e)
+int pyobj_type_name(const struct pyf_target *t, uint64_t type, char *name, size_t size,
+                    struct pyf_err *e)
 {
     uint64_t name_raddr;
-    char name[128];
-    int r = read_at(t, type + t->lay.tp_name, &name_raddr, sizeof(name_raddr), e, "type name");
+    int r = pyobj_read(t, type + t->lay.tp_name, &name_raddr, sizeof(name_raddr), e, "type name");
 
     if (r < 0)
         return r;
     /* tp_name is a C string of unknown length: read a bounded prefix, page by page if the
      * first read crosses into an unmapped page. */
-    memset(name, 0, sizeof(name));
-    if (read_at(t, name_raddr, name, sizeof(name) - 1, NULL, "") < 0) {
+    memset(name, 0, size);
+    if (pyobj_read(t, name_raddr, name, size - 1, NULL, "") < 0) {
         size_t to_page = 4096 - (name_raddr & 4095);
-        if (to_page >= sizeof(name) ||
-            read_at(t, name_raddr, name, to_page, e, "type name string") < 0)
-            return pyf_fail(e, PYF_TORN, EFAULT, name_raddr, "type name of 0x%" PRIx64, raddr);
+        if (to_page >= size || pyobj_read(t, name_raddr, name, to_page, e, "type name string") < 0)
+            return pyf_fail(e, PYF_TORN, EFAULT, name_raddr, "name of type 0x%" PRIx64, type);
     }
-    name[sizeof(name) - 1] = '\0';
+    name[size - 1] = '\0';
     for (char *p = name; *p; p++)
         if ((unsigned char)*p < 0x20)
             *p = '?';
-    snprintf(buf, size, "<%s at 0x%" PRIx64 ">", name, raddr);
     return 0;
 }
 
-int pyobj_repr(const struct pyf_target *t, uint64_t raddr, char *buf, size_t size,
-               struct pyf_err *reterr)
+static int repr_other(const struct pyf_target *t, uint64_t raddr, uint64_t type, char *buf,
+                      size_t size, struct pyf_err *e)
+{
+    char name[128];
+    int r = pyobj_type_name(t, type, name, sizeof(name), e);
+
+    if (r == 0)
+        snprintf(buf, size, "<%s at 0x%" PRIx64 ">", name, raddr);
+    return r;
+}
+
+int pyobj_repr_scalar(const struct pyf_target *t, uint64_t raddr, char *buf, size_t size,
+                      struct pyf_err *reterr)
 {
     const struct pyf_types *ty = &t->types;
     uint64_t type = 0;
@@ -330,7 +339,7 @@ int pyobj_repr(const struct pyf_target *t, uint64_t raddr, char *buf, size_t siz
         return repr_long(t, raddr, type == ty->bool_, buf, size, reterr);
     if (type == ty->float_) {
         double v;
-        r = read_at(t, raddr + t->lay.float_value, &v, sizeof(v), reterr, "float");
+        r = pyobj_read(t, raddr + t->lay.float_value, &v, sizeof(v), reterr, "float");
         if (r == 0)
             objrepr_float(v, buf, size);
         return r;

@@ -29,8 +29,26 @@ int pyobj_tuple(const struct pyf_target *t, uint64_t raddr, uint64_t *items, siz
                 size_t *ret_n, struct pyf_err *reterr);
 
 /* repr() for None/bool/int/float/str/bytes, "<TypeName at 0x...>" for anything else. */
+int pyobj_repr_scalar(const struct pyf_target *t, uint64_t raddr, char *buf, size_t size,
+                      struct pyf_err *reterr);
+
+/* repr() as pyobj_repr_scalar(), and of containers (list, tuple, dict, set, frozenset: nested
+ * a few levels, a few dozen items each, then "..."), numpy scalars and arrays (pyrepr.c). */
 int pyobj_repr(const struct pyf_target *t, uint64_t raddr, char *buf, size_t size,
                struct pyf_err *reterr);
+
+/* The items of a dict, in the dict's order, at most @cap; *ret_total: how many it has. A
+ * combined or split table, on every version (pyrepr.c). */
+int pyobj_dict_items(const struct pyf_target *t, uint64_t raddr, uint64_t *keys, uint64_t *values,
+                     size_t cap, size_t *ret_n, size_t *ret_total, struct pyf_err *reterr);
+
+/* @size bytes at @raddr, the pointer checked first; errors name @what. */
+int pyobj_read(const struct pyf_target *t, uint64_t raddr, void *buf, size_t size,
+               struct pyf_err *reterr, const char *what);
+
+/* A type's tp_name, bounded and made printable. */
+int pyobj_type_name(const struct pyf_target *t, uint64_t type, char *name, size_t size,
+                    struct pyf_err *reterr);
 
 /* The address of the object's type. */
 int pyobj_type(const struct pyf_target *t, uint64_t raddr, uint64_t *ret_type,

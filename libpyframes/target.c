@@ -277,6 +277,10 @@ static int find_addresses(struct pyf_target *t, const struct runtime_file *rf, s
         {"_Py_NoneStruct", offsetof(struct pyf_types, none)},
         {"PyCell_Type", offsetof(struct pyf_types, cell)},
         {"PyTuple_Type", offsetof(struct pyf_types, tuple)},
+        {"PyList_Type", offsetof(struct pyf_types, list)},
+        {"PyDict_Type", offsetof(struct pyf_types, dict)},
+        {"PySet_Type", offsetof(struct pyf_types, set)},
+        {"PyFrozenSet_Type", offsetof(struct pyf_types, frozenset)},
     };
 
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)

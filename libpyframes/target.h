@@ -31,6 +31,7 @@ struct thread_spans {
 /* Addresses of the type objects (and None) in the target; 0 when not exported. */
 struct pyf_types {
     uint64_t code, str, bytes, long_, bool_, float_, none, cell, tuple;
+    uint64_t list, dict, set, frozenset;
 };
 
 /* What stack.c keeps of one frame between reading it and resolving its code object. */

@@ -23,6 +23,7 @@
 #include "internal/pycore_runtime.h"
 #else
 #include "internal/pycore_code.h"
+#include "internal/pycore_dict.h"
 #include "internal/pycore_frame.h"
 #include "internal/pycore_interp.h"
 #include "internal/pycore_runtime.h"
@@ -293,6 +294,38 @@ int main(void)
     F("tuple_items", offsetof(PyTupleObject, ob_item));
     F("bytes_data", offsetof(PyBytesObject, ob_sval));
     F("float_value", offsetof(PyFloatObject, ob_fval));
+    /* containers, rendered as locals (pyrepr.c) */
+    F("list_items", offsetof(PyListObject, ob_item));
+    F("set_used", offsetof(PySetObject, used));
+    F("set_mask", offsetof(PySetObject, mask));
+    F("set_table", offsetof(PySetObject, table));
+    F("set_entry_size", sizeof(setentry));
+    F("dict_used", offsetof(PyDictObject, ma_used));
+    F("dict_keys", offsetof(PyDictObject, ma_keys));
+    F("dict_values", offsetof(PyDictObject, ma_values));
+#if PY_VERSION_HEX < 0x030b0000
+    /* struct _dictkeysobject is private to Objects/dict-common.h before 3.11, and the same
+     * from 3.6 to 3.10: dk_refcnt, dk_size, dk_lookup, dk_usable, dk_nentries, dk_indices;
+     * the entries (hash, key, value) follow dk_size indices of 1, 2, 4 or 8 bytes; a split
+     * table's values are a plain array */
+    FS("dict_keys_model", "PYF_DICT_KEYS_SIZE");
+    F("dk_size", 8);
+    F("dk_log2_size", -1);
+    F("dk_log2_index_bytes", -1);
+    F("dk_kind", -1);
+    F("dk_nentries", 32);
+    F("dk_indices", 40);
+    F("dict_values_array", 0);
+#else
+    FS("dict_keys_model", "PYF_DICT_KEYS_LOG2");
+    F("dk_size", -1);
+    F("dk_log2_size", offsetof(PyDictKeysObject, dk_log2_size));
+    F("dk_log2_index_bytes", offsetof(PyDictKeysObject, dk_log2_index_bytes));
+    F("dk_kind", offsetof(PyDictKeysObject, dk_kind));
+    F("dk_nentries", offsetof(PyDictKeysObject, dk_nentries));
+    F("dk_indices", offsetof(PyDictKeysObject, dk_indices));
+    F("dict_values_array", offsetof(PyDictValues, values));
+#endif
 #if PY_VERSION_HEX < 0x030c0000
     F("long_digits", offsetof(struct _longobject, ob_digit));
 #else

@@ -161,9 +161,11 @@ int pyf_target__stack_of_copy(struct pyf_target *t, const struct pyf_frames_copy
                               struct pyf_stack *st, struct pyf_err *reterr);
 
 /* Calls @fn once per bound local variable of @fr (from the latest pyf_target__stack()), in
- * definition order, with the value rendered: None, True, 42, 1.5, 'text', b'bytes' (long ones
- * truncated with ...), or <TypeName at 0x7f...> for other objects. A non-zero return from
- * @fn stops the walk and is returned. */
+ * definition order, with the value rendered: None, True, 42, 1.5, 'text', b'bytes', lists,
+ * tuples, dicts and sets as repr() gives them (bounded in depth and length, cut with ...),
+ * numpy scalars by value, <TypeName at 0x7f...> for other objects, and
+ * <invalid object at 0x...> for one that cannot be read. A non-zero return from @fn stops
+ * the walk and is returned. */
 typedef int (*pyf_local_fn)(void *ctx, const char *name, const char *value);
 int pyf_target__locals(struct pyf_target *t, const struct pyf_frame *fr, pyf_local_fn fn, void *ctx,
                        struct pyf_err *reterr);

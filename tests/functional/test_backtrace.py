@@ -93,8 +93,8 @@ def test_locals_of_innermost_frames(python, target_factory):
     got = {l['name']: l['value'] for l in leaf['locals']}
     for name, value in t.info['locals'].items():
         assert got[name] == value, name
-    assert re.match(r'^<list at 0x[0-9a-f]+>$', got['items'])
-    assert re.match(r'^<list at 0x[0-9a-f]+>$', got['started'])
+    assert got['items'] == '[1, 2, 3]'
+    assert got['started'].startswith("[{'small': ") and len(got['started']) <= 512, got['started']
     recurse = [f for f in main['frames'] if f['function'] == 'recurse']
     assert [{l['name']: l['value'] for l in f['locals']}['n'] for f in recurse] == \
         [str(i) for i in range(51)]
@@ -176,3 +176,27 @@ def test_garbage_collecting_is_stored_with_the_samples(target_factory, daemon):
                            " AND func LIKE '%%__del__'" % t.pid) == [[1]]
     finally:
         daemon.ctl('detach', t.pid, check=True)
+
+
+@pytest.mark.parametrize('python', interpreter_params())
+def test_locals_render_containers_numpy_and_corrupt_objects(python, target_factory):
+    """Containers as repr() gives them (py-spy and pystack show them; we showed <list at 0x..>),
+    bounded in depth and length; numpy scalars and 0-d arrays by value; a corrupt object as
+    <invalid object at 0x..> beside the other locals (it hid every local of its frame)."""
+    require(python)
+    t = target_factory(python, 'locals.py')
+    expected = t.info
+    frame = [f for f in read_json(t.pid, '--locals')['threads'][0]['frames']
+             if f['function'].endswith('containers')][0]
+    assert 'locals_error' not in frame, frame
+    got = {x['name']: x['value'] for x in frame['locals']}
+    for name, text in expected.items():
+        if name != 'numpy':
+            assert got[name] == text, (name, got[name], text)
+    assert got['nested'] == '[[1, [2, [...]]]]'
+    assert got['long_list'] == '[' + ', '.join(str(i) for i in range(32)) + ', ...]'
+    assert re.fullmatch(r'<invalid object at 0x[0-9a-f]+>', got['bad']), got['bad']
+    if expected['numpy']:
+        assert (got['np_float'], got['np_int'], got['np_bool'], got['np_f32'],
+                got['zero_d']) == ('1.5', '42', 'True', '0.1', 'array(2.5)'), got
+        assert re.fullmatch(r'<ndarray float64 \(3, 4\) at 0x[0-9a-f]+>', got['arr']), got['arr']
