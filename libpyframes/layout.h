@@ -54,10 +54,20 @@ enum pyf_dict_keys_model {
                              * whether entries are (hash, key, value) or (key, value) */
 };
 
+/* Where an instance's attributes are (its __dict__, or values beside a shared keys object). */
+enum pyf_attrs_model {
+    PYF_ATTRS_DICTOFFSET = 1,     /* <= 3.10: the dict at the type's tp_dictoffset */
+    PYF_ATTRS_MANAGED_311 = 2,    /* 3.11 managed dict: values at object - 4 words, dict at - 3 */
+    PYF_ATTRS_DICT_OR_VALUES = 3, /* 3.12: object - 3 words: values | 1, or the dict */
+    PYF_ATTRS_INLINE_VALUES = 4,  /* 3.13: the dict at - 3 words, else values inline after
+                                   * tp_basicsize (Py_TPFLAGS_INLINE_VALUES) */
+};
+
 /* Offsets in bytes; -1 where the version has no such field. */
 struct pyf_layout {
     uint32_t version; /* PYF_VER(3, minor) */
     uint8_t frame_model, line_format, long_format, gil_model, fr_state_model, dict_keys_model;
+    uint8_t attrs_model;
 
     /* _PyRuntimeState (3.7+) */
     int32_t rt_interp_head, rt_tstate_current;
@@ -65,7 +75,7 @@ struct pyf_layout {
      * PyInterpreterState (3.9+); -1 where the version has it in neither (3.6) */
     int32_t rt_gc_collecting, is_gc_collecting;
     /* PyInterpreterState */
-    int32_t is_next, is_id, is_tstate_head, is_gil;
+    int32_t is_next, is_id, is_tstate_head, is_gil, is_modules;
     /* struct _gil_runtime_state (3.12+) */
     int32_t gil_last_holder, gil_locked;
     /* PyThreadState; ts_cframe_frame >= 0: ts_frame is a _PyCFrame* holding the frame */
@@ -96,6 +106,8 @@ struct pyf_layout {
     int32_t dict_used, dict_keys, dict_values;
     int32_t dk_size, dk_log2_size, dk_log2_index_bytes, dk_kind, dk_nentries, dk_indices;
     int32_t dict_values_array;
+    /* attributes: PyTypeObject, PyHeapTypeObject, PyModuleObject */
+    int32_t tp_basicsize, tp_dictoffset, ht_cached_keys, module_dict;
 };
 
 /* Borrowed, static: the table for 3.minor, or NULL when the version is not supported. */

@@ -231,6 +231,44 @@ int pyobj_tuple(const struct pyf_target *t, uint64_t raddr, uint64_t *items, siz
     return r;
 }
 
+int pyobj_u64(const struct pyf_target *t, uint64_t raddr, uint64_t *ret_value,
+              struct pyf_err *reterr)
+{
+    uint32_t digits[3] = {0};
+    unsigned bits = (unsigned)t->lay.long_digit_bits;
+    uint64_t type = 0, v = 0;
+    int64_t tag;
+    size_t n;
+    bool negative;
+    int r = pyobj_type(t, raddr, &type, reterr);
+
+    if (r == 0 && t->types.long_ && type != t->types.long_)
+        return pyf_fail(reterr, PYF_TORN, EFAULT, raddr, "0x%" PRIx64 " is no longer an int",
+                        raddr);
+    if (r == 0)
+        r = pyobj_read(t, raddr + t->lay.var_size, &tag, sizeof(tag), reterr, "int");
+    if (r < 0)
+        return r;
+    if (t->lay.long_format == PYF_LONG_LVTAG) {
+        n = (size_t)((uint64_t)tag >> 3);
+        negative = (tag & 3) == 2;
+    } else {
+        n = (size_t)(tag < 0 ? -tag : tag);
+        negative = tag < 0;
+    }
+    if (negative || bits == 0 || bits > 30 || n * bits > 64 + bits || n > 3)
+        return pyf_fail(reterr, PYF_INVALID, ERANGE, raddr,
+                        "int at 0x%" PRIx64 " is not a 64-bit unsigned value", raddr);
+    r = n ? pyobj_read(t, raddr + t->lay.long_digits, digits, n * sizeof(*digits), reterr,
+                       "int digits")
+          : 0;
+    for (size_t i = n; r == 0 && i-- > 0;)
+        v = v << bits | (digits[i] & ((1u << bits) - 1));
+    if (r == 0)
+        *ret_value = v;
+    return r;
+}
+
 static int repr_long(const struct pyf_target *t, uint64_t raddr, bool is_bool, char *buf,
                      size_t size, struct pyf_err *e)
 {

@@ -38,9 +38,22 @@ int pyobj_repr(const struct pyf_target *t, uint64_t raddr, char *buf, size_t siz
                struct pyf_err *reterr);
 
 /* The items of a dict, in the dict's order, at most @cap; *ret_total: how many it has. A
- * combined or split table, on every version (pyrepr.c). */
+ * combined or split table, on every version (pydict.c). */
 int pyobj_dict_items(const struct pyf_target *t, uint64_t raddr, uint64_t *keys, uint64_t *values,
                      size_t cap, size_t *ret_n, size_t *ret_total, struct pyf_err *reterr);
+
+/* The value of str key @key in @dict; *ret_value 0 when it has none (pydict.c). */
+int pyobj_dict_get_str(const struct pyf_target *t, uint64_t dict, const char *key,
+                       uint64_t *ret_value, struct pyf_err *reterr);
+
+/* The instance attribute @name of @obj (in its __dict__ or its values), as getattr() finds
+ * an attribute the instance holds itself; *ret_value 0 when it has none (pydict.c). */
+int pyobj_attr(const struct pyf_target *t, uint64_t obj, const char *name, uint64_t *ret_value,
+               struct pyf_err *reterr);
+
+/* An int that fits 64 bits, as unsigned (threading idents are pthread_t values). */
+int pyobj_u64(const struct pyf_target *t, uint64_t raddr, uint64_t *ret_value,
+              struct pyf_err *reterr);
 
 /* @size bytes at @raddr, the pointer checked first; errors name @what. */
 int pyobj_read(const struct pyf_target *t, uint64_t raddr, void *buf, size_t size,

@@ -450,6 +450,7 @@ void pyf_target_free(struct pyf_target *t)
             close(t->statfds[i].fd);
     codecache_free(t->codes);
     nsmap_free(&t->ns);
+    free(t->pynames);
     batch_free(&t->batch);
     free(t->guess_u64);
     free(t->scratch_u64);

@@ -87,6 +87,14 @@ struct pyf_target {
 
     struct codecache *codes;
     struct statfd statfds[STATFD_SLOTS];
+
+    /* pynames.c: the threading module's names of the threads, as last read */
+    struct pyname {
+        uint64_t ident;
+        char name[64];
+    } * pynames;
+    size_t n_pynames;
+    uint64_t pynames_read_ns; /* CLOCK_MONOTONIC of that read; 0: never */
 };
 
 /*
@@ -110,6 +118,9 @@ int threads__guess_check(struct pyf_target *t, const struct threads_guess *g, st
 /* How many threads a call asking for @cap may read: the per-thread scratch grown to @cap (at
  * most THREAD_SPANS_MAX), or what it had when memory is short. */
 size_t target__thread_room(struct pyf_target *t, size_t cap);
+
+/* threads.c: the first interpreter (on a stripped 3.6, the GIL holder's). */
+int threads__first_interp(const struct pyf_target *t, uint64_t *ret, struct pyf_err *e);
 
 /* Reads a pointer-sized word, checking the pointer first; errors name @what. */
 int target_read_u64(const struct pyf_target *t, uint64_t raddr, uint64_t *ret_value,

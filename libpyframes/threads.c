@@ -217,7 +217,7 @@ static uint64_t gil_holder(const struct pyf_target *t, uint64_t gil)
 }
 
 /* The first interpreter; on a stripped 3.6, the one of the thread holding the GIL. */
-static int first_interp(const struct pyf_target *t, uint64_t *ret, struct pyf_err *e)
+int threads__first_interp(const struct pyf_target *t, uint64_t *ret, struct pyf_err *e)
 {
     uint64_t ts;
     int r;
@@ -300,6 +300,7 @@ static void thread_from_tstate(const struct pyf_target *t, const uint8_t *tsbuf,
     if (l->ts_native_thread_id >= 0)
         th->tid = (pid_t)field_u64(tsbuf, l->ts_native_thread_id);
     *pthread = field_u64(tsbuf, l->ts_thread_id);
+    th->ident = *pthread;
 }
 
 /* A word of the interpreter as the batch read it; *ok = false when it did not. A field the
@@ -447,7 +448,7 @@ static int threads_walked(struct pyf_target *t, struct pyf_thread *ret_threads, 
     int r;
 
     t->n_guess_tstates = 0;
-    r = first_interp(t, &interp, reterr);
+    r = threads__first_interp(t, &interp, reterr);
     if (r < 0)
         return r;
     t->guess_interp = interp;

@@ -199,7 +199,9 @@ static int read_pid(struct live_cursor *c, pid_t pid, bool with_locals, struct p
                 r = -EIO;
             continue; /* a thread that kept changing: no rows this time */
         }
-        pyf_thread_name(pid, threads[i].tid, name, sizeof(name));
+        /* threading's name for it, else the OS's */
+        if (pyf_target__thread_py_name(t, threads[i].ident, name, sizeof(name), e) < 0 || !name[0])
+            pyf_thread_name(pid, threads[i].tid, name, sizeof(name));
         for (size_t d = 0; r == 0 && d < st.n_frames; d++) {
             struct live_row row = {
                 .pid = pid,

@@ -138,12 +138,13 @@ bool ob_half__stack(struct outbox *ob, struct ob_half *h, int64_t id, const int6
 }
 
 bool ob_half__thread(struct outbox *ob, struct ob_half *h, int64_t target_id, int32_t tid,
-                     const char *name)
+                     const char *name, const char *os_name)
 {
-    size_t len = strlen(name);
+    char both[128]; /* "name\0os_name": the store splits them at the NUL */
+    int len = snprintf(both, sizeof(both), "%.63s%c%.63s", name, '\0', os_name);
     struct ob_def d = {.id = target_id, .extra = tid, .len = (uint32_t)len};
 
-    return add_def(ob, h, h->threads, &h->n_threads, &d, name, len);
+    return add_def(ob, h, h->threads, &h->n_threads, &d, both, (size_t)len);
 }
 
 bool ob_half__target(struct ob_half *h, const struct ob_target *t)

@@ -107,8 +107,9 @@ bool ob_half__frame(struct outbox *ob, struct ob_half *h, const struct ob_frame 
 bool ob_half__string(struct outbox *ob, struct ob_half *h, int64_t id, const char *s);
 bool ob_half__stack(struct outbox *ob, struct ob_half *h, int64_t id, const int64_t *frame_ids,
                     size_t n);
+/* A thread's names: threading's @name (or its OS name when threading has none), @os_name. */
 bool ob_half__thread(struct outbox *ob, struct ob_half *h, int64_t target_id, int32_t tid,
-                     const char *name);
+                     const char *name, const char *os_name);
 
 bool ob_half__target(struct ob_half *h, const struct ob_target *t);
 bool ob_half__end(struct ob_half *h, int64_t target_id, int64_t ended_ns, const char *reason);

@@ -163,25 +163,27 @@ static size_t merge_native(struct sampler *s, struct ob_half *h, struct native *
     return n;
 }
 
-/* Sends the name of a thread seen for the first time. */
-static void name_thread(struct sampler *s, struct ob_half *h, struct target *t, pid_t tid)
+/* Whether @tid's name was sent; *ret_at: where it goes in the sorted known_tids if not. */
+static bool tid_known(const struct target *t, pid_t tid, size_t *ret_at)
 {
     size_t lo = 0, hi = t->n_known_tids;
-    char name[64];
 
     while (lo < hi) { /* sorted: a binary search, as a target may have thousands */
         size_t mid = lo + (hi - lo) / 2;
 
         if (t->known_tids[mid] == tid)
-            return;
+            return true;
         if (t->known_tids[mid] < tid)
             lo = mid + 1;
         else
             hi = mid;
     }
-    pyf_thread_name(t->pid, tid, name, sizeof(name));
-    if (!ob_half__thread(s->ob, h, t->id, tid, name))
-        return;
+    *ret_at = lo;
+    return false;
+}
+
+static void remember_tid(struct target *t, pid_t tid, size_t at)
+{
     if (t->n_known_tids == t->known_tids_cap) {
         size_t cap = t->known_tids_cap ? t->known_tids_cap * 2 : 64;
         pid_t *tids = realloc(t->known_tids, cap * sizeof(*tids));
@@ -191,9 +193,82 @@ static void name_thread(struct sampler *s, struct ob_half *h, struct target *t, 
         t->known_tids = tids;
         t->known_tids_cap = cap;
     }
-    memmove(t->known_tids + lo + 1, t->known_tids + lo, (t->n_known_tids - lo) * sizeof(pid_t));
-    t->known_tids[lo] = tid;
+    memmove(t->known_tids + at + 1, t->known_tids + at, (t->n_known_tids - at) * sizeof(pid_t));
+    t->known_tids[at] = tid;
     t->n_known_tids++;
+}
+
+/* Sends the name of a thread with no Python state, seen for the first time: its OS name. */
+static void name_thread(struct sampler *s, struct ob_half *h, struct target *t, pid_t tid)
+{
+    char name[64];
+    size_t at;
+
+    if (tid_known(t, tid, &at))
+        return;
+    pyf_thread_name(t->pid, tid, name, sizeof(name));
+    if (ob_half__thread(s->ob, h, t->id, tid, name, name))
+        remember_tid(t, tid, at);
+}
+
+/* Sends one Python thread's names: threading's (""  when it has none yet) and the OS's. */
+static bool send_thread_names(struct sampler *s, struct target *t, pid_t tid, uint64_t ident,
+                              bool *ret_has_py_name)
+{
+    char name[64], os_name[32];
+    struct pyf_err e;
+    struct ob_half *h;
+    bool sent;
+
+    pyf_thread_name(t->pid, tid, os_name, sizeof(os_name));
+    if (pyf_target__thread_py_name(t->pyf, ident, name, sizeof(name), &e) < 0)
+        name[0] = '\0';
+    *ret_has_py_name = name[0] != '\0';
+    h = outbox__lock(s->ob);
+    sent = ob_half__thread(s->ob, h, t->id, tid, name[0] ? name : os_name, os_name);
+    outbox__unlock(s->ob);
+    return sent;
+}
+
+/*
+ * Names the Python threads seen for the first time, before the tick's samples are recorded
+ * and outside the outbox's lock: threading's name costs a read of its registry (a few
+ * hundred syscalls, once per new thread, never per sample). A thread found before threading
+ * registered it (a moment at its start) is named by its OS name and asked again a second
+ * later, a few times at most.
+ */
+static void name_new_threads(struct sampler *s, struct target *t, size_t n, int64_t mono)
+{
+    for (size_t k = 0; k < t->n_name_rechecks;) {
+        struct name_recheck *rc = &t->name_rechecks[k];
+        bool named = false;
+
+        if (mono < rc->due_ns) {
+            k++;
+            continue;
+        }
+        send_thread_names(s, t, rc->tid, rc->ident, &named);
+        if (named || ++rc->tries >= TARGET_NAME_TRIES) {
+            *rc = t->name_rechecks[--t->n_name_rechecks];
+        } else {
+            rc->due_ns = mono + 1000000000LL;
+            k++;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        const struct pyf_thread *th = &t->threads[i];
+        bool named = false;
+        size_t at;
+
+        if (!th->tid || tid_known(t, th->tid, &at))
+            continue;
+        if (!send_thread_names(s, t, th->tid, th->ident, &named))
+            continue;
+        remember_tid(t, th->tid, at);
+        if (!named && t->n_name_rechecks < TARGET_NAME_RECHECKS)
+            t->name_rechecks[t->n_name_rechecks++] = (struct name_recheck){
+                .tid = th->tid, .ident = th->ident, .due_ns = mono + 1000000000LL};
+    }
 }
 
 /* Marks @t ended: recorded in the store, its buffers freed, no longer sampled. */
@@ -390,6 +465,7 @@ static void sample_target(struct sampler *s, struct target *t, int64_t now)
     read_deep_threads(t, n);
     if (t->native) /* the eBPF sampler copies these threads' Python frames from now on */
         native__track(t->native, t->threads, n);
+    name_new_threads(s, t, n, mono_ns());
     record(s, t, n, real_ns(), mono_ns());
     if (n == TARGET_THREADS_MAX) /* at the maximum, the threads past it are left out */
         t->stats.threads_cut++;

@@ -31,7 +31,8 @@ static const char *const stmt_sql[N_STMTS] = {
                    " rate_hz, rank, local_rank, world_size, attached_ns, follow_children, native)"
                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     [END_TARGET] = "UPDATE targets SET ended_ns = ?, end_reason = ? WHERE id = ?",
-    [INS_THREAD] = "INSERT OR REPLACE INTO threads(target_id, tid, name) VALUES (?, ?, ?)",
+    [INS_THREAD] = "INSERT OR REPLACE INTO threads(target_id, tid, name, os_name) VALUES (?, ?, ?,"
+                   " ?)",
     [INS_STRING] = "INSERT OR IGNORE INTO strings(id, text) VALUES (?, ?)",
     [INS_FRAME] = "INSERT OR IGNORE INTO frames(id, func_id, file_id, line, first_line, kind)"
                   " VALUES (?, ?, ?, ?, ?, ?)",
@@ -228,8 +229,12 @@ static int write_defs(struct store *st, const struct ob_half *h)
     }
     for (size_t i = 0; r == 0 && i < h->n_threads; i++) {
         const struct ob_def *d = &h->threads[i];
-        r = run(st, INS_THREAD, "iit", d->id, d->extra, (const char *)h->arena + d->off,
-                (int)d->len);
+        const char *name = (const char *)h->arena + d->off;
+        int name_len = (int)strnlen(name, d->len);
+        const char *os_name = name_len < (int)d->len ? name + name_len + 1 : "";
+
+        r = run(st, INS_THREAD, "iitt", d->id, d->extra, name, name_len, os_name,
+                (int)d->len - name_len - (name_len < (int)d->len));
     }
     for (size_t i = 0; r == 0 && i < h->n_strings; i++) {
         const struct ob_def *d = &h->strings[i];

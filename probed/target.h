@@ -19,6 +19,8 @@
 
 #define TARGET_THREADS_MIN 64           /* Python threads a target's buffers hold at first */
 #define TARGET_THREADS_MAX 4096         /* they double up to this (libpyframes' THREAD_SPANS_MAX) */
+#define TARGET_NAME_RECHECKS 8          /* threads whose threading name is asked again */
+#define TARGET_NAME_TRIES 3             /* times, a second apart */
 #define TARGET_DEPTH_MAX 256            /* frames stored per stack: deeper ones keep both ends */
 #define TARGET_READ_DEPTH PYF_DEPTH_MAX /* frames read of a thread found deeper than that */
 
@@ -99,6 +101,15 @@ struct target {
     size_t threads_cap;
     pid_t *known_tids; /* tids whose name was sent to the store (sampler.c), sorted */
     size_t n_known_tids, known_tids_cap;
+    /* Python threads named by their OS name, found before threading registered them: asked
+     * again (sampler.c) */
+    struct name_recheck {
+        pid_t tid;
+        int tries;
+        uint64_t ident;
+        int64_t due_ns; /* CLOCK_MONOTONIC */
+    } name_rechecks[TARGET_NAME_RECHECKS];
+    size_t n_name_rechecks;
 };
 
 /* Opens @pid for sampling at @rate_hz. @err receives a message for the user on failure. */

@@ -158,6 +158,12 @@ int main(void)
     F("is_gc_collecting", -1);
 #endif
 
+    /* sys.modules */
+#if PY_VERSION_HEX < 0x030c0000
+    F("is_modules", offsetof(PyInterpreterState, modules));
+#else
+    F("is_modules", offsetof(PyInterpreterState, imports.modules));
+#endif
     /* PyInterpreterState */
     F("is_next", offsetof(PyInterpreterState, next));
 #if PY_VERSION_HEX < 0x03070000
@@ -291,6 +297,23 @@ int main(void)
     F("var_size", offsetof(PyVarObject, ob_size));
     F("tp_name", offsetof(PyTypeObject, tp_name));
     F("tp_flags", offsetof(PyTypeObject, tp_flags));
+    /* instance attributes (thread names: threading.Thread._name): where an object's __dict__
+     * or its values are */
+    F("tp_basicsize", offsetof(PyTypeObject, tp_basicsize));
+    F("tp_dictoffset", offsetof(PyTypeObject, tp_dictoffset));
+    F("ht_cached_keys", offsetof(PyHeapTypeObject, ht_cached_keys));
+    /* PyModuleObject is private to Objects/moduleobject.c before 3.10; md_dict has always
+     * followed the object header */
+    F("module_dict", sizeof(PyObject));
+#if PY_VERSION_HEX < 0x030b0000
+    FS("attrs_model", "PYF_ATTRS_DICTOFFSET");
+#elif PY_VERSION_HEX < 0x030c0000
+    FS("attrs_model", "PYF_ATTRS_MANAGED_311");
+#elif PY_VERSION_HEX < 0x030d0000
+    FS("attrs_model", "PYF_ATTRS_DICT_OR_VALUES");
+#else
+    FS("attrs_model", "PYF_ATTRS_INLINE_VALUES");
+#endif
     F("tuple_items", offsetof(PyTupleObject, ob_item));
     F("bytes_data", offsetof(PyBytesObject, ob_sval));
     F("float_value", offsetof(PyFloatObject, ob_fval));

@@ -74,6 +74,7 @@ struct pyf_thread {
     uint64_t tstate_raddr; /* PyThreadState in the target */
     int64_t interp_id;     /* 0 for the main interpreter; -1 where the version has no ids */
     pid_t tid;             /* kernel thread id; 0 if the thread has no OS thread (yet) */
+    uint64_t ident;        /* threading.get_ident(): its pthread_t */
     bool holds_gil;
     bool on_cpu; /* running or runnable now (state R), not sleeping or blocked */
     /* its interpreter's garbage collector was running (a collection, and any __del__ or
@@ -172,5 +173,14 @@ int pyf_target__locals(struct pyf_target *t, const struct pyf_frame *fr, pyf_loc
 
 /* The thread's name from /proc (comm); "" when it cannot be read. */
 void pyf_thread_name(pid_t pid, pid_t tid, char *buf, size_t size);
+
+/* The name the threading module gives the thread @ident (pyf_thread.ident) of the main
+ * interpreter: "MainThread", "Thread-3 (worker)", a name the program chose; "" when it has
+ * none (a thread threading did not start or has not registered yet, an interpreter with no
+ * threading module). The module's registry (threading._active) is copied when an ident is
+ * missing from the last copy, at most five times a second: once per new thread, never per
+ * sample. A thread renamed later keeps the name it had when first looked up. */
+int pyf_target__thread_py_name(struct pyf_target *t, uint64_t ident, char *buf, size_t size,
+                               struct pyf_err *reterr);
 
 #endif

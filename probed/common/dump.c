@@ -13,14 +13,15 @@
 #include "procfs.h"
 #include "pyframes_native.h"
 
-#define THREADS_CAP 1024
-#define TORN_RETRIES 20 /* a busy target can tear a read; each retry is a fresh snapshot */
+#define THREADS_CAP 4096 /* libpyframes' THREAD_SPANS_MAX */
+#define TORN_RETRIES 20  /* a busy target can tear a read; each retry is a fresh snapshot */
 
 /* One thread as read: its stack, or why it could not be read. */
 struct bt_thread {
     struct pyf_thread th;
     bool native_only; /* --native: a thread with no Python state (OpenMP, NCCL, a C library's) */
-    char name[32];
+    char name[64];    /* threading's name for it, else its OS name */
+    char os_name[32]; /* /proc/PID/task/TID/comm */
     struct pyf_stack st;
     char error[240];
     uint64_t *pcs; /* --native: its native return addresses, innermost first */
@@ -47,7 +48,11 @@ static void read_stack(struct pyf_target *t, struct bt_thread *bt, pid_t pid)
     struct pyf_err e;
     int r = 0;
 
-    pyf_thread_name(pid, bt->th.tid, bt->name, sizeof(bt->name));
+    pyf_thread_name(pid, bt->th.tid, bt->os_name, sizeof(bt->os_name));
+    /* the registry is read once for all the threads (a miss re-reads it, rate-limited) */
+    if (pyf_target__thread_py_name(t, bt->th.ident, bt->name, sizeof(bt->name), &e) < 0 ||
+        !bt->name[0])
+        snprintf(bt->name, sizeof(bt->name), "%s", bt->os_name);
     for (int i = 0; i < TORN_RETRIES; i++) {
         r = pyf_target__stack(t, &bt->th, &bt->st, &e);
         if (r == 0 || pyf_err_fatal(&e))
@@ -137,10 +142,11 @@ static json_t *thread_json(struct pyf_target *t, struct pyf_native *nat, const s
                            int depth)
 {
     json_t *frames = json_array();
-    json_t *jt = json_pack("{s:i, s:s, s:I, s:b, s:b, s:b, s:b}", "tid", (int)bt->th.tid, "name",
-                           bt->name, "interpreter", (json_int_t)bt->th.interp_id, "holds_gil",
-                           bt->th.holds_gil, "on_cpu", bt->th.on_cpu, "gc_collecting",
-                           bt->th.gc_collecting, "truncated", bt->st.truncated);
+    json_t *jt =
+        json_pack("{s:i, s:s, s:s, s:I, s:b, s:b, s:b, s:b}", "tid", (int)bt->th.tid, "name",
+                  bt->name, "os_name", bt->os_name, "interpreter", (json_int_t)bt->th.interp_id,
+                  "holds_gil", bt->th.holds_gil, "on_cpu", bt->th.on_cpu, "gc_collecting",
+                  bt->th.gc_collecting, "truncated", bt->st.truncated);
 
     if (nat)
         json_object_set_new(jt, "python", json_boolean(!bt->native_only));
@@ -195,7 +201,8 @@ static size_t add_native_only(const struct pyf_stopped *held, struct bt_thread *
             continue;
         bts[n + added] =
             (struct bt_thread){.th = {.tid = tid, .interp_id = -1}, .native_only = true};
-        pyf_thread_name(pid, tid, bts[n + added].name, sizeof(bts[n + added].name));
+        pyf_thread_name(pid, tid, bts[n + added].os_name, sizeof(bts[n + added].os_name));
+        snprintf(bts[n + added].name, sizeof(bts[n + added].name), "%s", bts[n + added].os_name);
         snprintf(stat, sizeof(stat), "task/%d/stat", (int)tid);
         if (procfs_read(pid, stat, stat, sizeof(stat)) > 0 && (paren = strrchr(stat, ')')))
             bts[n + added].th.on_cpu = paren[1] && paren[2] == 'R';

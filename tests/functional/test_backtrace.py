@@ -200,3 +200,36 @@ def test_locals_render_containers_numpy_and_corrupt_objects(python, target_facto
         assert (got['np_float'], got['np_int'], got['np_bool'], got['np_f32'],
                 got['zero_d']) == ('1.5', '42', 'True', '0.1', 'array(2.5)'), got
         assert re.fullmatch(r'<ndarray float64 \(3, 4\) at 0x[0-9a-f]+>', got['arr']), got['arr']
+
+
+@pytest.mark.parametrize('python', interpreter_params())
+def test_threads_have_their_python_names(python, target_factory, daemon):
+    """threading's names, as py-spy shows them ("MainThread", "CustomThreadName-0"); every read
+    gave the OS name ("python3"), which is kept as os_name. Backtrace, the threads table and
+    python.backtrace all have them."""
+    require(python)
+    from conftest import wait_for
+    t = target_factory(python, 'names.py')
+    expected = {int(tid): name for tid, name in t.info.items()}
+    assert 'MainThread' in expected.values() and 'CustomThreadName-0' in expected.values()
+    doc = read_json(t.pid)
+    comm = {}
+    for tid in expected:
+        with open('/proc/%d/task/%d/comm' % (t.pid, tid)) as f:
+            comm[tid] = f.read().strip()
+    assert {th['tid']: th['name'] for th in doc['threads']} == expected, doc['threads']
+    assert {th['tid']: th['os_name'] for th in doc['threads']} == comm
+    text = probectl('backtrace', t.pid, check=True).stdout
+    assert 'Thread %d "MainThread"' % t.pid in text, text
+    live = daemon.rows("SELECT DISTINCT tid, thread FROM python.backtrace", '--pid', t.pid)
+    assert {tid: name for tid, name in live} == expected, live
+    daemon.ctl('attach', t.pid, '--rate', '50', check=True)
+    try:
+        stored = wait_for(lambda: (lambda r: r if len(r) == len(expected) else None)(
+            daemon.rows("SELECT th.tid, th.name, th.os_name FROM threads th JOIN targets tg"
+                        " ON tg.id = th.target_id WHERE tg.pid = %d" % t.pid)),
+            what='the names of the four threads stored')
+    finally:
+        daemon.ctl('detach', t.pid, check=True)
+    assert {tid: (name, os_name) for tid, name, os_name in stored} == \
+        {tid: (name, comm[tid]) for tid, name in expected.items()}
