@@ -199,6 +199,10 @@ static double r_torn(const struct row *r)
 {
     return (double)r->stats.torn;
 }
+static double r_threads_cut(const struct row *r)
+{
+    return (double)r->stats.threads_cut;
+}
 static double r_dropped(const struct row *r)
 {
     return (double)r->stats.dropped;
@@ -409,6 +413,9 @@ static void render(struct metrics *m, struct evbuffer *out)
                "Stacks that kept changing while read and were dropped", r_torn, ALWAYS);
     per_target(m, out, "probed_target_dropped_total", "counter",
                "Samples the outbox had no room for", r_dropped, ALWAYS);
+    per_target(m, out, "probed_target_threads_cut_total", "counter",
+               "Ticks that found 4096 threads or more: the threads past them were not sampled",
+               r_threads_cut, ALWAYS);
     per_target(m, out, "probed_torch_steps_total", "counter",
                "Training (or inference) steps the torch trace timed (probectl torch on)",
                r_torch_steps, NEEDS_TORCH);

@@ -115,6 +115,8 @@ int target__grow_threads(struct target *t)
 int target_new(pid_t pid, uint32_t rate_hz, struct target **ret, struct pyf_err *err)
 {
     struct target *t = calloc(1, sizeof(*t));
+    int64_t start_time;
+    uint64_t start_stack;
     struct timespec now;
     struct stat st;
     char path[64];
@@ -139,6 +141,18 @@ int target_new(pid_t pid, uint32_t rate_hz, struct target **ret, struct pyf_err 
     r = pyf_target_open(pid, &t->pyf, err);
     if (r < 0)
         goto fail;
+    /* A process that exec'd while it was opened (a launcher's fork, or probectl run's, turning
+     * into the program) has the new program's layout read under the old one's identity: its
+     * first tick would end it as "exec'd another program". Torn: the caller tries again. */
+    if (procfs_identity(pid, &start_time, &start_stack) < 0 || start_time != t->start_time ||
+        start_stack != t->start_stack) {
+        snprintf(err->msg, sizeof(err->msg), "pid %d exec'd while it was being attached: try again",
+                 pid);
+        err->kind = PYF_TORN;
+        err->sys = EAGAIN;
+        r = -EAGAIN;
+        goto fail;
+    }
     r = alloc_buffers(t, TARGET_THREADS_MIN);
     if (r < 0) {
         snprintf(err->msg, sizeof(err->msg), "pid %d: out of memory for sampling buffers", pid);

@@ -89,9 +89,10 @@ def test_threads_have_host_ids_names_and_states(python, contained, daemon):
     doc = main_thread_busy(daemon, c.pid)
     th = threads_of(doc)
     assert sorted(th) == c.tids, (sorted(th), c.ns_tids())
-    for tid, t in th.items():
+    for tid, t in th.items():  # read by host ids: the OS names are the threads' own
         with open('/proc/%d/task/%d/comm' % (c.pid, tid)) as f:
-            assert t['name'] == f.read().strip(), t
+            assert t['os_name'] == f.read().strip(), t
+    assert th[c.pid]['name'] == 'MainThread', th[c.pid]
     main_funcs = [f['function'].split('.')[-1] for f in th[c.pid]['frames']]
     assert 'outer_loop' in main_funcs and main_funcs[-1] == '<module>', main_funcs
     other = [t for tid, t in th.items() if tid != c.pid][0]

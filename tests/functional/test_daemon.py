@@ -58,9 +58,11 @@ def test_attach_samples_at_rate_and_frames_are_right(daemon, python):
                             " FROM samples WHERE tid = %d GROUP BY stack_id"
                             " ORDER BY count(*) DESC LIMIT 1) ORDER BY depth" % t.pid)
         assert [c[0] for c in chain][:4] == ['spin_inner', 'middle', 'outer_loop', 'main']
-        # Two threads, named from /proc (CPython does not name OS threads before 3.14).
-        threads = daemon.rows('SELECT tid, name FROM threads')
-        assert len(threads) == 2 and [t.pid, os.path.basename(python)[:15]] in threads
+        # Two threads, named as threading names them; the OS names (CPython does not name OS
+        # threads before 3.14) beside them.
+        threads = daemon.rows('SELECT tid, name, os_name FROM threads')
+        assert len(threads) == 2 and [t.pid, 'MainThread', os.path.basename(python)[:15]] in \
+            threads and 'sleeper' in [name for _, name, _ in threads], threads
         lst = json.loads(daemon.ctl('list', '--json', check=True).stdout)['targets']
         mine = [x for x in lst if x['pid'] == t.pid][0]
         assert mine['state'] == 'sampling' and mine['rate_hz'] == 100
@@ -175,7 +177,7 @@ def test_other_users_see_only_their_own(daemon):
         r = daemon.ctl('detach', root_target.pid, user=user)
         assert r.returncode == 1
         assert json.loads(daemon.ctl('list', '--json', user=user, check=True).stdout) == {
-            'targets': []}
+            'targets': [], 'following': []}
         wait_for(lambda: daemon.rows('SELECT count(*) FROM samples')[0][0] > 0, what='samples')
         assert daemon.rows('SELECT count(*) FROM samples', user=user)[0][0] == 0
         assert daemon.rows('SELECT count(*) FROM sample_frames', user=user)[0][0] == 0
