@@ -56,6 +56,19 @@ def test_target_exits_while_read(python, target_factory):
     t.proc.wait(timeout=30)
 
 
+def stored_samples(daemon, pid, rate, n):
+    """Samples @pid at @rate until @n of its samples are stored, then detaches; returns the
+    condition on `samples s` that selects them (its latest attach)."""
+    by_target = "s.target_id = (SELECT max(id) FROM targets WHERE pid = %d)" % pid
+    daemon.ctl('attach', pid, '--rate', str(rate), check=True)
+    try:
+        wait_for(lambda: daemon.rows("SELECT count(*) FROM samples s WHERE %s" % by_target)[0][0]
+                 >= n, timeout=60, what='%d samples of pid %d stored' % (n, pid))
+    finally:
+        daemon.ctl('detach', pid, check=True)
+    return by_target
+
+
 # tests/targets/recursion.py: its deepest stack, and where its threads' stacks start
 RECURSION_DEPTH = 25
 RECURSION_ROOTS = ('<module>', '_bootstrap', 'Thread._bootstrap')
@@ -88,16 +101,7 @@ def test_stored_stacks_of_a_recursion_are_true(python, target_factory, daemon):
     target's, every one starting at a thread's entry; torn reads are counted, not stored."""
     require(python)
     t = target_factory(python, 'recursion.py')
-    daemon.ctl('attach', t.pid, '--rate', '1000', check=True)
-    try:
-        by_target = "s.target_id = (SELECT max(id) FROM targets WHERE pid = %d)" % t.pid
-        wait_for(lambda: daemon.rows("SELECT count(*) FROM samples s WHERE %s" % by_target)[0][0]
-                 >= 2000, timeout=60, what='2000 samples stored')
-        stats = [x for x in json.loads(daemon.ctl('list', '--json', check=True).stdout)
-                 ['targets'] if x['pid'] == t.pid][-1]['stats']
-        print('stored recursion, %s: %s' % (python, stats))
-    finally:
-        daemon.ctl('detach', t.pid, check=True)
+    by_target = stored_samples(daemon, t.pid, 1000, 2000)
     depths = daemon.rows("SELECT st.stack_id, max(st.depth) + 1, count(*) FROM stacks st"
                          " WHERE st.stack_id IN (SELECT stack_id FROM samples s WHERE %s)"
                          " GROUP BY st.stack_id" % by_target)
@@ -119,14 +123,7 @@ def test_deep_stack_keeps_its_root(python, target_factory, daemon):
     for depth, whole, tail in ((1000, True, '<module>'),
                               (1500, False, '[deeper than 1024 frames: the rest not read]')):
         t = target_factory(python, 'deep.py', str(depth))
-        daemon.ctl('attach', t.pid, check=True)
-        try:
-            by_target = "s.target_id = (SELECT max(id) FROM targets WHERE pid = %d)" % t.pid
-            wait_for(lambda: daemon.rows("SELECT count(*) FROM samples s WHERE %s"
-                                         % by_target)[0][0] >= 20, timeout=60,
-                     what='20 samples of the %d-deep stack' % depth)
-        finally:
-            daemon.ctl('detach', t.pid, check=True)
+        by_target = stored_samples(daemon, t.pid, 100, 20)
         stacks = {}
         for stack_id, func in daemon.rows(
                 "SELECT st.stack_id, st.func FROM stacks st WHERE st.stack_id IN"
@@ -182,13 +179,7 @@ def test_two_threads_in_a_hot_loop_have_real_lines(python, target_factory, daemo
     from conftest import marks
     m = marks(os.path.join(os.path.dirname(__file__), '..', 'targets', 'hotloop.py'))
     t = target_factory(python, 'hotloop.py')
-    daemon.ctl('attach', t.pid, '--rate', '1000', check=True)
-    try:
-        by_target = "s.target_id = (SELECT max(id) FROM targets WHERE pid = %d)" % t.pid
-        wait_for(lambda: daemon.rows("SELECT count(*) FROM samples s WHERE %s" % by_target)[0][0]
-                 >= 2000, timeout=60, what='2000 samples stored')
-    finally:
-        daemon.ctl('detach', t.pid, check=True)
+    by_target = stored_samples(daemon, t.pid, 1000, 2000)
     lines = dict(daemon.rows("SELECT st.lineno, count(*) FROM samples s JOIN stacks st"
                              " ON st.stack_id = s.stack_id WHERE %s AND st.depth = 0"
                              " AND st.func LIKE '%%keep_cpu_busy' GROUP BY 1" % by_target))
