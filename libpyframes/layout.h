@@ -83,10 +83,12 @@ struct pyf_layout {
     int32_t ts_size;
     /* frame: PyFrameObject or _PyInterpreterFrame */
     int32_t fr_back, fr_code, fr_lasti, fr_localsplus, fr_owner, fr_size;
-    int32_t fr_lasti_scale;  /* bytes per unit of fr_lasti: 1 (<= 3.9) or 2 (3.10) */
-    int32_t fr_owner_cstack; /* owner value of an interpreter shim frame; -1: none */
-    int32_t fr_state;        /* the field fr_state_model reads; -1: none */
-    int32_t fr_is_entry;     /* 3.11: bool, the frame was entered from C (not an inline call) */
+    int32_t fr_lasti_scale;   /* bytes per unit of fr_lasti: 1 (<= 3.9) or 2 (3.10) */
+    int32_t fr_owner_cstack;  /* owner value of an interpreter shim frame; -1: none */
+    int32_t fr_state;         /* the field fr_state_model reads; -1: none */
+    int32_t fr_is_entry;      /* 3.11: bool, the frame was entered from C (not an inline call) */
+    int32_t fr_running;       /* <= 3.10: the char saying the frame runs (f_executing, f_state) */
+    int32_t fr_running_value; /* ... and its value then; -1 fr_running: no such field */
     /* 3.11, 3.12: per opcode, 1 + its cache units when it pushes an inline frame, 255 when
      * it hides the real one (instrumented), else 0 (NULL elsewhere); while the callee runs,
      * the caller's prev_instr points at that instruction or at its last cache unit. */

@@ -49,7 +49,9 @@ struct snapshot {
     uint64_t cframe; /* 3.11/3.12: the _PyCFrame the thread state pointed at */
 };
 
-static void parse_frame(const struct pyf_target *t, const uint8_t *buf, uint64_t raddr,
+/* @buf holds @len bytes of the frame (a copy made in one instant may lack the running mark:
+ * it is taken as running). */
+static void parse_frame(const struct pyf_target *t, const uint8_t *buf, size_t len, uint64_t raddr,
                         struct raw_frame *f)
 {
     const struct pyf_layout *l = &t->lay;
@@ -63,6 +65,8 @@ static void parse_frame(const struct pyf_target *t, const uint8_t *buf, uint64_t
     f->skip = l->fr_owner >= 0 && l->fr_owner_cstack >= 0 &&
               (int8_t)buf[l->fr_owner] == l->fr_owner_cstack;
     f->entry = l->fr_is_entry >= 0 && buf[l->fr_is_entry] != 0;
+    f->running = l->fr_running < 0 || (size_t)l->fr_running >= len ||
+                 (int8_t)buf[l->fr_running] == l->fr_running_value;
     if (l->frame_model == PYF_FRAME_OBJECT) {
         f->lasti = (int64_t)field_i32(buf, l->fr_lasti) * l->fr_lasti_scale;
     } else {
@@ -322,7 +326,7 @@ static int chain(struct pyf_target *t, struct batch_window w, uint64_t f, size_t
             buf = one;
             s->settled = false;
         }
-        parse_frame(t, buf, f, raw);
+        parse_frame(t, buf, t->fr_read, f, raw);
         if (raw->back == f) { /* as above */
             s->settled = false;
             return 0;
@@ -378,8 +382,12 @@ static int returned_frame_below(const struct pyf_target *t, uint64_t tstate, siz
 {
     if (t->lay.fr_state_model != PYF_STATE_REFCNT)
         return 0;
+    /* Nor is a caller not marked as running: a frame being made again out of a free or
+     * zombie frame (referenced, its f_back still the free list's or its last caller's) was
+     * copied in place of the caller it replaced. The innermost frame may be unmarked for a
+     * moment as it starts and as it returns. */
     for (size_t i = 0; i < n; i++)
-        if (t->raw[i].state <= 0)
+        if (t->raw[i].state <= 0 || (i > 0 && !t->raw[i].running))
             return pyf_fail(e, PYF_TORN, EAGAIN, t->raw[i].raddr,
                             "pid %d: thread 0x%" PRIx64 ": frame 0x%" PRIx64
                             " had returned when its callee was read",
@@ -846,7 +854,7 @@ void pyf_target__chain(const struct pyf_target *t, struct pyf_chain *ret_chain)
     *ret_chain = (struct pyf_chain){.ts_frame = t->lay.ts_frame,
                                     .cframe_frame = t->lay.ts_cframe_frame,
                                     .fr_back = t->lay.fr_back,
-                                    .fr_bytes = (uint32_t)t->fr_read};
+                                    .fr_bytes = (uint32_t)t->fr_copy_read};
 }
 
 /* A copy taken in one instant needs none of a snapshot's checks: its chain is whole (each
@@ -862,12 +870,12 @@ int pyf_target__stack_of_copy(struct pyf_target *t, const struct pyf_frames_copy
     st->n_hidden = 0;
     st->torn = false;
     st->truncated = n < c->n;
-    if (c->stride < t->fr_read)
+    if (c->stride < t->fr_copy_read)
         return pyf_fail(reterr, PYF_INVALID, EINVAL, 0,
                         "pid %d: copied frames hold %zu bytes, %zu needed", t->info.pid, c->stride,
-                        t->fr_read);
+                        t->fr_copy_read);
     for (size_t i = 0; i < n && r == 0; i++) {
-        parse_frame(t, c->bytes + i * c->stride, c->raddrs[i], &t->raw[i]);
+        parse_frame(t, c->bytes + i * c->stride, c->stride, c->raddrs[i], &t->raw[i]);
         if (i + 1 < c->n && t->raw[i].back != c->raddrs[i + 1])
             r = pyf_fail(reterr, PYF_TORN, EFAULT, c->raddrs[i],
                          "pid %d: copied frame 0x%" PRIx64 " does not call the next one",

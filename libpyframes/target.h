@@ -41,6 +41,7 @@ struct raw_frame {
     int64_t state; /* the layout's fr_state field (refcount or stacktop); 0 when none */
     bool skip;     /* an interpreter shim frame, not Python code */
     bool entry;    /* 3.11: entered from C, so its caller may be anywhere (not at a call) */
+    bool running;  /* <= 3.10: marked as running (always true where there is no such mark) */
 };
 
 #define STATFD_SLOTS 64      /* threads whose /proc stat file we keep open */
@@ -65,6 +66,8 @@ struct pyf_target {
 
     /* bytes to read of each struct: up to the last field we use */
     size_t ts_read, fr_read, co_read;
+    /* of a frame copied in one instant (pyf_target__chain()): no running mark needed */
+    size_t fr_copy_read;
 
     /* scratch for one sample (see stack.c, threads.c); SCRATCH_SLOTS entries each */
     struct batch batch;

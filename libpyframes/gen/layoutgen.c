@@ -220,7 +220,18 @@ int main(void)
     F("fr_state", offsetof(PyObject, ob_refcnt)); /* 0: returned (a zombie or free frame) */
     FS("fr_state_model", "PYF_STATE_REFCNT");
     F("fr_is_entry", -1);
+    /* every frame on a thread's stack is running (its callers too): a frame being made from
+     * a free or zombie one, or one that returned, is not */
+#if PY_VERSION_HEX < 0x030a0000
+    F("fr_running", offsetof(PyFrameObject, f_executing));
+    F("fr_running_value", 1);
 #else
+    F("fr_running", offsetof(PyFrameObject, f_state));
+    F("fr_running_value", FRAME_EXECUTING);
+#endif
+#else
+    F("fr_running", -1);
+    F("fr_running_value", 0);
     F("fr_back", offsetof(_PyInterpreterFrame, previous));
 #if PY_VERSION_HEX < 0x030d0000
     F("fr_code", offsetof(_PyInterpreterFrame, f_code));

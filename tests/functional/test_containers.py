@@ -71,13 +71,15 @@ def threads_of(doc):
 
 
 def main_thread_busy(daemon, pid):
-    """A backtrace in which the main thread (spinning in busy.py) is seen on the CPU; the
-    on-CPU state is read from /proc at that instant, so a few reads may catch it preempted."""
+    """A backtrace in which the main thread is seen on the CPU, in outer_loop (busy.py prints
+    READY in main() just before it calls outer_loop); the on-CPU state is read from /proc at
+    that instant, so a few reads may catch it preempted."""
     def busy():
         status, doc = daemon.api('GET', '/v1/backtrace?pid=%d' % pid)
         assert status == 200, doc
         th = threads_of(doc).get(pid)
-        return doc if th and th.get('on_cpu') else None
+        funcs = [f['function'].split('.')[-1] for f in th['frames']] if th else []
+        return doc if th and th.get('on_cpu') and 'outer_loop' in funcs else None
     return wait_for(busy, timeout=20, what='the main thread seen on the CPU')
 
 
