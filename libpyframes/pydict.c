@@ -75,7 +75,8 @@ static int keys_view(const struct pyf_target *t, uint64_t keys, uint64_t values,
 static int view_items(const struct pyf_target *t, const struct dict_view *v, uint64_t *keys,
                       uint64_t *values, size_t cap, size_t *ret_n, struct pyf_err *e)
 {
-    size_t scan = v->n_entries < DICT_SCAN_MAX ? v->n_entries : DICT_SCAN_MAX, n = 0;
+    size_t most = cap > DICT_SCAN_MAX ? cap : DICT_SCAN_MAX; /* entries looked at */
+    size_t scan = v->n_entries < most ? v->n_entries : most, n = 0;
     uint8_t *entries = malloc(scan * v->entry_size + 1);
     uint64_t *split = v->values ? malloc(scan * sizeof(*split) + 1) : NULL;
     int r = 0;

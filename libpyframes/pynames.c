@@ -18,7 +18,9 @@
 #include "pyobj.h"
 #include "target.h"
 
-#define REGISTRY_MAX 4096          /* threads of the registry copied */
+/* threads of the registry copied: more than a target's sampled threads (4096), so that a
+ * thread missing from the copy is new, not left out (each miss would copy it all again) */
+#define REGISTRY_MAX 16384
 #define REREAD_MIN_NS 200000000ull /* 200 ms between copies caused by misses */
 
 static uint64_t now_ns(void)
