@@ -7,7 +7,7 @@ usage: bench/torch_hooks.py [--build DIR] [--layers N] [--rounds N] [--steps N]
 A training step of a chain of N small Linear layers (plus the Sequential around them: N + 1
 module calls forward and backward, SGD) runs in this process, with probed's stub loaded here
 the way the daemon loads it into a job (its library copied into a directory of its own, then
-one request on its socket makes it publish `_probed_stub`) and probed/torchtrace.py as the
+one request on its socket makes it publish `_probed_stub`) and probed/intarget/torchtrace.py as the
 trace. Batches of steps alternate, round after round, between:
 
   off        no hook at all;

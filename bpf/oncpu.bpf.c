@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * oncpu.bpf.c - the eBPF sampler: runs at each cpu-clock sample of a target's thread (one perf
- * event per thread, opened by probed/perfstack.c) and copies, in that instant, the thread's
+ * event per thread, opened by probed/native/perfstack.c) and copies, in that instant, the thread's
  * user registers, the top of its user stack and its chain of Python frames into a ring
- * buffer that the daemon empties every tick (probed/bpfstack.c). Nothing is unwound or named
+ * buffer that the daemon empties every tick (probed/native/bpfstack.c). Nothing is unwound or named
  * here: the native stack is unwound from the copy with DWARF CFI in the daemon (the Python
  * this runs is built without frame pointers, so the kernel's own callchains stop after one
  * frame), and the Python frames are decoded by libpyframes from the copied frames.

@@ -1,6 +1,6 @@
 /*
- * oncpu.h - what the eBPF sampler (oncpu.bpf.c) hands the daemon (probed/bpfstack.c) for each
- * sample of a thread on CPU: its user registers, the top of its user stack and its chain of
+ * oncpu.h - what the eBPF sampler (oncpu.bpf.c) hands the daemon (probed/native/bpfstack.c) for
+ * each sample of a thread on CPU: its user registers, the top of its user stack and its chain of
  * Python frames, all copied in the same instant while the thread is interrupted (perf's
  * cpu-clock event fires, the program runs on that CPU before the thread runs on).
  *

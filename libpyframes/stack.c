@@ -1,5 +1,7 @@
 /*
  * stack.c - pyf_target__stack(): one thread's frames, read as one snapshot.
+ * (Over 800 lines on purpose: the snapshot and every consistency check of it, for each
+ * interpreter family, are one argument; split, the checks would hide from each other.)
  *
  * The innermost frames of a busy thread change every few hundred nanoseconds, faster than
  * a read frame by frame can follow, so a stack is read as a snapshot: the previous sample's
@@ -382,12 +384,14 @@ static int returned_frame_below(const struct pyf_target *t, uint64_t tstate, siz
 {
     if (t->lay.fr_state_model != PYF_STATE_REFCNT)
         return 0;
-    /* Nor is a caller not marked as running: a frame being made again out of a free or
-     * zombie frame (referenced, its f_back still the free list's or its last caller's) was
-     * copied in place of the caller it replaced. The innermost frame may be unmarked for a
-     * moment as it starts and as it returns. */
+    /* Nor is a frame not marked as running: a frame being made again out of a free or zombie
+     * frame (referenced, its f_back still the free list's or its last caller's) was copied in
+     * place of the caller it replaced, or, as the innermost frame, before its f_back was set
+     * (CI: a 3.9 stack of one `recurse` frame, its f_back the free list's NULL). A frame that
+     * really is innermost is unmarked only for a moment, as it starts and as it returns: that
+     * read is torn and made again. */
     for (size_t i = 0; i < n; i++)
-        if (t->raw[i].state <= 0 || (i > 0 && !t->raw[i].running))
+        if (t->raw[i].state <= 0 || !t->raw[i].running)
             return pyf_fail(e, PYF_TORN, EAGAIN, t->raw[i].raddr,
                             "pid %d: thread 0x%" PRIx64 ": frame 0x%" PRIx64
                             " had returned when its callee was read",

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "errbuf.h"
-#include "units.h"
+#include "common/units.h"
 
 enum kind { K_PATH, K_NAME, K_RATE, K_DURATION, K_SIZE, K_ADDRESS, K_CHOICE };
 
@@ -65,13 +65,11 @@ static const struct key_def keys[CFG_N] = {
 
 void config_init(struct config *c)
 {
-    char err[64];
-
     memset(c, 0, sizeof(*c));
     pthread_mutex_init(&c->lock, NULL);
     for (int k = 0; k < CFG_N; k++) {
         int64_t v = 0;
-        config_check((enum config_key)k, keys[k].def, &v, err, sizeof(err));
+        config_check((enum config_key)k, keys[k].def, &v, NULL);
         snprintf(c->text[k], sizeof(c->text[k]), "%s", keys[k].def);
         atomic_store(&c->num[k], v);
     }
@@ -103,7 +101,7 @@ bool config_key_live(enum config_key k)
 }
 
 /* "host:port", "[v6]:port": syntax only; binding it is the listener's job. */
-static int check_address(const char *v, char *err, size_t errlen)
+static int check_address(const char *v, struct errbuf *err)
 {
     const char *colon = strrchr(v, ':');
     char *end;
@@ -112,17 +110,15 @@ static int check_address(const char *v, char *err, size_t errlen)
     if (strcmp(v, "off") == 0)
         return 0;
     if (!colon || colon == v)
-        return errbuf_set(err, errlen, -EINVAL,
+        return errbuf_set(err, -EINVAL,
                           "metrics_address: '%s' is not host:port (e.g. 127.0.0.1:9464) or off", v);
     port = strtol(colon + 1, &end, 10);
     if (*end || end == colon + 1 || port < 1 || port > 65535)
-        return errbuf_set(err, errlen, -EINVAL, "metrics_address: port '%s' is not 1..65535",
-                          colon + 1);
+        return errbuf_set(err, -EINVAL, "metrics_address: port '%s' is not 1..65535", colon + 1);
     return 0;
 }
 
-static int check_number(const struct key_def *d, const char *v, int64_t *num, char *err,
-                        size_t errlen)
+static int check_number(const struct key_def *d, const char *v, int64_t *num, struct errbuf *err)
 {
     static const char *const example[] = {[K_RATE] = "an integer number of Hz, e.g. 100",
                                           [K_DURATION] = "a duration, e.g. 500ms, 30s, 5m, 7d",
@@ -137,15 +133,15 @@ static int check_number(const struct key_def *d, const char *v, int64_t *num, ch
         n = d->kind == K_DURATION ? units_duration_ns(v) : units_size_bytes(v);
     }
     if (n < 0)
-        return errbuf_set(err, errlen, -EINVAL, "%s: '%s' is not %s", d->name, v, example[d->kind]);
+        return errbuf_set(err, -EINVAL, "%s: '%s' is not %s", d->name, v, example[d->kind]);
     if (n == 0 && d->zero_ok) {
         *num = 0;
         return 0;
     }
     if (n < d->min || n > d->max) {
         if (d->kind == K_RATE)
-            return errbuf_set(err, errlen, -EINVAL, "%s: %s Hz is outside 1..10000", d->name, v);
-        return errbuf_set(err, errlen, -EINVAL, "%s: '%s' is %s (0 %s)", d->name, v,
+            return errbuf_set(err, -EINVAL, "%s: %s Hz is outside 1..10000", d->name, v);
+        return errbuf_set(err, -EINVAL, "%s: '%s' is %s (0 %s)", d->name, v,
                           n < d->min ? "too small" : "too large",
                           d->zero_ok ? "turns it off" : "is not allowed");
     }
@@ -153,52 +149,50 @@ static int check_number(const struct key_def *d, const char *v, int64_t *num, ch
     return 0;
 }
 
-int config_check(enum config_key k, const char *value, int64_t *num, char *err, size_t errlen)
+int config_check(enum config_key k, const char *value, int64_t *num, struct errbuf *err)
 {
     const struct key_def *d = &keys[k];
 
     *num = 0;
     if (strlen(value) >= CONFIG_VALUE_MAX)
-        return errbuf_set(err, errlen, -EINVAL, "%s: value longer than %d bytes", d->name,
+        return errbuf_set(err, -EINVAL, "%s: value longer than %d bytes", d->name,
                           CONFIG_VALUE_MAX - 1);
     for (const char *p = value; *p; p++)
         if ((unsigned char)*p < 0x20)
-            return errbuf_set(err, errlen, -EINVAL, "%s: control character in the value", d->name);
+            return errbuf_set(err, -EINVAL, "%s: control character in the value", d->name);
     switch (d->kind) {
     case K_PATH:
         if (!*value && d->zero_ok)
             return 0;
         if (value[0] != '/')
-            return errbuf_set(err, errlen, -EINVAL, "%s: '%s' is not an absolute path", d->name,
-                              value);
+            return errbuf_set(err, -EINVAL, "%s: '%s' is not an absolute path", d->name, value);
         return 0;
     case K_NAME:
         if (!*value || strchr(value, ' ') || strchr(value, '/'))
-            return errbuf_set(err, errlen, -EINVAL, "%s: '%s' is not a group name", d->name, value);
+            return errbuf_set(err, -EINVAL, "%s: '%s' is not a group name", d->name, value);
         return 0;
     case K_ADDRESS:
-        return check_address(value, err, errlen);
+        return check_address(value, err);
     case K_CHOICE: /* metrics_cmdline, the only one */
         if (strcmp(value, "script") != 0 && strcmp(value, "full") != 0)
-            return errbuf_set(err, errlen, -EINVAL, "%s: '%s' is not script or full", d->name,
-                              value);
+            return errbuf_set(err, -EINVAL, "%s: '%s' is not script or full", d->name, value);
         return 0;
     default:
-        return check_number(d, value, num, err, errlen);
+        return check_number(d, value, num, err);
     }
 }
 
 int config_set(struct config *c, enum config_key k, const char *value, bool live, bool pin,
-               char *err, size_t errlen)
+               struct errbuf *err)
 {
     int64_t num;
     int r;
 
     if (live && !keys[k].live)
-        return errbuf_set(err, errlen, -EINVAL,
+        return errbuf_set(err, -EINVAL,
                           "%s: changes only with a restart (set it in %s and restart probed)",
                           keys[k].name, CONFIG_DEFAULT_PATH);
-    r = config_check(k, value, &num, err, errlen);
+    r = config_check(k, value, &num, err);
     if (r < 0)
         return r;
     pthread_mutex_lock(&c->lock);
@@ -243,9 +237,10 @@ static int split_line(char *line, char **key, char **value)
 
 /* Reads and checks every line of @f into @vals (NULL: not in the file). */
 static int read_file(FILE *f, const char *path, char vals[CFG_N][CONFIG_VALUE_MAX], bool *seen,
-                     char *err, size_t errlen)
+                     struct errbuf *err)
 {
-    char line[1024], *key, *value, why[300];
+    char line[1024], *key, *value;
+    struct errbuf why;
     int lineno = 0;
 
     while (fgets(line, sizeof(line), f)) {
@@ -256,22 +251,22 @@ static int read_file(FILE *f, const char *path, char vals[CFG_N][CONFIG_VALUE_MA
         if (kind == 0)
             continue;
         if (kind < 0)
-            return errbuf_set(err, errlen, -EINVAL, "%s:%d: expected key = value", path, lineno);
+            return errbuf_set(err, -EINVAL, "%s:%d: expected key = value", path, lineno);
         k = config_key_of(key);
         if (k < 0)
-            return errbuf_set(err, errlen, -EINVAL, "%s:%d: unknown key '%s'", path, lineno, key);
-        if (config_check((enum config_key)k, value, &num, why, sizeof(why)) < 0)
-            return errbuf_set(err, errlen, -EINVAL, "%s:%d: %s", path, lineno, why);
+            return errbuf_set(err, -EINVAL, "%s:%d: unknown key '%s'", path, lineno, key);
+        if (config_check((enum config_key)k, value, &num, &why) < 0)
+            return errbuf_set(err, -EINVAL, "%s:%d: %s", path, lineno, why.msg);
         snprintf(vals[k], CONFIG_VALUE_MAX, "%s", value);
         seen[k] = true;
     }
     if (ferror(f))
-        return errbuf_set(err, errlen, -EIO, "reading %s: %s", path, strerror(errno));
+        return errbuf_set(err, -EIO, "reading %s: %s", path, strerror(errno));
     return 0;
 }
 
 int config_load(struct config *c, const char *path, bool must_exist, bool live,
-                char *restart_needed, size_t rn_len, char *err, size_t errlen)
+                char *restart_needed, size_t rn_len, struct errbuf *err)
 {
     char vals[CFG_N][CONFIG_VALUE_MAX];
     bool seen[CFG_N] = {0};
@@ -283,9 +278,9 @@ int config_load(struct config *c, const char *path, bool must_exist, bool live,
     if (!f) {
         if (errno == ENOENT && !must_exist)
             return 0;
-        return errbuf_set(err, errlen, -errno, "opening %s: %s", path, strerror(errno));
+        return errbuf_set(err, -errno, "opening %s: %s", path, strerror(errno));
     }
-    r = read_file(f, path, vals, seen, err, errlen);
+    r = read_file(f, path, vals, seen, err);
     fclose(f);
     if (r < 0)
         return r;
@@ -306,7 +301,7 @@ int config_load(struct config *c, const char *path, bool must_exist, bool live,
                          "%s%s", restart_needed[0] ? ", " : "", keys[k].name);
             continue;
         }
-        config_set(c, (enum config_key)k, v, false, false, err, errlen); /* checked above */
+        config_set(c, (enum config_key)k, v, false, false, err); /* checked above */
     }
     pthread_mutex_lock(&c->lock);
     snprintf(c->path, sizeof(c->path), "%s", path);

@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "errbuf.h"
+
 #define CONFIG_DEFAULT_PATH "/etc/probed/probed.conf"
 #define CONFIG_VALUE_MAX 256
 
@@ -56,18 +58,18 @@ const char *config_key_name(enum config_key k);
 bool config_key_live(enum config_key k);
 
 /* Checks @value for key @k without storing it; @num receives a number key's value. */
-int config_check(enum config_key k, const char *value, int64_t *num, char *err, size_t errlen);
+int config_check(enum config_key k, const char *value, int64_t *num, struct errbuf *err);
 
 /* Checks and stores. @live: the daemon runs, so keys that need a restart are refused.
  * @pin: the command line set it. */
 int config_set(struct config *c, enum config_key k, const char *value, bool live, bool pin,
-               char *err, size_t errlen);
+               struct errbuf *err);
 
 /* Reads "key = value" lines (# comments) from @path. Every line is checked before any is
  * applied. @live: a reload; keys that need a restart and differ are left, and listed in
  * @restart_needed (may be NULL). @must_exist: a missing file is an error. */
 int config_load(struct config *c, const char *path, bool must_exist, bool live,
-                char *restart_needed, size_t rn_len, char *err, size_t errlen);
+                char *restart_needed, size_t rn_len, struct errbuf *err);
 
 int64_t config_num(struct config *c, enum config_key k);
 void config_text(struct config *c, enum config_key k, char *buf, size_t size);

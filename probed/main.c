@@ -27,17 +27,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "api.h"
+#include "api/api.h"
+#include "clock.h"
 #include "config.h"
-#include "meter.h"
+#include "sample/meter.h"
 #include "log.h"
-#include "query.h"
-#include "sqlmem.h"
-#include "procfs.h"
-#include "outbox.h"
-#include "sampler.h"
-#include "store.h"
-#include "writer.h"
+#include "query/query.h"
+#include "query/sqlmem.h"
+#include "common/procfs.h"
+#include "sample/outbox.h"
+#include "sample/sampler.h"
+#include "store/store.h"
+#include "store/writer.h"
 
 #define OUTBOX_SAMPLES (1 << 18) /* samples per flush: 64 targets x 100 Hz x 40 threads */
 
@@ -121,7 +122,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 {
     struct option longopts[N_OPTION_KEYS + 5];
     const char *values[N_OPTION_KEYS] = {0};
-    char err[512];
+    struct errbuf err;
     int c, idx;
 
     for (size_t i = 0; i < N_OPTION_KEYS; i++)
@@ -161,15 +162,14 @@ static int parse_args(int argc, char **argv, struct options *o)
         usage(stderr);
         return -1;
     }
-    if (config_load(&o->cfg, o->config_path, o->config_explicit, false, NULL, 0, err, sizeof(err)) <
-        0) {
-        fprintf(stderr, "probed: %s\n", err);
+    if (config_load(&o->cfg, o->config_path, o->config_explicit, false, NULL, 0, &err) < 0) {
+        fprintf(stderr, "probed: %s\n", err.msg);
         return -1;
     }
     for (size_t i = 0; i < N_OPTION_KEYS; i++) {
         if (values[i] &&
-            config_set(&o->cfg, option_keys[i].key, values[i], false, true, err, sizeof(err)) < 0) {
-            fprintf(stderr, "probed: --%s: %s\n", option_keys[i].option, err);
+            config_set(&o->cfg, option_keys[i].key, values[i], false, true, &err) < 0) {
+            fprintf(stderr, "probed: --%s: %s\n", option_keys[i].option, err.msg);
             return -1;
         }
     }
@@ -199,39 +199,29 @@ static int make_parent(const char *path, mode_t mode)
     return r;
 }
 
-struct resume_ctx {
-    struct sampler *sampler;
-    struct outbox *ob;
-};
-
 /* A target the store says was being sampled: the same process again, or recorded as ended. */
 static void resume_one(int64_t id, int32_t pid, int64_t start_time, int32_t rate_hz, unsigned flags,
                        void *arg)
 {
-    struct resume_ctx *c = arg;
+    struct targets *reg = arg;
+    struct attach_opts o = {.rate_hz = (uint32_t)(rate_hz > 0 ? rate_hz : 100),
+                            .resume_id = id,
+                            .follow_children = flags & STORE_FOLLOW_CHILDREN,
+                            .allocation_tracking = flags & STORE_ALLOCATION_TRACKING,
+                            .torch_tracing = flags & STORE_TORCH_TRACING,
+                            .native = flags & STORE_NATIVE};
     struct pyf_err e = {0};
-    struct target *t = NULL;
     int64_t now_start = -1;
+    struct ob_half *h;
 
     if (procfs_start_time(pid, &now_start) == 0 && now_start == start_time &&
-        target_new(pid, (uint32_t)(rate_hz > 0 ? rate_hz : 100), &t, &e) == 0) {
-        t->id = id;
-        t->resumed = true;
-        t->follow_children = flags & STORE_FOLLOW_CHILDREN;
-        t->allocation_tracking = flags & STORE_ALLOCATION_TRACKING;
-        t->torch_tracing = flags & STORE_TORCH_TRACING;
-        t->native_wanted = flags & STORE_NATIVE;
-        if (t->native_wanted)
-            target__open_native(t, c->sampler->symbols);
-        if (sampler__add(c->sampler, t) == 0) {
-            log_msg(LOG_INFO, "resumed sampling pid %d (attached before a restart)", pid);
-            return;
-        }
-        target_free(t);
+        targets__attach(reg, pid, &o, NULL, &e) == 0) {
+        log_msg(LOG_INFO, "resumed sampling pid %d (attached before a restart)", pid);
+        return;
     }
-    struct ob_half *h = outbox__lock(c->ob);
+    h = outbox__lock(reg->ob);
     ob_half__end(h, id, real_ns(), "exited (while probed was not running)");
-    outbox__unlock(c->ob);
+    outbox__unlock(reg->ob);
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
@@ -245,7 +235,9 @@ struct daemon {
     struct options *opts;
     struct store *store;
     struct outbox *ob;
+    struct targets *reg;
     struct sampler *sampler;
+    struct follower *follower;
     struct writer writer;
     struct meter meter;
     struct event_base *base;
@@ -257,17 +249,18 @@ struct daemon {
 static void on_reload(evutil_socket_t sig, short what, void *arg)
 {
     struct daemon *d = arg;
-    char err[512], restart[256];
+    char restart[256];
+    struct errbuf err;
 
     (void)sig;
     (void)what;
-    if (config_load(&d->opts->cfg, d->opts->config_path, false, true, restart, sizeof(restart), err,
-                    sizeof(err)) < 0) {
-        log_msg(LOG_ERR, "reload: %s (settings unchanged)", err);
+    if (config_load(&d->opts->cfg, d->opts->config_path, false, true, restart, sizeof(restart),
+                    &err) < 0) {
+        log_msg(LOG_ERR, "reload: %s (settings unchanged)", err.msg);
         return;
     }
-    if (api__config_changed(d->api, err, sizeof(err)) < 0)
-        log_msg(LOG_ERR, "reload: %s", err);
+    if (api__config_changed(d->api, &err) < 0)
+        log_msg(LOG_ERR, "reload: %s", err.msg);
     log_msg(LOG_INFO, "reloaded %s%s%s", d->opts->config_path,
             restart[0] ? "; needs a restart to change: " : "", restart);
 }
@@ -283,8 +276,7 @@ static int start(struct daemon *d, struct options *o)
         .query_max_rows = 1000000,
         .max_rate_hz = 10000,
         .config = &o->cfg};
-    struct resume_ctx rc;
-    struct store_err err;
+    struct errbuf err;
     struct group *gr = getgrnam(o->cfg.text[CFG_GROUP]);
     int64_t next_id = 1;
     int r;
@@ -299,19 +291,18 @@ static int start(struct daemon *d, struct options *o)
         log_msg(LOG_ERR, "database: %s", err.msg);
         return r;
     }
-    if ((r = outbox_new(OUTBOX_SAMPLES, &d->ob)) < 0 || (r = sampler_new(d->ob, &d->sampler)) < 0)
+    if ((r = outbox_new(OUTBOX_SAMPLES, &d->ob)) < 0 ||
+        (r = targets_new(d->ob, next_id, &d->reg)) < 0 ||
+        (r = sampler_new(d->reg, d->ob, &d->sampler)) < 0 ||
+        (r = follower_new(d->reg, &d->follower)) < 0)
         return log_errno(LOG_ERR, r, "allocating the sampler");
-    rc = (struct resume_ctx){.sampler = d->sampler, .ob = d->ob};
-    if (store__live_targets(d->store, resume_one, &rc, &err) < 0)
+    if (store__live_targets(d->store, resume_one, d->reg, &err) < 0)
         log_msg(LOG_WARN, "not resuming targets: %s", err.msg);
-    d->writer = (struct writer){.flush_ns = 1000000000LL,
-                                .config = &o->cfg,
-                                .store = d->store,
-                                .ob = d->ob,
-                                .sampler = d->sampler};
-    d->meter = (struct meter){.sampler = d->sampler, .ob = d->ob, .cfg = &o->cfg};
+    d->writer = (struct writer){
+        .flush_ns = 1000000000LL, .config = &o->cfg, .store = d->store, .ob = d->ob, .reg = d->reg};
+    d->meter = (struct meter){.reg = d->reg, .ob = d->ob, .cfg = &o->cfg};
     if ((r = sampler_start(d->sampler)) < 0 || (r = writer_start(&d->writer)) < 0 ||
-        (r = meter_start(&d->meter)) < 0)
+        (r = meter_start(&d->meter)) < 0 || (r = follower_start(d->follower)) < 0)
         return log_errno(LOG_ERR, r, "starting threads");
     d->base = event_base_new();
     if (!d->base)
@@ -322,8 +313,13 @@ static int start(struct daemon *d, struct options *o)
     if (!d->sigterm || !d->sigint || !d->sighup || evsignal_add(d->sigterm, NULL) < 0 ||
         evsignal_add(d->sigint, NULL) < 0 || evsignal_add(d->sighup, NULL) < 0)
         return log_errno(LOG_ERR, -EIO, "installing signal handlers");
-    return api_new(d->base, &acfg, gr ? (int)gr->gr_gid : -1, d->sampler, &d->writer, &d->meter,
-                   next_id, &d->api);
+    return api_new(d->base, &acfg, gr ? (int)gr->gr_gid : -1,
+                   &(struct api_parts){.reg = d->reg,
+                                       .sampler = d->sampler,
+                                       .follower = d->follower,
+                                       .writer = &d->writer,
+                                       .meter = &d->meter},
+                   &d->api);
 }
 
 static void stop(struct daemon *d)
@@ -338,9 +334,10 @@ static void stop(struct daemon *d)
     if (d->base)
         event_base_free(d->base);
     meter_stop(&d->meter);
-    sampler_stop(d->sampler); /* targets stay "live" in the store: a restart resumes them */
+    follower_free(d->follower);
+    sampler_free(d->sampler); /* targets stay "live" in the store: a restart resumes them */
     writer_stop(&d->writer);  /* after the sampler: its last samples are flushed */
-    sampler_free(d->sampler); /* after the writer, which tells it of samples it could not write */
+    targets_free(d->reg);     /* after the writer, which tells it of samples it could not write */
     outbox_free(d->ob);
     store_free(d->store);
 }

@@ -1,6 +1,6 @@
 /* dump.c - see dump.h. */
 #define _GNU_SOURCE
-#include "dump.h"
+#include "common/dump.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "procfs.h"
+#include "common/procfs.h"
 #include "pyframes_native.h"
 
 #define THREADS_CAP 4096 /* libpyframes' THREAD_SPANS_MAX */

@@ -1,6 +1,6 @@
 /* procfs.c - see procfs.h. */
 #define _GNU_SOURCE
-#include "procfs.h"
+#include "common/procfs.h"
 
 #include <errno.h>
 #include <fcntl.h>

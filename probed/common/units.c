@@ -1,5 +1,5 @@
 /* units.c - see units.h. */
-#include "units.h"
+#include "common/units.h"
 
 #include <stdlib.h>
 #include <string.h>

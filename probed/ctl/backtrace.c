@@ -1,6 +1,6 @@
 /* backtrace.c - `probectl backtrace`; see backtrace.h. */
 #define _GNU_SOURCE
-#include "backtrace.h"
+#include "ctl/backtrace.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,8 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "client.h"
-#include "dump.h"
+#include "ctl/client.h"
+#include "common/dump.h"
 
 struct bt_opts {
     pid_t pid;

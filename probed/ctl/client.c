@@ -1,6 +1,6 @@
 /* client.c - see client.h. */
 #define _GNU_SOURCE
-#include "client.h"
+#include "ctl/client.h"
 
 #include <curl/curl.h>
 #include <errno.h>

@@ -1,6 +1,6 @@
 /* commands.c - see commands.h. */
 #define _GNU_SOURCE
-#include "commands.h"
+#include "ctl/commands.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "client.h"
+#include "ctl/client.h"
 
 /* Options every command takes. */
 #define COMMON_LONGOPTS                                                                            \

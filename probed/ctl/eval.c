@@ -7,7 +7,7 @@
  * process, not Python, no permission, the stub could not be loaded).
  */
 #define _GNU_SOURCE
-#include "eval.h"
+#include "ctl/eval.h"
 
 #include <editline/readline.h>
 #include <errno.h>
@@ -25,7 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client.h"
+#include "ctl/client.h"
 
 enum { EXIT_RAISED = 1, EXIT_USAGE = 2, EXIT_TIMEOUT = 3, EXIT_FAILED = 4 };
 

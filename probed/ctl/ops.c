@@ -1,6 +1,6 @@
 /* ops.c - see ops.h. */
 #define _GNU_SOURCE
-#include "ops.h"
+#include "ctl/ops.h"
 
 #include <getopt.h>
 #include <jansson.h>
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client.h"
+#include "ctl/client.h"
 
 #define COMMON_LONGOPTS                                                                            \
     {"socket", required_argument, NULL, 'S'},                                                      \

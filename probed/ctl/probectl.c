@@ -6,11 +6,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backtrace.h"
-#include "commands.h"
-#include "eval.h"
-#include "ops.h"
-#include "torch.h"
+#include "ctl/backtrace.h"
+#include "ctl/commands.h"
+#include "ctl/eval.h"
+#include "ctl/ops.h"
+#include "ctl/torch.h"
 
 struct command {
     const char *name;

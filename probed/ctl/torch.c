@@ -1,6 +1,6 @@
 /* torch.c - see torch.h. */
 #define _GNU_SOURCE
-#include "torch.h"
+#include "ctl/torch.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "client.h"
+#include "ctl/client.h"
 
 #define TREND_BUCKETS 10
 

@@ -1,6 +1,6 @@
 /*
  * nativesample - continuous native stack sampling of a process, without stopping it: perf
- * events copy each sampled thread's registers and top of stack (probed/perfstack.c), libdw
+ * events copy each sampled thread's registers and top of stack (probed/native/perfstack.c), libdw
  * unwinds the copy (pyf_native__unwind_copy) and names the frames, through a cache of
  * names by address. Used by test_native.py and bench/native.py.
  *
@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "perfstack.h"
+#include "native/perfstack.h"
 #include "pyframes_native.h"
 
 #define CACHE_SLOTS 4096
@@ -158,7 +158,7 @@ int main(int argc, char **argv)
     struct run *r = calloc(1, sizeof(*r));
     struct perfstack *ps = NULL;
     struct pyf_err e;
-    char err[512];
+    struct errbuf err;
     uint64_t lost = 0, start, end, warm_cpu = 0, warm_samples = 0, until = 0;
     pid_t pid;
 
@@ -177,8 +177,8 @@ int main(int argc, char **argv)
     pyf_native__prepare(r->nat);
     /* 256 KiB rings: room for a first unwind that is slow (ASan, a busy machine) */
     if (perfstack_open(pid, argc > 3 ? (uint32_t)atoi(argv[3]) : 100,
-                       argc > 4 ? (uint32_t)atoi(argv[4]) : 16384, 64, &ps, err, sizeof(err)) < 0) {
-        fprintf(stderr, "nativesample: %s\n", err);
+                       argc > 4 ? (uint32_t)atoi(argv[4]) : 16384, 64, &ps, &err) < 0) {
+        fprintf(stderr, "nativesample: %s\n", err.msg);
         return 1;
     }
     start = now_ns();
@@ -190,7 +190,7 @@ int main(int argc, char **argv)
             warm_samples = r->samples;
         }
         drain(r, ps, &lost);
-        if (perfstack__refresh(ps, err, sizeof(err)) < 0)
+        if (perfstack__refresh(ps, &err) < 0)
             break; /* the process is gone */
     }
     drain(r, ps, &lost);

@@ -19,7 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "inject.h"
+#include "intarget/inject.h"
 
 static int copy(const char *from, const char *to)
 {
@@ -45,8 +45,8 @@ static int killed_while_injecting(pid_t pid, const char *in_target, int kill_us)
     pid_t child = fork();
 
     if (child == 0) {
-        char err[512];
-        _exit(inject_library(pid, in_target, err, sizeof(err)) < 0 ? 1 : 0);
+        struct errbuf err;
+        _exit(inject_library(pid, in_target, &err) < 0 ? 1 : 0);
     }
     if (child < 0)
         return 0;
@@ -58,7 +58,8 @@ static int killed_while_injecting(pid_t pid, const char *in_target, int kill_us)
 
 int main(int argc, char **argv)
 {
-    char err[512] = "", path[4096], in_target[4096];
+    char path[4096], in_target[4096];
+    struct errbuf err = {""};
     int ok = 0, failed = 0, n, kill_us;
     pid_t pid;
 
@@ -76,17 +77,17 @@ int main(int argc, char **argv)
             failed++;
         else if (kill_us > 0)
             ok += killed_while_injecting(pid, in_target, kill_us);
-        else if (inject_library(pid, in_target, err, sizeof(err)) < 0)
+        else if (inject_library(pid, in_target, &err) < 0)
             failed++;
         else
             ok++;
         unlink(path);
         if (kill(pid, 0) < 0) {
-            snprintf(err, sizeof(err), "the target is gone after load %d", i);
+            errbuf_set(&err, 0, "the target is gone after load %d", i);
             failed++;
             break;
         }
     }
-    printf("{\"ok\": %d, \"failed\": %d, \"last_error\": \"%s\"}\n", ok, failed, err);
+    printf("{\"ok\": %d, \"failed\": %d, \"last_error\": \"%s\"}\n", ok, failed, err.msg);
     return failed ? 1 : 0;
 }

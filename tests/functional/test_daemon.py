@@ -248,6 +248,50 @@ def test_flamegraph_svg_and_folded(daemon):
         t.close()
 
 
+def test_flamegraph_names_holding_separators_stay_whole(daemon):
+    """A script under a directory named 'a;b (c:1)': every flame graph format keeps each frame
+    whole. The renderers used to re-split folded text, and this one path became bogus frames
+    ('...a', 'b (c:1)/busy.py:N)') in speedscope and pprof (SQL on the same data was right)."""
+    import shutil
+    odd = os.path.join(daemon.dir, 'a;b (c:1)')
+    os.mkdir(odd)
+    script = os.path.join(odd, 'busy.py')
+    shutil.copy(os.path.join(TARGETS, 'busy.py'), script)
+    t = Target('/usr/bin/python3', script)
+    try:
+        daemon.ctl('attach', t.pid, '--rate', '200', check=True)
+        wait_for(lambda: main_thread_samples(daemon, t.pid) > 100, what='samples')
+        chain = ['<module>', 'main', 'outer_loop', 'middle', 'spin_inner']
+        folded = daemon.ctl('flamegraph', t.pid, '--format', 'folded', check=True).stdout
+        hot = max(folded.splitlines(), key=lambda l: int(l.rsplit(' ', 1)[1]))
+        frames = hot.rsplit(' ', 1)[0].split(';')
+        assert [f.split(' (')[0] for f in frames] == chain, hot
+        shown = script.replace(';', '\uff1b')  # the folded format's separator, written as U+FF1B
+        assert all(f.endswith(')') and ' (%s:' % shown in f for f in frames), hot
+        sc = json.loads(daemon.ctl('flamegraph', t.pid, '--format', 'speedscope',
+                                   check=True).stdout)
+        prof = sc['profiles'][0]
+        frames = sc['shared']['frames']
+        hottest = prof['samples'][prof['weights'].index(max(prof['weights']))]
+        assert [frames[i]['name'] for i in hottest] == chain
+        assert all(frames[i]['file'] == script and frames[i]['line'] > 0 for i in hottest)
+        assert {f['file'] for f in frames} == {script}, frames
+        pb = os.path.join(daemon.dir, 'p.pb.gz')
+        daemon.ctl('flamegraph', t.pid, '--format', 'pprof', '-o', pb, check=True)
+        r = subprocess.run(['go', 'tool', 'pprof', '-raw', pb], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, universal_newlines=True, timeout=120,
+                           env=dict(os.environ, HOME=daemon.dir))
+        assert r.returncode == 0, r.stdout
+        text = r.stdout.split('Locations', 1)[1].split('Mappings', 1)[0]
+        locations = [l for l in text.splitlines() if l.strip()]
+        # "N: 0x0 M=1 middle /path/a;b (c:1)/busy.py:22 s=0": one location per frame, whole
+        assert len(locations) >= len(chain), r.stdout
+        assert all(' %s:' % script in l for l in locations), r.stdout
+        assert {l.split()[3] for l in locations} >= set(chain[1:]), r.stdout
+    finally:
+        t.close()
+
+
 def test_target_exit_and_duration(daemon):
     t = busy('/usr/bin/python3')
     t2 = busy('/usr/bin/python3')

@@ -3,16 +3,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hashid.h"
-#include "outbox.h"
-#include "sampler.h"
+#include "sample/hashid.h"
+#include "sample/outbox.h"
+#include "sample/targets.h"
 #include "unit.h"
-#include "units.h"
+#include "common/units.h"
 
 int test_units(void);
 int test_outbox_fills_drops_and_swaps(void);
 int test_hashid_stable(void);
-int test_sampler_makes_room(void);
+int test_targets_make_room(void);
 
 int test_units(void)
 {
@@ -94,39 +94,44 @@ static struct target *ended_target(pid_t pid)
     if (t) {
         t->pid = pid;
         t->state = TARGET_EXITED;
-        t->resumed = true; /* no attach row to record */
     }
     return t;
 }
 
+/* Lists @t as resumed (its id given: no attach row to record). */
+static int add(struct targets *reg, struct target *t)
+{
+    return targets__add(reg, t, &(struct attach_opts){.resume_id = t->pid}, NULL);
+}
+
 /* Ended targets stay listed, but never keep a new attach out: the oldest makes room. */
-int test_sampler_makes_room(void)
+int test_targets_make_room(void)
 {
     struct outbox *ob;
-    struct sampler *s;
+    struct targets *reg;
 
     CHECK(outbox_new(16, &ob) == 0);
-    CHECK(sampler_new(ob, &s) == 0);
-    for (pid_t pid = 1; pid <= SAMPLER_TARGETS_MAX; pid++)
-        CHECK(sampler__add(s, ended_target(pid)) == 0);
-    CHECK(s->n_targets == SAMPLER_TARGETS_MAX);
-    CHECK(sampler__add(s, ended_target(5000)) == 0); /* pid 1, the oldest, made room */
-    CHECK(s->n_targets == SAMPLER_TARGETS_MAX && s->targets[0]->pid == 2);
-    CHECK(s->targets[SAMPLER_TARGETS_MAX - 1]->pid == 5000);
-    CHECK(sampler__add(s, ended_target(700)) == 0); /* the old pid 700 is replaced */
-    CHECK(s->n_targets == SAMPLER_TARGETS_MAX && s->targets[SAMPLER_TARGETS_MAX - 1]->pid == 700);
-    for (size_t i = 0; i + 1 < s->n_targets; i++)
-        CHECK(s->targets[i]->pid != 700);
-    for (size_t i = 0; i < s->n_targets; i++) /* all sampling: a new one is refused */
-        s->targets[i]->state = TARGET_SAMPLING;
+    CHECK(targets_new(ob, 1, &reg) == 0);
+    for (pid_t pid = 1; pid <= TARGETS_MAX; pid++)
+        CHECK(add(reg, ended_target(pid)) == 0);
+    CHECK(reg->n == TARGETS_MAX);
+    CHECK(add(reg, ended_target(5000)) == 0); /* pid 1, the oldest, made room */
+    CHECK(reg->n == TARGETS_MAX && reg->list[0]->pid == 2);
+    CHECK(reg->list[TARGETS_MAX - 1]->pid == 5000);
+    CHECK(add(reg, ended_target(700)) == 0); /* the old pid 700 is replaced */
+    CHECK(reg->n == TARGETS_MAX && reg->list[TARGETS_MAX - 1]->pid == 700);
+    for (size_t i = 0; i + 1 < reg->n; i++)
+        CHECK(reg->list[i]->pid != 700);
+    for (size_t i = 0; i < reg->n; i++) /* all sampling: a new one is refused */
+        reg->list[i]->state = TARGET_SAMPLING;
     {
         struct target *t = ended_target(9999);
-        CHECK(sampler__add(s, t) == -ENOSPC);
+        CHECK(add(reg, t) == -ENOSPC);
         free(t);
     }
-    for (size_t i = 0; i < s->n_targets; i++)
-        s->targets[i]->state = TARGET_EXITED;
-    sampler_free(s);
+    for (size_t i = 0; i < reg->n; i++)
+        reg->list[i]->state = TARGET_EXITED;
+    targets_free(reg);
     outbox_free(ob);
     return 0;
 }

@@ -1,7 +1,7 @@
 /* Unit tests: sqlmem.c, SQLite's memory counted per query. */
 #include <sqlite3.h>
 
-#include "sqlmem.h"
+#include "query/sqlmem.h"
 #include "unit.h"
 
 int test_sqlmem_budgets(void);

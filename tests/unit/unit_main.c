@@ -21,7 +21,7 @@
     X(test_units)                                                                                  \
     X(test_outbox_fills_drops_and_swaps)                                                           \
     X(test_hashid_stable)                                                                          \
-    X(test_sampler_makes_room)                                                                     \
+    X(test_targets_make_room)                                                                      \
     X(test_config_checks_values)                                                                   \
     X(test_config_file_and_reload)                                                                 \
     X(test_mixed_order)                                                                            \

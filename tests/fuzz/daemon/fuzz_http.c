@@ -26,15 +26,17 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "api.h"
+#include "api/api.h"
 #include "config.h"
-#include "meter.h"
-#include "outbox.h"
-#include "query.h"
-#include "sampler.h"
-#include "sqlmem.h"
-#include "store.h"
-#include "writer.h"
+#include "query/query.h"
+#include "query/sqlmem.h"
+#include "sample/follow.h"
+#include "sample/meter.h"
+#include "sample/outbox.h"
+#include "sample/sampler.h"
+#include "sample/targets.h"
+#include "store/store.h"
+#include "store/writer.h"
 
 #define NOBODY_UID 4242424
 #define REPLY_WAIT_MS 5000
@@ -46,7 +48,9 @@ static struct {
     struct config cfg;
     struct store *store;
     struct outbox *ob;
+    struct targets *reg;
     struct sampler *sampler;
+    struct follower *follower;
     struct writer writer;
     struct meter meter;
     struct api *api;
@@ -54,8 +58,8 @@ static struct {
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-    char dir[] = "/tmp/probed-fuzz-http-XXXXXX", db[160], err[256];
-    struct store_err serr;
+    char dir[] = "/tmp/probed-fuzz-http-XXXXXX", db[160];
+    struct errbuf err;
     struct api_config acfg;
 
     (void)argc, (void)argv;
@@ -66,16 +70,14 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     snprintf(db, sizeof(db), "%s/probed.db", dir);
     snprintf(socket_path, sizeof(socket_path), "%s/probed.sock", dir);
     config_init(&d.cfg);
-    if (config_set(&d.cfg, CFG_METRICS_ADDRESS, "off", false, true, err, sizeof(err)) < 0 ||
-        store_open(db, &d.store, &serr) < 0 || outbox_new(4096, &d.ob) < 0 ||
-        sampler_new(d.ob, &d.sampler) < 0)
+    if (config_set(&d.cfg, CFG_METRICS_ADDRESS, "off", false, true, &err) < 0 ||
+        store_open(db, &d.store, &err) < 0 || outbox_new(4096, &d.ob) < 0 ||
+        targets_new(d.ob, 1, &d.reg) < 0 || sampler_new(d.reg, d.ob, &d.sampler) < 0 ||
+        follower_new(d.reg, &d.follower) < 0)
         abort();
-    d.writer = (struct writer){.flush_ns = 1000000000LL,
-                               .config = &d.cfg,
-                               .store = d.store,
-                               .ob = d.ob,
-                               .sampler = d.sampler};
-    d.meter = (struct meter){.sampler = d.sampler, .ob = d.ob, .cfg = &d.cfg};
+    d.writer = (struct writer){
+        .flush_ns = 1000000000LL, .config = &d.cfg, .store = d.store, .ob = d.ob, .reg = d.reg};
+    d.meter = (struct meter){.reg = d.reg, .ob = d.ob, .cfg = &d.cfg};
     base = event_base_new();
     acfg = (struct api_config){.socket_path = socket_path,
                                .db_path = db,
@@ -84,8 +86,14 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
                                .max_rate_hz = 10000,
                                .config = &d.cfg};
     if (!base || sampler_start(d.sampler) < 0 || writer_start(&d.writer) < 0 ||
-        meter_start(&d.meter) < 0 ||
-        api_new(base, &acfg, -1, d.sampler, &d.writer, &d.meter, 1, &d.api) < 0)
+        meter_start(&d.meter) < 0 || follower_start(d.follower) < 0 ||
+        api_new(base, &acfg, -1,
+                &(struct api_parts){.reg = d.reg,
+                                    .sampler = d.sampler,
+                                    .follower = d.follower,
+                                    .writer = &d.writer,
+                                    .meter = &d.meter},
+                &d.api) < 0)
         abort();
     chmod(socket_path, 0666); /* the group rule is packaging's; SO_PEERCRED decides here */
     return 0;

@@ -23,18 +23,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "outbox.h"
-#include "query.h"
-#include "sampler.h"
-#include "sqlmem.h"
-#include "store.h"
+#include "query/query.h"
+#include "query/sqlmem.h"
+#include "store/store.h"
 
 /* Same length, so that no length or offset differs between the two databases. */
 #define SECRET_A "secret_of_uid_2000_alpha"
 #define SECRET_B "hidden_by_uid_2000_omega"
 
 static char db_path[2][256];
-static struct sampler *sampler;
 static sqlite3 *watch[2];
 static int64_t version[2];
 
@@ -74,7 +71,7 @@ static void make_db(int which, const char *secret)
 {
     char dir[] = "/tmp/probed-fuzz-sql-XXXXXX";
     struct store *st = NULL;
-    struct store_err err;
+    struct errbuf err;
     sqlite3 *db = NULL;
     char *sql;
 
@@ -100,8 +97,6 @@ static void make_db(int which, const char *secret)
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-    struct outbox *ob = NULL;
-
     (void)argc, (void)argv;
     if (sqlmem_install(QUERY_ALL_MEMORY_BYTES) < 0)
         abort();
@@ -111,8 +106,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     sqlite3_test_control(SQLITE_TESTCTRL_PRNG_SAVE);
     make_db(0, SECRET_A);
     make_db(1, SECRET_B);
-    if (outbox_new(1024, &ob) < 0 || sampler_new(ob, &sampler) < 0)
-        abort();
     return 0;
 }
 
@@ -120,15 +113,16 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 static char *answer(int which, const struct query_scope *scope, const char *sql)
 {
     static const struct query_limits lim = {.time_ms = 200, .max_rows = 100};
-    struct query_err err;
+    struct errbuf err;
     json_t *out = NULL;
     char *text = NULL;
+    int r;
 
     sqlite3_test_control(SQLITE_TESTCTRL_PRNG_RESTORE);
-    if (query_run(db_path[which], sampler, scope, &lim, sql, &out, &err) == 0) {
+    if ((r = query_run(db_path[which], scope, &lim, sql, &out, &err)) == 0) {
         text = json_dumps(out, 0);
         json_decref(out);
-    } else if (asprintf(&text, "error %d: %s", err.http_status, err.msg) < 0) {
+    } else if (asprintf(&text, "error %d: %s", r, err.msg) < 0) {
         text = NULL;
     }
     if (!text)

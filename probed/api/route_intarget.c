@@ -1,0 +1,456 @@
+/*
+ * route_intarget.c - /v1/eval, /v1/allocations and /v1/torch: jobs on the parallel lane that
+ * talk to the stub injected into a target (intarget/), and the timer that takes allocation
+ * snapshots and drains the torch trace of the targets that have them on.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/server.h"
+#include "clock.h"
+#include "intarget/allocs.h"
+#include "intarget/eval.h"
+#include "intarget/torchtrace.h"
+#include "log.h"
+
+#define EVAL_TIMEOUT_MS 10000 /* default wait for an eval's reply */
+#define EVAL_TIMEOUT_MAX_MS 600000
+#define TORCH_DRAIN_NS 1000000000LL /* the torch trace's buffers are drained once a second */
+
+struct stub_job {
+    struct job j;
+    enum tracked_kind tracked; /* allocations and torch: the kind of tracking */
+    struct eval_request eval;  /* eval.code and eval.mode are owned */
+    struct allocs_request allocs;
+    struct torch_request torch; /* torch.exprs is owned */
+    struct torch_drained drained;
+};
+
+static void free_stub_job(struct job *j)
+{
+    struct stub_job *sj = (struct stub_job *)j;
+
+    free((char *)sj->eval.code);
+    free((char *)sj->eval.mode);
+    free((char *)sj->torch.exprs);
+}
+
+/* A job's reply from what its call returned: 200 and the body it made, or the status of
+ * error @r with its message. */
+static void job_result(struct job *j, int r, const struct errbuf *err)
+{
+    if (r < 0) {
+        j->status = http_status(r, NULL);
+        j->body = error_body(j->status, err->msg);
+    } else {
+        j->status = 200;
+    }
+}
+
+/* ---- eval ---- */
+
+static void run_eval(struct job *j)
+{
+    struct stub_job *sj = (struct stub_job *)j;
+    struct errbuf err;
+
+    job_result(j, eval_run(job_api(j)->stubs, job_api(j)->cfg.db_path, &sj->eval, &j->body, &err),
+               &err);
+}
+
+/* Reads the optional fields of an eval request into @rq; false when one is malformed. */
+static bool eval_fields(json_t *body, struct eval_request *rq, const char **ret_kind)
+{
+    json_t *jmain = json_object_get(body, "main_thread"), *jsid = json_object_get(body, "session");
+    json_t *jto = json_object_get(body, "timeout_s"), *jkind = json_object_get(body, "kind");
+    double to = jto ? json_number_value(jto) : EVAL_TIMEOUT_MS / 1000.0;
+
+    *ret_kind = jkind ? json_string_value(jkind) : "run";
+    if ((jmain && !json_is_boolean(jmain)) || (jsid && !json_is_integer(jsid)) ||
+        (jto && !json_is_number(jto)) || !*ret_kind || to <= 0 || to * 1000 > EVAL_TIMEOUT_MAX_MS ||
+        json_integer_value(jsid) < 0 || json_integer_value(jsid) > UINT32_MAX)
+        return false;
+    rq->main_thread = json_is_true(jmain);
+    rq->session = (uint32_t)json_integer_value(jsid);
+    rq->timeout_ms = (int64_t)(to * 1000);
+    if (strcmp(*ret_kind, "run") == 0)
+        rq->kind = STUB_RUN;
+    else if (strcmp(*ret_kind, "complete") == 0)
+        rq->kind = STUB_IS_COMPLETE;
+    else if (strcmp(*ret_kind, "interrupt") == 0)
+        rq->kind = STUB_INTERRUPT;
+    else
+        return false;
+    return true;
+}
+
+/* POST /v1/eval {"pid", "code", "main_thread", "timeout_s", "session", "kind", "mode"} */
+struct job *eval_post(struct api *a, const struct request *rq)
+{
+    json_t *jpid = json_object_get(rq->body, "pid"), *jcode = json_object_get(rq->body, "code");
+    json_t *jmode = json_object_get(rq->body, "mode");
+    const char *mode = json_is_string(jmode) ? json_string_value(jmode) : "eval", *kind;
+    struct eval_request erq = {0};
+    struct stub_job *sj;
+
+    if (!json_is_integer(jpid) || json_integer_value(jpid) <= 0 ||
+        json_integer_value(jpid) > 0x7fffffff || !json_is_string(jcode) ||
+        !eval_fields(rq->body, &erq, &kind)) {
+        reply_error(rq->req, 400,
+                    "expected {\"pid\": int, \"code\": \"...\", optional "
+                    "\"main_thread\": bool, \"timeout_s\": 0 < s <= %d, "
+                    "\"session\": int, \"kind\": \"run\"|\"complete\"|\"interrupt\"}",
+                    EVAL_TIMEOUT_MAX_MS / 1000);
+        return NULL;
+    }
+    sj = job_alloc(a, rq, sizeof(*sj), JOB_PARALLEL, run_eval, free_stub_job);
+    if (!sj)
+        return NULL;
+    sj->eval = erq;
+    sj->eval.pid = (pid_t)json_integer_value(jpid);
+    sj->eval.uid = rq->peer->uid;
+    sj->eval.code = strdup(json_string_value(jcode));
+    sj->eval.mode = strdup(strcmp(kind, "run") == 0 ? mode : kind);
+    if (!sj->eval.code || !sj->eval.mode) {
+        reply_error(rq->req, 500, "out of memory");
+        free_stub_job(&sj->j);
+        free(sj);
+        return NULL;
+    }
+    return &sj->j;
+}
+
+/* ---- allocation tracking and the torch trace ---- */
+
+static struct tracked *tracked_of(struct api *a, pid_t pid, enum tracked_kind kind)
+{
+    for (size_t i = 0; i < a->n_tracked; i++)
+        if (a->tracked[i].pid == pid && a->tracked[i].kind == kind)
+            return &a->tracked[i];
+    return NULL;
+}
+
+static void untrack(struct api *a, struct tracked *t)
+{
+    *t = a->tracked[--a->n_tracked];
+}
+
+static void run_allocs(struct job *j)
+{
+    struct stub_job *sj = (struct stub_job *)j;
+    struct errbuf err;
+
+    job_result(j,
+               allocs_run(job_api(j)->stubs, job_api(j)->cfg.db_path, &sj->allocs, &j->body, &err),
+               &err);
+}
+
+static void run_torch(struct job *j)
+{
+    struct stub_job *sj = (struct stub_job *)j;
+    struct errbuf err;
+
+    job_result(j,
+               torch_run(job_api(j)->stubs, job_api(j)->cfg.db_path, &sj->torch, &sj->drained,
+                         &j->body, &err),
+               &err);
+}
+
+/* Loop thread: what an allocation job means for the list of tracked processes. */
+static void allocs_done(struct job *j)
+{
+    struct stub_job *sj = (struct stub_job *)j;
+    struct api *a = job_api(j);
+    struct tracked *t = tracked_of(a, sj->allocs.pid, TRACK_ALLOCS);
+    int64_t every = config_num(a->cfg.config, CFG_ALLOCATION_INTERVAL);
+
+    if (t)
+        t->busy = false;
+    if (j->status == 200 && sj->allocs.action == ALLOCS_ON && !t && a->n_tracked < TRACKED_MAX) {
+        t = &a->tracked[a->n_tracked++];
+        *t = (struct tracked){
+            .kind = TRACK_ALLOCS, .pid = sj->allocs.pid, .target_id = sj->allocs.target_id};
+    }
+    if (t && j->status == 200)
+        t->next_ns = mono_ns() + (every ? every : INT64_MAX / 2);
+    /* off, or the process gone or no longer tracing: stop taking snapshots */
+    if (t && (sj->allocs.action == ALLOCS_OFF || (j->status != 200 && j->status != 503))) {
+        if (j->status != 200 && !j->req)
+            log_msg(LOG_WARN, "pid %d: allocation snapshots stop: %s", (int)t->pid,
+                    json_string_value(json_object_get(j->body, "error")));
+        untrack(a, t);
+    }
+}
+
+/* Loop thread: what a torch trace job means for the list of traced processes. */
+static void torch_done(struct job *j)
+{
+    struct stub_job *sj = (struct stub_job *)j;
+    struct api *a = job_api(j);
+    struct tracked *t = tracked_of(a, sj->torch.pid, TRACK_TORCH);
+    bool tracing = json_is_true(json_object_get(j->body, "tracing"));
+    const struct torch_drained *d = &sj->drained;
+    struct torch_totals add = {.steps = d->steps,
+                               .step_seconds = d->step_seconds,
+                               .has_memory = d->has_memory,
+                               .has_reserved = d->has_reserved,
+                               .allocated_mb = d->allocated_mb,
+                               .reserved_mb = d->reserved_mb};
+
+    if (t)
+        t->busy = false;
+    targets__add_torch(a->parts.reg, sj->torch.target_id, j->status == 200 ? &add : NULL,
+                       (uint64_t)json_integer_value(json_object_get(j->body, "dropped")),
+                       j->status == 200 && tracing);
+    if (j->status == 200 && tracing && !t && a->n_tracked < TRACKED_MAX) {
+        t = &a->tracked[a->n_tracked++];
+        *t = (struct tracked){
+            .kind = TRACK_TORCH, .pid = sj->torch.pid, .target_id = sj->torch.target_id};
+    }
+    if (t && j->status == 200)
+        t->next_ns = mono_ns() + TORCH_DRAIN_NS;
+    /* off, or the process gone or no longer tracing: stop draining */
+    if (t && (!tracing || (j->status != 200 && j->status != 503))) {
+        if (j->status != 200 && !j->req)
+            log_msg(LOG_WARN, "pid %d: torch trace drains stop: %s", (int)t->pid,
+                    json_string_value(json_object_get(j->body, "error")));
+        untrack(a, t);
+    }
+}
+
+/* A job that never ran: a snapshot of a tracked process may be taken again. */
+static void stub_job_dropped(struct job *j)
+{
+    struct stub_job *sj = (struct stub_job *)j;
+    struct tracked *t = tracked_of(
+        job_api(j), sj->tracked == TRACK_ALLOCS ? sj->allocs.pid : sj->torch.pid, sj->tracked);
+
+    if (t)
+        t->busy = false;
+}
+
+/* A job for allocation tracking or the torch trace, of @kind. */
+static struct stub_job *tracking_job(struct api *a, const struct request *rq,
+                                     enum tracked_kind kind)
+{
+    struct stub_job *sj = job_alloc(a, rq, sizeof(*sj), JOB_PARALLEL,
+                                    kind == TRACK_ALLOCS ? run_allocs : run_torch, free_stub_job);
+
+    if (!sj)
+        return NULL;
+    sj->tracked = kind;
+    sj->j.done = kind == TRACK_ALLOCS ? allocs_done : torch_done;
+    sj->j.dropped = stub_job_dropped;
+    return sj;
+}
+
+/* A body's "pid" when it is one, else 0. */
+static pid_t pid_of(json_t *jpid)
+{
+    json_int_t v = json_integer_value(jpid);
+
+    return json_is_integer(jpid) && v > 0 && v <= 0x7fffffff ? (pid_t)v : 0;
+}
+
+/* The index of a body's "action" in @actions, or -1. */
+static int action_of(json_t *jaction, const char *const *actions, int n)
+{
+    const char *action = json_string_value(jaction);
+
+    for (int i = 0; action && i < n; i++)
+        if (strcmp(action, actions[i]) == 0)
+            return i;
+    return -1;
+}
+
+/* The id of @pid's attach while it is sampled, else 0. */
+static int64_t sampling_id(struct api *a, pid_t pid)
+{
+    struct target_key k;
+
+    return targets__find(a->parts.reg, pid, true, &k) == 0 ? k.id : 0;
+}
+
+/* POST /v1/allocations {"pid", "action": "on"|"snapshot"|"off", "top": 1..1000} */
+struct job *allocs_post(struct api *a, const struct request *rq)
+{
+    static const char *const actions[] = {"on", "snapshot", "off"};
+    json_t *jtop = json_object_get(rq->body, "top");
+    int k = action_of(json_object_get(rq->body, "action"), actions, 3);
+    int top = !jtop ? 20 : json_is_integer(jtop) ? (int)json_integer_value(jtop) : -1;
+    pid_t pid = pid_of(json_object_get(rq->body, "pid"));
+    struct tracked *t = tracked_of(a, pid, TRACK_ALLOCS);
+    struct stub_job *sj;
+    int64_t target_id;
+
+    if (!pid || k < 0 || top < 1 || top > 1000) {
+        reply_error(rq->req, 400,
+                    "expected {\"pid\": int, \"action\": \"on\"|\"snapshot\"|\"off\","
+                    " optional \"top\": 1..1000}");
+        return NULL;
+    }
+    target_id = sampling_id(a, pid);
+    if (!target_id) {
+        reply_error(rq->req, 404,
+                    "pid %d is not attached: allocations are recorded with its attach"
+                    " (probectl attach %d)",
+                    (int)pid, (int)pid);
+        return NULL;
+    }
+    if (t && t->busy) {
+        reply_error(rq->req, 409, "pid %d: a snapshot is being taken; try again", (int)pid);
+        return NULL;
+    }
+    if (k == ALLOCS_ON && !t && a->n_tracked == TRACKED_MAX) {
+        reply_error(rq->req, 503, "allocation tracking is on in %d processes already", TRACKED_MAX);
+        return NULL;
+    }
+    sj = tracking_job(a, rq, TRACK_ALLOCS);
+    if (!sj)
+        return NULL;
+    sj->allocs = (struct allocs_request){
+        .pid = pid, .uid = rq->peer->uid, .target_id = target_id, .action = k, .top = top};
+    if (t)
+        t->busy = true;
+    return &sj->j;
+}
+
+/* POST /v1/torch {"pid", "action": "on"|"drain"|"off", "every": 1.., "exprs": "n@f,..."} */
+struct job *torch_post(struct api *a, const struct request *rq)
+{
+    static const char *const actions[] = {"on", "drain", "off"};
+    json_t *jevery = json_object_get(rq->body, "every"),
+           *jexprs = json_object_get(rq->body, "exprs");
+    int k = action_of(json_object_get(rq->body, "action"), actions, 3);
+    int64_t every = !jevery ? 1 : json_is_integer(jevery) ? json_integer_value(jevery) : -1;
+    pid_t pid = pid_of(json_object_get(rq->body, "pid"));
+    struct tracked *t = tracked_of(a, pid, TRACK_TORCH);
+    struct errbuf why;
+    struct stub_job *sj;
+    int64_t target_id;
+
+    if (!pid || k < 0 || every < 1 || every > 1000000 || (jexprs && !json_is_string(jexprs))) {
+        reply_error(rq->req, 400,
+                    "expected {\"pid\": int, \"action\": \"on\"|\"drain\"|\"off\","
+                    " optional \"every\": 1..1000000, \"exprs\": \"name@function,...\"}");
+        return NULL;
+    }
+    if (torch_parse_exprs(jexprs ? json_string_value(jexprs) : "", &why) < 0) {
+        reply_error(rq->req, 400, "%s", why.msg);
+        return NULL;
+    }
+    target_id = sampling_id(a, pid);
+    if (!target_id) {
+        reply_error(rq->req, 404,
+                    "pid %d is not attached: the torch trace is recorded with its attach"
+                    " (probectl attach %d)",
+                    (int)pid, (int)pid);
+        return NULL;
+    }
+    if (t && t->busy) {
+        reply_error(rq->req, 409, "pid %d: the torch trace is being drained; try again", (int)pid);
+        return NULL;
+    }
+    if (k == TORCH_ON && !t && a->n_tracked == TRACKED_MAX) {
+        reply_error(rq->req, 503, "tracking is on in %d processes already", TRACKED_MAX);
+        return NULL;
+    }
+    sj = tracking_job(a, rq, TRACK_TORCH);
+    if (!sj)
+        return NULL;
+    sj->torch = (struct torch_request){.pid = pid,
+                                       .uid = rq->peer->uid,
+                                       .target_id = target_id,
+                                       .action = k,
+                                       .every = (int)every,
+                                       .exprs = strdup(jexprs ? json_string_value(jexprs) : "")};
+    if (!sj->torch.exprs) {
+        reply_error(rq->req, 500, "out of memory");
+        free(sj);
+        return NULL;
+    }
+    if (t)
+        t->busy = true;
+    return &sj->j;
+}
+
+/* At start: targets resumed with allocation tracking or the torch trace on go on. */
+void tracked_resume(struct api *a)
+{
+    struct target_info *infos = calloc(TARGETS_MAX, sizeof(*infos));
+    size_t n =
+        infos ? targets__copy(a->parts.reg,
+                              &(struct targets_filter){.all_users = true, .sampling_only = true},
+                              infos, TARGETS_MAX)
+              : 0;
+
+    for (size_t i = 0; i < n && i < TARGETS_MAX; i++) {
+        const struct target_info *t = &infos[i];
+
+        if (t->allocation_tracking && a->n_tracked < TRACKED_MAX) {
+            a->tracked[a->n_tracked++] = (struct tracked){.kind = TRACK_ALLOCS,
+                                                          .pid = t->pid,
+                                                          .target_id = t->id,
+                                                          .next_ns = mono_ns() + 1000000000LL};
+            log_msg(LOG_INFO, "pid %d: allocation tracking resumed", (int)t->pid);
+        }
+        if (t->torch_tracing && a->n_tracked < TRACKED_MAX) {
+            a->tracked[a->n_tracked++] = (struct tracked){
+                .kind = TRACK_TORCH, .pid = t->pid, .target_id = t->id, .next_ns = mono_ns()};
+            log_msg(LOG_INFO, "pid %d: torch trace drains resumed", (int)t->pid);
+        }
+    }
+    free(infos);
+}
+
+/* A job the daemon runs on its own for @t: a snapshot or a drain when due, or turning
+ * tracking off when the process is no longer sampled; NULL when none is due. */
+static struct stub_job *due_job(struct api *a, const struct tracked *t, int64_t now)
+{
+    /* detached or exited: off in the process (if it still runs), then forget it */
+    bool ended = sampling_id(a, t->pid) != t->target_id;
+    struct request daemon = {.peer = &(struct peer){.root = true}};
+    struct stub_job *sj;
+
+    if (!ended && now < t->next_ns)
+        return NULL;
+    if (!ended && t->kind == TRACK_ALLOCS && !config_num(a->cfg.config, CFG_ALLOCATION_INTERVAL))
+        return NULL;
+    sj = tracking_job(a, &daemon, t->kind);
+    if (!sj)
+        return NULL;
+    if (t->kind == TRACK_ALLOCS)
+        sj->allocs = (struct allocs_request){.pid = t->pid,
+                                             .uid = 0, /* the daemon itself */
+                                             .target_id = t->target_id,
+                                             .action = ended ? ALLOCS_OFF : ALLOCS_SNAPSHOT,
+                                             .top = 20};
+    else
+        sj->torch = (struct torch_request){.pid = t->pid,
+                                           .uid = 0,
+                                           .target_id = t->target_id,
+                                           .action = ended ? TORCH_OFF : TORCH_DRAIN};
+    return sj;
+}
+
+/* Twice a second: the snapshots and drains that are due (allocs_done and torch_done drop a
+ * process whose tracking ended). */
+void on_tracked_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct api *a = arg;
+    int64_t now = mono_ns();
+
+    (void)fd, (void)what;
+    for (size_t i = 0; i < a->n_tracked; i++) {
+        struct tracked *t = &a->tracked[i];
+        struct stub_job *sj = t->busy ? NULL : due_job(a, t, now);
+
+        if (!sj)
+            continue;
+        t->busy = true;
+        jobs__start(a->jobs, &sj->j);
+    }
+}

@@ -1,0 +1,68 @@
+/* route_ops.c - /v1/status and /v1/config: the daemon's own state and settings. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <string.h>
+
+#include "api/server.h"
+#include "log.h"
+#include "query/sqlmem.h"
+
+int status_get(struct api *a, const struct request *rq)
+{
+    struct writer *w = a->parts.writer;
+    struct connlimit_stats c;
+
+    connlimit__stats(a->clients, &c);
+    return reply_json(
+        rq->req, 200,
+        json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:{s:i, "
+                  "s:I, s:I, s:I}}",
+                  "version", PROBED_VERSION, "database", a->cfg.db_path, "requests",
+                  (json_int_t)a->requests, "queries", (json_int_t)a->queries, "query_errors",
+                  (json_int_t)a->query_errors, "flushes", (json_int_t)w->flushes, "write_errors",
+                  (json_int_t)w->write_errors, "samples_written", (json_int_t)w->samples_written,
+                  "samples_dropped", (json_int_t)w->samples_dropped, "samples_pending",
+                  (json_int_t)w->backlog_samples, "db_bytes", (json_int_t)w->db_bytes,
+                  "query_memory_bytes", (json_int_t)sqlmem_queries_bytes(), "connections", "open",
+                  c.open, "refused_over", (json_int_t)c.refused_over, "cut_slow",
+                  (json_int_t)c.cut_slow, "accept_errors", (json_int_t)c.accept_errors));
+}
+
+int config_get(struct api *a, const struct request *rq)
+{
+    char path[CONFIG_VALUE_MAX];
+
+    pthread_mutex_lock(&a->cfg.config->lock);
+    snprintf(path, sizeof(path), "%s", a->cfg.config->path);
+    pthread_mutex_unlock(&a->cfg.config->lock);
+    return reply_json(
+        rq->req, 200,
+        json_pack("{s:s, s:o}", "file", path, "settings", config_json(a->cfg.config)));
+}
+
+/* PUT /v1/config {"key": "sample_rate", "value": "200"} (root): checked, then applied; a
+ * refused change changes nothing. */
+int config_put(struct api *a, const struct request *rq)
+{
+    const char *name = json_string_value(json_object_get(rq->body, "key"));
+    const char *value = json_string_value(json_object_get(rq->body, "value"));
+    int k = name ? config_key_of(name) : -1;
+    char now[CONFIG_VALUE_MAX];
+    struct errbuf err;
+    int64_t num;
+
+    if (!name || !value)
+        return reply_error(rq->req, 400, "expected {\"key\": \"...\", \"value\": \"...\"}");
+    if (k < 0)
+        return reply_error(rq->req, 400, "unknown setting '%s' (probectl config lists them)", name);
+    /* The metrics address is tried before it is stored: a port in use refuses the change. */
+    if (config_check((enum config_key)k, value, &num, &err) < 0 ||
+        (k == CFG_METRICS_ADDRESS && metrics__listen(a->metrics, value, &err) < 0) ||
+        config_set(a->cfg.config, (enum config_key)k, value, true, false, &err) < 0)
+        return reply_error(rq->req, 400, "%s", err.msg);
+    config_text(a->cfg.config, (enum config_key)k, now, sizeof(now));
+    api__config_changed(a, &err);
+    log_msg(LOG_INFO, "config: %s = %s (uid %u)", config_key_name((enum config_key)k), now,
+            (unsigned)rq->peer->uid);
+    return config_get(a, rq);
+}

@@ -1,0 +1,242 @@
+/*
+ * route_query.c - /v1/query, /v1/flamegraph and /v1/backtrace: jobs on the parallel lane
+ * (jobs.h) over the store (query.h) and the live processes (dump.h).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/server.h"
+#include "clock.h"
+#include "common/dump.h"
+#include "common/units.h"
+#include "query/flame.h"
+#include "query/pprof.h"
+
+struct query_job {
+    struct job j;
+    char *sql;
+    pid_t live_pids[TARGETS_MAX]; /* the targets of the scope when the query starts */
+    /* flame graphs */
+    struct flame_request flame;
+    char format[16];
+};
+
+static void free_query(struct job *j)
+{
+    struct query_job *qj = (struct query_job *)j;
+
+    free(qj->sql);
+    free((char *)qj->flame.title);
+}
+
+/* Runs @sql for the job's scope; status and body are the reply. */
+static void run_sql(struct query_job *qj, const char *sql)
+{
+    struct api *a = job_api(&qj->j);
+    struct query_limits lim = {.time_ms = config_num(a->cfg.config, CFG_QUERY_TIMEOUT) / 1000000,
+                               .max_rows = a->cfg.query_max_rows};
+    struct peer p = {.root = qj->j.scope.root, .uid = qj->j.scope.uid};
+    struct targets_filter f = peer_filter(&p);
+    struct target_key *keys = malloc(TARGETS_MAX * sizeof(*keys));
+    struct errbuf err = {0};
+    size_t n = 0;
+
+    /* python.backtrace reads the processes being sampled, of the scope's user */
+    f.sampling_only = true;
+    if (keys)
+        n = targets__keys(a->parts.reg, &f, keys, TARGETS_MAX);
+    for (size_t i = 0; i < n && i < TARGETS_MAX; i++)
+        qj->live_pids[i] = keys[i].pid;
+    free(keys);
+    qj->j.scope.live_pids = qj->live_pids;
+    qj->j.scope.n_live_pids = n < TARGETS_MAX ? n : TARGETS_MAX;
+    int r = query_run(a->cfg.db_path, &qj->j.scope, &lim, sql, &qj->j.body, &err);
+
+    if (r < 0) {
+        qj->j.status = http_status(r, NULL);
+        qj->j.body = error_body(qj->j.status, err.msg);
+        a->query_errors++;
+        return;
+    }
+    qj->j.status = 200;
+}
+
+static void run_query(struct job *j)
+{
+    struct query_job *qj = (struct query_job *)j;
+
+    job_api(j)->queries++;
+    run_sql(qj, qj->sql);
+}
+
+/* POST /v1/query {"sql": "SELECT ...", "pid": optional} */
+struct job *query_post(struct api *a, const struct request *rq)
+{
+    json_t *jsql = json_object_get(rq->body, "sql"), *jpid = json_object_get(rq->body, "pid");
+    struct query_job *qj;
+
+    if (!json_is_string(jsql) ||
+        (jpid && (!json_is_integer(jpid) || json_integer_value(jpid) < 0))) {
+        reply_error(rq->req, 400, "expected {\"sql\": \"SELECT ...\", \"pid\": optional int}");
+        return NULL;
+    }
+    qj = job_alloc(a, rq, sizeof(*qj), JOB_PARALLEL, run_query, free_query);
+    if (!qj)
+        return NULL;
+    qj->j.scope.pid = (pid_t)json_integer_value(jpid);
+    qj->sql = strdup(json_string_value(jsql));
+    if (!qj->sql) {
+        reply_error(rq->req, 500, "out of memory");
+        free(qj);
+        return NULL;
+    }
+    return &qj->j;
+}
+
+static void run_flame(struct job *j)
+{
+    struct query_job *qj = (struct query_job *)j;
+    char *sql = flame_sql(&qj->flame);
+    struct flame_profile *p = NULL;
+    json_t *rows;
+
+    if (!sql) {
+        j->status = 500;
+        j->body = json_pack("{s:s}", "error", "out of memory");
+        return;
+    }
+    run_sql(qj, sql);
+    free(sql);
+    if (j->status != 200)
+        return;
+    rows = json_object_get(j->body, "rows");
+    if (json_array_size(rows) == 0) {
+        json_decref(j->body);
+        j->status = 404;
+        j->body =
+            error_body(404, "no samples for that process in that time range (is it attached?)");
+        return;
+    }
+    if (flame_profile_from_rows(rows, &p) < 0) {
+        ;
+    } else if (strcmp(qj->format, "svg") == 0) {
+        j->raw = flame_svg(p, qj->flame.title, &j->raw_len);
+        j->raw_type = "image/svg+xml";
+    } else if (strcmp(qj->format, "pprof") == 0) {
+        j->raw = (char *)pprof_of(p, qj->flame.period_ns, real_ns(), &j->raw_len);
+        j->raw_type = "application/octet-stream";
+    } else if (strcmp(qj->format, "speedscope") == 0) {
+        j->raw = flame_speedscope(p, qj->flame.title, &j->raw_len);
+        j->raw_type = "application/json";
+    } else {
+        j->raw = flame_folded(p, &j->raw_len);
+        j->raw_type = "text/plain; charset=utf-8";
+    }
+    flame_profile_free(p);
+    if (!j->raw) {
+        j->status = 500;
+        json_decref(j->body);
+        j->body = json_pack("{s:s}", "error", "out of memory rendering the flame graph");
+    }
+}
+
+/* The sampling rate of @pid's (last) attach; the default when not listed. */
+static uint32_t rate_of(struct api *a, pid_t pid)
+{
+    struct target_key k;
+
+    if (targets__find(a->parts.reg, pid, false, &k) == 0 && k.rate_hz)
+        return k.rate_hz;
+    return (uint32_t)config_num(a->cfg.config, CFG_SAMPLE_RATE) ?: 100;
+}
+
+/* GET /v1/flamegraph?pid=&tid=&since=&idle=&format= */
+struct job *flamegraph_get(struct api *a, const struct request *rq)
+{
+    const struct evkeyvalq *q = rq->params;
+    long long pid = param_int(q, "pid"), tid = param_int(q, "tid"), idle = param_int(q, "idle");
+    const char *since = evhttp_find_header(q, "since");
+    const char *format = evhttp_find_header(q, "format");
+    int64_t since_ns = 0;
+    struct query_job *qj;
+    char title[128];
+
+    if (pid <= 0) {
+        reply_error(rq->req, 400, "flamegraph needs ?pid=N");
+        return NULL;
+    }
+    if (tid < 0) {
+        reply_error(rq->req, 400, "tid must be a thread id");
+        return NULL;
+    }
+    if (since && (since_ns = units_duration_ns(since)) < 0) {
+        reply_error(rq->req, 400, "since must be a duration like 30s, 5m, 2h");
+        return NULL;
+    }
+    if (format && strcmp(format, "svg") != 0 && strcmp(format, "folded") != 0 &&
+        strcmp(format, "speedscope") != 0 && strcmp(format, "pprof") != 0) {
+        reply_error(rq->req, 400, "format must be svg, folded, speedscope or pprof");
+        return NULL;
+    }
+    qj = job_alloc(a, rq, sizeof(*qj), JOB_PARALLEL, run_flame, free_query);
+    if (!qj)
+        return NULL;
+    qj->j.scope.pid = (pid_t)pid;
+    qj->flame = (struct flame_request){.pid = (pid_t)pid,
+                                       .tid = (pid_t)tid,
+                                       .idle = idle > 0,
+                                       .since_ns = since_ns ? real_ns() - since_ns : 0};
+    qj->flame.period_ns = 1000000000LL / rate_of(a, (pid_t)pid);
+    snprintf(title, sizeof(title), "pid %lld%s%s", pid, since ? ", last " : "", since ? since : "");
+    qj->flame.title = strdup(title);
+    if (!qj->flame.title) {
+        free(qj);
+        reply_error(rq->req, 500, "out of memory");
+        return NULL;
+    }
+    snprintf(qj->format, sizeof(qj->format), "%s", format ? format : "svg");
+    return &qj->j;
+}
+
+struct backtrace_job {
+    struct job j;
+    int locals;
+    bool native; /* mixed stacks (the threads held by ptrace a moment) */
+};
+
+static void run_backtrace(struct job *j)
+{
+    struct backtrace_job *bj = (struct backtrace_job *)j;
+    struct pyf_err e = {0};
+    int r = dump_json(j->scope.pid, bj->locals, bj->native, &j->body, &e);
+
+    if (r < 0) {
+        j->status = http_status(0, &e);
+        j->body = error_body(j->status, e.msg);
+        return;
+    }
+    j->status = 200;
+}
+
+/* GET /v1/backtrace?pid=&locals=&native= */
+struct job *backtrace_get(struct api *a, const struct request *rq)
+{
+    long long pid = param_int(rq->params, "pid"), locals = param_int(rq->params, "locals");
+    long long native = param_int(rq->params, "native");
+    struct backtrace_job *bj;
+
+    if (pid <= 0 || locals < 0 || native < 0 || native > 1) {
+        reply_error(rq->req, 400, "backtrace needs ?pid=N (and optionally &locals=N, &native=1)");
+        return NULL;
+    }
+    bj = job_alloc(a, rq, sizeof(*bj), JOB_PARALLEL, run_backtrace, NULL);
+    if (!bj)
+        return NULL;
+    bj->j.scope.pid = (pid_t)pid;
+    bj->locals = (int)locals;
+    bj->native = native == 1;
+    return &bj->j;
+}

@@ -1,0 +1,329 @@
+/*
+ * route_targets.c - /v1/targets: list (loop thread), attach and detach (jobs on the serial
+ * lane, jobs.h), and the JSON of a target (docs/api.md).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/server.h"
+#include "common/units.h"
+#include "log.h"
+
+static json_t *torch_json(const struct target_torch *tt)
+{
+    json_t *j =
+        json_pack("{s:b, s:I, s:f, s:I}", "tracing", tt->tracing, "steps", (json_int_t)tt->steps,
+                  "step_seconds", tt->step_seconds, "dropped", (json_int_t)tt->dropped);
+
+    if (tt->has_memory)
+        json_object_set_new(j, "allocated_mb", json_real(tt->allocated_mb));
+    if (tt->has_reserved)
+        json_object_set_new(j, "reserved_mb", json_real(tt->reserved_mb));
+    return j;
+}
+
+/* The native sampler's figures (native.h): the merge rate and the lag say how well the
+ * kernel's samples and the Python reads line up. */
+static json_t *native_json(const struct target_info *t)
+{
+    const struct native_stats *n = &t->native_stats;
+    json_t *j = json_pack(
+        "{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f}", "backend", t->native_backend,
+        "samples", (json_int_t)n->samples, "lost", (json_int_t)n->lost, "merged",
+        (json_int_t)n->merged, "mismatched", (json_int_t)n->mismatched, "native_only",
+        (json_int_t)n->native_only, "superseded", (json_int_t)n->superseded, "maps_reread",
+        (json_int_t)n->maps_reread, "unwind_us",
+        n->samples ? (double)n->unwind_ns / 1e3 / (double)n->samples : 0.0, "lag_ms",
+        n->merged ? (double)n->lag_ns / 1e6 / (double)n->merged : 0.0, "name_cache_hit_rate",
+        n->name_lookups ? (double)n->name_hits / (double)n->name_lookups : 0.0);
+
+    if (t->native_ebpf_error[0]) /* why perf: the fallback from the eBPF sampler */
+        json_object_set_new(j, "ebpf_error", json_string(t->native_ebpf_error));
+    else if (strcmp(t->native_backend, "ebpf") == 0)
+        json_object_update_new(j, json_pack("{s:I, s:I, s:I}", "same_instant",
+                                            (json_int_t)n->same_instant, "py_uncopied",
+                                            (json_int_t)n->py_uncopied, "py_undecoded",
+                                            (json_int_t)n->py_undecoded));
+    if (n->bpf_runs) /* measured only while kernel.bpf_stats_enabled = 1 */
+        json_object_set_new(j, "bpf_run_us",
+                            json_real((double)n->bpf_run_ns / 1e3 / (double)n->bpf_runs));
+    return j;
+}
+
+static json_t *target_json(const struct target_info *t)
+{
+    json_t *j = json_pack(
+        "{s:I, s:i, s:i, s:I, s:s, s:s, s:i, s:s, s:s, s:I, s:{s:I, s:I, s:I, s:I, s:I, s:I}}",
+        "id", (json_int_t)t->id, "pid", (int)t->pid, "uid", (int)t->uid, "start_time",
+        (json_int_t)t->start_time, "cmdline", t->cmdline, "python_version", t->py_version,
+        "rate_hz", (int)t->rate_hz, "state", target_state_name(t->state), "mode", t->mode,
+        "attached_ns", (json_int_t)t->attached_ns, "stats", "ticks", (json_int_t)t->stats.ticks,
+        "samples", (json_int_t)t->stats.samples, "torn", (json_int_t)t->stats.torn, "errors",
+        (json_int_t)t->stats.errors, "late", (json_int_t)t->stats.late, "dropped",
+        (json_int_t)t->stats.dropped);
+
+    json_object_set_new(json_object_get(j, "stats"), "threads_cut",
+                        json_integer((json_int_t)t->stats.threads_cut));
+    json_object_set_new(json_object_get(j, "stats"), "lost",
+                        json_integer((json_int_t)t->stats.lost));
+    if (t->gap.samples)
+        json_object_set_new(j, "gap",
+                            json_pack("{s:I, s:I, s:I, s:s}", "from_ns", (json_int_t)t->gap.from_ns,
+                                      "to_ns", (json_int_t)t->gap.to_ns, "samples",
+                                      (json_int_t)t->gap.samples, "why", t->gap.why));
+    json_object_set_new(j, "threads_room", json_integer((json_int_t)t->threads_room));
+    if (t->rank >= 0)
+        json_object_set_new(j, "rank", json_integer(t->rank));
+    if (t->local_rank >= 0)
+        json_object_set_new(j, "local_rank", json_integer(t->local_rank));
+    if (t->world_size >= 0)
+        json_object_set_new(j, "world_size", json_integer(t->world_size));
+    if (t->end_reason[0])
+        json_object_set_new(j, "end_reason", json_string(t->end_reason));
+    if (t->has_native)
+        json_object_set_new(j, "native", native_json(t));
+    if (t->native_wanted && t->native_error[0])
+        json_object_set_new(j, "native_error", json_string(t->native_error));
+    if (t->torch.on) /* the torch trace's totals (torchtrace.h) */
+        json_object_set_new(j, "torch", torch_json(&t->torch));
+    if (t->usage_ns) /* the meter's latest reading (meter.h) */
+        json_object_set_new(
+            j, "usage",
+            json_pack("{s:I, s:I, s:I, s:I, s:I, s:f, s:I}", "ts_ns", (json_int_t)t->usage_ns,
+                      "rss", (json_int_t)t->usage.rss, "pss", (json_int_t)t->usage.pss, "uss",
+                      (json_int_t)t->usage.uss, "swap", (json_int_t)t->usage.swap, "cpu_seconds",
+                      (double)t->usage.cpu_ns / 1e9, "threads", (json_int_t)t->usage.threads));
+    return j;
+}
+
+/* The targets @f selects, as a JSON array (NULL: out of memory). */
+static json_t *targets_json(struct targets *reg, const struct targets_filter *f)
+{
+    size_t cap = 16, n;
+    struct target_info *infos = NULL;
+    json_t *arr;
+
+    for (;;) { /* the count may grow between two copies */
+        struct target_info *more = realloc(infos, cap * sizeof(*infos));
+        if (!more) {
+            free(infos);
+            return NULL;
+        }
+        infos = more;
+        n = targets__copy(reg, f, infos, cap);
+        if (n <= cap)
+            break;
+        cap = n + 16;
+    }
+    arr = json_array();
+    for (size_t i = 0; arr && i < n; i++)
+        json_array_append_new(arr, target_json(&infos[i]));
+    free(infos);
+    return arr;
+}
+
+/* The processes followed for --children that are not Python, those @p sees. */
+static json_t *watches_json(struct api *a, const struct peer *p)
+{
+    struct targets_filter f = peer_filter(p);
+    struct follow_watch w[FOLLOW_WATCHES_MAX];
+    size_t n = follower__watches(a->parts.follower, &f, w, FOLLOW_WATCHES_MAX);
+    json_t *arr = json_array();
+
+    for (size_t i = 0; i < n && i < FOLLOW_WATCHES_MAX; i++)
+        json_array_append_new(arr, json_pack("{s:i, s:i, s:s, s:i}", "pid", (int)w[i].pid, "uid",
+                                             (int)w[i].uid, "cmdline", w[i].cmdline, "rate_hz",
+                                             (int)w[i].opts.rate_hz));
+    return arr;
+}
+
+int targets_list(struct api *a, const struct request *rq)
+{
+    struct targets_filter f = peer_filter(rq->peer);
+    json_t *arr = targets_json(a->parts.reg, &f);
+    struct pyf_symcache_stats sc;
+
+    if (!arr)
+        return reply_error(rq->req, 500, "out of memory");
+    if (!rq->peer->root) /* the shared tables tell of every user's processes: root's only */
+        return reply_json(
+            rq->req, 200,
+            json_pack("{s:o, s:o}", "targets", arr, "following", watches_json(a, rq->peer)));
+    /* the native function tables the targets share (one per library, by build-id) */
+    pyf_symcache__stats(a->parts.reg->symbols, &sc);
+    return reply_json(rq->req, 200,
+                      json_pack("{s:o, s:o, s:{s:I, s:I, s:I, s:I}}", "targets", arr, "following",
+                                watches_json(a, rq->peer), "native_symbols", "tables",
+                                (json_int_t)sc.tables, "builds", (json_int_t)sc.builds, "hits",
+                                (json_int_t)sc.hits, "bytes", (json_int_t)sc.bytes));
+}
+
+int targets_get(struct api *a, const struct request *rq)
+{
+    struct targets_filter f = peer_filter(rq->peer);
+    json_t *arr;
+
+    f.pid = rq->path_pid;
+    arr = targets_json(a->parts.reg, &f);
+    if (!arr)
+        return reply_error(rq->req, 500, "out of memory");
+    if (json_array_size(arr) == 0) {
+        json_decref(arr);
+        return reply_error(rq->req, 404, "pid %d is not attached", (int)rq->path_pid);
+    }
+    reply_json(rq->req, 200, json_incref(json_array_get(arr, 0)));
+    json_decref(arr);
+    return 200;
+}
+
+struct attach_job {
+    struct job j;
+    pid_t pid;
+    struct attach_opts opts;
+    bool children_of_any; /* --children: a process that is not Python is followed */
+    struct target_info info;
+};
+
+static void fail(struct job *j, int status, const char *msg)
+{
+    j->status = status;
+    j->body = error_body(status, msg);
+}
+
+/* attach --children of a process that is not Python: followed, not sampled (follow.h). @why:
+ * why it is not sampled. */
+static void watch(struct attach_job *aj, const char *why)
+{
+    struct follow_watch w;
+    struct pyf_err e = {0};
+    int r = follower__watch(job_api(&aj->j)->parts.follower, aj->pid, &aj->opts, &w, &e);
+
+    if (r < 0) {
+        fail(&aj->j, r == -ESRCH ? 404 : 503, e.msg);
+        return;
+    }
+    if (r == 0)
+        log_msg(LOG_INFO, "following pid %d (not Python) for its Python descendants, for uid %u",
+                (int)aj->pid, (unsigned)aj->j.scope.uid);
+    aj->j.status = 200;
+    aj->j.body = json_pack("{s:i, s:b, s:b, s:s, s:s}", "pid", (int)aj->pid, "following", true,
+                           "python", false, "cmdline", w.cmdline, "message", why);
+}
+
+static void run_attach(struct job *j)
+{
+    struct attach_job *aj = (struct attach_job *)j;
+    struct pyf_err e = {0};
+    int r = targets__attach(job_api(&aj->j)->parts.reg, aj->pid, &aj->opts, &aj->info, &e);
+
+    if (r < 0 && aj->children_of_any && (e.kind == PYF_NOT_PYTHON || e.kind == PYF_UNSUPPORTED)) {
+        watch(aj, e.msg);
+        return;
+    }
+    if (r < 0) {
+        /* the registry's own refusals; else what opening the process said */
+        fail(j, e.sys == EEXIST ? 409 : e.sys == ENOSPC ? 503 : http_status(0, &e), e.msg);
+        return;
+    }
+    log_msg(LOG_INFO, "attached pid %d (Python %s) at %d Hz, %s, for uid %u", (int)aj->pid,
+            aj->info.py_version, (int)aj->info.rate_hz, aj->info.mode, (unsigned)j->scope.uid);
+    j->status = 200;
+    j->body = target_json(&aj->info);
+}
+
+/* POST /v1/targets {"pid", "rate", "duration", "children", "native": true|false|"perf"} */
+struct job *targets_attach(struct api *a, const struct request *rq)
+{
+    json_t *jpid = json_object_get(rq->body, "pid"), *jrate = json_object_get(rq->body, "rate");
+    json_t *jdur = json_object_get(rq->body, "duration");
+    /* "native": true (the eBPF sampler, else perf), "perf" (perf alone), false */
+    json_t *jnative = json_object_get(rq->body, "native");
+    bool perf_only = json_is_string(jnative) && strcmp(json_string_value(jnative), "perf") == 0;
+    bool native = json_is_true(jnative) || perf_only;
+    bool native_ok = !jnative || json_is_boolean(jnative) || perf_only;
+    json_int_t pid = json_integer_value(jpid);
+    json_int_t rate =
+        jrate ? json_integer_value(jrate) : config_num(a->cfg.config, CFG_SAMPLE_RATE);
+    bool pid_ok = json_is_integer(jpid) && pid > 0 && pid <= 0x7fffffff;
+    bool rate_ok = (!jrate || json_is_integer(jrate)) && rate >= 1 && rate <= a->cfg.max_rate_hz;
+    int64_t dur_ns = 0;
+    struct attach_job *aj;
+
+    if (jdur)
+        dur_ns = json_is_string(jdur)   ? units_duration_ns(json_string_value(jdur))
+                 : json_is_number(jdur) ? (int64_t)(json_number_value(jdur) * 1e9)
+                                        : -1;
+    if (!pid_ok) {
+        reply_error(rq->req, 400, "\"pid\" must be a positive integer");
+        return NULL;
+    }
+    if (!rate_ok) {
+        reply_error(rq->req, 400, "\"rate\" must be an integer from 1 to %u Hz",
+                    a->cfg.max_rate_hz);
+        return NULL;
+    }
+    if (!native_ok) {
+        reply_error(rq->req, 400, "\"native\" must be true, false or \"perf\"");
+        return NULL;
+    }
+    if (dur_ns < 0) {
+        reply_error(rq->req, 400, "\"duration\" must be seconds or a duration like \"30s\"");
+        return NULL;
+    }
+    aj = job_alloc(a, rq, sizeof(*aj), JOB_SERIAL, run_attach, NULL);
+    if (!aj)
+        return NULL;
+    aj->pid = (pid_t)pid;
+    aj->children_of_any = json_is_true(json_object_get(rq->body, "children"));
+    aj->opts = (struct attach_opts){.rate_hz = (uint32_t)rate,
+                                    .rate_is_default = !jrate,
+                                    .follow_children = aj->children_of_any,
+                                    .native = native,
+                                    .native_perf_only = perf_only,
+                                    .duration_ns = dur_ns};
+    return &aj->j;
+}
+
+struct detach_job {
+    struct job j;
+    pid_t pid;
+    struct target_info info;
+};
+
+static void run_detach(struct job *j)
+{
+    struct detach_job *dj = (struct detach_job *)j;
+    struct peer p = {.root = j->scope.root, .uid = j->scope.uid};
+    struct targets_filter f = peer_filter(&p);
+    char msg[128];
+
+    if (follower__unwatch(job_api(j)->parts.follower, dj->pid, &f) == 0) {
+        log_msg(LOG_INFO, "no longer following pid %d", (int)dj->pid);
+        j->status = 200;
+        j->body = json_pack("{s:i, s:b}", "pid", (int)dj->pid, "following", false);
+        return;
+    }
+    if (targets__detach(job_api(j)->parts.reg, dj->pid, &f, &dj->info) < 0) {
+        snprintf(msg, sizeof(msg), "pid %d is not attached%s", (int)dj->pid,
+                 p.root ? "" : " (or not yours)");
+        fail(j, 404, msg);
+        return;
+    }
+    log_msg(LOG_INFO, "detached pid %d", (int)dj->pid);
+    j->status = 200;
+    j->body = target_json(&dj->info);
+}
+
+/* DELETE /v1/targets/<pid> */
+struct job *targets_detach(struct api *a, const struct request *rq)
+{
+    struct detach_job *dj = job_alloc(a, rq, sizeof(*dj), JOB_SERIAL, run_detach, NULL);
+
+    if (!dj)
+        return NULL;
+    dj->pid = rq->path_pid;
+    return &dj->j;
+}

@@ -1,0 +1,54 @@
+/*
+ * torchtrace.h - the torch trace: per step, what each module's forward and backward and the
+ * optimizer step cost in time and memory, and the values of chosen variables, recorded inside
+ * a PyTorch job by torch's global hooks (torchtrace.py, embedded, loaded through the stub as
+ * the module _probed_torch) and drained into the store (tables torch_records, torch_values,
+ * torch_steps; views torch_trace, torch_variables, torch_step_times, python.torch_trace,
+ * python.variables).
+ *
+ * "on" and "off" are audited in the evals table (mode 'torch'); the drains the daemon runs on
+ * its own about once a second are not (they run only probed's code). A drain runs on the
+ * stub's thread, never the training thread: the job only appends to bounded buffers.
+ * Threads: a worker thread per call. Failure: -errno with the reason in @err.
+ */
+#ifndef PROBED_TORCHTRACE_H
+#define PROBED_TORCHTRACE_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "errbuf.h"
+
+#include "intarget/stubctl.h"
+
+enum torch_action { TORCH_ON, TORCH_DRAIN, TORCH_OFF };
+
+struct torch_request {
+    pid_t pid;
+    uid_t uid;         /* who asks (the evals audit row) */
+    int64_t target_id; /* the attach the rows belong to */
+    enum torch_action action;
+    int every;         /* ON: record every Nth step */
+    const char *exprs; /* ON: "name@function,..." (checked by torch_parse_exprs), or "" */
+};
+
+/* Checks "loss@train,acc1@train" (identifiers, at most 16); 0 or -EINVAL with the reason. */
+int torch_parse_exprs(const char *exprs, struct errbuf *err);
+
+/* What a call drained, for the daemon's counters (Prometheus); zero it before the call. */
+struct torch_drained {
+    uint64_t steps;      /* steps whose wall time came */
+    double step_seconds; /* their sum */
+    bool has_memory, has_reserved;
+    double allocated_mb, reserved_mb; /* the last record's */
+};
+
+/* *ret_body (the caller's) is the target's state ("step", "steps_seen", "every", "exprs",
+ * "dropped", "device", ...) and how many rows were stored. eval_json()'s errors, -ENOPKG torch
+ * not loaded, -EALREADY the trace is off, -EIO the rows not stored. */
+int torch_run(struct stubctl *sc, const char *db_path, const struct torch_request *rq,
+              struct torch_drained *ret_sum, json_t **ret_body, struct errbuf *err);
+
+#endif

@@ -1,0 +1,343 @@
+/* livetab.c - see livetab.h. */
+#define _GNU_SOURCE
+#include "query/livetab.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "pyframes.h"
+
+enum col {
+    COL_PID,
+    COL_TID,
+    COL_THREAD,
+    COL_DEPTH,
+    COL_FUNC,
+    COL_FILE,
+    COL_LINENO,
+    COL_FIRST_LINE,
+    COL_HOLDS_GIL,
+    COL_ON_CPU,
+    COL_LOCALS
+};
+
+#define LIVE_PIDS_MAX 1024
+#define LIVE_THREADS_MAX 4096 /* libpyframes' THREAD_SPANS_MAX */
+#define IDX_LOCALS 1          /* idxNum bit: the locals column is used */
+#define IDX_PID 2             /* idxNum bit: argv[0] is a pid = constraint */
+
+struct live_row {
+    int pid, tid, depth, lineno, first_line, holds_gil, on_cpu;
+    char *thread, *func, *file, *locals;
+};
+
+struct live_vtab {
+    sqlite3_vtab base;
+    const struct query_scope *scope;
+};
+
+struct live_cursor {
+    sqlite3_vtab_cursor base;
+    struct live_row *rows;
+    size_t n, cap, i;
+};
+
+static int live_connect(sqlite3 *db, void *aux, int argc, const char *const *argv,
+                        sqlite3_vtab **ret, char **errmsg)
+{
+    const struct live_vtab *proto = aux;
+    struct live_vtab *v;
+    int rc = sqlite3_declare_vtab(db, "CREATE TABLE x(pid INTEGER, tid INTEGER, thread TEXT,"
+                                      " depth INTEGER, func TEXT, file TEXT, lineno INTEGER,"
+                                      " first_line INTEGER, holds_gil INTEGER, on_cpu INTEGER,"
+                                      " locals TEXT)");
+
+    (void)argc, (void)argv, (void)errmsg;
+    if (rc != SQLITE_OK)
+        return rc;
+    v = sqlite3_malloc(sizeof(*v));
+    if (!v)
+        return SQLITE_NOMEM;
+    *v = *proto;
+    memset(&v->base, 0, sizeof(v->base));
+    *ret = &v->base;
+    return SQLITE_OK;
+}
+
+static int live_disconnect(sqlite3_vtab *vt)
+{
+    sqlite3_free(vt);
+    return SQLITE_OK;
+}
+
+static int live_best_index(sqlite3_vtab *vt, sqlite3_index_info *info)
+{
+    (void)vt;
+    info->idxNum = (info->colUsed & ((sqlite3_uint64)1 << COL_LOCALS)) ? IDX_LOCALS : 0;
+    for (int i = 0; i < info->nConstraint; i++) {
+        const struct sqlite3_index_constraint *c = &info->aConstraint[i];
+        if (c->usable && c->iColumn == COL_PID && c->op == SQLITE_INDEX_CONSTRAINT_EQ) {
+            info->aConstraintUsage[i].argvIndex = 1;
+            info->aConstraintUsage[i].omit = 1;
+            info->idxNum |= IDX_PID;
+            break;
+        }
+    }
+    info->estimatedCost = (info->idxNum & IDX_PID) ? 100 : 10000;
+    return SQLITE_OK;
+}
+
+static int live_open(sqlite3_vtab *vt, sqlite3_vtab_cursor **ret)
+{
+    struct live_cursor *c = sqlite3_malloc(sizeof(*c));
+
+    (void)vt;
+    if (!c)
+        return SQLITE_NOMEM;
+    memset(c, 0, sizeof(*c));
+    *ret = &c->base;
+    return SQLITE_OK;
+}
+
+static void free_rows(struct live_cursor *c)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        free(c->rows[i].thread);
+        free(c->rows[i].func);
+        free(c->rows[i].file);
+        free(c->rows[i].locals);
+    }
+    free(c->rows);
+    c->rows = NULL;
+    c->n = c->cap = c->i = 0;
+}
+
+static int live_close(sqlite3_vtab_cursor *cur)
+{
+    free_rows((struct live_cursor *)cur);
+    sqlite3_free(cur);
+    return SQLITE_OK;
+}
+
+struct pid_list {
+    pid_t pids[LIVE_PIDS_MAX];
+    size_t n;
+    const struct query_scope *scope;
+};
+
+static int add_local(void *ctx, const char *name, const char *value)
+{
+    return json_object_set_new(ctx, name, json_string(value)) == 0 ? 0 : -ENOMEM;
+}
+
+static char *locals_json(struct pyf_target *t, const struct pyf_frame *f)
+{
+    json_t *obj = json_object();
+    struct pyf_err e;
+    char *s;
+
+    if (!obj)
+        return NULL;
+    if (pyf_target__locals(t, f, add_local, obj, &e) < 0) {
+        json_decref(obj);
+        return strdup("{}");
+    }
+    s = json_dumps(obj, JSON_COMPACT | JSON_ENSURE_ASCII);
+    json_decref(obj);
+    return s;
+}
+
+static int add_row(struct live_cursor *c, const struct live_row *r)
+{
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? 2 * c->cap : 64;
+        struct live_row *rows = realloc(c->rows, cap * sizeof(*rows));
+        if (!rows)
+            return -ENOMEM;
+        c->rows = rows;
+        c->cap = cap;
+    }
+    c->rows[c->n++] = *r;
+    return 0;
+}
+
+/* Every thread's stack of @pid into rows. */
+static int read_pid(struct live_cursor *c, pid_t pid, bool with_locals, struct pyf_frame *frames,
+                    struct pyf_err *e)
+{
+    struct pyf_thread *threads = calloc(LIVE_THREADS_MAX, sizeof(*threads));
+    struct pyf_target *t = NULL;
+    size_t n = 0;
+    int r = threads ? pyf_target_open(pid, &t, e) : -ENOMEM;
+
+    if (!threads)
+        snprintf(e->msg, sizeof(e->msg), "pid %d: no memory for its thread list", (int)pid);
+
+    if (r == 0)
+        r = pyf_target__threads(t, threads, LIVE_THREADS_MAX, &n, e);
+    for (size_t i = 0; r == 0 && i < n; i++) {
+        struct pyf_stack st = {.frames = frames, .cap = PYF_DEPTH_MAX};
+        char name[64];
+
+        if (pyf_target__stack(t, &threads[i], &st, e) < 0) {
+            if (e->kind != PYF_TORN)
+                r = -EIO;
+            continue; /* a thread that kept changing: no rows this time */
+        }
+        /* threading's name for it, else the OS's */
+        if (pyf_target__thread_py_name(t, threads[i].ident, name, sizeof(name), e) < 0 || !name[0])
+            pyf_thread_name(pid, threads[i].tid, name, sizeof(name));
+        for (size_t d = 0; r == 0 && d < st.n_frames; d++) {
+            struct live_row row = {
+                .pid = pid,
+                .tid = threads[i].tid,
+                .depth = (int)d,
+                .lineno = st.frames[d].line,
+                .first_line = st.frames[d].first_line,
+                .holds_gil = threads[i].holds_gil,
+                .on_cpu = threads[i].on_cpu,
+                .thread = strdup(name),
+                .func = strdup(st.frames[d].func),
+                .file = strdup(st.frames[d].file),
+                .locals = with_locals ? locals_json(t, &st.frames[d]) : NULL,
+            };
+            r = add_row(c, &row);
+        }
+    }
+    pyf_target_free(t);
+    free(threads);
+    return r;
+}
+
+/* The pids this scan reads: the scope's one pid (if its owner asks), or the attached ones. */
+static int scan_pids(const struct live_vtab *v, pid_t only, struct pid_list *l, char **errmsg)
+{
+    l->n = 0;
+    l->scope = v->scope;
+    if (v->scope->pid) {
+        l->pids[l->n++] = v->scope->pid;
+    } else if (only) {
+        l->pids[l->n++] = only;
+    } else {
+        for (size_t i = 0; i < v->scope->n_live_pids && l->n < LIVE_PIDS_MAX; i++)
+            l->pids[l->n++] = v->scope->live_pids[i];
+        return 0;
+    }
+    if (!v->scope->root) {
+        char path[64];
+        struct stat st;
+        snprintf(path, sizeof(path), "/proc/%d", l->pids[0]);
+        if (stat(path, &st) == 0 && st.st_uid != v->scope->uid) {
+            *errmsg = sqlite3_mprintf("pid %d: permission denied (not your process)", l->pids[0]);
+            return SQLITE_AUTH;
+        }
+    }
+    return 0;
+}
+
+static int live_filter(sqlite3_vtab_cursor *cur, int idx_num, const char *idx_str, int argc,
+                       sqlite3_value **argv)
+{
+    struct live_cursor *c = (struct live_cursor *)cur;
+    struct live_vtab *v = (struct live_vtab *)cur->pVtab;
+    pid_t only = (idx_num & IDX_PID) && argc > 0 ? (pid_t)sqlite3_value_int(argv[0]) : 0;
+    struct pyf_frame *frames = calloc(PYF_DEPTH_MAX, sizeof(*frames));
+    struct pid_list *l = malloc(sizeof(*l));
+    int rc = frames && l ? SQLITE_OK : SQLITE_NOMEM;
+
+    (void)idx_str;
+    free_rows(c);
+    if (rc == SQLITE_OK)
+        rc = scan_pids(v, only, l, &v->base.zErrMsg);
+    for (size_t i = 0; rc == SQLITE_OK && i < l->n; i++) {
+        struct pyf_err e = {0};
+        if (only && l->pids[i] != only)
+            continue;
+        /* An attached target that ended meanwhile simply has no rows; a pid the user named
+         * is an error worth reporting. */
+        if (read_pid(c, l->pids[i], idx_num & IDX_LOCALS, frames, &e) < 0 &&
+            (v->scope->pid || only)) {
+            v->base.zErrMsg = sqlite3_mprintf("python.backtrace: %s", e.msg);
+            rc = SQLITE_ERROR;
+        }
+    }
+    free(frames);
+    free(l);
+    return rc;
+}
+
+static int live_next(sqlite3_vtab_cursor *cur)
+{
+    ((struct live_cursor *)cur)->i++;
+    return SQLITE_OK;
+}
+
+static int live_eof(sqlite3_vtab_cursor *cur)
+{
+    const struct live_cursor *c = (const struct live_cursor *)cur;
+    return c->i >= c->n;
+}
+
+static int live_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col)
+{
+    const struct live_cursor *c = (const struct live_cursor *)cur;
+    const struct live_row *r = &c->rows[c->i];
+    const int ints[] = {[COL_PID] = r->pid,
+                        [COL_TID] = r->tid,
+                        [COL_DEPTH] = r->depth,
+                        [COL_LINENO] = r->lineno,
+                        [COL_FIRST_LINE] = r->first_line,
+                        [COL_HOLDS_GIL] = r->holds_gil,
+                        [COL_ON_CPU] = r->on_cpu};
+    const char *text = col == COL_THREAD   ? r->thread
+                       : col == COL_FUNC   ? r->func
+                       : col == COL_FILE   ? r->file
+                       : col == COL_LOCALS ? r->locals
+                                           : NULL;
+
+    if (col == COL_THREAD || col == COL_FUNC || col == COL_FILE || col == COL_LOCALS) {
+        if (text)
+            sqlite3_result_text(ctx, text, -1, SQLITE_TRANSIENT);
+        else
+            sqlite3_result_null(ctx);
+    } else {
+        sqlite3_result_int(ctx, ints[col]);
+    }
+    return SQLITE_OK;
+}
+
+static int live_rowid(sqlite3_vtab_cursor *cur, sqlite3_int64 *ret)
+{
+    *ret = (sqlite3_int64)((const struct live_cursor *)cur)->i;
+    return SQLITE_OK;
+}
+
+static const sqlite3_module live_module = {
+    .iVersion = 0,
+    .xCreate = live_connect,
+    .xConnect = live_connect,
+    .xBestIndex = live_best_index,
+    .xDisconnect = live_disconnect,
+    .xDestroy = live_disconnect,
+    .xOpen = live_open,
+    .xClose = live_close,
+    .xFilter = live_filter,
+    .xNext = live_next,
+    .xEof = live_eof,
+    .xColumn = live_column,
+    .xRowid = live_rowid,
+};
+
+int livetab_register(sqlite3 *db, const struct query_scope *scope)
+{
+    struct live_vtab *proto = sqlite3_malloc(sizeof(*proto));
+
+    if (!proto)
+        return SQLITE_NOMEM;
+    *proto = (struct live_vtab){.scope = scope};
+    return sqlite3_create_module_v2(db, "probed_backtrace", &live_module, proto, sqlite3_free);
+}

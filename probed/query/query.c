@@ -1,0 +1,459 @@
+/* query.c - see query.h. */
+#define _GNU_SOURCE
+#include "query/query.h"
+
+#include <errno.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "query/livetab.h"
+#include "query/sqlmem.h"
+#include "query/viewtab.h"
+#include "store/schema.h"
+#include "common/units.h"
+
+/* What the authorizer and progress handler need while a query runs. */
+struct guard {
+    const struct query_scope *scope;
+    bool armed;          /* false while query.c itself sets the connection up */
+    char refused[256];   /* why the authorizer said no */
+    uint32_t via_view;   /* raw tables read through a view in the statement being prepared */
+    int64_t deadline_ns; /* CLOCK_MONOTONIC */
+    bool timed_out;
+    struct sqlmem_budget *memory; /* what the connection's allocations are charged to */
+};
+
+static int64_t now_mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* PRAGMAs that only read, and whose argument (if any) names a table or index. */
+static bool pragma_reads(const char *name, const char *arg)
+{
+    static const char *const introspect[] = {"table_info",      "table_xinfo", "table_list",
+                                             "index_list",      "index_info",  "index_xinfo",
+                                             "foreign_key_list"};
+    static const char *const plain[] = {
+        "database_list",   "function_list", "module_list",    "pragma_list",     "collation_list",
+        "compile_options", "user_version",  "schema_version", "page_count",      "page_size",
+        "freelist_count",  "encoding",      "journal_mode",   "integrity_check", "quick_check"};
+
+    for (size_t i = 0; i < sizeof(introspect) / sizeof(introspect[0]); i++)
+        if (strcasecmp(name, introspect[i]) == 0)
+            return true;
+    for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++)
+        if (strcasecmp(name, plain[i]) == 0)
+            return arg == NULL || strcasecmp(name, "integrity_check") == 0 ||
+                   strcasecmp(name, "quick_check") == 0;
+    return false;
+}
+
+/* The raw table's index in the list below (bit i of guard.via_view), or -1. */
+static int raw_table(const char *name)
+{
+    static const char *const raw[] = {"targets",
+                                      "threads",
+                                      "samples",
+                                      "strings",
+                                      "frames",
+                                      "stack_frames",
+                                      "evals",
+                                      "memory",
+                                      "thread_cpu",
+                                      "allocations",
+                                      "allocation_tracking",
+                                      "torch_records",
+                                      "torch_values",
+                                      "torch_steps",
+                                      "torch_tracing",
+                                      "dbstat", /* every table's pages and their payload */
+                                      "sqlite_stmt"};
+    for (size_t i = 0; i < sizeof(raw) / sizeof(raw[0]); i++)
+        if (name && strcasecmp(name, raw[i]) == 0)
+            return (int)i;
+    return -1;
+}
+
+static int authorize(void *ctx, int action, const char *a1, const char *a2, const char *db,
+                     const char *accessor)
+{
+    struct guard *g = ctx;
+
+    if (!g->armed)
+        return SQLITE_OK;
+    switch (action) {
+    case SQLITE_FUNCTION:
+        /* fts3_tokenizer() returns an address inside the daemon (and registers a tokenizer
+         * from one); load_extension() would load code */
+        if (a2 &&
+            (strcasecmp(a2, "fts3_tokenizer") == 0 || strcasecmp(a2, "load_extension") == 0)) {
+            snprintf(g->refused, sizeof(g->refused), "the function %s() is refused", a2);
+            return SQLITE_DENY;
+        }
+        return SQLITE_OK;
+    case SQLITE_SELECT:
+    case SQLITE_RECURSIVE:
+        return SQLITE_OK;
+    case SQLITE_READ: {
+        /* A scoped user reads the raw tables only through the filtered views. SQLite also
+         * asks, outside any view, for a table none of whose columns is read (count(*) of a
+         * view): that is the view's read when the view read that table already. */
+        int raw = db && strcmp(db, "main") == 0 ? raw_table(a1) : -1;
+        if (raw < 0 || (g->scope->root && !g->scope->pid))
+            return SQLITE_OK;
+        if (accessor) {
+            g->via_view |= 1u << raw;
+            return SQLITE_OK;
+        }
+        if (a2 && !a2[0] && (g->via_view & (1u << raw)))
+            return SQLITE_OK;
+        snprintf(g->refused, sizeof(g->refused),
+                 "reading main.%s directly is reserved to root; query the views"
+                 " (targets, threads, samples, stacks, sample_frames, ...)",
+                 a1);
+        return SQLITE_DENY;
+    }
+    case SQLITE_PRAGMA:
+        if (pragma_reads(a1, a2))
+            return SQLITE_OK;
+        snprintf(g->refused, sizeof(g->refused),
+                 "PRAGMA %s%s%s is refused: queries are read-only (only PRAGMAs that read"
+                 " are allowed)",
+                 a1, a2 ? " = " : "", a2 ? a2 : "");
+        return SQLITE_DENY;
+    case SQLITE_ATTACH:
+    case SQLITE_DETACH:
+        snprintf(g->refused, sizeof(g->refused),
+                 "ATTACH and DETACH are refused: queries see"
+                 " only probed's database");
+        return SQLITE_DENY;
+    default:
+        snprintf(g->refused, sizeof(g->refused),
+                 "refused: queries are read-only (no INSERT, UPDATE, DELETE, CREATE, DROP,"
+                 " ALTER or transactions)");
+        return SQLITE_DENY;
+    }
+}
+
+static int progress(void *ctx)
+{
+    struct guard *g = ctx;
+
+    if (now_mono_ns() < g->deadline_ns)
+        return 0;
+    g->timed_out = true;
+    return 1;
+}
+
+/* ---- time helpers: now_ns(), ago('5m'), iso(ts_ns) ---- */
+
+static int64_t now_real_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void fn_now_ns(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    (void)argc, (void)argv;
+    sqlite3_result_int64(ctx, now_real_ns());
+}
+
+static void fn_ago(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    int64_t d = units_duration_ns((const char *)sqlite3_value_text(argv[0]));
+
+    (void)argc;
+    if (d < 0) {
+        sqlite3_result_error(ctx, "ago(): expected a duration like '30s', '5m', '2h', '1d'", -1);
+        return;
+    }
+    sqlite3_result_int64(ctx, now_real_ns() - d);
+}
+
+static void fn_iso(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    int64_t ns = sqlite3_value_int64(argv[0]);
+    time_t secs = (time_t)(ns / 1000000000LL);
+    char buf[64];
+    struct tm tm;
+
+    (void)argc;
+    gmtime_r(&secs, &tm);
+    snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+             (int)(ns % 1000000000LL / 1000000));
+    sqlite3_result_text(ctx, buf, -1, SQLITE_TRANSIENT);
+}
+
+/* ---- connection set-up ---- */
+
+static int setup_exec(sqlite3 *db, const char *sql, struct errbuf *err)
+{
+    char *msg = NULL;
+
+    if (sqlite3_exec(db, sql, NULL, NULL, &msg) == SQLITE_OK)
+        return 0;
+    errbuf_set(err, -EIO, "setting up the query connection: %s", msg ? msg : sqlite3_errmsg(db));
+    sqlite3_free(msg);
+    return -EIO;
+}
+
+/* For a scoped user: every table it may read shadowed by a temp view of its targets' rows (the
+ * raw tables themselves are refused by the authorizer). */
+static int shadow_tables(sqlite3 *db, const struct query_scope *sc, struct errbuf *err)
+{
+    char sql[4096], cond[128], eval_cond[128];
+
+    if (sc->root && !sc->pid)
+        return 0;
+    if (sc->root)
+        snprintf(cond, sizeof(cond), "pid = %d", (int)sc->pid);
+    else if (sc->pid)
+        snprintf(cond, sizeof(cond), "uid = %u AND pid = %d", (unsigned)sc->uid, (int)sc->pid);
+    else
+        snprintf(cond, sizeof(cond), "uid = %u", (unsigned)sc->uid);
+    /* evals: those run in the user's processes (uid there is who asked) */
+    if (sc->root)
+        snprintf(eval_cond, sizeof(eval_cond), "pid = %d", (int)sc->pid);
+    else if (sc->pid)
+        snprintf(eval_cond, sizeof(eval_cond), "target_uid = %u AND pid = %d", (unsigned)sc->uid,
+                 (int)sc->pid);
+    else
+        snprintf(eval_cond, sizeof(eval_cond), "target_uid = %u", (unsigned)sc->uid);
+    snprintf(
+        sql, sizeof(sql),
+        "CREATE TEMP VIEW targets AS SELECT * FROM main.targets WHERE %s;"
+        "CREATE TEMP VIEW threads AS SELECT * FROM main.threads"
+        " WHERE target_id IN (SELECT id FROM temp.targets);"
+        "CREATE TEMP VIEW samples AS SELECT * FROM main.samples"
+        " WHERE target_id IN (SELECT id FROM temp.targets);"
+        "CREATE TEMP VIEW memory AS SELECT * FROM main.memory"
+        " WHERE target_id IN (SELECT id FROM temp.targets);"
+        "CREATE TEMP VIEW thread_cpu AS SELECT * FROM main.thread_cpu"
+        " WHERE target_id IN (SELECT id FROM temp.targets);"
+        "CREATE TEMP VIEW allocations AS SELECT * FROM main.allocations"
+        " WHERE target_id IN (SELECT id FROM temp.targets);"
+        "CREATE TEMP VIEW torch_records AS SELECT * FROM main.torch_records"
+        " WHERE target_id IN (SELECT id FROM temp.targets);"
+        "CREATE TEMP VIEW torch_values AS SELECT * FROM main.torch_values"
+        " WHERE target_id IN (SELECT id FROM temp.targets);"
+        "CREATE TEMP VIEW torch_steps AS SELECT * FROM main.torch_steps"
+        " WHERE target_id IN (SELECT id FROM temp.targets);"
+        "CREATE TEMP VIEW evals AS SELECT * FROM main.evals WHERE %s;"
+        /* the dictionaries are shared by every target: only what the user's own samples
+         * name (another user's functions and paths are theirs to see only) */
+        "CREATE TEMP VIEW stack_frames AS SELECT * FROM main.stack_frames"
+        " WHERE stack_id IN (SELECT stack_id FROM temp.samples);"
+        "CREATE TEMP VIEW frames AS SELECT * FROM main.frames"
+        " WHERE id IN (SELECT frame_id FROM temp.stack_frames);"
+        "CREATE TEMP VIEW strings AS SELECT * FROM main.strings"
+        " WHERE id IN (SELECT func_id FROM temp.frames UNION SELECT file_id FROM temp.frames);",
+        cond, eval_cond);
+    return setup_exec(db, sql, err);
+}
+
+/* Bounds on what a statement may build (the schema and views are made before, unbounded). */
+static void set_limits(sqlite3 *db)
+{
+    sqlite3_limit(db, SQLITE_LIMIT_LENGTH, QUERY_VALUE_BYTES);
+    sqlite3_limit(db, SQLITE_LIMIT_SQL_LENGTH, QUERY_SQL_BYTES);
+    sqlite3_limit(db, SQLITE_LIMIT_COLUMN, 500);
+    sqlite3_limit(db, SQLITE_LIMIT_EXPR_DEPTH, 500);
+    sqlite3_limit(db, SQLITE_LIMIT_COMPOUND_SELECT, 100);
+    sqlite3_limit(db, SQLITE_LIMIT_FUNCTION_ARG, 64);
+    sqlite3_limit(db, SQLITE_LIMIT_LIKE_PATTERN_LENGTH, 1000);
+    sqlite3_limit(db, SQLITE_LIMIT_VARIABLE_NUMBER, 100);
+    sqlite3_limit(db, SQLITE_LIMIT_WORKER_THREADS, 0);
+}
+
+static int open_connection(const char *path, struct guard *g, sqlite3 **ret, struct errbuf *err)
+{
+    sqlite3 *db = NULL;
+    int r;
+
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL) != SQLITE_OK) {
+        r = errbuf_set(err, -EIO, "opening %s read-only: %s", path,
+                       db ? sqlite3_errmsg(db) : "no memory");
+        sqlite3_close(db);
+        return r;
+    }
+    sqlite3_busy_timeout(db, 2000);
+    sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
+    sqlite3_set_authorizer(db, authorize, g);
+    sqlite3_progress_handler(db, 10000, progress, g);
+    sqlite3_create_function(db, "now_ns", 0, SQLITE_UTF8, NULL, fn_now_ns, NULL, NULL);
+    sqlite3_create_function(db, "ago", 1, SQLITE_UTF8, NULL, fn_ago, NULL, NULL);
+    sqlite3_create_function(db, "iso", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL, fn_iso, NULL,
+                            NULL);
+    r = livetab_register(db, g->scope) == SQLITE_OK ? 0 : errbuf_set(err, -EIO, "python.backtrace");
+    if (r == 0)
+        r = setup_exec(db,
+                       "ATTACH 'file:probed_python?mode=memory' AS python;"
+                       "CREATE VIRTUAL TABLE python.backtrace USING probed_backtrace;",
+                       err);
+    if (r == 0)
+        r = shadow_tables(db, g->scope, err);
+    if (r == 0)
+        r = setup_exec(db, schema_views, err);
+    if (r == 0)
+        r = viewtab_register(db) == SQLITE_OK
+                ? setup_exec(
+                      db,
+                      "CREATE VIRTUAL TABLE python.torch_trace USING probed_view(torch_trace);"
+                      "CREATE VIRTUAL TABLE python.variables"
+                      " USING probed_view(torch_variables);",
+                      err)
+                : errbuf_set(err, -EIO, "python.torch_trace");
+    if (r < 0) {
+        sqlite3_close(db);
+        return r;
+    }
+    set_limits(db);
+    g->armed = true;
+    *ret = db;
+    return 0;
+}
+
+/* ---- running ---- */
+
+static json_t *column_value(sqlite3_stmt *q, int i)
+{
+    switch (sqlite3_column_type(q, i)) {
+    case SQLITE_INTEGER:
+        return json_integer(sqlite3_column_int64(q, i));
+    case SQLITE_FLOAT:
+        return json_real(sqlite3_column_double(q, i));
+    case SQLITE_NULL:
+        return json_null();
+    case SQLITE_BLOB:
+        return json_sprintf("<blob of %d bytes>", sqlite3_column_bytes(q, i));
+    default:
+        return json_stringn((const char *)sqlite3_column_text(q, i),
+                            (size_t)sqlite3_column_bytes(q, i));
+    }
+}
+
+/* Why a statement stopped: a limit it ran into is named, with the limit. */
+static int fail_step(sqlite3 *db, struct guard *g, int rc, struct errbuf *err)
+{
+    if (g->memory && g->memory->refused && g->memory->over_all)
+        return errbuf_set(err, -EAGAIN,
+                          "the queries running now hold all the memory queries may have (%lld MiB);"
+                          " try again",
+                          QUERY_ALL_MEMORY_BYTES >> 20);
+    if (g->memory && g->memory->refused)
+        return errbuf_set(err, -EINVAL,
+                          "the query needed more than %lld MiB (the query memory limit)",
+                          QUERY_MEMORY_BYTES >> 20);
+    if ((rc & 0xff) == SQLITE_TOOBIG)
+        return errbuf_set(err, -EINVAL, "%s: a value longer than %d bytes (the query value limit)",
+                          sqlite3_errmsg(db), QUERY_VALUE_BYTES);
+    return errbuf_set(err, -EINVAL, "%s", g->refused[0] ? g->refused : sqlite3_errmsg(db));
+}
+
+static int prepare(sqlite3 *db, struct guard *g, const char *sql, sqlite3_stmt **ret,
+                   struct errbuf *err)
+{
+    const char *tail = NULL;
+    sqlite3_stmt *q = NULL;
+    int rc;
+
+    g->via_view = 0;
+    rc = sqlite3_prepare_v2(db, sql, -1, &q, &tail);
+    if (rc != SQLITE_OK)
+        return fail_step(db, g, rc, err);
+    if (!q)
+        return errbuf_set(err, -EINVAL, "empty query");
+    while (tail && (*tail == ' ' || *tail == '\n' || *tail == '\t' || *tail == ';'))
+        tail++;
+    if (tail && *tail) {
+        sqlite3_finalize(q);
+        return errbuf_set(err, -EINVAL, "one statement per query (found more after the first)");
+    }
+    if (!sqlite3_stmt_readonly(q)) { /* the authorizer should have refused it already */
+        sqlite3_finalize(q);
+        return errbuf_set(err, -EINVAL, "refused: queries are read-only");
+    }
+    *ret = q;
+    return 0;
+}
+
+static int collect(sqlite3 *db, struct guard *g, sqlite3_stmt *q, const struct query_limits *lim,
+                   json_t *out, struct errbuf *err)
+{
+    int ncol = sqlite3_column_count(q), rc;
+    json_t *cols = json_array(), *rows = json_array();
+    int64_t n = 0, bytes = 0;
+
+    json_object_set_new(out, "columns", cols);
+    json_object_set_new(out, "rows", rows);
+    for (int i = 0; i < ncol; i++)
+        json_array_append_new(cols, json_string(sqlite3_column_name(q, i)));
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        json_t *row;
+        if (n == lim->max_rows || bytes > QUERY_REPLY_BYTES) {
+            json_object_set_new(out, "truncated", json_true());
+            return 0;
+        }
+        row = json_array();
+        for (int i = 0; i < ncol; i++) {
+            json_array_append_new(row, column_value(q, i));
+            bytes +=
+                8 + (sqlite3_column_type(q, i) == SQLITE_TEXT ? sqlite3_column_bytes(q, i) : 0);
+        }
+        json_array_append_new(rows, row);
+        n++;
+    }
+    if (rc == SQLITE_DONE) {
+        json_object_set_new(out, "truncated", json_false());
+        return 0;
+    }
+    if (g->timed_out)
+        return errbuf_set(err, -ETIMEDOUT, "query interrupted after %lld ms (the query time limit)",
+                          (long long)lim->time_ms);
+    return fail_step(db, g, rc, err);
+}
+
+int query_run(const char *db_path, const struct query_scope *scope, const struct query_limits *lim,
+              const char *sql, json_t **ret, struct errbuf *err)
+{
+    struct guard g = {.scope = scope};
+    sqlite3_stmt *q = NULL;
+    sqlite3 *db = NULL;
+    json_t *out;
+    int r;
+
+    g.memory = sqlmem_enter(QUERY_MEMORY_BYTES);
+    if (!g.memory)
+        return errbuf_set(err, -EAGAIN, "too many queries hold memory now (%d); try again",
+                          SQLMEM_BUDGETS);
+    r = open_connection(db_path, &g, &db, err);
+    if (r < 0) {
+        sqlmem_leave(g.memory);
+        return r;
+    }
+    g.deadline_ns = now_mono_ns() + lim->time_ms * 1000000LL;
+    r = prepare(db, &g, sql, &q, err);
+    out = r == 0 ? json_object() : NULL;
+    if (r == 0)
+        r = out ? collect(db, &g, q, lim, out, err) : errbuf_set(err, -EIO, "out of memory");
+    sqlite3_finalize(q);
+    sqlite3_close(db);
+    sqlmem_leave(g.memory);
+    if (r < 0) {
+        json_decref(out);
+        return r;
+    }
+    *ret = out;
+    return 0;
+}

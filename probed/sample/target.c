@@ -1,0 +1,224 @@
+/* target.c - see target.h. */
+#define _GNU_SOURCE
+#include "sample/target.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "native/native.h"
+#include "common/procfs.h"
+
+const char *target_state_name(enum target_state s)
+{
+    static const char *const names[] = {"sampling", "exited", "detached", "failed"};
+    return names[s];
+}
+
+/* RANK, LOCAL_RANK and WORLD_SIZE as torchrun sets them (-1 when absent). */
+static void read_ranks(struct target *t)
+{
+    size_t size = 64 * 1024;
+    char *env = malloc(size);
+    ssize_t n = env ? procfs_read(t->pid, "environ", env, size) : -ENOMEM;
+
+    t->rank = t->local_rank = t->world_size = -1;
+    for (ssize_t i = 0; i < n; i += (ssize_t)strlen(env + i) + 1) {
+        if (strncmp(env + i, "RANK=", 5) == 0)
+            t->rank = atoi(env + i + 5);
+        else if (strncmp(env + i, "LOCAL_RANK=", 11) == 0)
+            t->local_rank = atoi(env + i + 11);
+        else if (strncmp(env + i, "WORLD_SIZE=", 11) == 0)
+            t->world_size = atoi(env + i + 11);
+    }
+    free(env);
+}
+
+static void free_buffers(struct target *t)
+{
+    for (size_t i = 0; t->deep && i < t->threads_cap; i++)
+        free(t->deep[i]);
+    free(t->deep);
+    t->deep = NULL;
+    free(t->threads);
+    free(t->stacks);
+    free(t->frame_pool);
+    t->threads = NULL;
+    t->stacks = NULL;
+    t->frame_pool = NULL;
+    t->threads_cap = 0;
+}
+
+/* Room for @cap threads' stacks (TARGET_DEPTH_MAX frames each); the old buffers are kept when
+ * the new ones cannot be had. */
+static int alloc_buffers(struct target *t, size_t cap)
+{
+    struct pyf_thread *threads = calloc(cap, sizeof(*threads));
+    struct pyf_stack *stacks = calloc(cap, sizeof(*stacks));
+    struct pyf_frame *pool = calloc(cap * TARGET_DEPTH_MAX, sizeof(*pool));
+    struct pyf_frame **deep = calloc(cap, sizeof(*deep));
+
+    if (!threads || !stacks || !pool || !deep) {
+        free(threads);
+        free(stacks);
+        free(pool);
+        free(deep);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < cap; i++) {
+        stacks[i].frames = pool + i * TARGET_DEPTH_MAX;
+        stacks[i].cap = TARGET_DEPTH_MAX;
+    }
+    free_buffers(t);
+    t->threads = threads;
+    t->stacks = stacks;
+    t->frame_pool = pool;
+    t->deep = deep;
+    t->threads_cap = cap;
+    return 0;
+}
+
+int target__deepen(struct target *t, size_t i)
+{
+    struct pyf_stack *st = &t->stacks[i];
+    struct pyf_frame *frames;
+
+    if (st->cap >= TARGET_READ_DEPTH)
+        return -ENOSPC;
+    frames = calloc(TARGET_READ_DEPTH, sizeof(*frames));
+    if (!frames)
+        return -ENOMEM;
+    memcpy(frames, st->frames, st->n_frames * sizeof(*frames));
+    t->deep[i] = frames;
+    st->frames = frames;
+    st->cap = TARGET_READ_DEPTH;
+    return 0;
+}
+
+int target__grow_threads(struct target *t)
+{
+    size_t cap = t->threads_cap * 2 > TARGET_THREADS_MAX ? TARGET_THREADS_MAX : t->threads_cap * 2;
+    int r = cap > t->threads_cap ? alloc_buffers(t, cap) : -ENOSPC;
+
+    if (r == 0)
+        log_msg(LOG_INFO, "pid %d: room for %zu threads (it has %zu or more)", (int)t->pid, cap,
+                cap / 2);
+    return r;
+}
+
+int target_new(pid_t pid, uint32_t rate_hz, struct target **ret, struct pyf_err *err)
+{
+    struct target *t = calloc(1, sizeof(*t));
+    int64_t start_time;
+    uint64_t start_stack;
+    struct timespec now;
+    struct stat st;
+    char path[64];
+    int r;
+
+    if (!t)
+        return -ENOMEM;
+    t->pid = pid;
+    r = procfs_identity(pid, &t->start_time, &t->start_stack);
+    snprintf(path, sizeof(path), "/proc/%d", pid);
+    if (r < 0 || stat(path, &st) < 0) {
+        r = r < 0 ? r : -errno;
+        /* only a pid that is not there is gone: EMFILE, ENOMEM say nothing about it */
+        bool gone = r == -ENOENT || r == -ESRCH;
+        snprintf(err->msg, sizeof(err->msg), "pid %d: %s (%s)", pid,
+                 gone ? "no such process" : "cannot read /proc", strerror(-r));
+        err->kind = gone ? PYF_GONE : PYF_INVALID;
+        err->sys = -r;
+        goto fail;
+    }
+    t->uid = st.st_uid;
+    r = pyf_target_open(pid, &t->pyf, err);
+    if (r < 0)
+        goto fail;
+    /* A process that exec'd while it was opened (a launcher's fork, or probectl run's, turning
+     * into the program) has the new program's layout read under the old one's identity: its
+     * first tick would end it as "exec'd another program". Torn: the caller tries again. */
+    if (procfs_identity(pid, &start_time, &start_stack) < 0 || start_time != t->start_time ||
+        start_stack != t->start_stack) {
+        snprintf(err->msg, sizeof(err->msg), "pid %d exec'd while it was being attached: try again",
+                 pid);
+        err->kind = PYF_TORN;
+        err->sys = EAGAIN;
+        r = -EAGAIN;
+        goto fail;
+    }
+    r = alloc_buffers(t, TARGET_THREADS_MIN);
+    if (r < 0) {
+        snprintf(err->msg, sizeof(err->msg), "pid %d: out of memory for sampling buffers", pid);
+        goto fail;
+    }
+    snprintf(t->py_version, sizeof(t->py_version), "%s", pyf_target__info(t->pyf)->version_str);
+    procfs_cmdline(pid, t->cmdline, sizeof(t->cmdline));
+    read_ranks(t);
+    t->rate_hz = rate_hz;
+    t->period_ns = 1000000000LL / rate_hz;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    t->next_ns = now.tv_sec * 1000000000LL + now.tv_nsec;
+    clock_gettime(CLOCK_REALTIME, &now);
+    t->attached_ns = now.tv_sec * 1000000000LL + now.tv_nsec;
+    *ret = t;
+    return 0;
+fail:
+    target_free(t);
+    return r;
+}
+
+int target__open_native(struct target *t, struct pyf_symcache *symbols)
+{
+    struct pyf_chain chain;
+    int r;
+
+    pyf_target__chain(t->pyf, &chain);
+    r = native_open(t->pid, t->rate_hz, &chain, t->native_perf_only ? NATIVE_PERF_ONLY : NATIVE_ANY,
+                    symbols, &t->native, &t->native_error);
+    if (r < 0) {
+        t->native = NULL;
+        log_msg(LOG_WARN, "pid %d: native stacks unavailable, Python frames only: %s", (int)t->pid,
+                t->native_error.msg);
+        return r;
+    }
+    t->native_error.msg[0] = '\0';
+    if (native__ebpf_error(t->native)[0])
+        log_msg(LOG_WARN,
+                "pid %d: the eBPF sampler is unavailable, native stacks come from perf: %s",
+                (int)t->pid, native__ebpf_error(t->native));
+    return 0;
+}
+
+const char *target_mode(const struct target *t)
+{
+    if (!t->native)
+        return "python";
+    return strcmp(native__backend(t->native), "ebpf") == 0 ? "native-ebpf" : "native-perf";
+}
+
+void target_release(struct target *t)
+{
+    native_free(t->native);
+    t->native = NULL;
+    pyf_target_free(t->pyf);
+    t->pyf = NULL;
+    free_buffers(t);
+    free(t->known_tids);
+    t->known_tids = NULL;
+    t->n_known_tids = t->known_tids_cap = 0;
+}
+
+void target_free(struct target *t)
+{
+    if (!t)
+        return;
+    target_release(t);
+    free(t);
+}

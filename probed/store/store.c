@@ -1,0 +1,405 @@
+/* store.c - see store.h. */
+#include "store/store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "store/schema.h"
+
+enum stmt_id {
+    INS_TARGET,
+    END_TARGET,
+    INS_THREAD,
+    INS_STRING,
+    INS_FRAME,
+    INS_STACK_FRAME,
+    INS_SAMPLE,
+    INS_USAGE,
+    INS_THREAD_CPU,
+    N_STMTS,
+};
+
+static const char *const stmt_sql[N_STMTS] = {
+    [INS_TARGET] = "INSERT OR REPLACE INTO targets(id, pid, start_time, uid, cmdline, py_version,"
+                   " rate_hz, rank, local_rank, world_size, attached_ns, follow_children, native)"
+                   " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    [END_TARGET] = "UPDATE targets SET ended_ns = ?, end_reason = ? WHERE id = ?",
+    [INS_THREAD] = "INSERT OR REPLACE INTO threads(target_id, tid, name, os_name) VALUES (?, ?, ?,"
+                   " ?)",
+    [INS_STRING] = "INSERT OR IGNORE INTO strings(id, text) VALUES (?, ?)",
+    [INS_FRAME] = "INSERT OR IGNORE INTO frames(id, func_id, file_id, line, first_line, kind)"
+                  " VALUES (?, ?, ?, ?, ?, ?)",
+    [INS_STACK_FRAME] = "INSERT OR IGNORE INTO stack_frames(stack_id, depth, frame_id)"
+                        " VALUES (?, ?, ?)",
+    [INS_SAMPLE] = "INSERT OR IGNORE INTO samples(ts_ns, target_id, tid, stack_id, state)"
+                   " VALUES (?, ?, ?, ?, ?)",
+    [INS_USAGE] = "INSERT OR IGNORE INTO memory(target_id, ts_ns, rss, pss, uss, swap, cpu_ns,"
+                  " threads) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    [INS_THREAD_CPU] = "INSERT OR IGNORE INTO thread_cpu(target_id, ts_ns, tid, cpu_ns)"
+                       " VALUES (?, ?, ?, ?)",
+};
+
+struct store {
+    sqlite3 *db;
+    sqlite3_stmt *stmt[N_STMTS];
+};
+
+static int exec(struct store *st, const char *sql, struct errbuf *err, const char *what)
+{
+    char *msg = NULL;
+
+    if (sqlite3_exec(st->db, sql, NULL, NULL, &msg) == SQLITE_OK)
+        return 0;
+    errbuf_set(err, -EIO, "%s: %s", what, msg ? msg : sqlite3_errmsg(st->db));
+    sqlite3_free(msg);
+    return -EIO;
+}
+
+static int user_version(struct store *st, int *ret, struct errbuf *err)
+{
+    sqlite3_stmt *q;
+    int rc = sqlite3_prepare_v2(st->db, "PRAGMA user_version", -1, &q, NULL);
+
+    if (rc == SQLITE_OK && sqlite3_step(q) == SQLITE_ROW)
+        *ret = sqlite3_column_int(q, 0);
+    else
+        rc = SQLITE_ERROR;
+    sqlite3_finalize(q);
+    return rc == SQLITE_OK
+               ? 0
+               : errbuf_set(err, -EIO, "reading user_version: %s", sqlite3_errmsg(st->db));
+}
+
+/* Applies schema files user_version+1 .. n, each with its version bump in one transaction. */
+static int migrate(struct store *st, struct errbuf *err)
+{
+    int version = 0, r = user_version(st, &version, err);
+
+    if (r < 0)
+        return r;
+    if (version > (int)schema_n_files)
+        return errbuf_set(err, -EPROTO,
+                          "database schema version %d is newer than this probed knows (%u)",
+                          version, schema_n_files);
+    for (unsigned i = (unsigned)version; i < schema_n_files; i++) {
+        char bump[64];
+
+        snprintf(bump, sizeof(bump), "PRAGMA user_version = %u", i + 1);
+        r = exec(st, "BEGIN IMMEDIATE", err, "migration");
+        if (r == 0)
+            r = exec(st, schema_files[i].sql, err, schema_files[i].name);
+        if (r == 0)
+            r = exec(st, bump, err, schema_files[i].name);
+        if (r == 0)
+            r = exec(st, "COMMIT", err, schema_files[i].name);
+        if (r < 0) {
+            sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+            return r;
+        }
+    }
+    return 0;
+}
+
+/* The database file exists and only root reads it (0600, whatever the umask): it holds every
+ * user's stacks, and users read their own through the API only. SQLite gives its -wal and
+ * -shm files the database's mode. One found readable by others is made private. */
+static int make_private(const char *path, bool create, struct errbuf *err)
+{
+    struct stat sb;
+    int fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC | (create ? O_CREAT : 0), 0600), r = 0;
+
+    if (fd < 0 && !create && errno == ENOENT)
+        return 0;
+    if (fd < 0)
+        return errbuf_set(err, -errno, "opening %s: %s", path, strerror(errno));
+    if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode))
+        r = errbuf_set(err, -EINVAL, "%s is not a regular file", path);
+    else if ((sb.st_mode & 077) && fchmod(fd, 0600) < 0)
+        r = errbuf_set(err, -errno, "making %s private (mode 0600): %s", path, strerror(errno));
+    close(fd);
+    return r;
+}
+
+int store_open(const char *path, struct store **ret, struct errbuf *err)
+{
+    struct store *st = calloc(1, sizeof(*st));
+    int r;
+
+    if (!st)
+        return errbuf_set(err, -ENOMEM, "out of memory");
+    if ((r = make_private(path, true, err)) < 0)
+        goto fail;
+    for (int i = 0; i < 2; i++) { /* a -wal and -shm left by an earlier daemon */
+        char side[4096];
+        snprintf(side, sizeof(side), "%s%s", path, i ? "-shm" : "-wal");
+        if ((r = make_private(side, false, err)) < 0)
+            goto fail;
+    }
+    if (sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
+        SQLITE_OK) {
+        r = errbuf_set(err, -EIO, "opening %s: %s", path,
+                       st->db ? sqlite3_errmsg(st->db) : "out of memory");
+        goto fail;
+    }
+    sqlite3_busy_timeout(st->db, 5000);
+    /* WAL: queries read while we write; NORMAL sync: a crash of the daemon loses nothing
+     * committed, a power cut at most the last transactions. */
+    r = exec(st, "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;", err, path);
+    if (r == 0)
+        r = migrate(st, err);
+    for (int i = 0; r == 0 && i < N_STMTS; i++)
+        if (sqlite3_prepare_v3(st->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &st->stmt[i],
+                               NULL) != SQLITE_OK)
+            r = errbuf_set(err, -EIO, "preparing \"%s\": %s", stmt_sql[i], sqlite3_errmsg(st->db));
+    if (r < 0)
+        goto fail;
+    *ret = st;
+    return 0;
+fail:
+    store_free(st);
+    return r;
+}
+
+void store_free(struct store *st)
+{
+    if (!st)
+        return;
+    for (int i = 0; i < N_STMTS; i++)
+        sqlite3_finalize(st->stmt[i]);
+    sqlite3_close(st->db);
+    free(st);
+}
+
+/* Binds @n values described by @types ('i' int64, 't' text, 'n' int64 or NULL when < 0)
+ * and steps once. */
+static int run(struct store *st, enum stmt_id id, const char *types, ...)
+{
+    sqlite3_stmt *q = st->stmt[id];
+    va_list ap;
+    int rc;
+
+    va_start(ap, types);
+    for (int i = 0; types[i]; i++) {
+        if (types[i] == 't') {
+            const char *s = va_arg(ap, const char *);
+            int len = va_arg(ap, int);
+            sqlite3_bind_text(q, i + 1, s, len, SQLITE_STATIC);
+        } else {
+            int64_t v = va_arg(ap, int64_t);
+            if (types[i] == 'n' && v < 0)
+                sqlite3_bind_null(q, i + 1);
+            else
+                sqlite3_bind_int64(q, i + 1, v);
+        }
+    }
+    va_end(ap);
+    rc = sqlite3_step(q);
+    sqlite3_reset(q);
+    sqlite3_clear_bindings(q);
+    return rc == SQLITE_DONE ? 0 : -EIO;
+}
+
+static int write_defs(struct store *st, const struct ob_half *h)
+{
+    int r = 0;
+
+    for (size_t i = 0; r == 0 && i < h->n_targets; i++) {
+        const struct ob_target *t = &h->targets[i];
+        r = run(st, INS_TARGET, "iiiittinnniii", t->id, (int64_t)t->pid, t->start_time,
+                (int64_t)t->uid, t->cmdline, -1, t->py_version, -1, (int64_t)t->rate_hz,
+                (int64_t)t->rank, (int64_t)t->local_rank, (int64_t)t->world_size, t->attached_ns,
+                (int64_t)t->follow_children, (int64_t)t->native);
+    }
+    for (size_t i = 0; r == 0 && i < h->n_threads; i++) {
+        const struct ob_def *d = &h->threads[i];
+        const char *name = (const char *)h->arena + d->off;
+        int name_len = (int)strnlen(name, d->len);
+        const char *os_name = name_len < (int)d->len ? name + name_len + 1 : "";
+
+        r = run(st, INS_THREAD, "iitt", d->id, d->extra, name, name_len, os_name,
+                (int)d->len - name_len - (name_len < (int)d->len));
+    }
+    for (size_t i = 0; r == 0 && i < h->n_strings; i++) {
+        const struct ob_def *d = &h->strings[i];
+        r = run(st, INS_STRING, "it", d->id, (const char *)h->arena + d->off, (int)d->len);
+    }
+    for (size_t i = 0; r == 0 && i < h->n_frames; i++) {
+        const struct ob_frame *f = &h->frames[i];
+        r = run(st, INS_FRAME, "iiiiii", f->id, f->func_id, f->file_id, (int64_t)f->line,
+                (int64_t)f->first_line, (int64_t)f->kind);
+    }
+    for (size_t i = 0; r == 0 && i < h->n_stacks; i++) {
+        const struct ob_def *d = &h->stacks[i];
+        const int64_t *ids = (const int64_t *)(const void *)(h->arena + d->off);
+        for (uint32_t k = 0; r == 0 && k < d->len; k++)
+            r = run(st, INS_STACK_FRAME, "iii", d->id, (int64_t)k, ids[k]);
+    }
+    return r;
+}
+
+int store__write(struct store *st, const struct ob_half *h, struct errbuf *err)
+{
+    int r = exec(st, "BEGIN", err, "write");
+
+    if (r < 0)
+        return r;
+    r = write_defs(st, h);
+    for (size_t i = 0; r == 0 && i < h->n_samples; i++) {
+        const struct ob_sample *s = &h->samples[i];
+        r = run(st, INS_SAMPLE, "iiiii", s->ts_ns, s->target_id, (int64_t)s->tid, s->stack_id,
+                (int64_t)s->state);
+    }
+    for (size_t i = 0; r == 0 && i < h->n_usage; i++) {
+        const struct ob_usage *u = &h->usage[i];
+        r = run(st, INS_USAGE, "iiiiiiii", u->target_id, u->ts_ns, u->rss, u->pss, u->uss, u->swap,
+                u->cpu_ns, (int64_t)u->threads);
+    }
+    for (size_t i = 0; r == 0 && i < h->n_thread_cpu; i++) {
+        const struct ob_thread_cpu *c = &h->thread_cpu[i];
+        r = run(st, INS_THREAD_CPU, "iiii", c->target_id, c->ts_ns, (int64_t)c->tid, c->cpu_ns);
+    }
+    /* Ends last: a target's final samples are in the same transaction. */
+    for (size_t i = 0; r == 0 && i < h->n_ends; i++)
+        r = run(st, END_TARGET, "iti", h->ends[i].ended_ns, h->ends[i].reason, -1,
+                h->ends[i].target_id);
+    if (r < 0) {
+        errbuf_set(err, r, "writing samples: %s", sqlite3_errmsg(st->db));
+        sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+        return r;
+    }
+    return exec(st, "COMMIT", err, "commit");
+}
+
+/* One integer from @sql, or -1 on error. */
+static int64_t scalar(struct store *st, const char *sql)
+{
+    sqlite3_stmt *q;
+    int64_t v = -1;
+
+    if (sqlite3_prepare_v2(st->db, sql, -1, &q, NULL) != SQLITE_OK)
+        return -1;
+    if (sqlite3_step(q) == SQLITE_ROW)
+        v = sqlite3_column_int64(q, 0);
+    sqlite3_finalize(q);
+    return v;
+}
+
+int store__next_target_id(struct store *st, int64_t *ret, struct errbuf *err)
+{
+    int64_t v = scalar(st, "SELECT coalesce(max(id), 0) + 1 FROM targets");
+
+    if (v < 0)
+        return errbuf_set(err, -EIO, "reading target ids: %s", sqlite3_errmsg(st->db));
+    *ret = v;
+    return 0;
+}
+
+int store__live_targets(struct store *st, store_target_fn fn, void *ctx, struct errbuf *err)
+{
+    sqlite3_stmt *q;
+    int rc;
+
+    if (sqlite3_prepare_v2(st->db,
+                           /* SQLite gives | and << the same precedence: parenthesise */
+                           "SELECT id, pid, start_time, rate_hz, (follow_children <> 0) |"
+                           " ((id IN (SELECT target_id FROM allocation_tracking)) << 1) |"
+                           " ((id IN (SELECT target_id FROM torch_tracing)) << 2) |"
+                           " ((native <> 0) << 3)"
+                           " FROM targets WHERE ended_ns IS NULL",
+                           -1, &q, NULL) != SQLITE_OK)
+        return errbuf_set(err, -EIO, "reading targets: %s", sqlite3_errmsg(st->db));
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW)
+        fn(sqlite3_column_int64(q, 0), sqlite3_column_int(q, 1), sqlite3_column_int64(q, 2),
+           sqlite3_column_int(q, 3), (unsigned)sqlite3_column_int(q, 4), ctx);
+    sqlite3_finalize(q);
+    return rc == SQLITE_DONE ? 0
+                             : errbuf_set(err, -EIO, "reading targets: %s", sqlite3_errmsg(st->db));
+}
+
+int store_connect(const char *path, sqlite3 **ret, struct errbuf *err)
+{
+    sqlite3 *db = NULL;
+
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
+        errbuf_set(err, -EIO, "opening %s: %s", path, db ? sqlite3_errmsg(db) : "no memory");
+        sqlite3_close(db);
+        return -EIO;
+    }
+    sqlite3_busy_timeout(db, 5000);
+    *ret = db;
+    return 0;
+}
+
+int64_t store__size(struct store *st)
+{
+    int64_t pages = scalar(st, "PRAGMA page_count"),
+            free_pages = scalar(st, "PRAGMA freelist_count");
+    int64_t page = scalar(st, "PRAGMA page_size");
+
+    return pages < 0 || free_pages < 0 || page < 0 ? -1 : (pages - free_pages) * page;
+}
+
+/* Deletes the rows of @table older than @before_ns; returns how many. */
+static int64_t delete_from(struct store *st, const char *table, int64_t before_ns,
+                           struct errbuf *err)
+{
+    char sql[160];
+    sqlite3_stmt *q;
+    int64_t n;
+
+    /* Per target, so that the (target_id, ts_ns) key finds the rows: no full scan. */
+    snprintf(sql, sizeof(sql),
+             "DELETE FROM %s WHERE target_id IN (SELECT id FROM targets) AND ts_ns < ?", table);
+    if (sqlite3_prepare_v2(st->db, sql, -1, &q, NULL) != SQLITE_OK)
+        return errbuf_set(err, -EIO, "retention of %s: %s", table, sqlite3_errmsg(st->db));
+    sqlite3_bind_int64(q, 1, before_ns);
+    n = sqlite3_step(q) == SQLITE_DONE ? sqlite3_changes64(st->db) : -1;
+    sqlite3_finalize(q);
+    return n < 0 ? errbuf_set(err, -EIO, "retention of %s: %s", table, sqlite3_errmsg(st->db)) : n;
+}
+
+/* Samples, and the memory timeline with them; returns the samples deleted. */
+static int64_t delete_before(struct store *st, int64_t before_ns, struct errbuf *err)
+{
+    int64_t n = delete_from(st, "samples", before_ns, err);
+
+    if (n >= 0 && (delete_from(st, "memory", before_ns, err) < 0 ||
+                   delete_from(st, "thread_cpu", before_ns, err) < 0 ||
+                   delete_from(st, "allocations", before_ns, err) < 0 ||
+                   delete_from(st, "torch_records", before_ns, err) < 0 ||
+                   delete_from(st, "torch_values", before_ns, err) < 0 ||
+                   delete_from(st, "torch_steps", before_ns, err) < 0))
+        return -EIO;
+    return n;
+}
+
+int64_t store__retain(struct store *st, int64_t before_ns, int64_t max_bytes, struct errbuf *err)
+{
+    int64_t total = delete_before(st, before_ns, err);
+
+    /* Over the size limit: drop the oldest tenth of the time span until it fits. Freed pages
+     * are reused by later samples, so the file stops growing. */
+    for (int round = 0; total >= 0 && max_bytes > 0 && round < 20; round++) {
+        int64_t size = store__size(st), lo, hi, n;
+        if (size < 0 || size <= max_bytes)
+            break;
+        lo = scalar(st,
+                    "SELECT min(ts_ns) FROM samples WHERE target_id IN (SELECT id FROM targets)");
+        hi = scalar(st,
+                    "SELECT max(ts_ns) FROM samples WHERE target_id IN (SELECT id FROM targets)");
+        if (lo <= 0 || hi <= lo)
+            break;
+        n = delete_before(st, lo + (hi - lo) / 10 + 1, err);
+        if (n < 0)
+            return n;
+        total += n;
+    }
+    return total;
+}
