@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Daemon benchmark; prints figures, asserts nothing.
 
-usage: bench/daemon.py [--build DIR] [--targets 16,64] [--window S] [--flame 1000000,10000000]
+usage: PROBED_BUILD=DIR bench/daemon.py [--targets 16,64] [--window S] [--flame 1000000,10000000]
+                       [--attach-torch N]
 
 1. One probed sampling N targets (bench/targets/idle_deep.py: two threads 20+ frames deep)
    at 100 Hz each, for each N: the daemon's CPU (% of one core, from /proc/PID/stat over the
@@ -11,6 +12,10 @@ usage: bench/daemon.py [--build DIR] [--targets 16,64] [--window S] [--flame 100
    distinct stacks 30 frames deep, Zipf-like counts), `probectl flamegraph --format folded`
    and `--format svg` timed end to end through the daemon; baseline: the same store's
    `SELECT count(*) FROM samples` in the same run.
+3. The API while attaching: N torch processes (tests/targets/native_torch.py, Debian's python3
+   with python3-torch) attached --native one after the other while another client asks
+   GET /v1/status back to back: each attach's time, and the status replies' median and
+   longest wait meanwhile (an attach that runs on the loop thread holds every reply up).
 """
 import argparse
 import json
@@ -87,7 +92,8 @@ def synth_db(path, n_samples):
     db.execute("INSERT INTO strings VALUES (1000, '/app/model.py')")
     frame_ids = []
     for i in range(3000):
-        db.execute('INSERT INTO frames VALUES (?, ?, 1000, ?, 1)',
+        db.execute('INSERT INTO frames(id, func_id, file_id, line, first_line)'
+                   ' VALUES (?, ?, 1000, ?, 1)',
                    (i + 1, rnd.randrange(300) + 1, rnd.randrange(1, 500)))
         frame_ids.append(i + 1)
     stacks = []
@@ -135,16 +141,56 @@ def flame_time(n_samples):
         d.close()
 
 
+def attach_latency(n_targets):
+    import threading
+    targets = [subprocess.Popen(['/usr/bin/python3', os.path.join(ROOT, 'tests', 'targets',
+                                                                  'native_torch.py')],
+                                stdout=subprocess.PIPE, universal_newlines=True)
+               for _ in range(n_targets)]
+    d = Daemon()
+    try:
+        pids = [json.loads(t.stdout.readline().split(' ', 1)[1])['pid'] for t in targets]
+        for pid in pids:
+            waits, done = [], threading.Event()
+            took = []
+
+            def attach():
+                t0 = time.time()
+                d.api('POST', '/v1/targets', {'pid': pid, 'native': True})
+                took.append(time.time() - t0)
+                done.set()
+
+            th = threading.Thread(target=attach)
+            th.start()
+            while not done.is_set():
+                t0 = time.time()
+                d.api('GET', '/v1/status')
+                waits.append(time.time() - t0)
+            th.join()
+            waits.sort()
+            print('attach --native of a torch process: %.2f s; meanwhile %d status replies,'
+                  ' median %.1f ms, longest %.1f ms'
+                  % (took[0], len(waits), 1e3 * waits[len(waits) // 2], 1e3 * waits[-1]))
+    finally:
+        d.close()
+        for t in targets:
+            t.kill()
+            t.wait()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--targets', default='16,64')
     ap.add_argument('--window', type=float, default=10)
     ap.add_argument('--flame', default='1000000,10000000')
+    ap.add_argument('--attach-torch', type=int, default=3)
     args = ap.parse_args()
     for n in [int(x) for x in args.targets.split(',') if x]:
         sample_load(n, args.window)
     for n in [int(x) for x in args.flame.split(',') if x]:
         flame_time(n)
+    if args.attach_torch:
+        attach_latency(args.attach_torch)
 
 
 if __name__ == '__main__':
