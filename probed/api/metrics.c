@@ -25,7 +25,7 @@
 #define CMD_LABEL_MAX 127     /* bytes of the command line in the cmd label */
 #define METRICS_CONNS_MAX 256 /* scrapers at once; past it 503, at twice it accepting pauses */
 
-/* One sampled target as a scrape reports it, copied out under the sampler's lock. */
+/* One sampled target as a scrape reports it, from the registry's copy (targets__copy). */
 struct row {
     char labels[512]; /* pid="..",rank="..",...: escaped once per scrape */
     uint32_t rate_hz;

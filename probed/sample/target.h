@@ -3,8 +3,9 @@
  *
  * A process is identified by pid + start time (pids are reused). target_new() opens it with
  * libpyframes and sizes every buffer the sampler needs, so sampling never allocates.
- * Threads: created and freed on the API thread; sampled on the sampler thread while in the
- * sampler's list (sampler.h), whose lock guards the mutable fields.
+ * Threads: created by targets__attach() on the attaching thread (the attach thread, the
+ * follower, main at start), freed by the registry; sampled on the sampler thread while listed
+ * in the registry (targets.h), whose lock guards the mutable fields.
  * Failure: target_new() returns -errno with a message for the user in @err.
  */
 #ifndef PROBED_TARGET_H

@@ -29,7 +29,7 @@ struct writer {
     struct outbox *ob;
     struct targets *reg; /* told of the samples lost */
     struct bgthread bg;
-    /* counters, read by the API thread */
+    /* counters, read by the loop thread (status, /metrics) */
     atomic_uint_fast64_t flushes, write_errors, samples_written, samples_dropped, retained;
     atomic_uint_fast64_t usage_dropped;   /* memory/CPU rows the outbox had no room for */
     atomic_uint_fast64_t backlog_samples; /* kept, waiting for the database to take them */
