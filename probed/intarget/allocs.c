@@ -80,7 +80,9 @@ int allocs_run(struct stubctl *sc, const char *db_path, const struct allocs_requ
                               .uid = rq->uid,
                               .kind = STUB_RUN,
                               .timeout_ms = ALLOCS_TIMEOUT_MS,
-                              .mode = "allocations"};
+                              .mode = "allocations",
+                              /* tracemalloc's start and stop: nothing of ours beside them */
+                              .exclusive = rq->action != ALLOCS_SNAPSHOT};
     json_t *result = NULL, *rows;
     int64_t ts_ns = real_ns();
     char *code = script(rq);

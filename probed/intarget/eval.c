@@ -73,7 +73,8 @@ static int call_stub(struct stubctl *sc, const struct eval_request *rq, struct s
                              .flags = rq->main_thread ? STUB_MAIN_THREAD : 0,
                              .session = rq->session,
                              .code = rq->code,
-                             .timeout_ms = rq->timeout_ms};
+                             .timeout_ms = rq->timeout_ms,
+                             .exclusive = rq->exclusive};
     int r = stubctl__call(sc, rq->pid, &call, res, err);
 
     if (r == -ENOENT) { /* no stub there yet */
@@ -86,7 +87,8 @@ static int call_stub(struct stubctl *sc, const struct eval_request *rq, struct s
     if (r < 0) {
         log_msg(LOG_WARN, "eval in pid %d: %s", (int)rq->pid, err->msg);
         /* gone, not theirs, too big; anything else went wrong in talking to the stub */
-        return r == -ESRCH || r == -EPERM || r == -EACCES || r == -E2BIG ? r : -EPROTO;
+        return r == -ESRCH || r == -EPERM || r == -EACCES || r == -E2BIG || r == -EBUSY ? r
+                                                                                        : -EPROTO;
     }
     return 0;
 }

@@ -28,11 +28,12 @@ struct eval_request {
     const char *mode;       /* for the audit row: 'eval', 'repl', ... */
     const char *audit_code; /* recorded in the audit row in place of the code (NULL: code) */
     bool unaudited;         /* the daemon's own reads of its own state: no audit row */
+    bool exclusive;         /* no other call in the target meanwhile (stubctl.h) */
 };
 
 /* *ret_body: the reply, {"status", "output", ...} (the caller's). -ESRCH gone, -EPERM not
  * the caller's, -ENOEXEC not a CPython we read, -E2BIG code too long, -EPROTO the stub failed
- * us, -ENOMEM. */
+ * us, -EBUSY the target is busy with an exclusive call, -ENOMEM. */
 int eval_run(struct stubctl *sc, const char *db_path, const struct eval_request *rq,
              json_t **ret_body, struct errbuf *err);
 

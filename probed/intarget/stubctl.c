@@ -27,9 +27,19 @@
 
 #define SOCKET_WAIT_MS 3000 /* from dlopen() returning to the stub's socket being up */
 
+#define GATES_MAX 64 /* targets with calls in progress (the workers are fewer) */
+
 struct stubctl {
     char *stub_path;
     pthread_mutex_t inject_lock;
+    /* the calls in progress, per target: many shared ones, or one exclusive (stub_call) */
+    pthread_mutex_t gate_lock;
+    pthread_cond_t gate_changed; /* CLOCK_MONOTONIC */
+    struct gate {
+        pid_t pid; /* 0: free */
+        int shared;
+        bool exclusive;
+    } gates[GATES_MAX];
 };
 
 /*
@@ -108,7 +118,14 @@ int stubctl_new(const char *stub_path, struct stubctl **ret)
         free(sc);
         return -ENOMEM;
     }
+    pthread_condattr_t ca;
+
     pthread_mutex_init(&sc->inject_lock, NULL);
+    pthread_mutex_init(&sc->gate_lock, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&sc->gate_changed, &ca);
+    pthread_condattr_destroy(&ca);
     sweep_stale_stubs();
     *ret = sc;
     return 0;
@@ -119,6 +136,8 @@ void stubctl_free(struct stubctl *sc)
     if (!sc)
         return;
     pthread_mutex_destroy(&sc->inject_lock);
+    pthread_mutex_destroy(&sc->gate_lock);
+    pthread_cond_destroy(&sc->gate_changed);
     free(sc->stub_path);
     free(sc);
 }
@@ -469,16 +488,89 @@ static int exchange(int fd, pid_t pid, const struct stub_call *call, struct stub
     return 0;
 }
 
+/* With gate_lock: @pid's gate, taken when none is (NULL: all are in use). */
+static struct gate *gate_of(struct stubctl *sc, pid_t pid)
+{
+    struct gate *free_gate = NULL;
+
+    for (int i = 0; i < GATES_MAX; i++) {
+        if (sc->gates[i].pid == pid)
+            return &sc->gates[i];
+        if (!sc->gates[i].pid && !free_gate)
+            free_gate = &sc->gates[i];
+    }
+    if (free_gate)
+        *free_gate = (struct gate){.pid = pid};
+    return free_gate;
+}
+
+/* Enters @pid's gate, shared or @exclusive, waiting until @deadline_ms at most. */
+static int gate_enter(struct stubctl *sc, pid_t pid, bool exclusive, double deadline_ms,
+                      struct errbuf *err)
+{
+    struct gate *g;
+    int r = 0;
+
+    pthread_mutex_lock(&sc->gate_lock);
+    for (;;) {
+        g = gate_of(sc, pid);
+        if (g && !g->exclusive && (!exclusive || g->shared == 0))
+            break;
+        if (mono_ms() >= deadline_ms) {
+            r = -EBUSY;
+            break;
+        }
+        int64_t at_ns = (int64_t)(deadline_ms * 1e6);
+        struct timespec ts = {.tv_sec = at_ns / 1000000000LL, .tv_nsec = at_ns % 1000000000LL};
+        pthread_cond_timedwait(&sc->gate_changed, &sc->gate_lock, &ts);
+    }
+    if (r == 0 && exclusive)
+        g->exclusive = true;
+    else if (r == 0)
+        g->shared++;
+    else if (g && !g->shared && !g->exclusive)
+        g->pid = 0;
+    pthread_mutex_unlock(&sc->gate_lock);
+    if (r < 0)
+        return errbuf_set(err, r, "pid %d: busy: %s in the process; try again", (int)pid,
+                          exclusive ? "another call of probed's is running"
+                                    : "tracemalloc is being started or stopped");
+    return 0;
+}
+
+static void gate_leave(struct stubctl *sc, pid_t pid, bool exclusive)
+{
+    struct gate *g;
+
+    pthread_mutex_lock(&sc->gate_lock);
+    g = gate_of(sc, pid);
+    if (exclusive)
+        g->exclusive = false;
+    else
+        g->shared--;
+    if (!g->shared && !g->exclusive)
+        g->pid = 0;
+    pthread_cond_broadcast(&sc->gate_changed);
+    pthread_mutex_unlock(&sc->gate_lock);
+}
+
 int stubctl__call(struct stubctl *sc, pid_t pid, const struct stub_call *call,
                   struct stub_result *ret, struct errbuf *err)
 {
+    double wait_ms = call->exclusive ? STUBCTL_EXCLUSIVE_WAIT_MS : (double)call->timeout_ms;
     int fd, r;
 
     *ret = (struct stub_result){0};
+    r = gate_enter(sc, pid, call->exclusive, mono_ms() + wait_ms, err);
+    if (r < 0)
+        return r;
     fd = open_stub(sc, pid, call->may_inject, ret, err);
-    if (fd < 0)
-        return fd;
-    r = exchange(fd, pid, call, ret, err);
-    close(fd); /* after a timeout too: the stub's reply, when it comes, goes nowhere */
+    if (fd >= 0) {
+        r = exchange(fd, pid, call, ret, err);
+        close(fd); /* after a timeout too: the stub's reply, when it comes, goes nowhere */
+    } else {
+        r = fd;
+    }
+    gate_leave(sc, pid, call->exclusive);
     return r;
 }

@@ -480,6 +480,40 @@ def test_allocation_tracking_finds_the_leak(python):
         d.close()
 
 
+def test_allocations_off_beside_evals_leaves_the_target_alive():
+    """tracemalloc's start and stop race with a thread entering Python (its thread state is
+    allocated through the hooks being swapped): an eval beside `allocations off` killed Debian's
+    3.11 target with SIGSEGV in 4 of 15 rounds. The daemon now runs on and off alone in a
+    process; the evals beside them wait and succeed."""
+    import threading
+    d = Daemon()
+    try:
+        for _ in range(8):
+            t = Target(PYTHON, 'leaker.py')
+            try:
+                d.ctl('attach', t.pid, check=True)
+                d.ctl('memory', t.pid, '--allocations', 'on', check=True)
+                failures = []
+
+                def evals():
+                    for _ in range(5):
+                        r = d.ctl('eval', t.pid, 'import tracemalloc; tracemalloc.is_tracing()')
+                        if r.returncode:
+                            failures.append(r.stderr)
+
+                th = threading.Thread(target=evals)
+                th.start()
+                off = d.ctl('memory', t.pid, '--allocations', 'off')
+                th.join()
+                time.sleep(0.2)
+                assert t.proc.poll() is None, 'the target died: %s' % t.proc.returncode
+                assert off.returncode == 0 and not failures, (off.stderr, failures)
+            finally:
+                t.close()
+    finally:
+        d.close()
+
+
 def test_allocation_snapshots_on_their_own_and_in_probectl_memory():
     d = Daemon()
     t = Target(PYTHON, 'leaker.py')
