@@ -10,6 +10,7 @@
 #include "ctl/commands.h"
 #include "ctl/eval.h"
 #include "ctl/ops.h"
+#include "ctl/remote.h"
 #include "ctl/torch.h"
 
 struct command {
@@ -33,6 +34,7 @@ static const struct command commands[] = {
     {"memory", memory_main, "memory now, peak and growth per minute of an attached process"},
     {"config", config_main, "read or change the daemon's settings live"},
     {"torch", torch_main, "per-step, per-module time and memory of a PyTorch job (on|off|summary)"},
+    {"proxy", proxy_main, "join stdin/stdout to the daemon (the far end of `ssh -T HOST`)"},
 };
 
 static void usage(FILE *out)
