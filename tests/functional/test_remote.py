@@ -16,6 +16,18 @@ def through_proxy(d, request, user=None, socket=None):
                           stderr=subprocess.PIPE, env=env, timeout=60)
 
 
+def read_reply(stream):
+    """One HTTP/1.1 reply from @stream: (status, JSON body)."""
+    head = b''
+    while not head.endswith(b'\r\n\r\n'):
+        c = stream.read(1)
+        assert c, 'the proxy ended mid-reply: %r' % head
+        head += c
+    lines = head.decode().split('\r\n')
+    length = next(int(l.split(':', 1)[1]) for l in lines if l.lower().startswith('content-length:'))
+    return int(lines[0].split()[1]), json.loads(stream.read(length))
+
+
 def bodies(raw):
     """The JSON bodies of the HTTP/1.1 replies in @raw, in order."""
     out, text = [], raw.decode()
@@ -38,12 +50,26 @@ def test_proxy_carries_requests_as_its_user():
     t = Target('/usr/bin/python3', 'busy.py')
     try:
         d.ctl('attach', t.pid, check=True)
-        # two requests on one connection, the second closing it: both answered, in order
-        r = through_proxy(d, get('/v1/status') + get('/v1/targets', close=True))
-        assert r.returncode == 0, r.stderr
-        replies = bodies(r.stdout)
-        assert [s for s, _ in replies] == [200, 200], replies
-        assert replies[0][1]['version'] and [x['pid'] for x in replies[1][1]['targets']] == [t.pid]
+        # one connection kept open, as a client over ssh uses it: a request, its reply, the next
+        p = subprocess.Popen([PROBECTL, 'proxy'], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=dict(os.environ, PROBED_SOCKET=d.socket))
+        try:
+            p.stdin.write(get('/v1/status').encode())
+            p.stdin.flush()
+            status, body = read_reply(p.stdout)
+            assert status == 200 and body['version'], body
+            p.stdin.write(get('/v1/targets', close=True).encode())
+            p.stdin.flush()
+            status, body = read_reply(p.stdout)
+            assert status == 200 and [x['pid'] for x in body['targets']] == [t.pid], body
+            p.stdin.close()
+            assert p.wait(timeout=30) == 0 and p.stdout.read() == b''
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            p.stdout.close()
+            p.stderr.close()
         # stdin ends after a request (ssh's client hung up): answered, then the proxy exits
         r = through_proxy(d, get('/v1/status'))
         assert r.returncode == 0 and bodies(r.stdout)[0][0] == 200, r.stderr
