@@ -23,6 +23,8 @@ int reply_json(struct evhttp_request *req, int status, json_t *body)
     char *text = json_dumps(body, JSON_COMPACT | JSON_ENSURE_ASCII);
 
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
+    /* probectl -H checks it: a node's daemon of another API version is named, not misread */
+    evhttp_add_header(evhttp_request_get_output_headers(req), "X-Probed-Version", PROBED_VERSION);
     if (out && text)
         evbuffer_add_printf(out, "%s\n", text);
     evhttp_send_reply(req, status, NULL, out);
@@ -54,6 +56,7 @@ void reply_raw(struct evhttp_request *req, const char *type, const char *data, s
     struct evbuffer *out = evbuffer_new();
 
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", type);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "X-Probed-Version", PROBED_VERSION);
     if (out)
         evbuffer_add(out, data, len);
     evhttp_send_reply(req, 200, NULL, out);

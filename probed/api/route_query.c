@@ -1,12 +1,14 @@
 /*
- * route_query.c - /v1/query, /v1/flamegraph and /v1/backtrace: jobs on the parallel lane
- * (jobs.h) over the store (query.h) and the live processes (dump.h).
+ * route_query.c - /v1/query, /v1/flamegraph, /v1/backtrace and /v1/hang: jobs on the
+ * parallel lane (jobs.h) over the store (query.h) and the live processes (dump.h).
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "api/server.h"
 #include "clock.h"
@@ -239,4 +241,99 @@ struct job *backtrace_get(struct api *a, const struct request *rq)
     bj->locals = (int)locals;
     bj->native = native == 1;
     return &bj->j;
+}
+
+/* The stacks of every target of the caller at one instant agreed across nodes (`probectl
+ * hang`): the job sleeps until then, then reads them one after the other, no process stopped
+ * (with native, each held by ptrace the milliseconds its stacks take). */
+struct hang_job {
+    struct job j;
+    int64_t at_ns; /* CLOCK_REALTIME */
+    bool native;
+};
+
+#define HANG_AHEAD_MAX_NS (30 * 1000000000LL) /* the furthest ahead an instant may be asked */
+
+static json_t *hang_target(const struct target_info *t, bool native)
+{
+    struct pyf_err e = {0};
+    json_t *stack = NULL, *o;
+    int64_t read_ns = real_ns();
+    int r = dump_json(t->pid, 0, native, &stack, &e);
+
+    o = json_pack("{s:i, s:s, s:I, s:I}", "pid", (int)t->pid, "cmdline", t->cmdline, "start_time",
+                  (json_int_t)t->start_time, "read_ns", (json_int_t)read_ns);
+    if (t->rank >= 0)
+        json_object_set_new(o, "rank", json_integer(t->rank));
+    if (t->local_rank >= 0)
+        json_object_set_new(o, "local_rank", json_integer(t->local_rank));
+    if (t->world_size >= 0)
+        json_object_set_new(o, "world_size", json_integer(t->world_size));
+    if (r < 0)
+        json_object_set_new(o, "error", json_string(e.msg));
+    else
+        json_object_set_new(o, "threads", json_incref(json_object_get(stack, "threads")));
+    json_decref(stack);
+    return o;
+}
+
+static void run_hang(struct job *j)
+{
+    struct hang_job *hj = (struct hang_job *)j;
+    struct peer p = {.root = j->scope.root, .uid = j->scope.uid};
+    struct targets_filter f = peer_filter(&p);
+    struct target_info *infos = malloc(TARGETS_MAX * sizeof(*infos));
+    struct timespec at = {.tv_sec = hj->at_ns / 1000000000LL, .tv_nsec = hj->at_ns % 1000000000LL};
+    json_t *targets = json_array();
+    char host[256] = "";
+    int64_t woke_ns;
+    size_t n;
+
+    if (!infos) {
+        json_decref(targets);
+        j->status = 500;
+        j->body = error_body(500, "out of memory");
+        return;
+    }
+    f.sampling_only = true;
+    n = targets__copy(job_api(j)->parts.reg, &f, infos, TARGETS_MAX);
+    while (hj->at_ns > real_ns() &&
+           clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &at, NULL) == EINTR)
+        ;
+    woke_ns = real_ns();
+    for (size_t i = 0; i < n && i < TARGETS_MAX; i++)
+        json_array_append_new(targets, hang_target(&infos[i], hj->native));
+    free(infos);
+    gethostname(host, sizeof(host) - 1);
+    j->status = 200;
+    j->body = json_pack("{s:s, s:I, s:I, s:I, s:o}", "host", host, "asked_ns",
+                        (json_int_t)hj->at_ns, "woke_ns", (json_int_t)woke_ns, "done_ns",
+                        (json_int_t)real_ns(), "targets", targets);
+}
+
+/* POST /v1/hang {"at_ns": wall-clock ns (0: now), "native": bool} */
+struct job *hang_post(struct api *a, const struct request *rq)
+{
+    json_t *jat = json_object_get(rq->body, "at_ns"),
+           *jnative = json_object_get(rq->body, "native");
+    json_int_t at = jat ? json_integer_value(jat) : 0;
+    int64_t now = real_ns();
+    struct hang_job *hj;
+
+    if ((jat && !json_is_integer(jat)) || at < 0 || at > now + HANG_AHEAD_MAX_NS) {
+        reply_error(rq->req, 400,
+                    "\"at_ns\" must be an instant (wall clock, ns) at most %lld s ahead, or 0",
+                    HANG_AHEAD_MAX_NS / 1000000000LL);
+        return NULL;
+    }
+    if (jnative && !json_is_boolean(jnative)) {
+        reply_error(rq->req, 400, "\"native\" must be true or false");
+        return NULL;
+    }
+    hj = job_alloc(a, rq, sizeof(*hj), JOB_PARALLEL, run_hang, NULL);
+    if (!hj)
+        return NULL;
+    hj->at_ns = at;
+    hj->native = json_is_true(jnative);
+    return &hj->j;
 }

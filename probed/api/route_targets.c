@@ -9,8 +9,10 @@
 #include <string.h>
 
 #include "api/server.h"
+#include "common/procfs.h"
 #include "common/units.h"
 #include "log.h"
+#include "sample/findproc.h"
 
 static json_t *torch_json(const struct target_torch *tt)
 {
@@ -234,7 +236,120 @@ static void run_attach(struct job *j)
     j->body = target_json(&aj->info);
 }
 
-/* POST /v1/targets {"pid", "rate", "duration", "children", "native": true|false|"perf"} */
+/* Attach every process of a job: those of the caller a pattern or a job name picks. */
+struct match_job {
+    struct job j;
+    struct attach_opts opts;
+    regex_t re;
+    bool has_re;
+    char job_name[128];
+    char pattern[256];
+    pid_t asker;
+};
+
+static void free_match(struct job *j)
+{
+    struct match_job *mj = (struct match_job *)j;
+
+    if (mj->has_re)
+        regfree(&mj->re);
+}
+
+/* The request's "match" (a POSIX extended regex over the command line) or "job" into @mj;
+ * false after replying 400. */
+static bool parse_match(const struct request *rq, const char *match, const char *jobname,
+                        struct match_job *mj)
+{
+    int rc;
+
+    if ((!match && !jobname) || (match && jobname) || (match && strlen(match) >= 256) ||
+        (jobname && (!*jobname || strlen(jobname) >= sizeof(mj->job_name)))) {
+        reply_error(rq->req, 400,
+                    "give one of \"match\" (a pattern of the command line, under 256 bytes) or"
+                    " \"job\" (a Slurm job id or name, or a torchrun run id)");
+        return false;
+    }
+    if (jobname) {
+        snprintf(mj->job_name, sizeof(mj->job_name), "%s", jobname);
+        return true;
+    }
+    snprintf(mj->pattern, sizeof(mj->pattern), "%s", match);
+    rc = regcomp(&mj->re, match, REG_EXTENDED | REG_NOSUB);
+    if (rc != 0) {
+        char why[128];
+        regerror(rc, &mj->re, why, sizeof(why));
+        reply_error(rq->req, 400, "\"match\": not a pattern: %s", why);
+        return false;
+    }
+    mj->has_re = true;
+    return true;
+}
+
+static size_t find_matches(struct match_job *mj, pid_t *pids, size_t cap)
+{
+    struct proc_query q = {.cmdline = mj->has_re ? &mj->re : NULL,
+                           .job = mj->has_re ? NULL : mj->job_name,
+                           .all_users = mj->j.scope.root,
+                           .uid = mj->j.scope.uid,
+                           .asker = mj->asker};
+    return findproc(&q, pids, cap);
+}
+
+static void run_match_attach(struct job *j)
+{
+    struct match_job *mj = (struct match_job *)j;
+    static _Thread_local pid_t pids[FINDPROC_MAX];
+    size_t n = find_matches(mj, pids, FINDPROC_MAX);
+    json_t *attached = json_array(), *already = json_array(), *skipped = json_array();
+
+    for (size_t i = 0; i < n && i < FINDPROC_MAX; i++) {
+        struct target_info info;
+        struct pyf_err e = {0};
+        int r = targets__attach(job_api(j)->parts.reg, pids[i], &mj->opts, &info, &e);
+
+        if (r == 0) {
+            log_msg(LOG_INFO, "attached pid %d (Python %s, matched '%s'), for uid %u", (int)pids[i],
+                    info.py_version, mj->has_re ? mj->pattern : mj->job_name,
+                    (unsigned)j->scope.uid);
+            json_array_append_new(attached, target_json(&info));
+        } else if (e.sys == EEXIST) {
+            json_array_append_new(already, json_integer(pids[i]));
+        } else {
+            char cmd[128];
+            procfs_cmdline(pids[i], cmd, sizeof(cmd));
+            json_array_append_new(skipped, json_pack("{s:i, s:s, s:s}", "pid", (int)pids[i],
+                                                     "cmdline", cmd, "why", e.msg));
+        }
+    }
+    j->status = 200;
+    j->body =
+        json_pack("{s:o, s:o, s:o, s:I, s:b}", "attached", attached, "already", already, "skipped",
+                  skipped, "matched", (json_int_t)n, "truncated", n > FINDPROC_MAX);
+}
+
+/* POST /v1/targets {"match" | "job", "rate", "duration", "native"}: every process of the
+ * caller's that the pattern or the job picks, attached --children. */
+static struct job *targets_attach_matching(struct api *a, const struct request *rq,
+                                           const struct attach_opts *o)
+{
+    struct match_job *mj = job_alloc(a, rq, sizeof(*mj), JOB_SERIAL, run_match_attach, free_match);
+
+    if (!mj)
+        return NULL;
+    mj->opts = *o;
+    mj->opts.follow_children = true; /* ranks, and their DataLoader workers as they come */
+    mj->asker = rq->peer->pid;
+    if (!parse_match(rq, json_string_value(json_object_get(rq->body, "match")),
+                     json_string_value(json_object_get(rq->body, "job")), mj)) {
+        free_match(&mj->j);
+        free(mj);
+        return NULL;
+    }
+    return &mj->j;
+}
+
+/* POST /v1/targets {"pid", "rate", "duration", "children", "native": true|false|"perf"}, or
+ * {"match": PATTERN} / {"job": NAME} instead of "pid" */
 struct job *targets_attach(struct api *a, const struct request *rq)
 {
     json_t *jpid = json_object_get(rq->body, "pid"), *jrate = json_object_get(rq->body, "rate");
@@ -256,8 +371,14 @@ struct job *targets_attach(struct api *a, const struct request *rq)
         dur_ns = json_is_string(jdur)   ? units_duration_ns(json_string_value(jdur))
                  : json_is_number(jdur) ? (int64_t)(json_number_value(jdur) * 1e9)
                                         : -1;
-    if (!pid_ok) {
+    bool matching = json_object_get(rq->body, "match") || json_object_get(rq->body, "job");
+
+    if (!pid_ok && !matching) {
         reply_error(rq->req, 400, "\"pid\" must be a positive integer");
+        return NULL;
+    }
+    if (matching && jpid) {
+        reply_error(rq->req, 400, "give \"pid\", or \"match\" or \"job\": not both");
         return NULL;
     }
     if (!rate_ok) {
@@ -273,17 +394,20 @@ struct job *targets_attach(struct api *a, const struct request *rq)
         reply_error(rq->req, 400, "\"duration\" must be seconds or a duration like \"30s\"");
         return NULL;
     }
+    struct attach_opts o = {.rate_hz = (uint32_t)rate,
+                            .rate_is_default = !jrate,
+                            .follow_children = json_is_true(json_object_get(rq->body, "children")),
+                            .native = native,
+                            .native_perf_only = perf_only,
+                            .duration_ns = dur_ns};
+    if (matching)
+        return targets_attach_matching(a, rq, &o);
     aj = job_alloc(a, rq, sizeof(*aj), JOB_SERIAL, run_attach, NULL);
     if (!aj)
         return NULL;
     aj->pid = (pid_t)pid;
-    aj->children_of_any = json_is_true(json_object_get(rq->body, "children"));
-    aj->opts = (struct attach_opts){.rate_hz = (uint32_t)rate,
-                                    .rate_is_default = !jrate,
-                                    .follow_children = aj->children_of_any,
-                                    .native = native,
-                                    .native_perf_only = perf_only,
-                                    .duration_ns = dur_ns};
+    aj->children_of_any = o.follow_children;
+    aj->opts = o;
     return &aj->j;
 }
 
@@ -326,4 +450,73 @@ struct job *targets_detach(struct api *a, const struct request *rq)
         return NULL;
     dj->pid = rq->path_pid;
     return &dj->j;
+}
+
+static void run_match_detach(struct job *j)
+{
+    struct match_job *mj = (struct match_job *)j;
+    struct peer p = {.root = j->scope.root, .uid = j->scope.uid};
+    struct targets_filter f = peer_filter(&p);
+    struct target_info *infos = NULL, *more;
+    struct follow_watch w[FOLLOW_WATCHES_MAX];
+    size_t cap = 16, n, nw;
+    json_t *detached = json_array();
+
+    for (;;) { /* the count may grow between two copies */
+        if (!(more = realloc(infos, cap * sizeof(*infos)))) {
+            free(infos);
+            json_decref(detached);
+            fail(j, 500, "out of memory");
+            return;
+        }
+        infos = more;
+        n = targets__copy(job_api(j)->parts.reg, &f, infos, cap);
+        if (n <= cap)
+            break;
+        cap = n + 16;
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct target_info info;
+        if (infos[i].state != TARGET_SAMPLING)
+            continue;
+        if (mj->has_re && regexec(&mj->re, infos[i].cmdline, 0, NULL, 0) != 0)
+            continue;
+        if (targets__detach(job_api(j)->parts.reg, infos[i].pid, &f, &info) == 0)
+            json_array_append_new(detached, json_integer(infos[i].pid));
+    }
+    free(infos);
+    nw = follower__watches(job_api(j)->parts.follower, &f, w, FOLLOW_WATCHES_MAX);
+    for (size_t i = 0; i < nw && i < FOLLOW_WATCHES_MAX; i++)
+        if ((!mj->has_re || regexec(&mj->re, w[i].cmdline, 0, NULL, 0) == 0) &&
+            follower__unwatch(job_api(j)->parts.follower, w[i].pid, &f) == 0)
+            json_array_append_new(detached, json_integer(w[i].pid));
+    log_msg(LOG_INFO, "detached %zu processes%s%s, for uid %u", json_array_size(detached),
+            mj->has_re ? " matching " : "", mj->has_re ? mj->pattern : "", (unsigned)j->scope.uid);
+    j->status = 200;
+    j->body = json_pack("{s:o}", "detached", detached);
+}
+
+/* DELETE /v1/targets?match=PATTERN (those whose command line matches) or ?all=1: the caller's
+ * targets (every user's, for root) and --children watches. */
+struct job *targets_detach_matching(struct api *a, const struct request *rq)
+{
+    const char *match = evhttp_find_header(rq->params, "match");
+    const char *all = evhttp_find_header(rq->params, "all");
+    struct match_job *mj;
+
+    if (!match && !(all && strcmp(all, "1") == 0)) {
+        reply_error(rq->req, 400,
+                    "detach of several processes needs ?match=PATTERN or ?all=1 (one process:"
+                    " DELETE /v1/targets/PID)");
+        return NULL;
+    }
+    mj = job_alloc(a, rq, sizeof(*mj), JOB_SERIAL, run_match_detach, free_match);
+    if (!mj)
+        return NULL;
+    if (match && !parse_match(rq, match, NULL, mj)) {
+        free_match(&mj->j);
+        free(mj);
+        return NULL;
+    }
+    return &mj->j;
 }

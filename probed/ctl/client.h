@@ -13,8 +13,16 @@
 #include <stddef.h>
 
 #define PROBED_DEFAULT_SOCKET "/run/probed/probed.sock"
+#define CLIENT_REMOTE_TIMEOUT_MS (10 * 60 * 1000L) /* -H: one call's bound (a long query) */
 
 const char *client_socket_path(const char *option);
+
+/* Every call from now on goes to @host's daemon through the transport @template (see
+ * transport.h; neither copied). A failure of the transport is -EHOSTUNREACH, a daemon of
+ * another API version -EPROTO, each with the reason in @err. */
+void client_use_remote(const char *host, const char *template);
+/* The -H host, or NULL when calls go to the local socket. */
+const char *client_remote_host(void);
 
 /* @method "GET"/"POST"/"DELETE"; @body may be NULL. *ret_body: the reply parsed as JSON
  * (caller owns), or NULL when it is not JSON. With @ret_raw, *ret_raw (malloc'd, caller frees)

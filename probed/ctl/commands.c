@@ -272,7 +272,7 @@ static size_t text_width(const char *s)
     return n;
 }
 
-static void print_table(json_t *cols, json_t *rows)
+void print_table(json_t *cols, json_t *rows)
 {
     size_t ncol = json_array_size(cols), i, k;
     size_t *width = calloc(ncol ? ncol : 1, sizeof(*width));
@@ -335,7 +335,7 @@ static void print_csv_cell(const char *s)
     putchar('"');
 }
 
-static void print_csv(json_t *cols, json_t *rows)
+void print_csv(json_t *cols, json_t *rows)
 {
     size_t i, k;
     json_t *row, *c;

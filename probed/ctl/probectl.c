@@ -1,22 +1,29 @@
 /*
  * probectl.c - the command-line client of probed: `probectl <command> [args]`.
  *
- * Each command lives in its own file with a <command>_main(); this file only dispatches.
+ * Each command lives in its own file with a <command>_main(); this file only dispatches, after
+ * the options every command takes before its name: -H HOST and --transport TEMPLATE send every
+ * call to HOST's daemon (ctl/transport.h).
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "ctl/backtrace.h"
+#include "ctl/client.h"
+#include "ctl/cluster.h"
 #include "ctl/commands.h"
 #include "ctl/eval.h"
 #include "ctl/ops.h"
 #include "ctl/remote.h"
 #include "ctl/torch.h"
+#include "ctl/transport.h"
 
 struct command {
     const char *name;
     int (*main)(int argc, char **argv);
     const char *help;
+    bool local_only; /* makes no sense on another node's daemon (-H) */
 };
 
 static const struct command commands[] = {
@@ -27,26 +34,80 @@ static const struct command commands[] = {
     {"list", list_main, "the attached processes, their rate, samples and state"},
     {"query", query_main, "read-only SQL over the samples and the live stacks"},
     {"top", top_main, "the hottest functions of an attached process, live"},
-    {"run", run_main, "run a command (python train.py ...) attached from its start"},
+    {"run", run_main, "run a command (python train.py ...) attached from its start", true},
     {"flamegraph", flamegraph_main, "a flame graph (SVG or folded) of the stored samples"},
     {"eval", eval_main, "run Python code inside a running process"},
     {"repl", repl_main, "an interactive Python prompt inside a running process"},
     {"memory", memory_main, "memory now, peak and growth per minute of an attached process"},
     {"config", config_main, "read or change the daemon's settings live"},
     {"torch", torch_main, "per-step, per-module time and memory of a PyTorch job (on|off|summary)"},
-    {"proxy", proxy_main, "join stdin/stdout to the daemon (the far end of `ssh -T HOST`)"},
+    {"hang", hang_main, "every rank's stack at one instant, grouped: who holds everyone up"},
+    {"cluster", cluster_main, "a job on many nodes: list, attach, detach, query, flamegraph"},
+    {"proxy", proxy_main, "join stdin/stdout to the daemon (the far end of `ssh -T HOST`)", true},
 };
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: probectl <command> [options]\n\ncommands:\n");
+    fprintf(out, "usage: probectl [-H HOST [--transport TEMPLATE]] <command> [options]\n\n"
+                 "  -H, --host HOST       ask HOST's daemon, through the transport\n"
+                 "  --transport TEMPLATE  how to reach it, {host} standing for the host\n"
+                 "                        (default $PROBED_TRANSPORT, else\n"
+                 "                        '" TRANSPORT_DEFAULT "')\n"
+                 "\ncommands:\n");
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
         fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].help);
     fprintf(out, "\nRun `probectl <command> --help` for a command's options.\n");
 }
 
+/* The value of option @argv[*i] if it is @shrt or @lng ("--x V" or "--x=V"), advancing *i;
+ * NULL when it is another. */
+static const char *global_opt(int argc, char **argv, int *i, const char *shrt, const char *lng)
+{
+    const char *a = argv[*i];
+    size_t n = strlen(lng);
+
+    if ((shrt && strcmp(a, shrt) == 0) || strcmp(a, lng) == 0) {
+        if (*i + 1 >= argc)
+            return "";
+        return argv[++*i];
+    }
+    if (strncmp(a, lng, n) == 0 && a[n] == '=')
+        return a + n + 1;
+    return NULL;
+}
+
 int main(int argc, char **argv)
 {
+    const char *host = NULL, *template = NULL, *v;
+    char err[512];
+    int i = 1;
+
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        if ((v = global_opt(argc, argv, &i, "-H", "--host")))
+            host = v;
+        else if ((v = global_opt(argc, argv, &i, NULL, "--transport")))
+            template = v;
+        else
+            break;
+        if (!*v) {
+            fprintf(stderr, "probectl: %s needs a value\n", argv[i]);
+            return 2;
+        }
+    }
+    if (template && !host) {
+        fprintf(stderr, "probectl: --transport goes with -H HOST\n");
+        return 2;
+    }
+    if (host) {
+        template = transport_template(template);
+        if (transport_template_check(template, err, sizeof(err)) < 0) {
+            fprintf(stderr, "probectl: %s\n", err);
+            return 2;
+        }
+        client_use_remote(host, template);
+    }
+    argc -= i - 1;
+    argv += i - 1;
     if (argc < 2) {
         usage(stderr);
         return 2;
@@ -60,9 +121,15 @@ int main(int argc, char **argv)
         printf("probectl %s\n", PROBED_VERSION);
         return 0;
     }
-    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-        if (strcmp(argv[1], commands[i].name) == 0)
-            return commands[i].main(argc - 1, argv + 1);
+    for (size_t c = 0; c < sizeof(commands) / sizeof(commands[0]); c++)
+        if (strcmp(argv[1], commands[c].name) == 0) {
+            if (host && commands[c].local_only) {
+                fprintf(stderr, "probectl: %s runs on this node only; run it on %s instead\n",
+                        argv[1], host);
+                return 2;
+            }
+            return commands[c].main(argc - 1, argv + 1);
+        }
     fprintf(stderr, "probectl: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;

@@ -21,23 +21,25 @@ const char *target_state_name(enum target_state s)
     return names[s];
 }
 
-/* RANK, LOCAL_RANK and WORLD_SIZE as torchrun sets them (-1 when absent). */
+/* RANK, LOCAL_RANK and WORLD_SIZE as torchrun sets them; else Slurm's SLURM_PROCID,
+ * SLURM_LOCALID and SLURM_NTASKS (srun starting the ranks itself); -1 when absent. */
 static void read_ranks(struct target *t)
 {
+    static const char *const names[6] = {
+        "RANK=", "LOCAL_RANK=", "WORLD_SIZE=", "SLURM_PROCID=", "SLURM_LOCALID=", "SLURM_NTASKS="};
     size_t size = 64 * 1024;
     char *env = malloc(size);
     ssize_t n = env ? procfs_read(t->pid, "environ", env, size) : -ENOMEM;
+    int v[6] = {-1, -1, -1, -1, -1, -1};
 
-    t->rank = t->local_rank = t->world_size = -1;
-    for (ssize_t i = 0; i < n; i += (ssize_t)strlen(env + i) + 1) {
-        if (strncmp(env + i, "RANK=", 5) == 0)
-            t->rank = atoi(env + i + 5);
-        else if (strncmp(env + i, "LOCAL_RANK=", 11) == 0)
-            t->local_rank = atoi(env + i + 11);
-        else if (strncmp(env + i, "WORLD_SIZE=", 11) == 0)
-            t->world_size = atoi(env + i + 11);
-    }
+    for (ssize_t i = 0; i < n; i += (ssize_t)strlen(env + i) + 1)
+        for (int k = 0; k < 6; k++)
+            if (strncmp(env + i, names[k], strlen(names[k])) == 0)
+                v[k] = atoi(env + i + strlen(names[k]));
     free(env);
+    t->rank = v[0] >= 0 ? v[0] : v[3];
+    t->local_rank = v[1] >= 0 ? v[1] : v[4];
+    t->world_size = v[2] >= 0 ? v[2] : v[5];
 }
 
 static void free_buffers(struct target *t)

@@ -25,7 +25,9 @@
     X(test_config_checks_values)                                                                   \
     X(test_config_file_and_reload)                                                                 \
     X(test_mixed_order)                                                                            \
-    X(test_sqlmem_budgets)
+    X(test_sqlmem_budgets)                                                                         \
+    X(test_nodes_slurm_ranges)                                                                     \
+    X(test_findproc_job_names)
 
 #define DECLARE(name) int name(void);
 CASES(DECLARE)

@@ -1,0 +1,612 @@
+/* cluster.c - see cluster.h. */
+#define _GNU_SOURCE
+#include "ctl/cluster.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/units.h"
+#include "ctl/client.h"
+#include "ctl/commands.h"
+#include "ctl/fanout.h"
+#include "ctl/nodes.h"
+#include "ctl/reach.h"
+
+#define MERGE_ROWS_MAX 1000000 /* rows the merge table takes from all nodes */
+
+/* ---- cluster list ---- */
+
+static int cluster_list(struct fanout *fo, const struct reach *r)
+{
+    json_t *all = json_array();
+    int failed;
+
+    fanout_set_all(fo, "GET", "/v1/targets", NULL);
+    if (fanout_run(fo) < 0)
+        return 1;
+    if (!r->json)
+        printf("%-16s %-8s %-9s %-5s %-6s %-8s %-10s %s\n", "HOST", "PID", "STATE", "RANK", "RATE",
+               "PYTHON", "SAMPLES", "COMMAND");
+    for (size_t i = 0; i < fo->n; i++) {
+        struct fan_node *node = &fo->nodes[i];
+        json_t *targets = json_object_get(node->reply, "targets"), *t;
+        size_t k;
+
+        if (!node_ok(node))
+            continue;
+        json_array_append_new(all, json_pack("{s:s, s:O}", "host", node->host, "targets",
+                                             targets ? targets : json_array()));
+        if (r->json)
+            continue;
+        json_array_foreach(targets, k, t)
+        {
+            json_t *rank = json_object_get(t, "rank");
+            char rank_s[16] = "-";
+            if (rank)
+                snprintf(rank_s, sizeof(rank_s), "%lld", (long long)json_integer_value(rank));
+            printf("%-16s %-8lld %-9s %-5s %-6lld %-8s %-10lld %s\n", node->host,
+                   (long long)json_integer_value(json_object_get(t, "pid")),
+                   json_string_value(json_object_get(t, "state")), rank_s,
+                   (long long)json_integer_value(json_object_get(t, "rate_hz")),
+                   json_string_value(json_object_get(t, "python_version")),
+                   (long long)json_integer_value(
+                       json_object_get(json_object_get(t, "stats"), "samples")),
+                   json_string_value(json_object_get(t, "cmdline")));
+        }
+    }
+    if (r->json)
+        print_json(json_pack("{s:o, s:o}", "nodes", all, "failed", failures_json(fo)));
+    else
+        json_decref(all);
+    failed = say_failures(fo, "cluster list");
+    return failed ? 1 : 0;
+}
+
+/* ---- cluster attach / detach ---- */
+
+static int cluster_attach(struct fanout *fo, const struct reach *r, json_t *body)
+{
+    json_t *all = json_array();
+    int failed, empty = 0;
+    const char *what = json_string_value(json_object_get(body, "match"));
+
+    fanout_set_all(fo, "POST", "/v1/targets", body);
+    if (fanout_run(fo) < 0)
+        return 1;
+    for (size_t i = 0; i < fo->n; i++) {
+        struct fan_node *node = &fo->nodes[i];
+        json_t *att = json_object_get(node->reply, "attached"), *t;
+        json_t *already = json_object_get(node->reply, "already");
+        json_t *skipped = json_object_get(node->reply, "skipped");
+        size_t k;
+
+        if (!node_ok(node))
+            continue;
+        json_object_set_new(node->reply, "host", json_string(node->host));
+        json_array_append(all, node->reply);
+        if (json_array_size(att) + json_array_size(already) == 0) {
+            fprintf(stderr,
+                    "probectl cluster attach: %s: no Python process of yours matches %s%s\n",
+                    node->host, what ? "" : "job ",
+                    what ? what : json_string_value(json_object_get(body, "job")));
+            empty++;
+        }
+        if (r->json)
+            continue;
+        printf("%s: %zu attached, %zu already attached, %zu skipped\n", node->host,
+               json_array_size(att), json_array_size(already), json_array_size(skipped));
+        json_array_foreach(att, k, t)
+        {
+            json_t *rank = json_object_get(t, "rank");
+            printf("  pid %-8lld %s%-6lld %s\n",
+                   (long long)json_integer_value(json_object_get(t, "pid")),
+                   rank ? "rank " : "      ", rank ? (long long)json_integer_value(rank) : 0LL,
+                   json_string_value(json_object_get(t, "cmdline")));
+        }
+        json_array_foreach(skipped, k, t) printf(
+            "  pid %-8lld skipped: %s\n", (long long)json_integer_value(json_object_get(t, "pid")),
+            json_string_value(json_object_get(t, "why")));
+    }
+    if (r->json)
+        print_json(json_pack("{s:o, s:o}", "nodes", all, "failed", failures_json(fo)));
+    else
+        json_decref(all);
+    failed = say_failures(fo, "cluster attach");
+    return failed || empty ? 1 : 0;
+}
+
+static int cluster_detach(struct fanout *fo, const struct reach *r, const char *match)
+{
+    char path[1024];
+    json_t *all = json_array();
+    int failed;
+
+    if (match) {
+        char *q = curl_easy_escape(NULL, match, 0);
+        snprintf(path, sizeof(path), "/v1/targets?match=%s", q ? q : "");
+        curl_free(q);
+    } else {
+        snprintf(path, sizeof(path), "/v1/targets?all=1");
+    }
+    fanout_set_all(fo, "DELETE", path, NULL);
+    if (fanout_run(fo) < 0)
+        return 1;
+    for (size_t i = 0; i < fo->n; i++) {
+        struct fan_node *node = &fo->nodes[i];
+        json_t *pids = json_object_get(node->reply, "detached"), *p;
+        size_t k;
+
+        if (!node_ok(node))
+            continue;
+        json_array_append_new(all, json_pack("{s:s, s:O}", "host", node->host, "detached", pids));
+        if (r->json)
+            continue;
+        printf("%s: %zu detached", node->host, json_array_size(pids));
+        json_array_foreach(pids, k, p)
+            printf("%s%lld", k ? " " : " (pids ", (long long)json_integer_value(p));
+        printf("%s\n", json_array_size(pids) ? ")" : "");
+    }
+    if (r->json)
+        print_json(json_pack("{s:o, s:o}", "nodes", all, "failed", failures_json(fo)));
+    else
+        json_decref(all);
+    failed = say_failures(fo, "cluster detach");
+    return failed ? 1 : 0;
+}
+
+/* ---- cluster query ---- */
+
+/* The union of the nodes' rows, with "host" first; NULL (said) when the nodes' columns
+ * disagree. *ret_truncated: a node cut its rows at its row limit. */
+static json_t *union_rows(struct fanout *fo, json_t **ret_cols, bool *ret_truncated)
+{
+    json_t *cols = NULL, *rows = json_array();
+
+    *ret_truncated = false;
+    for (size_t i = 0; i < fo->n; i++) {
+        struct fan_node *node = &fo->nodes[i];
+        json_t *c = json_object_get(node->reply, "columns"), *row;
+        size_t k;
+
+        if (!node_ok(node))
+            continue;
+        if (!cols) {
+            cols = json_array();
+            json_array_append_new(cols, json_string("host"));
+            json_array_extend(cols, c);
+        } else if (json_array_size(cols) != json_array_size(c) + 1) {
+            fprintf(stderr,
+                    "probectl cluster query: %s answered other columns than the others"
+                    " (another version?)\n",
+                    node->host);
+            node->rc = -EPROTO;
+            snprintf(node->err, sizeof(node->err), "%s: other columns than the other nodes",
+                     node->host);
+            continue;
+        }
+        *ret_truncated |= json_is_true(json_object_get(node->reply, "truncated"));
+        json_array_foreach(json_object_get(node->reply, "rows"), k, row)
+        {
+            json_t *out = json_array();
+            json_array_append_new(out, json_string(node->host));
+            json_array_extend(out, row);
+            json_array_append_new(rows, out);
+        }
+    }
+    *ret_cols = cols ? cols : json_pack("[s]", "host");
+    return rows;
+}
+
+static int bind_cell(sqlite3_stmt *st, int i, json_t *v)
+{
+    if (json_is_integer(v))
+        return sqlite3_bind_int64(st, i, json_integer_value(v));
+    if (json_is_real(v))
+        return sqlite3_bind_double(st, i, json_real_value(v));
+    if (json_is_string(v))
+        return sqlite3_bind_text(st, i, json_string_value(v), -1, SQLITE_TRANSIENT);
+    if (json_is_true(v) || json_is_false(v))
+        return sqlite3_bind_int(st, i, json_is_true(v));
+    return sqlite3_bind_null(st, i);
+}
+
+static json_t *cell_json(sqlite3_stmt *st, int i)
+{
+    switch (sqlite3_column_type(st, i)) {
+    case SQLITE_INTEGER:
+        return json_integer(sqlite3_column_int64(st, i));
+    case SQLITE_FLOAT:
+        return json_real(sqlite3_column_double(st, i));
+    case SQLITE_NULL:
+        return json_null();
+    default:
+        return json_stringn((const char *)sqlite3_column_text(st, i),
+                            (size_t)sqlite3_column_bytes(st, i));
+    }
+}
+
+/* Runs @merge over table `cluster` (@cols, @rows) in an in-memory SQLite: so that an average
+ * over all ranks is one average, not an average of the nodes' averages. 0, or -1 after
+ * saying why. */
+static int merge_rows(const char *merge, json_t *cols, json_t *rows, json_t **ret_cols,
+                      json_t **ret_rows)
+{
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    char *sql = NULL, *sep = "";
+    size_t len = 0, i, k;
+    FILE *f = open_memstream(&sql, &len);
+    json_t *c, *row;
+    int rc, ncol;
+
+    if (!f || sqlite3_open(":memory:", &db) != SQLITE_OK)
+        goto fail;
+    fprintf(f, "CREATE TABLE cluster(");
+    json_array_foreach(cols, k, c)
+    {
+        fprintf(f, "%s\"", sep);
+        for (const char *p = json_string_value(c); p && *p; p++)
+            fprintf(f, *p == '"' ? "\"\"" : "%c", *p);
+        fprintf(f, "\"");
+        sep = ", ";
+    }
+    fprintf(f, ");");
+    fclose(f);
+    f = NULL;
+    if (sqlite3_exec(db, sql, NULL, NULL, NULL) != SQLITE_OK)
+        goto fail;
+    free(sql);
+    sql = NULL;
+    len = 0;
+    f = open_memstream(&sql, &len);
+    fprintf(f, "INSERT INTO cluster VALUES (");
+    for (k = 0; k < json_array_size(cols); k++)
+        fprintf(f, "%s?", k ? ", " : "");
+    fprintf(f, ")");
+    fclose(f);
+    f = NULL;
+    sqlite3_exec(db, "BEGIN", NULL, NULL, NULL);
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+        goto fail;
+    json_array_foreach(rows, i, row)
+    {
+        if (i >= MERGE_ROWS_MAX)
+            break;
+        for (k = 0; k < json_array_size(cols); k++)
+            bind_cell(st, (int)k + 1, json_array_get(row, k));
+        if (sqlite3_step(st) != SQLITE_DONE)
+            goto fail;
+        sqlite3_reset(st);
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+    sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+    if (sqlite3_prepare_v2(db, merge, -1, &st, NULL) != SQLITE_OK)
+        goto fail;
+    ncol = sqlite3_column_count(st);
+    *ret_cols = json_array();
+    *ret_rows = json_array();
+    for (int j = 0; j < ncol; j++)
+        json_array_append_new(*ret_cols, json_string(sqlite3_column_name(st, j)));
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        json_t *out = json_array();
+        for (int j = 0; j < ncol; j++)
+            json_array_append_new(out, cell_json(st, j));
+        json_array_append_new(*ret_rows, out);
+    }
+    if (rc != SQLITE_DONE) {
+        json_decref(*ret_cols);
+        json_decref(*ret_rows);
+        goto fail;
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    free(sql);
+    return 0;
+fail:
+    fprintf(stderr, "probectl cluster query: --merge: %s\n",
+            db ? sqlite3_errmsg(db) : "out of memory");
+    if (f)
+        fclose(f);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    free(sql);
+    return -1;
+}
+
+static int cluster_query(struct fanout *fo, const struct reach *r, const char *sql,
+                         const char *merge, const char *format)
+{
+    json_t *body = json_pack("{s:s}", "sql", sql), *cols, *rows;
+    bool truncated;
+    int failed;
+
+    fanout_set_all(fo, "POST", "/v1/query", body);
+    if (fanout_run(fo) < 0) {
+        json_decref(body);
+        return 1;
+    }
+    json_decref(body);
+    rows = union_rows(fo, &cols, &truncated);
+    if (merge) {
+        json_t *mcols, *mrows;
+        if (merge_rows(merge, cols, rows, &mcols, &mrows) < 0) {
+            json_decref(cols);
+            json_decref(rows);
+            say_failures(fo, "cluster query");
+            return 1;
+        }
+        json_decref(cols);
+        json_decref(rows);
+        cols = mcols;
+        rows = mrows;
+    }
+    if (r->json || strcmp(format, "json") == 0)
+        print_json(json_pack("{s:O, s:O, s:b, s:o}", "columns", cols, "rows", rows, "truncated",
+                             truncated, "failed", failures_json(fo)));
+    else if (strcmp(format, "csv") == 0)
+        print_csv(cols, rows);
+    else
+        print_table(cols, rows);
+    if (truncated)
+        fprintf(stderr, "probectl cluster query: a node cut its rows at its row limit\n");
+    json_decref(cols);
+    json_decref(rows);
+    failed = say_failures(fo, "cluster query");
+    return failed ? 1 : 0;
+}
+
+/* ---- cluster flamegraph ---- */
+
+/* Per node: each target's distinct stacks as folded lines (root first), with the rank. */
+static char *flame_rows_sql(int64_t since_ns, bool idle)
+{
+    char *sql = NULL;
+
+    if (asprintf(&sql,
+                 "WITH c AS (SELECT target_id, stack_id, count(*) AS n FROM samples"
+                 " WHERE stack_id <> 0 AND ts_ns >= %lld%s GROUP BY target_id, stack_id)"
+                 " SELECT t.rank, t.pid, (SELECT group_concat(label, ';') FROM (SELECT"
+                 " replace(CASE WHEN kind = 'python' THEN func || ' (' || file || ':' || lineno"
+                 " || ')' ELSE func || ' [' || replace(file, rtrim(file, replace(file, '/', '')),"
+                 " '') || ']' END, ';', ':') AS label FROM stacks WHERE stacks.stack_id ="
+                 " c.stack_id ORDER BY depth DESC)) AS folded, c.n"
+                 " FROM c JOIN targets t ON t.id = c.target_id",
+                 (long long)since_ns, idle ? "" : " AND (state & 1) = 1") < 0)
+        return NULL;
+    return sql;
+}
+
+/* Adds @n samples of @line to the merged profile (an in-memory SQLite, summing by line). */
+static int cluster_flamegraph(struct fanout *fo, const struct reach *r, const char *since,
+                              bool by_rank, bool idle, const char *out_path)
+{
+    int64_t since_ns = since ? units_duration_ns(since) : 0;
+    char *sql =
+        flame_rows_sql(since_ns > 0 ? (int64_t)time(NULL) * 1000000000LL - since_ns : 0, idle);
+    json_t *body = sql ? json_pack("{s:s}", "sql", sql) : NULL, *sums = json_object(), *v;
+    const char *line;
+    FILE *out = stdout;
+    int failed;
+
+    free(sql);
+    if (!body || !sums) {
+        json_decref(body);
+        json_decref(sums);
+        return 1;
+    }
+    (void)r;
+    fanout_set_all(fo, "POST", "/v1/query", body);
+    if (fanout_run(fo) < 0) {
+        json_decref(body);
+        json_decref(sums);
+        return 1;
+    }
+    json_decref(body);
+    for (size_t i = 0; i < fo->n; i++) {
+        struct fan_node *node = &fo->nodes[i];
+        json_t *row;
+        size_t k;
+
+        if (!node_ok(node))
+            continue;
+        json_array_foreach(json_object_get(node->reply, "rows"), k, row)
+        {
+            json_t *rank = json_array_get(row, 0);
+            const char *folded = json_string_value(json_array_get(row, 2));
+            char *key = NULL;
+
+            if (!folded)
+                continue;
+            if (!by_rank)
+                key = strdup(folded);
+            else if (json_is_integer(rank))
+                (void)!asprintf(&key, "rank %lld;%s", (long long)json_integer_value(rank), folded);
+            else
+                (void)!asprintf(&key, "%s pid %lld;%s", node->host,
+                                (long long)json_integer_value(json_array_get(row, 1)), folded);
+            if (!key)
+                continue;
+            v = json_object_get(sums, key);
+            json_object_set_new(
+                sums, key,
+                json_integer(json_integer_value(v) + json_integer_value(json_array_get(row, 3))));
+            free(key);
+        }
+        if (json_is_true(json_object_get(node->reply, "truncated")))
+            fprintf(stderr, "probectl cluster flamegraph: %s cut its stacks at its row limit\n",
+                    node->host);
+    }
+    if (out_path && !(out = fopen(out_path, "we"))) {
+        fprintf(stderr, "probectl cluster flamegraph: %s: %s\n", out_path, strerror(errno));
+        json_decref(sums);
+        return 1;
+    }
+    json_object_foreach(sums, line, v)
+        fprintf(out, "%s %lld\n", line, (long long)json_integer_value(v));
+    if (out != stdout)
+        fclose(out);
+    json_decref(sums);
+    failed = say_failures(fo, "cluster flamegraph");
+    return failed ? 1 : 0;
+}
+
+/* ---- probectl cluster ---- */
+
+static void cluster_usage(FILE *out)
+{
+    fprintf(
+        out,
+        "usage: probectl cluster <command> [--hosts LIST | --hostfile FILE] [options]\n"
+        "  list                        every node's attached processes\n"
+        "  attach --match PATTERN | --job NAME [--rate HZ] [--native]\n"
+        "                              attach every process of the job on every node\n"
+        "                              (with --children: ranks and their workers)\n"
+        "  detach --match PATTERN | --all\n"
+        "  query \"SQL\" [--merge \"SQL over table cluster\"] [--format table|csv|json]\n"
+        "                              the query on every node, rows with their host\n"
+        "  flamegraph [--by rank] [--since 5m] [--idle] [-o FILE]\n"
+        "                              every rank's stacks, folded (flamegraph.pl, speedscope)\n"
+        "\n" REACH_HELP);
+}
+
+int cluster_main(int argc, char **argv)
+{
+    static const struct option longopts[] = {{"match", required_argument, NULL, 'm'},
+                                             {"job", required_argument, NULL, 'j'},
+                                             {"rate", required_argument, NULL, 'r'},
+                                             {"native", no_argument, NULL, 'n'},
+                                             {"all", no_argument, NULL, 'a'},
+                                             {"merge", required_argument, NULL, 'M'},
+                                             {"format", required_argument, NULL, 'f'},
+                                             {"by", required_argument, NULL, 'b'},
+                                             {"since", required_argument, NULL, 's'},
+                                             {"idle", no_argument, NULL, 'i'},
+                                             {"output", required_argument, NULL, 'o'},
+                                             REACH_LONGOPTS,
+                                             {NULL, 0, NULL, 0}};
+    struct reach r = {0};
+    const char *sub, *match = NULL, *jobname = NULL, *merge = NULL, *format = "table";
+    const char *by = NULL, *since = NULL, *out_path = NULL;
+    bool native = false, all = false, idle = false;
+    struct nodes nodes;
+    struct fanout fo;
+    int c, bad = 0, rate = 0, rc;
+
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        cluster_usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    sub = argv[1];
+    argc--;
+    argv++;
+    while ((c = getopt_long(argc, argv, "m:j:r:naM:f:b:s:io:h", longopts, NULL)) != -1) {
+        if (reach_option(&r, c, "cluster", &bad))
+            continue;
+        switch (c) {
+        case 'm':
+            match = optarg;
+            break;
+        case 'j':
+            jobname = optarg;
+            break;
+        case 'r':
+            rate = atoi(optarg);
+            break;
+        case 'n':
+            native = true;
+            break;
+        case 'a':
+            all = true;
+            break;
+        case 'M':
+            merge = optarg;
+            break;
+        case 'f':
+            format = optarg;
+            break;
+        case 'b':
+            by = optarg;
+            break;
+        case 's':
+            since = optarg;
+            break;
+        case 'i':
+            idle = true;
+            break;
+        case 'o':
+            out_path = optarg;
+            break;
+        case 'h':
+            cluster_usage(stdout);
+            return 0;
+        default:
+            return 2;
+        }
+    }
+    if (bad)
+        return 2;
+    if (strcmp(sub, "query") == 0 && optind + 1 != argc) {
+        fprintf(stderr, "probectl cluster query: expected one SQL statement (quote it)\n");
+        return 2;
+    }
+    if (strcmp(sub, "query") != 0 && optind != argc) {
+        fprintf(stderr, "probectl cluster %s: unexpected '%s'\n", sub, argv[optind]);
+        return 2;
+    }
+    if (strcmp(sub, "attach") == 0 && !match == !jobname) {
+        fprintf(stderr, "probectl cluster attach: give --match PATTERN or --job NAME\n");
+        return 2;
+    }
+    if (strcmp(sub, "detach") == 0 && !match == !all) {
+        fprintf(stderr, "probectl cluster detach: give --match PATTERN or --all\n");
+        return 2;
+    }
+    if (by && strcmp(by, "rank") != 0) {
+        fprintf(stderr, "probectl cluster flamegraph: --by takes 'rank'\n");
+        return 2;
+    }
+    if (since && units_duration_ns(since) <= 0) {
+        fprintf(stderr, "probectl cluster: --since must be a duration like 5m\n");
+        return 2;
+    }
+    if (strcmp(format, "table") != 0 && strcmp(format, "csv") != 0 && strcmp(format, "json") != 0) {
+        fprintf(stderr, "probectl cluster query: --format must be table, csv or json\n");
+        return 2;
+    }
+    if (strcmp(sub, "list") != 0 && strcmp(sub, "attach") != 0 && strcmp(sub, "detach") != 0 &&
+        strcmp(sub, "query") != 0 && strcmp(sub, "flamegraph") != 0) {
+        fprintf(stderr, "probectl cluster: unknown command '%s'\n\n", sub);
+        cluster_usage(stderr);
+        return 2;
+    }
+    if ((rc = reach_nodes(&r, "cluster", &nodes, &fo)) != 0)
+        return rc;
+    if (strcmp(sub, "list") == 0) {
+        rc = cluster_list(&fo, &r);
+    } else if (strcmp(sub, "attach") == 0) {
+        json_t *body = json_pack("{s:s, s:b}", match ? "match" : "job", match ? match : jobname,
+                                 "native", native);
+        if (rate > 0)
+            json_object_set_new(body, "rate", json_integer(rate));
+        rc = cluster_attach(&fo, &r, body);
+        json_decref(body);
+    } else if (strcmp(sub, "detach") == 0) {
+        rc = cluster_detach(&fo, &r, match);
+    } else if (strcmp(sub, "query") == 0) {
+        rc = cluster_query(&fo, &r, argv[optind], merge, format);
+    } else {
+        rc = cluster_flamegraph(&fo, &r, since, by != NULL, idle, out_path);
+    }
+    fanout_free(&fo);
+    nodes_free(&nodes);
+    return rc;
+}

@@ -1,0 +1,583 @@
+/*
+ * hang.c - `probectl hang`: which rank holds everyone up, and where.
+ *
+ * Every node's daemon reads all the caller's targets at one instant (POST /v1/hang). The
+ * instant is agreed across nodes: two rounds of GET /v1/status first open the transports and
+ * then measure each node's clock against ours (its now_ns against the middle of the round
+ * trip), so each node is asked for the same moment on its own clock; the spread of the reads
+ * is then reported on our clock. Ranks are grouped by their main thread's Python stack (the
+ * innermost --depth frames; --no-lines: by function), smallest group first: the odd rank out
+ * is what a user reads first. --repeat tells stuck ranks (the same stack every time) from
+ * slow ones.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/units.h"
+#include "ctl/client.h"
+#include "ctl/cluster.h"
+#include "ctl/reach.h"
+
+#define HANG_LEAD_MIN_NS (300 * 1000000LL) /* the instant is at least this far ahead */
+#define HANG_ROUNDS_MAX 100
+
+struct hang_opts {
+    bool native, no_lines, json;
+    int depth; /* innermost frames compared; 0: all */
+    int repeat;
+    int64_t interval_ns;
+    const char *folded_path;
+};
+
+/* One rank (or process without RANK) as read in one round. */
+struct rank_read {
+    const char *host;
+    json_t *target; /* borrowed from the round's replies */
+    int rank;       /* -1: none in its environment */
+    long long pid;
+    char *key; /* its main thread's stack, as compared */
+    const char *error;
+};
+
+struct round {
+    json_t *replies; /* [{host, reply}] kept alive for the reads */
+    struct rank_read *reads;
+    size_t n;
+    int64_t first_ns, last_ns; /* the reads, on our clock */
+    double clock_error_ms;     /* half the longest round trip of the clock measurement */
+    int failed;
+};
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* The main thread of @target (tid == pid), else its first thread. */
+static json_t *main_thread(json_t *target)
+{
+    json_t *threads = json_object_get(target, "threads"), *t;
+    json_int_t pid = json_integer_value(json_object_get(target, "pid"));
+    size_t i;
+
+    json_array_foreach(threads, i,
+                       t) if (json_integer_value(json_object_get(t, "tid")) == pid) return t;
+    return json_array_get(threads, 0);
+}
+
+/* The main thread's Python frames, innermost first, at most @o->depth, one per line. */
+static char *stack_key(json_t *target, const struct hang_opts *o)
+{
+    json_t *frames = json_object_get(main_thread(target), "frames"), *f;
+    char *key = NULL;
+    size_t len = 0, i;
+    int taken = 0;
+    FILE *m = open_memstream(&key, &len);
+
+    if (!m)
+        return NULL;
+    json_array_foreach(frames, i, f)
+    {
+        const char *kind = json_string_value(json_object_get(f, "kind"));
+        if (kind && strcmp(kind, "python") != 0)
+            continue;
+        if (o->depth && taken == o->depth)
+            break;
+        if (o->no_lines)
+            fprintf(m, "%s (%s)\n", json_string_value(json_object_get(f, "function")),
+                    json_string_value(json_object_get(f, "file")));
+        else
+            fprintf(m, "%s (%s:%lld)\n", json_string_value(json_object_get(f, "function")),
+                    json_string_value(json_object_get(f, "file")),
+                    (long long)json_integer_value(json_object_get(f, "line")));
+        taken++;
+    }
+    fclose(m);
+    return key;
+}
+
+static void round_free(struct round *r)
+{
+    for (size_t i = 0; i < r->n; i++)
+        free(r->reads[i].key);
+    free(r->reads);
+    json_decref(r->replies);
+    *r = (struct round){0};
+}
+
+/* The reads of one node's reply, appended to @r; @offset_ns: its clock minus ours. */
+static void add_reads(struct round *r, const char *host, json_t *reply, int64_t offset_ns,
+                      const struct hang_opts *o)
+{
+    json_t *targets = json_object_get(reply, "targets"), *t;
+    size_t i;
+    struct rank_read *grown =
+        realloc(r->reads, (r->n + json_array_size(targets) + 1) * sizeof(*grown));
+
+    if (!grown)
+        return;
+    r->reads = grown;
+    json_array_foreach(targets, i, t)
+    {
+        struct rank_read *rd = &r->reads[r->n++];
+        json_t *rank = json_object_get(t, "rank");
+        int64_t at = json_integer_value(json_object_get(t, "read_ns")) - offset_ns;
+
+        *rd = (struct rank_read){.host = host,
+                                 .target = t,
+                                 .rank = rank ? (int)json_integer_value(rank) : -1,
+                                 .pid = (long long)json_integer_value(json_object_get(t, "pid")),
+                                 .error = json_string_value(json_object_get(t, "error"))};
+        if (!rd->error)
+            rd->key = stack_key(t, o);
+        if (!r->first_ns || at < r->first_ns)
+            r->first_ns = at;
+        if (at > r->last_ns)
+            r->last_ns = at;
+    }
+}
+
+/* One round on this node's daemon alone. */
+static int read_local(struct round *r, const struct hang_opts *o)
+{
+    json_t *body = json_pack("{s:I, s:b}", "at_ns", (json_int_t)0, "native", o->native);
+    json_t *reply = client_request(NULL, "POST", "/v1/hang", body);
+
+    json_decref(body);
+    if (!reply)
+        return -1;
+    r->replies = json_array();
+    json_array_append_new(r->replies, reply);
+    add_reads(r, json_string_value(json_object_get(reply, "host")), reply, 0, o);
+    return 0;
+}
+
+/* One round over @fo: the clocks measured, one instant asked of all. */
+static int read_nodes(struct fanout *fo, struct round *r, const struct hang_opts *o)
+{
+    int64_t *offset = calloc(fo->n, sizeof(*offset)), t0, lead = HANG_LEAD_MIN_NS, at;
+    double worst_rtt = 0;
+    json_t **bodies = calloc(fo->n, sizeof(*bodies));
+
+    if (!offset || !bodies) {
+        free(offset);
+        free(bodies);
+        return -1;
+    }
+    /* the first round opens the transports (ssh's handshake); the second times the clocks */
+    for (int pass = 0; pass < 2; pass++) {
+        fanout_set_all(fo, "GET", "/v1/status", NULL);
+        t0 = now_ns();
+        if (fanout_run(fo) < 0)
+            goto fail;
+    }
+    for (size_t i = 0; i < fo->n; i++) {
+        struct fan_node *node = &fo->nodes[i];
+        if (!node_ok(node))
+            continue; /* failed: named at the end, not asked again this round */
+        offset[i] = json_integer_value(json_object_get(node->reply, "now_ns")) -
+                    (t0 + (int64_t)(node->seconds * 1e9 / 2));
+        if (node->seconds > worst_rtt)
+            worst_rtt = node->seconds;
+    }
+    if ((int64_t)(worst_rtt * 3e9) + 100000000LL > lead)
+        lead = (int64_t)(worst_rtt * 3e9) + 100000000LL;
+    at = now_ns() + lead;
+    for (size_t i = 0; i < fo->n; i++) {
+        struct fan_node *node = &fo->nodes[i];
+        if (!node_ok(node))
+            continue;
+        bodies[i] =
+            json_pack("{s:I, s:b}", "at_ns", (json_int_t)(at + offset[i]), "native", o->native);
+        node->method = "POST";
+        snprintf(node->path, sizeof(node->path), "/v1/hang");
+        node->body = bodies[i];
+    }
+    if (fanout_run(fo) < 0)
+        goto fail;
+    r->replies = json_array();
+    r->clock_error_ms = worst_rtt * 1e3 / 2;
+    for (size_t i = 0; i < fo->n; i++) {
+        struct fan_node *node = &fo->nodes[i];
+        json_decref(bodies[i]);
+        if (!node_ok(node))
+            continue;
+        json_array_append(r->replies, node->reply);
+        add_reads(r, node->host, node->reply, offset[i], o);
+    }
+    free(offset);
+    free(bodies);
+    return 0;
+fail:
+    for (size_t i = 0; i < fo->n; i++)
+        json_decref(bodies[i]);
+    free(offset);
+    free(bodies);
+    return -1;
+}
+
+/* A group: the reads of the last round that share a key. */
+struct group {
+    const char *key;
+    size_t *members; /* indexes into the round's reads */
+    size_t n;
+    size_t stuck; /* members whose key was the same in every round */
+};
+
+static int cmp_group(const void *a, const void *b)
+{
+    const struct group *x = a, *y = b;
+
+    if (x->n != y->n)
+        return x->n < y->n ? -1 : 1;
+    return strcmp(x->key, y->key);
+}
+
+/* Whether the read @i of the last round had the same key in every round. */
+static bool same_every_round(const struct round *rounds, int n_rounds, const struct rank_read *rd)
+{
+    for (int k = 0; k < n_rounds; k++) {
+        bool found = false;
+        for (size_t i = 0; i < rounds[k].n; i++) {
+            const struct rank_read *o = &rounds[k].reads[i];
+            if (o->pid == rd->pid && strcmp(o->host, rd->host) == 0) {
+                found = o->key && rd->key && strcmp(o->key, rd->key) == 0;
+                break;
+            }
+        }
+        if (!found)
+            return false;
+    }
+    return true;
+}
+
+static size_t make_groups(const struct round *last, const struct round *rounds, int n_rounds,
+                          struct group *groups)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < last->n; i++) {
+        const struct rank_read *rd = &last->reads[i];
+        size_t g = 0;
+
+        if (!rd->key)
+            continue;
+        while (g < n && strcmp(groups[g].key, rd->key) != 0)
+            g++;
+        if (g == n) {
+            groups[n] = (struct group){.key = rd->key, .members = calloc(last->n, sizeof(size_t))};
+            if (!groups[n].members)
+                continue;
+            n++;
+        }
+        groups[g].members[groups[g].n++] = i;
+        groups[g].stuck += same_every_round(rounds, n_rounds, rd);
+    }
+    qsort(groups, n, sizeof(*groups), cmp_group);
+    return n;
+}
+
+/* "ranks 0-6,8-15" and the hosts; processes without a rank as host:pid. */
+static void group_who(const struct round *r, const struct group *g, char *ranks_s, size_t rsize,
+                      char *hosts_s, size_t hsize, char *pids_s, size_t psize)
+{
+    int *ranks = calloc(g->n + 1, sizeof(int));
+    size_t nr = 0, hl = 0, pl = 0;
+
+    hosts_s[0] = pids_s[0] = ranks_s[0] = '\0';
+    for (size_t k = 0; k < g->n; k++) {
+        const struct rank_read *rd = &r->reads[g->members[k]];
+        bool seen = false;
+        char one[300];
+
+        if (rd->rank >= 0 && ranks) {
+            ranks[nr++] = rd->rank;
+        } else {
+            snprintf(one, sizeof(one), "%s%s:%lld", pl ? "," : "", rd->host, rd->pid);
+            if (pl + strlen(one) + 1 < psize) {
+                memcpy(pids_s + pl, one, strlen(one) + 1);
+                pl += strlen(one);
+            }
+        }
+        for (size_t j = 0; j < k; j++)
+            seen |= strcmp(r->reads[g->members[j]].host, rd->host) == 0;
+        snprintf(one, sizeof(one), "%s%s", hl ? "," : "", rd->host);
+        if (!seen && hl + strlen(one) + 1 < hsize) {
+            memcpy(hosts_s + hl, one, strlen(one) + 1);
+            hl += strlen(one);
+        }
+    }
+    if (ranks)
+        ranks_format(ranks, nr, ranks_s, rsize);
+    free(ranks);
+}
+
+static void print_groups(const struct round *r, struct group *groups, size_t n, int n_rounds,
+                         const struct hang_opts *o, int n_nodes)
+{
+    size_t unread = 0;
+
+    printf("%zu process%s on %d node%s read at one instant (spread %.1f ms", r->n,
+           r->n == 1 ? "" : "es", n_nodes, n_nodes == 1 ? "" : "s",
+           (double)(r->last_ns - r->first_ns) / 1e6);
+    if (n_nodes > 1)
+        printf(", clocks known to %.1f ms", r->clock_error_ms);
+    printf(")%s\n\n", n_rounds > 1 ? ", last of the rounds" : "");
+    for (size_t g = 0; g < n; g++) {
+        char ranks_s[256], hosts_s[512], pids_s[512];
+        const char *frames = groups[g].key;
+
+        group_who(r, &groups[g], ranks_s, sizeof(ranks_s), hosts_s, sizeof(hosts_s), pids_s,
+                  sizeof(pids_s));
+        printf("group %zu of %zu: %zu process%s", g + 1, n, groups[g].n,
+               groups[g].n == 1 ? "" : "es");
+        if (*ranks_s)
+            printf(", rank%s %s", strchr(ranks_s, ',') || strchr(ranks_s, '-') ? "s" : "", ranks_s);
+        if (*pids_s)
+            printf(", %s", pids_s);
+        printf(" (host%s %s)", strchr(hosts_s, ',') ? "s" : "", hosts_s);
+        if (n_rounds > 1 && groups[g].stuck == groups[g].n)
+            printf(": stuck, the same stack all %d times", n_rounds);
+        else if (n_rounds > 1 && groups[g].stuck)
+            printf(": %zu of them stuck, the others moving", groups[g].stuck);
+        else if (n_rounds > 1)
+            printf(": moving");
+        printf("\n");
+        if (!*frames)
+            printf("    (no Python frame)\n");
+        for (const char *p = frames; *p;) {
+            const char *nl = strchr(p, '\n');
+            printf("    %.*s\n", (int)(nl ? nl - p : (long)strlen(p)), p);
+            p = nl ? nl + 1 : p + strlen(p);
+        }
+        printf("\n");
+    }
+    for (size_t i = 0; i < r->n; i++)
+        if (!r->reads[i].key) {
+            if (!unread++)
+                printf("not read:\n");
+            printf("    %s pid %lld: %s\n", r->reads[i].host, r->reads[i].pid,
+                   r->reads[i].error ? r->reads[i].error : "out of memory");
+        }
+    (void)o;
+}
+
+static json_t *groups_json(const struct round *r, struct group *groups, size_t n, int n_rounds)
+{
+    json_t *arr = json_array();
+
+    for (size_t g = 0; g < n; g++) {
+        char ranks_s[256], hosts_s[512], pids_s[512];
+        json_t *members = json_array(), *stack = json_array();
+
+        group_who(r, &groups[g], ranks_s, sizeof(ranks_s), hosts_s, sizeof(hosts_s), pids_s,
+                  sizeof(pids_s));
+        for (size_t k = 0; k < groups[g].n; k++) {
+            const struct rank_read *rd = &r->reads[groups[g].members[k]];
+            json_t *m = json_pack("{s:s, s:I}", "host", rd->host, "pid", (json_int_t)rd->pid);
+            if (rd->rank >= 0)
+                json_object_set_new(m, "rank", json_integer(rd->rank));
+            json_array_append_new(members, m);
+        }
+        json_array_extend(
+            stack, json_object_get(main_thread(r->reads[groups[g].members[0]].target), "frames"));
+        json_array_append_new(
+            arr, json_pack("{s:I, s:s, s:s, s:o, s:I, s:b, s:o}", "count", (json_int_t)groups[g].n,
+                           "ranks", ranks_s, "hosts", hosts_s, "members", members, "stuck",
+                           (json_int_t)groups[g].stuck, "all_stuck",
+                           n_rounds > 1 && groups[g].stuck == groups[g].n, "stack", stack));
+    }
+    return arr;
+}
+
+/* Every process's main-thread stack, folded (root first), counted by processes. */
+static int write_folded(const struct round *r, const char *path)
+{
+    FILE *out = fopen(path, "we");
+    json_t *sums = json_object(), *v;
+    const char *line;
+
+    if (!out || !sums) {
+        fprintf(stderr, "probectl hang: %s: %s\n", path, strerror(errno));
+        if (out)
+            fclose(out);
+        json_decref(sums);
+        return -1;
+    }
+    for (size_t i = 0; i < r->n; i++) {
+        json_t *frames = json_object_get(main_thread(r->reads[i].target), "frames");
+        char *text = NULL;
+        size_t len = 0;
+        FILE *m;
+
+        if (r->reads[i].error || !(m = open_memstream(&text, &len)))
+            continue;
+        for (size_t k = json_array_size(frames); k-- > 0;) {
+            json_t *f = json_array_get(frames, k);
+            const char *kind = json_string_value(json_object_get(f, "kind"));
+            const char *func = json_string_value(json_object_get(f, "function"));
+            if (kind && strcmp(kind, "python") != 0)
+                fprintf(m, "%s%s [%s]", ftell(m) ? ";" : "", func ? func : "??",
+                        json_string_value(json_object_get(f, "object")) ?: "?");
+            else
+                fprintf(m, "%s%s (%s:%lld)", ftell(m) ? ";" : "", func,
+                        json_string_value(json_object_get(f, "file")),
+                        (long long)json_integer_value(json_object_get(f, "line")));
+        }
+        fclose(m);
+        v = json_object_get(sums, text);
+        json_object_set_new(sums, text, json_integer(json_integer_value(v) + 1));
+        free(text);
+    }
+    json_object_foreach(sums, line, v)
+        fprintf(out, "%s %lld\n", line, (long long)json_integer_value(v));
+    fclose(out);
+    json_decref(sums);
+    return 0;
+}
+
+static void hang_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: probectl hang [--hosts LIST | --hostfile FILE] [options]\n"
+            "Reads every rank's stacks at one instant (no process stopped) and groups the\n"
+            "ranks by their main thread's Python stack, the smallest group first.\n"
+            "  --native              with the C/C++ frames (threads held for milliseconds)\n"
+            "  --depth N             compare the innermost N Python frames only\n"
+            "  --no-lines            compare functions, not lines\n"
+            "  --repeat N            N rounds (--interval apart, default 1s): stuck or moving\n"
+            "  --interval DURATION\n"
+            "  --folded FILE         every rank's stack, folded, counted by ranks\n"
+            "Without --hosts, --hostfile or $SLURM_JOB_NODELIST: this node's daemon.\n" REACH_HELP);
+}
+
+int hang_main(int argc, char **argv)
+{
+    static const struct option longopts[] = {{"native", no_argument, NULL, 'n'},
+                                             {"depth", required_argument, NULL, 'd'},
+                                             {"no-lines", no_argument, NULL, 'l'},
+                                             {"repeat", required_argument, NULL, 'r'},
+                                             {"interval", required_argument, NULL, 'i'},
+                                             {"folded", required_argument, NULL, 'F'},
+                                             REACH_LONGOPTS,
+                                             {NULL, 0, NULL, 0}};
+    struct hang_opts o = {.repeat = 1, .interval_ns = 1000000000LL};
+    struct reach reach = {0};
+    struct round rounds[HANG_ROUNDS_MAX];
+    struct group *groups = NULL;
+    struct nodes nodes = {0};
+    struct fanout fo = {0};
+    bool remote;
+    int c, bad = 0, n_rounds = 0, rc = 0, n_nodes = 1;
+    size_t n_groups = 0;
+
+    while ((c = getopt_long(argc, argv, "nd:lr:i:F:h", longopts, NULL)) != -1) {
+        if (reach_option(&reach, c, "hang", &bad))
+            continue;
+        switch (c) {
+        case 'n':
+            o.native = true;
+            break;
+        case 'd':
+            o.depth = atoi(optarg);
+            bad |= o.depth <= 0 ? -1 : 0;
+            break;
+        case 'l':
+            o.no_lines = true;
+            break;
+        case 'r':
+            o.repeat = atoi(optarg);
+            bad |= o.repeat < 1 || o.repeat > HANG_ROUNDS_MAX ? -1 : 0;
+            break;
+        case 'i':
+            o.interval_ns = units_duration_ns(optarg);
+            bad |= o.interval_ns <= 0 ? -1 : 0;
+            break;
+        case 'F':
+            o.folded_path = optarg;
+            break;
+        case 'h':
+            hang_usage(stdout);
+            return 0;
+        default:
+            return 2;
+        }
+    }
+    if (bad || optind != argc) {
+        fprintf(stderr,
+                "probectl hang: --depth and --repeat take a count (--repeat at most %d),"
+                " --interval a duration; nothing else is taken\n",
+                HANG_ROUNDS_MAX);
+        return 2;
+    }
+    o.json = reach.json;
+    remote = reach.hosts || reach.hostfile || getenv("SLURM_JOB_NODELIST");
+    if (remote) {
+        if ((rc = reach_nodes(&reach, "hang", &nodes, &fo)) != 0)
+            return rc;
+        n_nodes = (int)nodes.n;
+    } else if (client_remote_host()) {
+        n_nodes = 1;
+    }
+    for (int k = 0; k < o.repeat; k++) {
+        if (k)
+            usleep((useconds_t)(o.interval_ns / 1000));
+        rounds[k] = (struct round){0};
+        if ((remote ? read_nodes(&fo, &rounds[k], &o) : read_local(&rounds[k], &o)) < 0) {
+            rc = 1;
+            break;
+        }
+        n_rounds++;
+    }
+    if (n_rounds == o.repeat) {
+        struct round *last = &rounds[n_rounds - 1];
+        groups = calloc(last->n + 1, sizeof(*groups));
+        n_groups = groups ? make_groups(last, rounds, n_rounds, groups) : 0;
+        if (o.json) {
+            json_t *unread = json_array();
+            for (size_t i = 0; i < last->n; i++)
+                if (!last->reads[i].key)
+                    json_array_append_new(
+                        unread, json_pack("{s:s, s:I, s:s}", "host", last->reads[i].host, "pid",
+                                          (json_int_t)last->reads[i].pid, "error",
+                                          last->reads[i].error ? last->reads[i].error : "?"));
+            print_json(json_pack("{s:I, s:f, s:f, s:i, s:o, s:o, s:o}", "processes",
+                                 (json_int_t)last->n, "spread_ms",
+                                 (double)(last->last_ns - last->first_ns) / 1e6, "clock_error_ms",
+                                 last->clock_error_ms, "rounds", n_rounds, "groups",
+                                 groups_json(last, groups, n_groups, n_rounds), "unread", unread,
+                                 "failed", remote ? failures_json(&fo) : json_array()));
+        } else if (last->n == 0) {
+            printf("no attached process of yours to read%s (attach the job first: probectl"
+                   " %sattach)\n",
+                   remote ? " on any node" : "", remote ? "cluster " : "");
+        } else {
+            print_groups(last, groups, n_groups, n_rounds, &o, n_nodes);
+        }
+        if (o.folded_path && write_folded(last, o.folded_path) < 0)
+            rc = 1;
+    }
+    for (size_t g = 0; g < n_groups; g++)
+        free(groups[g].members);
+    free(groups);
+    for (int k = 0; k < n_rounds; k++)
+        round_free(&rounds[k]);
+    if (remote) {
+        if (say_failures(&fo, "hang"))
+            rc = 1;
+        fanout_free(&fo);
+        nodes_free(&nodes);
+    }
+    return rc;
+}

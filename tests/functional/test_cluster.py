@@ -1,0 +1,264 @@
+"""A job over several nodes: `probectl cluster`, `probectl hang` and `probectl -H`.
+
+Each node is a PID namespace of its own with its own daemon (nodes.py). The first tests reach
+the nodes through a local transport (`probectl proxy` on each node's socket), for speed; the
+last one builds a network of namespaces with an sshd on each node and runs a real 2-node x
+4-rank gloo job across them, reached through ssh as a user would.
+"""
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import PROBECTL, TARGETS
+from daemon import ensure_test_user
+from nodes import Keys, Node, ctl, local_transport, workdir
+
+PY = '/usr/bin/python3'
+RANKS_PER_NODE = 4
+STALL_RANK = 6
+
+
+@pytest.fixture(scope='module')
+def job():
+    """Nodes a and b, 4 ranks each of rank_job.py (ranks 0-3 on a, 4-7 on b), rank 6 stalled."""
+    wd = workdir()
+    nodes = []
+    try:
+        for i, name in enumerate(('a', 'b')):
+            nodes.append(Node(name, i, wd))
+        procs = []
+        for i, n in enumerate(nodes):
+            for local in range(RANKS_PER_NODE):
+                env = dict(os.environ, RANK=str(i * RANKS_PER_NODE + local), LOCAL_RANK=str(local),
+                           WORLD_SIZE=str(2 * RANKS_PER_NODE), STALL_RANK=str(STALL_RANK))
+                procs.append(n.spawn([PY, os.path.join(TARGETS, 'rank_job.py')], env=env,
+                                     ready=True))
+        Node.wait_ready(procs)
+        yield wd, nodes, local_transport(wd, nodes)
+    finally:
+        for n in nodes:
+            n.close()
+        shutil.rmtree(wd, ignore_errors=True)
+
+
+def cluster(t, *args, hosts='a,b', **kw):
+    return ctl('cluster', *args, '--hosts', hosts, '--transport', t, **kw)
+
+
+def test_attach_list_query_merge(job):
+    wd, nodes, t = job
+    r = cluster(t, 'attach', '--match', r'rank_job\.py')
+    assert r.returncode == 0, r.stderr
+    assert 'a: 4 attached' in r.stdout and 'b: 4 attached' in r.stdout, r.stdout
+    # again: nothing new, every one already attached
+    r = cluster(t, 'attach', '--match', r'rank_job\.py', '--json')
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0 and [len(n['already']) for n in doc['nodes']] == [4, 4], r.stdout
+
+    r = cluster(t, 'list', '--json')
+    doc = json.loads(r.stdout)
+    ranks = {(n['host'], x['rank']) for n in doc['nodes'] for x in n['targets']}
+    assert ranks == {('a', 0), ('a', 1), ('a', 2), ('a', 3), ('b', 4), ('b', 5), ('b', 6),
+                     ('b', 7)}, r.stdout
+
+    # every rank's rows, each with its host; then one average over all ranks (not of nodes)
+    sql = ('SELECT t.rank, count(*) AS n FROM samples s JOIN targets t ON t.id = s.target_id'
+           ' GROUP BY t.rank')
+    subprocess.run(['sleep', '1'])
+    r = cluster(t, 'query', sql, '--format', 'json')
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0 and doc['columns'] == ['host', 'rank', 'n'], r.stdout
+    rows = doc['rows']
+    assert sorted((h, k) for h, k, _ in rows) == sorted(ranks), rows
+    assert all(n > 0 for _, _, n in rows), rows
+    total = sum(n for _, _, n in rows)
+    r = cluster(t, 'query', sql, '--merge',
+                'SELECT count(*) AS ranks, sum(n) AS total, avg(n) AS mean FROM cluster',
+                '--format', 'json')
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0 and doc['columns'] == ['ranks', 'total', 'mean'], r.stdout
+    ranks_n, merged_total, mean = doc['rows'][0]
+    assert ranks_n == 8 and merged_total >= total and abs(mean - merged_total / 8) < 1e-9
+    r = cluster(t, 'query', sql, '--merge', 'SELECT nope FROM cluster')
+    assert r.returncode == 1 and 'no such column: nope' in r.stderr, r.stderr
+
+    # one flame graph of all ranks, the stalled rank's function in it, by rank on demand
+    r = cluster(t, 'flamegraph', '--by', 'rank', '--idle')
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert any(l.startswith('rank 6;') and 'load_batch' in l for l in lines), r.stdout[:2000]
+    assert not any(l.startswith('rank 5;') and 'load_batch' in l for l in lines)
+
+    # -H: any command on one node's daemon
+    r = ctl('-H', 'b', '--transport', t, 'list')
+    assert r.returncode == 0 and r.stdout.count('rank_job.py') == 4, r.stdout + r.stderr
+
+
+def test_hang_singles_out_the_stalled_rank(job):
+    wd, nodes, t = job
+    r = cluster(t, 'attach', '--match', r'rank_job\.py')
+    assert r.returncode == 0, r.stderr
+    r = ctl('hang', '--hosts', 'a,b', '--transport', t, '--json', '--repeat', '2',
+            '--interval', '200ms')
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc['processes'] == 8 and doc['rounds'] == 2, doc
+    first, rest = doc['groups']
+    assert first['ranks'] == '6' and first['hosts'] == 'b', first
+    assert first['stack'][0]['function'] == 'load_batch', first
+    assert rest['ranks'] == '0-5,7' and rest['hosts'] == 'a,b', rest
+    assert rest['stack'][0]['function'] == 'all_reduce_wait'
+    assert first['all_stuck'] and rest['all_stuck'], doc
+    assert doc['spread_ms'] < 2000, doc
+    # in words: the odd one first, ranks as ranges
+    r = ctl('hang', '--hosts', 'a,b', '--transport', t, '--depth', '1')
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert out.index('rank 6 (host b)') < out.index('ranks 0-5,7 (hosts a,b)'), out
+    assert 'load_batch (%s' % os.path.join(TARGETS, 'rank_job.py') in out, out
+    folded = os.path.join(wd, 'hang.folded')
+    r = ctl('hang', '--hosts', 'a,b', '--transport', t, '--folded', folded)
+    assert r.returncode == 0, r.stderr
+    counts = {l.rsplit(' ', 1)[0].split(';')[-1].split(' (')[0]: int(l.rsplit(' ', 1)[1])
+              for l in open(folded).read().splitlines()}
+    assert counts == {'load_batch': 1, 'all_reduce_wait': 7}, counts
+
+
+def test_a_node_that_fails_is_named(job):
+    wd, nodes, t = job
+    # c has no daemon: named, with the others' rows still there, and exit status 1
+    r = cluster(t, 'query', 'SELECT 1 AS one', hosts='a,b,c', timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert 'no daemon on c' in r.stderr and '1 of 3 nodes failed' in r.stderr, r.stderr
+    assert r.stdout.count('\n') >= 4 and '(2 rows)' in r.stdout, r.stdout
+    r = ctl('hang', '--hosts', 'a,c', '--transport', t, '--json')
+    assert r.returncode == 1 and json.loads(r.stdout)['failed'][0]['host'] == 'c', r.stdout
+    # a transport that does not connect; probectl missing on the node; a daemon of another
+    # version; a template that does not name the host
+    r = cluster('ssh -T -o BatchMode=yes -o ConnectTimeout=5 {host}.invalid probectl proxy',
+                'list', hosts='a')
+    assert r.returncode == 1 and 'cannot reach a over ssh: ssh: Could not resolve' in r.stderr, \
+        r.stderr
+    r = cluster('/nonexistent/probectl proxy # {host}', 'list', hosts='a')
+    assert 'probectl is not installed on a' in r.stderr, r.stderr
+    fake = ("printf 'HTTP/1.1 200 OK\\r\\nX-Probed-Version: 9.9.0\\r\\nContent-Length: 2\\r\\n"
+            "\\r\\n{}' # {host}")
+    r = cluster(fake, 'list', hosts='a')
+    assert r.returncode == 1 and ('version mismatch: probectl %s here, probed 9.9.0 on a'
+                                  % version()) in r.stderr, r.stderr
+    r = ctl('-H', 'a', '--transport', fake, 'list')
+    assert r.returncode == 1 and 'version mismatch' in r.stderr, r.stderr
+    r = cluster('cat', 'list', hosts='a')
+    assert r.returncode == 2 and 'does not name the host' in r.stderr, r.stderr
+    r = ctl('cluster', 'list')
+    assert r.returncode == 2 and 'no nodes: give --hosts' in r.stderr, r.stderr
+    r = ctl('-H', 'a', 'run', 'true')
+    assert r.returncode == 2 and 'runs on this node only' in r.stderr, r.stderr
+
+
+def test_slurm_nodelist_and_a_stopped_daemon(job):
+    wd, nodes, t = job
+    env = dict(os.environ, SLURM_JOB_NODELIST='[a-b]')  # not a Slurm range: refused clearly
+    r = ctl('cluster', 'list', '--transport', t, env=env)
+    assert r.returncode == 2 and 'not a range of numbers' in r.stderr, r.stderr
+    for name in ('node1', 'node2', 'node3'):
+        link = os.path.join(wd, name + '.sock')
+        if not os.path.lexists(link):
+            os.symlink(nodes[int(name[-1]) % 2].daemon.socket, link)
+    env = dict(os.environ, SLURM_JOB_NODELIST='node[1-3]')
+    r = ctl('cluster', 'query', 'SELECT 1 AS one', '--transport', t, '--format', 'csv', env=env)
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.split()[1:]) == ['node1,1', 'node2,1', 'node3,1'], r.stdout
+    hostfile = os.path.join(wd, 'hosts')
+    with open(hostfile, 'w') as f:
+        f.write('# the job\na slots=4\nb slots=4\n')
+    r = ctl('cluster', 'list', '--hostfile', hostfile, '--transport', t)
+    assert r.returncode == 0 and r.stdout.count('rank_job.py') == 8, r.stdout + r.stderr
+
+
+def version():
+    return subprocess.run([PROBECTL, '--version'], stdout=subprocess.PIPE,
+                          text=True).stdout.split()[1]
+
+
+def test_over_ssh_a_gloo_job_across_two_nodes():
+    """Two nodes on a network of their own, each with a daemon and an sshd; a real gloo job
+    of 2 x 4 ranks across them, rank 5 stalled before an all_reduce."""
+    if not os.path.exists('/usr/sbin/sshd'):
+        pytest.fail('openssh-server is not installed (scripts/setup.sh installs it)')
+    wd = workdir()
+    nodes = []
+    try:
+        nodes = [Node(name, i, wd, network=True) for i, name in enumerate(('a', 'b'))]
+        keys = Keys(wd, nodes)
+        for n in nodes:
+            n.start_sshd(keys)
+        procs = []
+        for i, n in enumerate(nodes):
+            for local in range(RANKS_PER_NODE):
+                env = dict(os.environ, RANK=str(i * RANKS_PER_NODE + local),
+                           LOCAL_RANK=str(local), WORLD_SIZE=str(2 * RANKS_PER_NODE),
+                           MASTER_ADDR=nodes[0].ip, MASTER_PORT='29511', STALL_RANK='5',
+                           GLOO_SOCKET_IFNAME='pn' + n.name, OMP_NUM_THREADS='1')
+                procs.append(n.spawn([PY, os.path.join(TARGETS, 'gloo_job.py')], env=env,
+                                     ready=True))
+        Node.wait_ready(procs, timeout=300)
+        # the default transport, ssh, as a user runs it (the ssh on PATH reads the test's keys)
+        env = dict(os.environ, PATH=keys.bin + ':' + os.environ['PATH'])
+        r = ctl('cluster', 'attach', '--match', r'gloo_job\.py', '--hosts', 'a,b', env=env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert 'a: 4 attached' in r.stdout and 'b: 4 attached' in r.stdout, r.stdout
+        r = ctl('hang', '--hosts', 'a,b', '--json', env=env)
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        first, rest = doc['groups']
+        assert first['ranks'] == '5' and first['hosts'] == 'b', doc
+        assert first['stack'][0]['function'] == 'load_batch', first
+        assert rest['ranks'] == '0-4,6-7' and rest['hosts'] == 'a,b', rest
+        assert any(f['function'] == 'train_step' for f in rest['stack']), rest
+        r = ctl('cluster', 'query', 'SELECT DISTINCT t.rank FROM samples s JOIN targets t'
+                ' ON t.id = s.target_id', '--hosts', 'a,b', '--format', 'json', env=env)
+        assert r.returncode == 0, r.stderr
+        assert sorted(map(tuple, json.loads(r.stdout)['rows'])) == \
+            [('a', 0), ('a', 1), ('a', 2), ('a', 3), ('b', 4), ('b', 5), ('b', 6), ('b', 7)]
+
+        # another user, over ssh to the same node: sees none of root's processes, may not
+        # attach one, and is told so
+        user = ensure_ssh_user()
+        for n in nodes:
+            os.chmod(n.daemon.socket, 0o666)
+        uenv = dict(env, HOME=wd)
+        ucfg = ['ssh -F %s -i %s -l %s -T {host} probectl proxy'
+                % (keys.config, keys.key_for(user), user)]
+        r = ctl('cluster', 'list', '--hosts', 'a', '--transport', ucfg[0], env=uenv, user=user)
+        assert r.returncode == 0 and 'gloo_job' not in r.stdout, r.stdout + r.stderr
+        pid = json.loads(ctl('-H', 'a', 'list', '--json', env=env).stdout)['targets'][0]['pid']
+        r = ctl('-H', 'a', '--transport', ucfg[0], 'attach', pid, env=uenv, user=user)
+        assert r.returncode == 1 and 'permission denied (owned by uid 0' in r.stderr, r.stderr
+
+        # a node whose daemon stopped is named; the other still answers
+        nodes[1].stop_daemon()
+        r = ctl('cluster', 'list', '--hosts', 'a,b', env=env)
+        assert r.returncode == 1 and 'no daemon on b' in r.stderr, r.stderr
+        assert r.stdout.count('gloo_job.py') == 4, r.stdout
+        r = ctl('cluster', 'list', '--hosts', 'a,b,c', env=env)
+        assert 'cannot reach c over ssh' in r.stderr, r.stderr
+    finally:
+        for n in nodes:
+            n.close()
+        shutil.rmtree(wd, ignore_errors=True)
+
+
+def ensure_ssh_user():
+    """A user with a shell (sshd runs its commands through it), not root."""
+    name = 'probedssh'
+    if subprocess.run(['id', name], stdout=subprocess.DEVNULL,
+                      stderr=subprocess.DEVNULL).returncode != 0:
+        subprocess.run(['useradd', '--no-create-home', '--shell', '/bin/sh', name], check=True)
+    # no password, and not locked ("!"): sshd without PAM refuses a locked account's keys
+    subprocess.run(['usermod', '-p', '*', name], check=True)
+    ensure_test_user()
+    return name
