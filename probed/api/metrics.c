@@ -18,6 +18,7 @@
 
 #include "errbuf.h"
 #include "api/connlimit.h"
+#include "clock.h"
 #include "log.h"
 #include "native/native.h"
 #include "common/procfs.h"
@@ -32,6 +33,7 @@ struct row {
     struct target_stats stats;
     struct proc_usage usage;
     int64_t usage_ns;
+    double main_stack_unchanged_s; /* -1: its main thread not sampled yet */
     struct target_torch torch;
     bool native; /* attach --native, perf running */
     struct native_stats native_stats;
@@ -117,6 +119,10 @@ static void copy_row(struct metrics *m, const struct target_info *t)
     r->stats = t->stats;
     r->usage = t->usage;
     r->usage_ns = t->usage_ns;
+    r->main_stack_unchanged_s =
+        t->main_stack_since_ns ? (double)(real_ns() - t->main_stack_since_ns) / 1e9 : -1;
+    if (r->main_stack_unchanged_s < 0 && t->main_stack_since_ns)
+        r->main_stack_unchanged_s = 0;
     r->torch = t->torch;
     r->native = t->has_native;
     if (t->has_native)
@@ -191,6 +197,10 @@ static double r_threads(const struct row *r)
 {
     return r->usage.threads;
 }
+static double r_main_unchanged(const struct row *r)
+{
+    return r->main_stack_unchanged_s;
+}
 static double r_rate(const struct row *r)
 {
     return r->rate_hz;
@@ -258,6 +268,7 @@ static double r_native_same_instant(const struct row *r)
 enum needs {
     ALWAYS,
     NEEDS_USAGE,
+    NEEDS_MAIN_STACK,
     NEEDS_TORCH,
     NEEDS_TORCH_MEMORY,
     NEEDS_TORCH_RESERVED,
@@ -269,6 +280,8 @@ static bool has_value(const struct row *r, enum needs needs)
     switch (needs) {
     case NEEDS_USAGE:
         return r->usage_ns != 0;
+    case NEEDS_MAIN_STACK:
+        return r->main_stack_unchanged_s >= 0;
     case NEEDS_TORCH:
         return r->torch.on;
     case NEEDS_TORCH_MEMORY:
@@ -413,6 +426,10 @@ static void render(struct metrics *m, struct evbuffer *out)
     per_target(m, out, "probed_target_threads", "gauge", "OS threads", r_threads, NEEDS_USAGE);
     per_target(m, out, "probed_target_sample_rate_hz", "gauge", "Samples per second", r_rate,
                ALWAYS);
+    per_target(m, out, "probed_target_main_stack_unchanged_seconds", "gauge",
+               "Seconds the main thread's Python stack (functions and lines) has stayed the same:"
+               " a rank stuck in a collective, a deadlock, a stalled loader",
+               r_main_unchanged, NEEDS_MAIN_STACK);
     per_target(m, out, "probed_target_torn_total", "counter",
                "Stacks that kept changing while read and were dropped", r_torn, ALWAYS);
     per_target(m, out, "probed_target_dropped_total", "counter",

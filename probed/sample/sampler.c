@@ -355,6 +355,10 @@ static void record(struct sampler *s, struct target *t, size_t n, int64_t ts, in
             continue;
         }
         smp.stack_id = thread_stack_id(s, h, t, i, mono);
+        if (th->tid == t->pid && (smp.stack_id != t->main_stack_id || !t->main_stack_since_ns)) {
+            t->main_stack_id = smp.stack_id;
+            t->main_stack_since_ns = ts;
+        }
         smp.state = (th->on_cpu ? 1 : 0) | (th->holds_gil ? 2 : 0) | (th->gc_collecting ? 4 : 0);
         add_sample(s, h, t, &smp);
     }

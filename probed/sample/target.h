@@ -91,6 +91,9 @@ struct target {
     int64_t usage_ns;
     struct target_torch torch; /* the torch trace's totals, from its drains */
     uint64_t errors_seen;      /* stats.errors when the process was last checked to be the same */
+    /* the main thread's (tid == pid) latest stack, and since when it has been that one
+     * (CLOCK_REALTIME; 0: not sampled yet): a rank stuck in a collective keeps one stack */
+    int64_t main_stack_id, main_stack_since_ns;
 
     /* sampling buffers: owned, sized in target_new(); freed early when the target ends */
     struct pyf_target *pyf;

@@ -107,6 +107,7 @@ static void info_of(const struct target *t, struct target_info *i)
         .gap = t->gap,
         .usage = t->usage,
         .usage_ns = t->usage_ns,
+        .main_stack_since_ns = t->main_stack_since_ns,
         .torch = t->torch,
         .threads_room = t->threads_cap,
         .mode = target_mode(t),

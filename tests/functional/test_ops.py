@@ -151,6 +151,8 @@ def dashboard_exprs():
             yield panel['title'], target['expr']
 
 
+ALERT_RULES = os.path.join(os.path.dirname(__file__), '..', '..', 'packaging', 'prometheus',
+                           'probed-alerts.yml')
 TORCH_PANELS = ('Torch step time', 'Torch memory')  # run in test_torch.py, on a traced job
 
 
@@ -166,6 +168,36 @@ def test_grafana_dashboard_queries_run_in_prometheus(scraped):
         wait_for(lambda: prom.query(q), what='data for panel %r: %s' % (title, q))
     # the variables' queries
     assert prom.query('probed_build_info')[0]['metric']['job'] == 'probed'
+
+
+def test_stalled_rank_series_and_the_shipped_alert_rules(scraped):
+    """probed_target_main_stack_unchanged_seconds grows with the wall clock for a rank whose
+    main thread keeps one stack, and stays near 0 for one that moves; the shipped alerting
+    rules are valid and fire on such series (promtool's own rule tests)."""
+    d, t, prom, port = scraped
+    stalled = Target(PYTHON, 'rank_job.py', env=dict(os.environ, RANK='7', STALL_RANK='7'))
+    try:
+        d.ctl('attach', stalled.pid, check=True)
+        series = 'probed_target_main_stack_unchanged_seconds{pid="%d"}'
+        wait_for(lambda: (prom.value(series % stalled.pid) or 0) > 3, 60,
+                 'the stalled rank to stay 3 s on one stack')
+        first = prom.value(series % stalled.pid)
+        time.sleep(2)
+        assert prom.value(series % stalled.pid) >= first + 1, 'it grows with the wall clock'
+        moving = prom.value(series % t.pid)
+        assert moving is not None and moving < 1.0, moving
+        rank = prom.query(series % stalled.pid)[0]['metric']['rank']
+        assert rank == '7'
+        r = subprocess.run(['promtool', 'check', 'rules', ALERT_RULES], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+        assert r.returncode == 0 and '2 rules found' in r.stdout, r.stdout
+        r = subprocess.run(['promtool', 'test', 'rules', 'probed-alerts-test.yml'],
+                           cwd=os.path.dirname(__file__), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+        assert r.returncode == 0 and 'SUCCESS' in r.stdout, r.stdout
+    finally:
+        d.ctl('detach', stalled.pid)
+        stalled.close()
 
 
 # ---- the memory timeline ----
