@@ -108,6 +108,25 @@ SELECT v.step, v.function AS func, v.name, v.value,
 FROM torch_values v
 JOIN targets t ON t.id = v.target_id;
 
+-- Collective tracing (probectl torch PID on --comm), under the seeds' names: one row per
+-- torch.distributed call; latency_ms NULL while in flight. src_rank/dst_rank: a send's and a
+-- recv's two ends; a collective's src_rank is the caller (broadcast/scatter: the root), its
+-- dst_rank NULL (reduce/gather: the root). The late arriver of a collective is the rank
+-- whose ts_ns is the largest among the rows of the same group_name and seq.
+-- SELECT src_rank, dst_rank, avg(latency_ms) FROM comm_metrics GROUP BY src_rank, dst_rank
+CREATE TEMP VIEW comm_metrics AS
+SELECT c.op, c.group_name, c.group_size, c.seq, c.seq_source, c.rank,
+       CASE WHEN c.op IN ('recv', 'irecv') OR (c.op IN ('broadcast', 'scatter') AND c.peer IS NOT NULL)
+            THEN c.peer ELSE c.rank END AS src_rank,
+       CASE WHEN c.op IN ('send', 'isend', 'reduce', 'gather') THEN c.peer
+            WHEN c.op IN ('recv', 'irecv') THEN c.rank ELSE NULL END AS dst_rank,
+       c.bytes, c.dtype, c.async, c.duration_ns / 1e6 AS latency_ms,
+       c.duration_ns IS NULL AS in_flight,
+       strftime('%Y-%m-%d %H:%M:%f', c.ts_ns / 1e9, 'unixepoch') AS ts, t.pid, c.ts_ns,
+       c.duration_ns, c.call_id, c.target_id
+FROM comm_calls c
+JOIN targets t ON t.id = c.target_id;
+
 -- Each step's wall time, from one step's start to the next's (the first traced step is
 -- partial and left out).
 CREATE TEMP VIEW torch_step_times AS

@@ -318,12 +318,15 @@ struct job *allocs_post(struct api *a, const struct request *rq)
     return &sj->j;
 }
 
-/* POST /v1/torch {"pid", "action": "on"|"drain"|"off", "every": 1.., "exprs": "n@f,..."} */
+/* POST /v1/torch {"pid", "action": "on"|"drain"|"off", "every": 1.., "exprs": "n@f,...",
+ * "comm": bool, "modules": bool} */
 struct job *torch_post(struct api *a, const struct request *rq)
 {
     static const char *const actions[] = {"on", "drain", "off"};
     json_t *jevery = json_object_get(rq->body, "every"),
            *jexprs = json_object_get(rq->body, "exprs");
+    json_t *jcomm = json_object_get(rq->body, "comm"),
+           *jmodules = json_object_get(rq->body, "modules");
     int k = action_of(json_object_get(rq->body, "action"), actions, 3);
     int64_t every = !jevery ? 1 : json_is_integer(jevery) ? json_integer_value(jevery) : -1;
     pid_t pid = pid_of(json_object_get(rq->body, "pid"));
@@ -332,10 +335,13 @@ struct job *torch_post(struct api *a, const struct request *rq)
     struct stub_job *sj;
     int64_t target_id;
 
-    if (!pid || k < 0 || every < 1 || every > 1000000 || (jexprs && !json_is_string(jexprs))) {
+    if (!pid || k < 0 || every < 1 || every > 1000000 || (jexprs && !json_is_string(jexprs)) ||
+        (jcomm && !json_is_boolean(jcomm)) || (jmodules && !json_is_boolean(jmodules)) ||
+        (json_is_false(jmodules) && !json_is_true(jcomm))) {
         reply_error(rq->req, 400,
                     "expected {\"pid\": int, \"action\": \"on\"|\"drain\"|\"off\","
-                    " optional \"every\": 1..1000000, \"exprs\": \"name@function,...\"}");
+                    " optional \"every\": 1..1000000, \"exprs\": \"name@function,...\","
+                    " \"comm\": bool, \"modules\": bool (false only with comm)}");
         return NULL;
     }
     if (torch_parse_exprs(jexprs ? json_string_value(jexprs) : "", &why) < 0) {
@@ -366,6 +372,8 @@ struct job *torch_post(struct api *a, const struct request *rq)
                                        .target_id = target_id,
                                        .action = k,
                                        .every = (int)every,
+                                       .comm = json_is_true(jcomm),
+                                       .no_modules = json_is_false(jmodules),
                                        .exprs = strdup(jexprs ? json_string_value(jexprs) : "")};
     if (!sj->torch.exprs) {
         reply_error(rq->req, 500, "out of memory");

@@ -29,6 +29,15 @@
 #define HANG_LEAD_MIN_NS (300 * 1000000LL) /* the instant is at least this far ahead */
 #define HANG_ROUNDS_MAX 100
 
+/* Each target's latest traced collective (probectl torch PID on --comm): pid, op, group, seq,
+ * in flight, start. Only collectives numbered by c10d: their numbers are the same on every
+ * rank (a send's or a receive's are not: they are counted by each end). */
+static const char COMM_SQL[] =
+    "SELECT t.pid, c.op, c.group_name, c.seq, c.duration_ns IS NULL, c.ts_ns"
+    " FROM comm_calls c JOIN targets t ON t.id = c.target_id"
+    " WHERE c.call_id = (SELECT max(call_id) FROM comm_calls c2 WHERE c2.target_id ="
+    " c.target_id AND c2.seq_source = 'c10d')";
+
 struct hang_opts {
     bool native, no_lines, json;
     int depth; /* innermost frames compared; 0: all */
@@ -45,10 +54,11 @@ struct rank_read {
     long long pid;
     char *key; /* its main thread's stack, as compared */
     const char *error;
+    json_t *last_comm; /* its latest traced collective (COMM_SQL's row), or NULL */
 };
 
 struct round {
-    json_t *replies; /* [{host, reply}] kept alive for the reads */
+    json_t *replies; /* the nodes' replies, kept alive for the reads (and the comm rows) */
     struct rank_read *reads;
     size_t n;
     int64_t first_ns, last_ns; /* the reads, on our clock */
@@ -227,6 +237,159 @@ fail:
     return -1;
 }
 
+/* Gives each read of @host its latest collective from @rows (COMM_SQL's), the newest when a
+ * pid was attached more than once. */
+static void add_comm(struct round *r, const char *host, json_t *rows)
+{
+    json_t *row;
+    size_t i;
+
+    json_array_foreach(rows, i, row)
+    {
+        for (size_t k = 0; k < r->n; k++) {
+            struct rank_read *rd = &r->reads[k];
+            if (strcmp(rd->host, host) != 0 ||
+                rd->pid != (long long)json_integer_value(json_array_get(row, 0)))
+                continue;
+            if (!rd->last_comm || json_integer_value(json_array_get(row, 5)) >
+                                      json_integer_value(json_array_get(rd->last_comm, 5)))
+                rd->last_comm = row;
+        }
+    }
+}
+
+/* The collectives each read was last in: from this node's daemon, or every node's. */
+static void read_comm(struct round *r, struct fanout *fo)
+{
+    json_t *body = json_pack("{s:s}", "sql", COMM_SQL);
+
+    if (!fo) {
+        char err[512];
+        json_t *reply = NULL;
+        long status = 0;
+
+        if (client_call(client_socket_path(NULL), "POST", "/v1/query", body, &status, &reply, NULL,
+                        NULL, err, sizeof(err)) == 0 &&
+            status == 200 && reply && r->n) {
+            json_array_append(r->replies, reply);
+            add_comm(r, r->reads[0].host, json_object_get(reply, "rows"));
+        }
+        json_decref(reply);
+    } else {
+        for (size_t i = 0; i < fo->n; i++)
+            if (node_ok(&fo->nodes[i])) { /* those that answered the stacks' round */
+                fo->nodes[i].method = "POST";
+                snprintf(fo->nodes[i].path, sizeof(fo->nodes[i].path), "/v1/query");
+                fo->nodes[i].body = body;
+            }
+        if (fanout_run(fo) >= 0)
+            for (size_t i = 0; i < fo->n; i++)
+                if (node_ok(&fo->nodes[i])) {
+                    json_array_append(r->replies, fo->nodes[i].reply);
+                    add_comm(r, fo->nodes[i].host, json_object_get(fo->nodes[i].reply, "rows"));
+                }
+    }
+    json_decref(body);
+}
+
+/* "all_reduce #12 of group 0" */
+static void comm_text(json_t *c, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s #%lld of group %s", json_string_value(json_array_get(c, 1)),
+             (long long)json_integer_value(json_array_get(c, 3)),
+             json_string_value(json_array_get(c, 2)));
+}
+
+/* For each process group where some ranks are in flight in a collective, which ranks wait
+ * in it and which never reached it (their last call in that group came before): the
+ * sentence a user acts on. Printed, or (@json) returned as an array. */
+static json_t *say_collectives(const struct round *r, bool json)
+{
+    json_t *out = json_array();
+
+    for (size_t i = 0; i < r->n; i++) {
+        json_t *c = r->reads[i].last_comm, *waiting_c = NULL, *behind = json_array();
+        const char *group;
+        long long top = 0;
+        int *ranks;
+        size_t nw = 0;
+        bool seen = false;
+        char what[256], ranks_s[256];
+
+        if (!c || json_integer_value(json_array_get(c, 4)) != 1)
+            goto next;
+        group = json_string_value(json_array_get(c, 2));
+        for (size_t k = 0; k < i; k++) { /* one sentence per group: said at its first */
+            json_t *o = r->reads[k].last_comm;
+            seen |= o && json_integer_value(json_array_get(o, 4)) == 1 &&
+                    strcmp(json_string_value(json_array_get(o, 2)), group) == 0;
+        }
+        if (seen)
+            goto next;
+        /* the furthest collective ranks wait in, in this group */
+        for (size_t k = 0; k < r->n; k++) {
+            json_t *o = r->reads[k].last_comm;
+            if (o && json_integer_value(json_array_get(o, 4)) == 1 &&
+                strcmp(json_string_value(json_array_get(o, 2)), group) == 0 &&
+                (!waiting_c || json_integer_value(json_array_get(o, 3)) > top)) {
+                waiting_c = o;
+                top = json_integer_value(json_array_get(o, 3));
+            }
+        }
+        ranks = calloc(r->n + 1, sizeof(int));
+        if (!ranks)
+            goto next;
+        for (size_t k = 0; k < r->n; k++) {
+            const struct rank_read *rd = &r->reads[k];
+            json_t *o = rd->last_comm;
+            if (!o || strcmp(json_string_value(json_array_get(o, 2)), group) != 0)
+                continue;
+            if (json_integer_value(json_array_get(o, 3)) == top &&
+                json_integer_value(json_array_get(o, 4)) == 1)
+                ranks[nw++] = rd->rank >= 0 ? rd->rank : (int)rd->pid;
+            else if (json_integer_value(json_array_get(o, 3)) < top)
+                json_array_append_new(
+                    behind, json_pack("{s:i, s:I, s:s, s:s, s:I, s:b}", "rank", rd->rank, "pid",
+                                      (json_int_t)rd->pid, "host", rd->host, "op",
+                                      json_string_value(json_array_get(o, 1)), "seq",
+                                      json_integer_value(json_array_get(o, 3)), "in_flight",
+                                      json_integer_value(json_array_get(o, 4)) == 1));
+        }
+        ranks_format(ranks, nw, ranks_s, sizeof(ranks_s));
+        free(ranks);
+        comm_text(waiting_c, what, sizeof(what));
+        if (json) {
+            json_array_append_new(out, json_pack("{s:s, s:I, s:s, s:s, s:O}", "group", group, "seq",
+                                                 (json_int_t)top, "op",
+                                                 json_string_value(json_array_get(waiting_c, 1)),
+                                                 "waiting", ranks_s, "behind", behind));
+        } else {
+            json_t *b;
+            size_t k;
+            printf("rank%s %s wait%s in %s", nw == 1 ? "" : "s", ranks_s, nw == 1 ? "s" : "", what);
+            json_array_foreach(behind, k, b)
+            {
+                json_t *row = json_pack("[I, s, s, I]", (json_int_t)0,
+                                        json_string_value(json_object_get(b, "op")), group,
+                                        json_integer_value(json_object_get(b, "seq")));
+                comm_text(row, what, sizeof(what));
+                json_decref(row);
+                if (json_integer_value(json_object_get(b, "rank")) >= 0)
+                    printf("; rank %lld's last was %s",
+                           (long long)json_integer_value(json_object_get(b, "rank")), what);
+                else
+                    printf("; %s pid %lld's last was %s",
+                           json_string_value(json_object_get(b, "host")),
+                           (long long)json_integer_value(json_object_get(b, "pid")), what);
+            }
+            printf("\n");
+        }
+    next:
+        json_decref(behind);
+    }
+    return out;
+}
+
 /* A group: the reads of the last round that share a key. */
 struct group {
     const char *key;
@@ -323,6 +486,46 @@ static void group_who(const struct round *r, const struct group *g, char *ranks_
     free(ranks);
 }
 
+/* The collectives the members of @g were last in, one line per distinct one. */
+static void group_collectives(const struct round *r, const struct group *g)
+{
+    for (size_t k = 0; k < g->n; k++) {
+        json_t *c = r->reads[g->members[k]].last_comm;
+        int *ranks;
+        size_t nr = 0;
+        bool said = false;
+        char what[256], ranks_s[256];
+
+        for (size_t j = 0; c && j < k; j++)
+            said |= json_equal(r->reads[g->members[j]].last_comm, c) ||
+                    (r->reads[g->members[j]].last_comm &&
+                     json_equal(json_array_get(r->reads[g->members[j]].last_comm, 3),
+                                json_array_get(c, 3)) &&
+                     json_equal(json_array_get(r->reads[g->members[j]].last_comm, 2),
+                                json_array_get(c, 2)) &&
+                     json_equal(json_array_get(r->reads[g->members[j]].last_comm, 4),
+                                json_array_get(c, 4)));
+        if (!c || said || !(ranks = calloc(g->n, sizeof(int))))
+            continue;
+        for (size_t j = k; j < g->n; j++) {
+            json_t *o = r->reads[g->members[j]].last_comm;
+            if (o && json_equal(json_array_get(o, 3), json_array_get(c, 3)) &&
+                json_equal(json_array_get(o, 2), json_array_get(c, 2)) &&
+                json_equal(json_array_get(o, 4), json_array_get(c, 4)))
+                ranks[nr++] = r->reads[g->members[j]].rank;
+        }
+        ranks_format(ranks, nr, ranks_s, sizeof(ranks_s));
+        free(ranks);
+        comm_text(c, what, sizeof(what));
+        if (json_integer_value(json_array_get(c, 4)) == 1)
+            printf("    [rank%s %s: in %s for %.1f s]\n", nr == 1 ? "" : "s", ranks_s, what,
+                   (double)(now_ns() - json_integer_value(json_array_get(c, 5))) / 1e9);
+        else
+            printf("    [rank%s %s: last collective %s, completed]\n", nr == 1 ? "" : "s", ranks_s,
+                   what);
+    }
+}
+
 static void print_groups(const struct round *r, struct group *groups, size_t n, int n_rounds,
                          const struct hang_opts *o, int n_nodes)
 {
@@ -334,6 +537,12 @@ static void print_groups(const struct round *r, struct group *groups, size_t n, 
     if (n_nodes > 1)
         printf(", clocks known to %.1f ms", r->clock_error_ms);
     printf(")%s\n\n", n_rounds > 1 ? ", last of the rounds" : "");
+    json_decref(say_collectives(r, false));
+    for (size_t i = 0; i < r->n; i++)
+        if (r->reads[i].last_comm) {
+            printf("\n");
+            break;
+        }
     for (size_t g = 0; g < n; g++) {
         char ranks_s[256], hosts_s[512], pids_s[512];
         const char *frames = groups[g].key;
@@ -361,6 +570,7 @@ static void print_groups(const struct round *r, struct group *groups, size_t n, 
             printf("    %.*s\n", (int)(nl ? nl - p : (long)strlen(p)), p);
             p = nl ? nl + 1 : p + strlen(p);
         }
+        group_collectives(r, &groups[g]);
         printf("\n");
     }
     for (size_t i = 0; i < r->n; i++)
@@ -388,6 +598,14 @@ static json_t *groups_json(const struct round *r, struct group *groups, size_t n
             json_t *m = json_pack("{s:s, s:I}", "host", rd->host, "pid", (json_int_t)rd->pid);
             if (rd->rank >= 0)
                 json_object_set_new(m, "rank", json_integer(rd->rank));
+            if (rd->last_comm)
+                json_object_set_new(
+                    m, "last_comm",
+                    json_pack("{s:O, s:O, s:O, s:b, s:O}", "op", json_array_get(rd->last_comm, 1),
+                              "group", json_array_get(rd->last_comm, 2), "seq",
+                              json_array_get(rd->last_comm, 3), "in_flight",
+                              json_integer_value(json_array_get(rd->last_comm, 4)) == 1, "ts_ns",
+                              json_array_get(rd->last_comm, 5)));
             json_array_append_new(members, m);
         }
         json_array_extend(
@@ -542,6 +760,7 @@ int hang_main(int argc, char **argv)
     }
     if (n_rounds == o.repeat) {
         struct round *last = &rounds[n_rounds - 1];
+        read_comm(last, remote ? &fo : NULL);
         groups = calloc(last->n + 1, sizeof(*groups));
         n_groups = groups ? make_groups(last, rounds, n_rounds, groups) : 0;
         if (o.json) {
@@ -552,12 +771,13 @@ int hang_main(int argc, char **argv)
                         unread, json_pack("{s:s, s:I, s:s}", "host", last->reads[i].host, "pid",
                                           (json_int_t)last->reads[i].pid, "error",
                                           last->reads[i].error ? last->reads[i].error : "?"));
-            print_json(json_pack("{s:I, s:f, s:f, s:i, s:o, s:o, s:o}", "processes",
+            print_json(json_pack("{s:I, s:f, s:f, s:i, s:o, s:o, s:o, s:o}", "processes",
                                  (json_int_t)last->n, "spread_ms",
                                  (double)(last->last_ns - last->first_ns) / 1e6, "clock_error_ms",
                                  last->clock_error_ms, "rounds", n_rounds, "groups",
-                                 groups_json(last, groups, n_groups, n_rounds), "unread", unread,
-                                 "failed", remote ? failures_json(&fo) : json_array()));
+                                 groups_json(last, groups, n_groups, n_rounds), "collectives",
+                                 say_collectives(last, true), "unread", unread, "failed",
+                                 remote ? failures_json(&fo) : json_array()));
         } else if (last->n == 0) {
             printf("no attached process of yours to read%s (attach the job first: probectl"
                    " %sattach)\n",

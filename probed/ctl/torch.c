@@ -68,10 +68,12 @@ static void detach_quietly(const char *socket, int pid)
     json_decref(reply);
 }
 
-static int turn_on(const char *socket, int pid, int every, const char *exprs)
+/* @comm: 0 modules only, 1 modules and collectives, 2 collectives only */
+static int turn_on(const char *socket, int pid, int every, const char *exprs, int comm)
 {
-    json_t *body = json_pack("{s:i, s:s, s:i, s:s}", "pid", pid, "action", "on", "every", every,
-                             "exprs", exprs ? exprs : ""),
+    json_t *body =
+               json_pack("{s:i, s:s, s:i, s:s, s:b, s:b}", "pid", pid, "action", "on", "every",
+                         every, "exprs", exprs ? exprs : "", "comm", comm > 0, "modules", comm < 2),
            *reply;
     long status = 0;
 
@@ -84,6 +86,17 @@ static int turn_on(const char *socket, int pid, int every, const char *exprs)
     json_decref(body);
     if (!reply)
         return 1;
+    if (comm) {
+        json_t *cs = json_object_get(reply, "comm_state");
+        printf("pid %d: collective tracing on (torch %s; %lld calls so far; see: probectl query"
+               " \"SELECT * FROM comm_metrics WHERE pid = %d\")\n",
+               pid, json_string_value(json_object_get(reply, "torch")),
+               (long long)json_integer_value(json_object_get(cs, "calls")), pid);
+    }
+    if (comm == 2) {
+        json_decref(reply);
+        return 0;
+    }
     printf("pid %d: torch trace %s (torch %s on %s, every %lld step%s%s%s; optimizer steps from"
            " %s)\n",
            pid,
@@ -289,7 +302,8 @@ static int summary(const char *socket, int pid, int top)
 
 static void usage(void)
 {
-    printf("usage: probectl torch <pid> on [--every N] [--exprs name@function,...]\n"
+    printf("usage: probectl torch <pid> on [--every N] [--exprs name@function,...] [--comm]\n"
+           "       probectl torch <pid> on --comm-only\n"
            "       probectl torch <pid> off\n"
            "       probectl torch <pid> summary [--top N]\n"
            "  on       record, in a running PyTorch job, what each step and module costs:\n"
@@ -300,6 +314,9 @@ static void usage(void)
            "  --every N   record every Nth step only (default 1)\n"
            "  --exprs     read these locals of live frames once per recorded step\n"
            "              (e.g. loss@train,acc1@train) into python.variables\n"
+           "  --comm      also every torch.distributed collective and send/recv: op, group,\n"
+           "              sequence number, bytes, rank, peer, latency (comm_metrics)\n"
+           "  --comm-only those calls alone, no module hooks\n"
            "  off      remove every hook; the job runs exactly as before\n"
            "  summary  the slowest modules, the step time trend, the tracked variables\n");
 }
@@ -309,11 +326,12 @@ int torch_main(int argc, char **argv)
     static const struct option longopts[] = {
         {"every", required_argument, NULL, 'e'}, {"exprs", required_argument, NULL, 'x'},
         {"top", required_argument, NULL, 't'},   {"socket", required_argument, NULL, 'S'},
+        {"comm", no_argument, NULL, 'c'},        {"comm-only", no_argument, NULL, 'C'},
         {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0}};
     const char *socket = NULL, *exprs = NULL, *action;
     long every = 1, top = 15;
     char *end;
-    int c, pid;
+    int c, pid, comm = 0;
 
     while ((c = getopt_long(argc, argv, "e:x:t:h", longopts, NULL)) != -1) {
         switch (c) {
@@ -326,6 +344,12 @@ int torch_main(int argc, char **argv)
             break;
         case 'x':
             exprs = optarg;
+            break;
+        case 'c':
+            comm = comm ? comm : 1;
+            break;
+        case 'C':
+            comm = 2;
             break;
         case 't':
             top = strtol(optarg, &end, 10);
@@ -352,7 +376,7 @@ int torch_main(int argc, char **argv)
         return 2;
     action = argv[optind + 1];
     if (strcmp(action, "on") == 0)
-        return turn_on(socket, pid, (int)every, exprs);
+        return turn_on(socket, pid, (int)every, exprs, comm);
     if (strcmp(action, "off") == 0)
         return turn_off(socket, pid);
     if (strcmp(action, "summary") == 0)

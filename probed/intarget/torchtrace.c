@@ -82,8 +82,9 @@ static char *hex_of(const char *text)
 static char *script(const struct torch_request *rq)
 {
     static const char *const actions[] = {"on", "drain", "off"};
-    json_t *args = json_pack("{s:s, s:i, s:[]}", "action", actions[rq->action], "every",
-                             rq->every > 0 ? rq->every : 1, "exprs");
+    json_t *args = json_pack("{s:s, s:i, s:[], s:b, s:b}", "action", actions[rq->action], "every",
+                             rq->every > 0 ? rq->every : 1, "exprs", "comm", rq->comm, "modules",
+                             !rq->no_modules);
     char *args_text = NULL, *args_hex = NULL, *src_hex = NULL, *code = NULL;
 
     if (args && rq->exprs && each_expr(rq->exprs, add_expr, json_object_get(args, "exprs")) < 0)
@@ -125,8 +126,11 @@ static char *audit_text(const struct torch_request *rq)
     char *text = NULL;
 
     if (rq->action == TORCH_ON)
-        return asprintf(&text, "torch on --every %d --exprs '%s'", rq->every,
-                        rq->exprs ? rq->exprs : "") < 0
+        return asprintf(&text, "torch on --every %d --exprs '%s'%s", rq->every,
+                        rq->exprs ? rq->exprs : "",
+                        rq->no_modules ? " --comm-only"
+                        : rq->comm     ? " --comm"
+                                       : "") < 0
                    ? NULL
                    : text;
     return strdup(rq->action == TORCH_OFF ? "torch off" : "torch drain");
@@ -212,6 +216,7 @@ static int run_once(struct stubctl *sc, const char *db_path, const struct torch_
     json_object_del(result, "records");
     json_object_del(result, "variables");
     json_object_del(result, "steps");
+    json_object_del(result, "comm");
     *ret = result;
     return 0;
 }

@@ -32,6 +32,8 @@ struct torch_request {
     enum torch_action action;
     int every;         /* ON: record every Nth step */
     const char *exprs; /* ON: "name@function,..." (checked by torch_parse_exprs), or "" */
+    bool comm;         /* ON: trace torch.distributed's calls too (table comm_calls) */
+    bool no_modules;   /* ON: only those (no module, optimizer or step hooks) */
 };
 
 /* Checks "loss@train,acc1@train" (identifiers, at most 16); 0 or -EINVAL with the reason. */

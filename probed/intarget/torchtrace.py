@@ -22,9 +22,13 @@
 # and variables to deques here), drained by the daemon from the stub's thread (never the
 # training thread) about once a second; the records are formatted with the GIL released.
 import collections
+import functools
+import inspect
+import itertools
 import json
 import os
 import sys
+import threading
 import time
 import weakref
 from functools import partial
@@ -46,6 +50,7 @@ CO_OPTIMIZED = 0x1  # a function's code: its locals are fast locals, f_locals a 
 _now = time.perf_counter_ns
 
 _tracer = None
+_comm = None
 
 
 def _first_node(value):
@@ -346,20 +351,219 @@ class Tracer:
                 'global' if self.saved_step_code is None else '_optimizer_step_code'}
 
 
+# ---- collective tracing (probectl torch PID on --comm) ----
+#
+# Every torch.distributed collective and point-to-point call the job makes through the
+# module's functions is recorded: op, process group, its c10d sequence number (the same for
+# one collective on every rank: c10d's counter starts from a value rank 0 hands the others),
+# bytes, dtype, rank, peer, start, and duration (an async op's, until its Work completes).
+# A call still running when the daemon drains is sent as in flight (no duration), and again
+# once it completes: a rank stuck in a collective is visible while it is stuck.
+# The functions are replaced in torch.distributed and distributed_c10d (a call torch makes
+# inside another, all_gather_object calling all_gather, is the outer call's); `off` puts the
+# originals back. Code that kept its own reference to a function before tracing began, and
+# DDP's gradient all_reduce (C++ bucketed calls, not Python's), are not seen.
+
+COMM_OPS = ('all_reduce', 'all_gather', 'all_gather_into_tensor', '_all_gather_base',
+            'reduce_scatter', 'reduce_scatter_tensor', '_reduce_scatter_base', 'broadcast',
+            'reduce', 'barrier', 'gather', 'scatter', 'all_to_all', 'all_to_all_single',
+            'send', 'recv', 'isend', 'irecv', 'monitored_barrier')
+COMM_P2P = ('send', 'recv', 'isend', 'irecv')
+COMM_PEER_ARG = {'send': 'dst', 'isend': 'dst', 'recv': 'src', 'irecv': 'src',
+                 'broadcast': 'src', 'scatter': 'src', 'reduce': 'dst', 'gather': 'dst'}
+# the argument whose tensors the call sends (its bytes), in order of preference
+COMM_INPUTS = ('input', 'input_tensor', 'input_list', 'input_tensor_list', 'tensor',
+               'scatter_list', 'tensor_list')
+
+
+def _tensors(value):
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [v for v in value if isinstance(v, torch.Tensor)]
+    return []
+
+
+class CommTracer:
+    def __init__(self):
+        self.dist = sys.modules['torch.distributed']
+        self.c10d = sys.modules['torch.distributed.distributed_c10d']
+        self.saved = []  # (module, name, original)
+        self.done = collections.deque()  # completed calls, drained
+        self.open = {}  # call id -> record of a call in flight
+        self.ids = itertools.count()
+        self.own_seq = collections.defaultdict(int)  # (group, peer) -> count: p2p, old torch
+        self.local = threading.local()  # a call inside a traced call is not recorded again
+        self.signatures = {}
+        self.calls = 0
+        self.dropped = 0
+        self.errors = 0
+        self.last_error = None
+        self.active = True
+
+    def install(self):
+        for name in COMM_OPS:
+            original = getattr(self.c10d, name, None)
+            if original is None or getattr(original, '_probed_original', None) is not None:
+                continue
+            traced = self.wrapper(name, original)
+            for module in (self.c10d, self.dist):
+                if getattr(module, name, None) is original:
+                    self.saved.append((module, name, original))
+                    setattr(module, name, traced)
+
+    def remove(self):
+        self.active = False
+        for module, name, original in self.saved:
+            setattr(module, name, original)
+        self.saved = []
+
+    def failed(self, e):
+        self.errors += 1
+        self.last_error = '%s: %s' % (type(e).__name__, e)
+
+    def wrapper(self, name, original):
+        tracer = self
+
+        @functools.wraps(original)
+        def traced(*args, **kwargs):
+            if not tracer.active or getattr(tracer.local, 'inside', False):
+                return original(*args, **kwargs)
+            tracer.local.inside = True
+            try:
+                rec = tracer.begin(name, original, args, kwargs)
+                try:
+                    result = original(*args, **kwargs)
+                except BaseException:
+                    tracer.end(rec, failed=True)
+                    raise
+                tracer.finish(rec, name, result)
+                return result
+            finally:
+                tracer.local.inside = False
+
+        traced._probed_original = original
+        return traced
+
+    def group_of(self, bound):
+        group = bound.get('group')
+        return group if group is not None else self.c10d._get_default_group()
+
+    def group_name(self, group):
+        name = getattr(group, 'group_name', None)
+        if name is None and hasattr(self.c10d, '_pg_names'):
+            name = self.c10d._pg_names.get(group)
+        return str(name) if name is not None else '?'
+
+    def begin(self, name, original, args, kwargs):
+        """The record of a call about to start; None when it cannot be made (counted)."""
+        try:
+            sig = self.signatures.get(name)
+            if sig is None:
+                sig = self.signatures[name] = inspect.signature(original)
+            bound = sig.bind_partial(*args, **kwargs).arguments
+            group = self.group_of(bound)
+            gname = self.group_name(group)
+            tensors = []
+            for arg in COMM_INPUTS:
+                tensors = _tensors(bound.get(arg))
+                if tensors:
+                    break
+            nbytes = sum(t.numel() * t.element_size() for t in tensors)
+            dtype = str(tensors[0].dtype).replace('torch.', '') if tensors else None
+            peer = bound.get(COMM_PEER_ARG.get(name, ''))
+            rank = self.dist.get_rank()
+            if name in COMM_P2P or not hasattr(group, '_get_sequence_number_for_group'):
+                key = (gname, name in COMM_P2P and peer)
+                self.own_seq[key] += 1
+                seq, source = self.own_seq[key], 'trace'
+            else:  # c10d's counter, this call's number once it is counted
+                seq, source = group._get_sequence_number_for_group() + 1, 'c10d'
+            rec = [next(self.ids), name, gname, group.size(), seq, source, rank,
+                   peer if isinstance(peer, int) else None, nbytes, dtype,
+                   bool(bound.get('async_op')) or name in ('isend', 'irecv'),
+                   time.time_ns(), None]
+            if len(self.open) < MAX_RECORDS:
+                self.open[rec[0]] = rec
+            else:
+                self.dropped += 1
+                return None
+            self.calls += 1
+            return rec
+        except Exception as e:
+            self.failed(e)
+            return None
+
+    def end(self, rec, failed=False):
+        if rec is None:
+            return
+        rec[12] = time.time_ns() - rec[11]
+        if self.open.pop(rec[0], None) is None:
+            return
+        if failed:
+            rec[1] += ' (failed)'
+        if len(self.done) < MAX_RECORDS:
+            self.done.append(rec)
+        else:
+            self.dropped += 1
+
+    def finish(self, rec, name, result):
+        """A call returned: over, or (async) over when its Work completes."""
+        if rec is None:
+            return
+        if name == 'recv' and isinstance(result, int) and rec[7] is None:
+            rec[7] = result  # recv from any source: the sender
+        if not rec[10] or result is None:
+            self.end(rec)
+            return
+        try:
+            result.get_future().add_done_callback(lambda _f: self.end(rec))
+        except Exception:  # a backend without futures: over when its wait() returns
+            self.end(rec)
+
+    def drain(self):
+        n = min(len(self.done), MAX_DRAIN)
+        rows = [self.done.popleft() for _ in range(n)]
+        rows += [list(r) for r in list(self.open.values())[:MAX_DRAIN]]
+        return rows, bool(self.done)
+
+    def state(self):
+        return {'calls': self.calls, 'in_flight': len(self.open), 'dropped': self.dropped,
+                'errors': self.errors, 'last_error': self.last_error, 'tracing': self.active}
+
+
 def tracing():
-    return _tracer is not None
+    return _tracer is not None or _comm is not None
+
+
+def _comm_part():
+    """The comm tracer's drain and state, for a reply."""
+    if _comm is None:
+        return {'comm': [], 'comm_state': None}, False
+    rows, more = _comm.drain()
+    return {'comm': rows, 'comm_state': _comm.state()}, more
 
 
 def command(args):
     """Runs one request from the daemon; returns the JSON line it prints."""
-    global _tracer
+    global _tracer, _comm
     action = args['action']
-    if action == 'on' and (_hot is None or not hasattr(_hot, 'torch_start')):
+    modules, comm = args.get('modules', True), args.get('comm', False)
+    if action == 'on' and modules and (_hot is None or not hasattr(_hot, 'torch_start')):
         return json.dumps({'error': "the stub loaded in this process comes from an older probed"
                            " and has no torch hooks: restart the process to trace it"})
+    if action == 'on' and comm and 'torch.distributed.distributed_c10d' not in sys.modules:
+        return json.dumps({'error': 'torch.distributed is not loaded in this process: no'
+                           ' collective to trace'})
     if action == 'on':
-        exprs = [tuple(e) for e in args.get('exprs', [])]
-        if _tracer is None:
+        result = {'started': False}
+        if comm and _comm is None:
+            tracer = CommTracer()
+            tracer.install()
+            _comm = tracer
+            result['started'] = True
+        if modules and _tracer is None:
+            exprs = [tuple(e) for e in args.get('exprs', [])]
             tracer = Tracer(args.get('every', 1), exprs)
             try:
                 tracer.install()
@@ -367,20 +571,43 @@ def command(args):
                 tracer.close()
                 raise
             _tracer = tracer
-            result = {'started': True}
-        else:  # already on: new settings, same hooks
-            _tracer.every, _tracer.exprs = args.get('every', 1), exprs
-            result = {'started': False}
-        result.update(_tracer.state())
+            result['started'] = True
+        elif modules:  # already on: new settings, same hooks
+            _tracer.every = args.get('every', 1)
+            _tracer.exprs = [tuple(e) for e in args.get('exprs', [])]
+        part, _ = _comm_part()
+        result.update(_tracer.state() if _tracer is not None else _idle_state())
+        result.update(part)
+        if _comm is not None:
+            result['tracing'] = result['tracing'] or _comm.active
         return json.dumps(result)
-    if _tracer is None:
+    if _tracer is None and _comm is None:
         return json.dumps({'error': 'the torch trace is off in this process'})
     if action == 'off':
-        _tracer.remove()
-    records, result = _tracer.drain()
-    result.update(_tracer.state())
-    if not _tracer.active and not result['more']:  # else the daemon drains again first
+        if _tracer is not None:
+            _tracer.remove()
+        if _comm is not None:
+            _comm.remove()
+    records, result = _tracer.drain() if _tracer is not None else ('[]', {
+        'variables': [], 'steps': [], 'more': False})
+    part, comm_more = _comm_part()
+    result.update(_tracer.state() if _tracer is not None else _idle_state())
+    result.update(part)
+    result['more'] = result['more'] or comm_more
+    if _comm is not None:
+        result['tracing'] = result['tracing'] or _comm.active
+    if _tracer is not None and not _tracer.active and not result['more']:
         _tracer.close()
         _tracer = None
+    if _comm is not None and not _comm.active and not comm_more:
+        _comm = None
+    if _tracer is None and _comm is None:
         result['tracing'] = False
     return '{"records": %s, %s' % (records, json.dumps(result)[1:])
+
+
+def _idle_state():
+    """The module trace's state when only collectives are traced."""
+    return {'tracing': False, 'step': 0, 'steps_seen': 0, 'every': 1, 'exprs': [],
+            'dropped': 0, 'errors': 0, 'last_error': None, 'device': 'cpu',
+            'torch': torch.__version__, 'optimizer_hooks': None, 'modules': False}

@@ -74,7 +74,7 @@ struct target_info {
     struct target_stats stats;
     struct target_gap gap;
     struct proc_usage usage;
-    int64_t usage_ns; /* 0: no reading yet */
+    int64_t usage_ns;            /* 0: no reading yet */
     int64_t main_stack_since_ns; /* the main thread's stack is this one since (0: not yet) */
     struct target_torch torch;
     size_t threads_room;

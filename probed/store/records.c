@@ -183,6 +183,12 @@ int records_torch_drain(const char *db_path, int64_t target_id, json_t *drain, i
                          "INSERT OR REPLACE INTO torch_steps (target_id, step, ts_ns,"
                          " duration_ns) VALUES (?,?,?,?)",
                          target_id, json_object_get(drain, "steps"), "iii", ret_stored);
+    if (rc == SQLITE_OK) /* a call in flight comes again once complete: it replaces its row */
+        rc = insert_rows(db,
+                         "INSERT OR REPLACE INTO comm_calls (target_id, call_id, op, group_name,"
+                         " group_size, seq, seq_source, rank, peer, bytes, dtype, async, ts_ns,"
+                         " duration_ns) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                         target_id, json_object_get(drain, "comm"), "issiisinivvin", ret_stored);
     if (rc == SQLITE_OK)
         rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
     return finish(db, NULL, rc == SQLITE_OK ? 0 : -EIO, db_path, "storing the torch trace", err);

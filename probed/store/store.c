@@ -375,7 +375,8 @@ static int64_t delete_before(struct store *st, int64_t before_ns, struct errbuf 
                    delete_from(st, "allocations", before_ns, err) < 0 ||
                    delete_from(st, "torch_records", before_ns, err) < 0 ||
                    delete_from(st, "torch_values", before_ns, err) < 0 ||
-                   delete_from(st, "torch_steps", before_ns, err) < 0))
+                   delete_from(st, "torch_steps", before_ns, err) < 0 ||
+                   delete_from(st, "comm_calls", before_ns, err) < 0))
         return -EIO;
     return n;
 }

@@ -12,8 +12,8 @@ import subprocess
 
 import pytest
 
-from conftest import PROBECTL, TARGETS
-from daemon import ensure_test_user
+from conftest import PROBECTL, TARGETS, wait_for
+from daemon import Daemon, ensure_test_user
 from nodes import Keys, Node, ctl, local_transport, workdir
 
 PY = '/usr/bin/python3'
@@ -262,3 +262,104 @@ def ensure_ssh_user():
     subprocess.run(['usermod', '-p', '*', name], check=True)
     ensure_test_user()
     return name
+
+
+def test_collectives_traced_and_hang_names_who_never_arrived():
+    """A 4-rank gloo job with collective tracing on (probectl torch PID on --comm-only); then
+    rank 2 stalls before an all_reduce: comm_metrics has every call of every rank (one
+    sequence number per collective on all ranks, sends and receives with both ends), and
+    `hang` says ranks 0,1,3 wait in that all_reduce and rank 2's last call was the one before."""
+    d = Daemon()
+    wd = workdir()
+    flag = os.path.join(wd, 'stall')
+    procs = []
+    env_base = dict(os.environ, WORLD_SIZE='4', MASTER_ADDR='127.0.0.1', MASTER_PORT='29561',
+                    STALL_RANK='2', STALL_FILE=flag, OMP_NUM_THREADS='1')
+    try:
+        for rank in range(4):
+            procs.append(subprocess.Popen([PY, os.path.join(TARGETS, 'gloo_job.py')],
+                                          env=dict(env_base, RANK=str(rank)),
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        Node.wait_ready(procs)
+        for p in procs:
+            d.ctl('attach', p.pid, check=True)
+            r = d.ctl('torch', p.pid, 'on', '--comm-only')
+            assert r.returncode == 0 and 'collective tracing on' in r.stdout, r.stdout + r.stderr
+        wait_for(lambda: d.rows('SELECT count(DISTINCT rank) FROM comm_metrics'
+                                " WHERE op = 'irecv' AND latency_ms > 0")[0][0] == 4, 60,
+                 'a traced ring of isend/irecv on every rank')
+        open(flag, 'w').close()
+        wait_for(lambda: d.rows('SELECT count(*) FROM comm_metrics WHERE in_flight')[0][0] == 3,
+                 60, 'three ranks in flight in a collective')
+        # and the stalled rank's calls before it drained too (each rank is drained once a second)
+        wait_for(lambda: d.rows("SELECT count(DISTINCT rank) FROM comm_metrics WHERE seq ="
+                                " (SELECT seq FROM comm_metrics WHERE in_flight LIMIT 1) - 1"
+                                " AND seq_source = 'c10d'")[0][0] == 4, 60,
+                 "every rank's collective before the stall")
+        # one sequence number per collective, the same on every rank: from the first one every
+        # rank traced (they were turned on one after the other) to the last all of them did
+        rows = d.rows("SELECT seq, count(*), count(DISTINCT rank), min(seq_source) FROM"
+                      " comm_metrics WHERE op IN ('all_reduce', 'broadcast') AND NOT in_flight"
+                      " AND seq >= (SELECT max(first) FROM (SELECT min(seq) AS first FROM"
+                      " comm_metrics WHERE seq_source = 'c10d' GROUP BY rank))"
+                      " GROUP BY seq ORDER BY seq")
+        firsts = d.rows("SELECT rank, min(seq), count(*) FROM comm_metrics WHERE seq_source = 'c10d'"
+                        " GROUP BY rank")
+        assert len(rows) >= 10 and all(src == 'c10d' for *_, src in rows), (rows, firsts)
+        assert all(n == 4 and ranks == 4 for _, n, ranks, _ in rows), ([r for r in rows if r[1] != 4], firsts, d.rows("select seq, group_concat(rank || ':' || op || ':' || call_id, ' ') from (select * from comm_metrics where seq_source='c10d' order by rank) group by seq order by seq desc limit 30"))
+        assert [b - a for (a, *_), (b, *_) in zip(rows, rows[1:])] == [1] * (len(rows) - 1)
+        # a ring: each rank's irecv comes from the rank before it; bytes and dtype known
+        ring = d.rows("SELECT DISTINCT src_rank, dst_rank, bytes, dtype FROM comm_metrics"
+                      " WHERE op = 'irecv' ORDER BY dst_rank")
+        assert ring == [[3, 0, 4096, 'float32'], [0, 1, 4096, 'float32'],
+                        [1, 2, 4096, 'float32'], [2, 3, 4096, 'float32']], ring
+        sends = d.rows("SELECT DISTINCT src_rank, dst_rank FROM comm_metrics WHERE op = 'isend'"
+                       " ORDER BY src_rank")
+        assert sends == [[0, 1], [1, 2], [2, 3], [3, 0]], sends
+        # the seeds' query, and the late arriver of each collective (docs/cluster.md)
+        assert len(d.rows('SELECT src_rank, dst_rank, avg(latency_ms) FROM comm_metrics'
+                          ' GROUP BY src_rank, dst_rank')) >= 8
+        late = d.rows(LATE_ARRIVER_SQL)
+        assert late and all(0 <= rank <= 3 for _, _, rank, _ in late), late
+
+        r = ctl('hang', '--json', env=dict(os.environ, PROBED_SOCKET=d.socket))
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        (coll,) = doc['collectives']
+        assert coll['op'] == 'all_reduce' and coll['waiting'] == '0-1,3', coll
+        (behind,) = coll['behind']
+        assert behind['rank'] == 2 and behind['seq'] == coll['seq'] - 1, coll
+        assert not behind['in_flight']
+        stalled = [g for g in doc['groups'] if g['ranks'] == '2'][0]
+        assert stalled['stack'][0]['function'] == 'load_batch', stalled
+        r = ctl('hang', env=dict(os.environ, PROBED_SOCKET=d.socket))
+        assert ('ranks 0-1,3 wait in all_reduce #%d of group 0; rank 2\'s last was %s #%d of'
+                ' group 0' % (coll['seq'], behind['op'], behind['seq'])) in r.stdout, r.stdout
+
+        # off: the job's functions are torch's own again
+        r = d.ctl('torch', procs[0].pid, 'off')
+        assert r.returncode == 0, r.stderr
+        r = d.ctl('eval', procs[0].pid, 'import torch.distributed as d;'
+                  " print(hasattr(d.all_reduce, '_probed_original'), d.all_reduce.__module__)")
+        assert r.stdout.split() == ['False', 'torch.distributed.distributed_c10d'], r.stdout
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+            p.stdout.close()
+            p.stderr.close()
+        d.close()
+        shutil.rmtree(wd, ignore_errors=True)
+
+
+# docs/cluster.md: each collective's last rank to arrive, and by how much
+LATE_ARRIVER_SQL = '''
+SELECT group_name, seq, rank AS late_rank, (ts_ns - first_ns) / 1e6 AS late_by_ms
+FROM (SELECT group_name, seq, rank, ts_ns,
+             min(ts_ns) OVER (PARTITION BY group_name, seq) AS first_ns,
+             max(ts_ns) OVER (PARTITION BY group_name, seq) AS last_ns,
+             count(*) OVER (PARTITION BY group_name, seq) AS ranks
+      FROM comm_metrics WHERE seq_source = 'c10d')
+WHERE ts_ns = last_ns AND ranks > 1
+ORDER BY seq DESC LIMIT 20
+'''

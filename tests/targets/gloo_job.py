@@ -1,6 +1,7 @@
-"""A rank of a real torch.distributed job on the gloo backend (env:// rendezvous): a few
-all_reduce steps, then the rank whose RANK is STALL_RANK stalls in load_batch() before its
-next all_reduce, and every other rank waits in that all_reduce."""
+"""A rank of a real torch.distributed job on the gloo backend (env:// rendezvous): all_reduce
+steps, a hundred a second; the rank whose RANK is STALL_RANK stalls in load_batch() before its
+next all_reduce (at once, or once the file STALL_FILE exists), and every other rank waits in
+that all_reduce. A broadcast from rank 0 and an isend/irecv ring every 10th step."""
 import os
 import time
 
@@ -23,10 +24,22 @@ def main():
     for _ in range(3):
         train_step(t)
     print('READY {}', flush=True)
-    if dist.get_rank() == int(os.environ.get('STALL_RANK', '-1')):
-        load_batch()
+    stall, flag = int(os.environ.get('STALL_RANK', '-1')), os.environ.get('STALL_FILE')
+    step = 0
     while True:
+        if dist.get_rank() == stall and (not flag or os.path.exists(flag)):
+            load_batch()
         train_step(t)
+        if step % 10 == 0:
+            dist.broadcast(t, 0)
+        if step % 10 == 5:  # a ring: each rank sends to the next, receives from the previous
+            rank, world = dist.get_rank(), dist.get_world_size()
+            sent = dist.isend(t, (rank + 1) % world)
+            got = torch.empty_like(t)
+            dist.irecv(got, (rank - 1) % world).wait()
+            sent.wait()
+        step += 1
+        time.sleep(0.01)
 
 
 main()
