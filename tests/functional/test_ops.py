@@ -15,8 +15,8 @@ import urllib.request
 
 import pytest
 
-from conftest import (ROOT, TARGETS, Target, free_port, interpreter_params, marks, require,
-                      wait_for)
+from conftest import (PROBECTL, ROOT, TARGETS, Target, free_port, interpreter_params, marks,
+                      require, wait_for)
 from daemon import Daemon, PROBED, ensure_test_user
 from prom import Prometheus, http_get
 
@@ -198,6 +198,42 @@ def test_stalled_rank_series_and_the_shipped_alert_rules(scraped):
     finally:
         d.ctl('detach', stalled.pid)
         stalled.close()
+
+
+def test_kubernetes_daemonset_matches_the_unit():
+    """The DaemonSet keeps the systemd unit's capabilities, no more, no fewer; its arguments
+    are probed's own, and a probed started with them (paths moved here) serves."""
+    import yaml
+    pkg = os.path.join(ROOT, 'packaging')
+    unit = open(os.path.join(pkg, 'probed.service')).read()
+    unit_caps = set(re.search(r'^CapabilityBoundingSet=(.*)$', unit, re.M).group(1).split())
+    docs = list(yaml.safe_load_all(open(os.path.join(pkg, 'kubernetes', 'probed-daemonset.yaml'))))
+    ds = [d for d in docs if d['kind'] == 'DaemonSet'][0]
+    pod = ds['spec']['template']['spec']
+    (c,) = pod['containers']
+    sc = c['securityContext']
+    assert pod['hostPID'] is True and sc['capabilities']['drop'] == ['ALL']
+    assert {'CAP_' + x for x in sc['capabilities']['add']} == unit_caps
+    assert sc['allowPrivilegeEscalation'] is False and sc['privileged'] is False
+    tmp = tempfile.mkdtemp(prefix='probed-k8s-')
+    port = free_port()
+    args = [a.replace('/run/probed', tmp).replace('/var/lib/probed', tmp)
+            .replace('0.0.0.0:9464', '127.0.0.1:%d' % port) for a in c['args']]
+    p = subprocess.Popen([PROBED] + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: os.path.exists(os.path.join(tmp, 'probed.sock')), 20, 'the socket')
+        r = subprocess.run([PROBECTL, 'list'], env=dict(os.environ,
+                           PROBED_SOCKET=os.path.join(tmp, 'probed.sock')),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert r.returncode == 0, r.stderr  # the readiness probe's command
+        wait_for(lambda: http_get('http://127.0.0.1:%d/metrics' % port)[0] == 200, 20,
+                 '/metrics')
+        assert os.path.exists(os.path.join(tmp, 'probed.db'))
+    finally:
+        p.terminate()
+        out = p.communicate(timeout=30)[0].decode()
+        shutil.rmtree(tmp, ignore_errors=True)
+    assert p.returncode == 0, out
 
 
 # ---- the memory timeline ----
