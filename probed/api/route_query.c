@@ -254,23 +254,28 @@ struct hang_job {
 
 #define HANG_AHEAD_MAX_NS (30 * 1000000000LL) /* the furthest ahead an instant may be asked */
 
-static json_t *hang_target(const struct target_info *t, bool native)
+/* One target's part of the reply: who it is, when it was read, and its threads or why not. */
+static json_t *hang_target(const struct target_info *t, struct dump *d, int r,
+                           const struct pyf_err *e)
 {
-    struct pyf_err e = {0};
     json_t *stack = NULL, *o;
-    int64_t read_ns = real_ns();
-    int r = dump_json(t->pid, 0, native, &stack, &e);
+    struct pyf_err re = {0};
 
-    o = json_pack("{s:i, s:s, s:I, s:I}", "pid", (int)t->pid, "cmdline", t->cmdline, "start_time",
-                  (json_int_t)t->start_time, "read_ns", (json_int_t)read_ns);
+    o = json_pack("{s:i, s:s, s:I}", "pid", (int)t->pid, "cmdline", t->cmdline, "start_time",
+                  (json_int_t)t->start_time);
     if (t->rank >= 0)
         json_object_set_new(o, "rank", json_integer(t->rank));
     if (t->local_rank >= 0)
         json_object_set_new(o, "local_rank", json_integer(t->local_rank));
     if (t->world_size >= 0)
         json_object_set_new(o, "world_size", json_integer(t->world_size));
+    if (r == 0) {
+        json_object_set_new(o, "read_ns", json_integer((json_int_t)dump_read_ns(d)));
+        r = dump_render(d, 0, &stack, &re);
+        e = &re;
+    }
     if (r < 0)
-        json_object_set_new(o, "error", json_string(e.msg));
+        json_object_set_new(o, "error", json_string(e->msg));
     else
         json_object_set_new(o, "threads", json_incref(json_object_get(stack, "threads")));
     json_decref(stack);
@@ -283,32 +288,48 @@ static void run_hang(struct job *j)
     struct peer p = {.root = j->scope.root, .uid = j->scope.uid};
     struct targets_filter f = peer_filter(&p);
     struct target_info *infos = malloc(TARGETS_MAX * sizeof(*infos));
+    struct dump **dumps = calloc(TARGETS_MAX, sizeof(*dumps));
+    struct pyf_err *errs = calloc(TARGETS_MAX, sizeof(*errs));
+    int *rc = calloc(TARGETS_MAX, sizeof(*rc));
     struct timespec at = {.tv_sec = hj->at_ns / 1000000000LL, .tv_nsec = hj->at_ns % 1000000000LL};
     json_t *targets = json_array();
     char host[256] = "";
     int64_t woke_ns;
-    size_t n;
+    size_t n = 0;
 
-    if (!infos) {
-        json_decref(targets);
+    if (!infos || !dumps || !errs || !rc) {
         j->status = 500;
         j->body = error_body(500, "out of memory");
-        return;
+        goto out;
     }
     f.sampling_only = true;
     n = targets__copy(job_api(j)->parts.reg, &f, infos, TARGETS_MAX);
+    n = n < TARGETS_MAX ? n : TARGETS_MAX;
+    /* the slow part before the instant: each process opened, its runtime and layout found */
+    for (size_t i = 0; i < n; i++)
+        rc[i] = dump_open(infos[i].pid, hj->native, &dumps[i], &errs[i]);
     while (hj->at_ns > real_ns() &&
            clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &at, NULL) == EINTR)
         ;
     woke_ns = real_ns();
-    for (size_t i = 0; i < n && i < TARGETS_MAX; i++)
-        json_array_append_new(targets, hang_target(&infos[i], hj->native));
-    free(infos);
+    for (size_t i = 0; i < n; i++) /* the stacks, one process after the other, nothing else */
+        if (rc[i] == 0)
+            rc[i] = dump_capture(dumps[i], &errs[i]);
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(targets, hang_target(&infos[i], dumps[i], rc[i], &errs[i]));
     gethostname(host, sizeof(host) - 1);
     j->status = 200;
-    j->body = json_pack("{s:s, s:I, s:I, s:I, s:o}", "host", host, "asked_ns",
+    j->body = json_pack("{s:s, s:I, s:I, s:I, s:O}", "host", host, "asked_ns",
                         (json_int_t)hj->at_ns, "woke_ns", (json_int_t)woke_ns, "done_ns",
                         (json_int_t)real_ns(), "targets", targets);
+out:
+    for (size_t i = 0; dumps && i < n; i++)
+        dump_free(dumps[i]);
+    json_decref(targets);
+    free(infos);
+    free(dumps);
+    free(errs);
+    free(rc);
 }
 
 /* POST /v1/hang {"at_ns": wall-clock ns (0: now), "native": bool} */

@@ -236,65 +236,143 @@ static int64_t monotonic_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-int dump_json(pid_t pid, int locals_depth, bool native, json_t **ret, struct pyf_err *e)
-{
-    int64_t held_ns = 0;
-    struct pyf_thread *threads = NULL;
-    struct bt_thread *bts = NULL;
-    struct pyf_target *t = NULL;
-    struct pyf_frame *frames = NULL;
-    struct pyf_native *nat = NULL;
-    struct pyf_stopped *held = NULL;
-    uint64_t *pcs = NULL;
+struct dump {
+    pid_t pid;
+    bool native;
+    struct pyf_target *t;
+    struct pyf_native *nat;
+    /* the last capture */
+    struct pyf_thread *threads;
+    struct bt_thread *bts;
+    struct pyf_frame *frames;
+    uint64_t *pcs;
+    size_t n;
+    bool captured;
     char cmdline[512];
-    size_t n = 0;
+    int64_t held_ns, read_ns;
+};
+
+static void drop_capture(struct dump *d)
+{
+    free(d->pcs);
+    free(d->frames);
+    free(d->bts);
+    free(d->threads);
+    d->pcs = NULL;
+    d->frames = NULL;
+    d->bts = NULL;
+    d->threads = NULL;
+    d->n = 0;
+    d->captured = false;
+}
+
+void dump_free(struct dump *d)
+{
+    if (!d)
+        return;
+    drop_capture(d);
+    pyf_native_free(d->nat);
+    pyf_target_free(d->t);
+    free(d);
+}
+
+int dump_open(pid_t pid, bool native, struct dump **ret, struct pyf_err *e)
+{
+    struct dump *d = calloc(1, sizeof(*d));
     int r;
 
-    r = pyf_target_open(pid, &t, e);
+    *ret = NULL;
+    if (!d) {
+        snprintf(e->msg, sizeof(e->msg), "pid %d: out of memory reading its stacks", (int)pid);
+        return -ENOMEM;
+    }
+    d->pid = pid;
+    d->native = native;
+    r = pyf_target_open(pid, &d->t, e);
     if (r == 0 && native)
-        r = pyf_native_open(pid, NULL, &nat, e);
-    if (r == 0 && native) /* from here on, every path lets the threads go */
-        r = pyf_stop_process(pid, &held, e);
-    held_ns = native ? monotonic_ns() : 0;
+        r = pyf_native_open(pid, NULL, &d->nat, e);
+    if (r < 0) {
+        dump_free(d);
+        return r;
+    }
+    *ret = d;
+    return 0;
+}
+
+int dump_capture(struct dump *d, struct pyf_err *e)
+{
+    struct pyf_stopped *held = NULL;
+    struct timespec now;
+    int r = 0;
+
+    drop_capture(d);
+    clock_gettime(CLOCK_REALTIME, &now);
+    d->read_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+    if (d->native) /* from here on, every path lets the threads go */
+        r = pyf_stop_process(d->pid, &held, e);
+    d->held_ns = d->native ? monotonic_ns() : 0;
     if (r < 0)
-        goto out;
-    procfs_cmdline(pid, cmdline, sizeof(cmdline));
-    threads = calloc(THREADS_CAP, sizeof(*threads));
-    r = threads ? read_threads(t, threads, &n, e) : -ENOMEM;
+        return r;
+    procfs_cmdline(d->pid, d->cmdline, sizeof(d->cmdline));
+    d->threads = calloc(THREADS_CAP, sizeof(*d->threads));
+    r = d->threads ? read_threads(d->t, d->threads, &d->n, e) : -ENOMEM;
     if (r == 0) { /* room for the held threads without Python state too */
-        size_t all = n + pyf_stopped__n(held) + 1;
-        bts = calloc(all, sizeof(*bts));
-        frames = calloc((n ? n : 1) * PYF_DEPTH_MAX, sizeof(*frames));
-        pcs = native ? calloc(all * PYF_NATIVE_DEPTH_MAX, sizeof(*pcs)) : NULL;
-        r = bts && frames && (pcs || !native) ? 0 : -ENOMEM;
+        size_t all = d->n + pyf_stopped__n(held) + 1;
+        d->bts = calloc(all, sizeof(*d->bts));
+        d->frames = calloc((d->n ? d->n : 1) * PYF_DEPTH_MAX, sizeof(*d->frames));
+        d->pcs = d->native ? calloc(all * PYF_NATIVE_DEPTH_MAX, sizeof(*d->pcs)) : NULL;
+        r = d->bts && d->frames && (d->pcs || !d->native) ? 0 : -ENOMEM;
     }
-    for (size_t i = 0; r == 0 && i < n; i++) {
-        bts[i].th = threads[i];
-        bts[i].st = (struct pyf_stack){.frames = frames + i * PYF_DEPTH_MAX, .cap = PYF_DEPTH_MAX};
-        read_stack(t, &bts[i], pid);
+    for (size_t i = 0; r == 0 && i < d->n; i++) {
+        d->bts[i].th = d->threads[i];
+        d->bts[i].st =
+            (struct pyf_stack){.frames = d->frames + i * PYF_DEPTH_MAX, .cap = PYF_DEPTH_MAX};
+        read_stack(d->t, &d->bts[i], d->pid);
     }
-    if (r == 0 && native) {
-        n += add_native_only(held, bts, n, pid);
-        unwind_threads(nat, held, bts, n, pcs);
+    if (r == 0 && d->native) {
+        d->n += add_native_only(held, d->bts, d->n, d->pid);
+        unwind_threads(d->nat, held, d->bts, d->n, d->pcs);
     }
     pyf_stopped_free(held); /* before naming the addresses: that takes longer */
-    held_ns = native ? monotonic_ns() - held_ns : 0;
-    held = NULL;
-    if (r == 0) {
-        *ret = process_json(t, nat, bts, n, cmdline, locals_depth);
-        r = *ret ? 0 : -ENOMEM;
-        if (*ret && native) /* how long the threads were held: what the target lost */
-            json_object_set_new(*ret, "native_pause_ms", json_real((double)held_ns / 1e6));
-    }
+    d->held_ns = d->native ? monotonic_ns() - d->held_ns : 0;
     if (r == -ENOMEM)
-        snprintf(e->msg, sizeof(e->msg), "pid %d: out of memory reading its stacks", (int)pid);
-out:
-    pyf_stopped_free(held);
-    pyf_native_free(nat);
-    free(pcs);
-    free(frames);
-    free(bts);
-    free(threads);
-    pyf_target_free(t);
+        snprintf(e->msg, sizeof(e->msg), "pid %d: out of memory reading its stacks", (int)d->pid);
+    if (r < 0)
+        drop_capture(d);
+    d->captured = r == 0;
+    return r;
+}
+
+int64_t dump_read_ns(const struct dump *d)
+{
+    return d->read_ns;
+}
+
+int dump_render(struct dump *d, int locals_depth, json_t **ret, struct pyf_err *e)
+{
+    if (!d->captured) {
+        snprintf(e->msg, sizeof(e->msg), "pid %d: no stacks captured", (int)d->pid);
+        return -EINVAL;
+    }
+    *ret = process_json(d->t, d->nat, d->bts, d->n, d->cmdline, locals_depth);
+    if (!*ret) {
+        snprintf(e->msg, sizeof(e->msg), "pid %d: out of memory reading its stacks", (int)d->pid);
+        return -ENOMEM;
+    }
+    if (d->native) /* how long the threads were held: what the target lost */
+        json_object_set_new(*ret, "native_pause_ms", json_real((double)d->held_ns / 1e6));
+    return 0;
+}
+
+int dump_json(pid_t pid, int locals_depth, bool native, json_t **ret, struct pyf_err *e)
+{
+    struct dump *d = NULL;
+    int r = dump_open(pid, native, &d, e);
+
+    if (r == 0)
+        r = dump_capture(d, e);
+    if (r == 0)
+        r = dump_render(d, locals_depth, ret, e);
+    dump_free(d);
     return r;
 }

@@ -21,4 +21,15 @@
  * read (milliseconds), then let go in every path. */
 int dump_json(pid_t pid, int locals_depth, bool native, json_t **ret, struct pyf_err *e);
 
+/* The same in three steps, for reading many processes at one instant (`probectl hang`): open
+ * each ahead (the slow part: finding the runtime, its layout), capture each at the instant
+ * (the stacks only: no JSON made, so captures follow each other closely), then render. A
+ * rendering of Python frames without locals reads nothing more from the target. */
+struct dump;
+int dump_open(pid_t pid, bool native, struct dump **ret, struct pyf_err *e);
+int dump_capture(struct dump *d, struct pyf_err *e); /* again: replaces the last capture */
+int64_t dump_read_ns(const struct dump *d);          /* when the last capture began (wall ns) */
+int dump_render(struct dump *d, int locals_depth, json_t **ret, struct pyf_err *e);
+void dump_free(struct dump *d); /* NULL is a no-op */
+
 #endif

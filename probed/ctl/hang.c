@@ -151,6 +151,8 @@ static void add_reads(struct round *r, const char *host, json_t *reply, int64_t 
                                  .error = json_string_value(json_object_get(t, "error"))};
         if (!rd->error)
             rd->key = stack_key(t, o);
+        if (!json_object_get(t, "read_ns"))
+            continue; /* not read: no part of the spread */
         if (!r->first_ns || at < r->first_ns)
             r->first_ns = at;
         if (at > r->last_ns)
