@@ -17,6 +17,7 @@
 #include "ctl/client.h"
 #include "ctl/commands.h"
 #include "ctl/fanout.h"
+#include "ctl/flameout.h"
 #include "ctl/nodes.h"
 #include "ctl/reach.h"
 
@@ -366,7 +367,8 @@ static int cluster_query(struct fanout *fo, const struct reach *r, const char *s
 
 /* ---- cluster flamegraph ---- */
 
-/* Per node: each target's distinct stacks as folded lines (root first), with the rank. */
+/* Per node: each target's distinct stacks (frames root first, as the daemon's own flame graph
+ * query gives them), with its rank and pid. */
 static char *flame_rows_sql(int64_t since_ns, bool idle)
 {
     char *sql = NULL;
@@ -374,89 +376,79 @@ static char *flame_rows_sql(int64_t since_ns, bool idle)
     if (asprintf(&sql,
                  "WITH c AS (SELECT target_id, stack_id, count(*) AS n FROM samples"
                  " WHERE stack_id <> 0 AND ts_ns >= %lld%s GROUP BY target_id, stack_id)"
-                 " SELECT t.rank, t.pid, (SELECT group_concat(label, ';') FROM (SELECT"
-                 " replace(CASE WHEN kind = 'python' THEN func || ' (' || file || ':' || lineno"
-                 " || ')' ELSE func || ' [' || replace(file, rtrim(file, replace(file, '/', '')),"
-                 " '') || ']' END, ';', ':') AS label FROM stacks WHERE stacks.stack_id ="
-                 " c.stack_id ORDER BY depth DESC)) AS folded, c.n"
+                 " SELECT t.rank, t.pid, (SELECT json_group_array(json_array(kind, func, file,"
+                 " lineno)) FROM (SELECT kind, func, file, lineno FROM stacks"
+                 " WHERE stacks.stack_id = c.stack_id ORDER BY depth DESC)) AS frames, c.n"
                  " FROM c JOIN targets t ON t.id = c.target_id",
                  (long long)since_ns, idle ? "" : " AND (state & 1) = 1") < 0)
         return NULL;
     return sql;
 }
 
-/* Adds @n samples of @line to the merged profile (an in-memory SQLite, summing by line). */
-static int cluster_flamegraph(struct fanout *fo, const struct reach *r, const char *since,
-                              bool by_rank, bool idle, const char *out_path)
+/* Every rank's stacks, summed (or each under its rank, --by rank), drawn as @format. */
+static int cluster_flamegraph(struct fanout *fo, const char *since, bool by_rank, bool idle,
+                              const char *format, const char *out_path)
 {
     int64_t since_ns = since ? units_duration_ns(since) : 0;
     char *sql =
         flame_rows_sql(since_ns > 0 ? (int64_t)time(NULL) * 1000000000LL - since_ns : 0, idle);
-    json_t *body = sql ? json_pack("{s:s}", "sql", sql) : NULL, *sums = json_object(), *v;
-    const char *line;
-    FILE *out = stdout;
-    int failed;
+    json_t *body = sql ? json_pack("{s:s}", "sql", sql) : NULL;
+    struct flame_sums sums;
+    char title[128];
+    size_t ranks = 0;
+    int failed, r;
 
     free(sql);
-    if (!body || !sums) {
-        json_decref(body);
-        json_decref(sums);
+    if (!body)
         return 1;
-    }
-    (void)r;
     fanout_set_all(fo, "POST", "/v1/query", body);
-    if (fanout_run(fo) < 0) {
-        json_decref(body);
-        json_decref(sums);
-        return 1;
-    }
+    r = fanout_run(fo);
     json_decref(body);
+    if (r < 0)
+        return 1;
+    flame_sums_init(&sums);
     for (size_t i = 0; i < fo->n; i++) {
         struct fan_node *node = &fo->nodes[i];
-        json_t *row;
+        json_t *row, *seen = json_object();
         size_t k;
 
-        if (!node_ok(node))
+        if (!node_ok(node)) {
+            json_decref(seen);
             continue;
+        }
         json_array_foreach(json_object_get(node->reply, "rows"), k, row)
         {
             json_t *rank = json_array_get(row, 0);
-            const char *folded = json_string_value(json_array_get(row, 2));
-            char *key = NULL;
+            const char *text = json_string_value(json_array_get(row, 2));
+            json_t *frames = text ? json_loads(text, 0, NULL) : NULL;
+            char root[300], pid_key[32];
 
-            if (!folded)
+            if (!frames)
                 continue;
-            if (!by_rank)
-                key = strdup(folded);
-            else if (json_is_integer(rank))
-                (void)!asprintf(&key, "rank %lld;%s", (long long)json_integer_value(rank), folded);
+            if (json_is_integer(rank))
+                snprintf(root, sizeof(root), "rank %lld", (long long)json_integer_value(rank));
             else
-                (void)!asprintf(&key, "%s pid %lld;%s", node->host,
-                                (long long)json_integer_value(json_array_get(row, 1)), folded);
-            if (!key)
-                continue;
-            v = json_object_get(sums, key);
-            json_object_set_new(
-                sums, key,
-                json_integer(json_integer_value(v) + json_integer_value(json_array_get(row, 3))));
-            free(key);
+                snprintf(root, sizeof(root), "%s pid %lld", node->host,
+                         (long long)json_integer_value(json_array_get(row, 1)));
+            snprintf(pid_key, sizeof(pid_key), "%lld",
+                     (long long)json_integer_value(json_array_get(row, 1)));
+            json_object_set_new(seen, pid_key, json_true());
+            flame_sums_add(&sums, frames, by_rank ? root : NULL,
+                           json_integer_value(json_array_get(row, 3)));
+            json_decref(frames);
         }
+        ranks += json_object_size(seen);
+        json_decref(seen);
         if (json_is_true(json_object_get(node->reply, "truncated")))
             fprintf(stderr, "probectl cluster flamegraph: %s cut its stacks at its row limit\n",
                     node->host);
     }
-    if (out_path && !(out = fopen(out_path, "we"))) {
-        fprintf(stderr, "probectl cluster flamegraph: %s: %s\n", out_path, strerror(errno));
-        json_decref(sums);
-        return 1;
-    }
-    json_object_foreach(sums, line, v)
-        fprintf(out, "%s %lld\n", line, (long long)json_integer_value(v));
-    if (out != stdout)
-        fclose(out);
-    json_decref(sums);
+    snprintf(title, sizeof(title), "%zu process%s on %zu node%s%s%s", ranks, ranks == 1 ? "" : "es",
+             fo->n, fo->n == 1 ? "" : "s", since ? ", last " : "", since ? since : "");
+    r = flame_sums_write(&sums, format, title, out_path, "cluster flamegraph");
+    flame_sums_free(&sums);
     failed = say_failures(fo, "cluster flamegraph");
-    return failed ? 1 : 0;
+    return failed || r < 0 ? 1 : 0;
 }
 
 /* ---- probectl cluster ---- */
@@ -494,7 +486,7 @@ int cluster_main(int argc, char **argv)
                                              REACH_LONGOPTS,
                                              {NULL, 0, NULL, 0}};
     struct reach r = {0};
-    const char *sub, *match = NULL, *jobname = NULL, *merge = NULL, *format = "table";
+    const char *sub, *match = NULL, *jobname = NULL, *merge = NULL, *format = NULL;
     const char *by = NULL, *since = NULL, *out_path = NULL;
     bool native = false, all = false, idle = false;
     struct nodes nodes;
@@ -578,7 +570,17 @@ int cluster_main(int argc, char **argv)
         fprintf(stderr, "probectl cluster: --since must be a duration like 5m\n");
         return 2;
     }
-    if (strcmp(format, "table") != 0 && strcmp(format, "csv") != 0 && strcmp(format, "json") != 0) {
+    if (strcmp(sub, "flamegraph") == 0 && !format)
+        format = "svg";
+    if (!format)
+        format = "table";
+    if (strcmp(sub, "flamegraph") == 0 && !flame_format_ok(format)) {
+        fprintf(stderr,
+                "probectl cluster flamegraph: --format must be svg, folded or speedscope\n");
+        return 2;
+    }
+    if (strcmp(sub, "flamegraph") != 0 && strcmp(format, "table") != 0 &&
+        strcmp(format, "csv") != 0 && strcmp(format, "json") != 0) {
         fprintf(stderr, "probectl cluster query: --format must be table, csv or json\n");
         return 2;
     }
@@ -604,7 +606,7 @@ int cluster_main(int argc, char **argv)
     } else if (strcmp(sub, "query") == 0) {
         rc = cluster_query(&fo, &r, argv[optind], merge, format);
     } else {
-        rc = cluster_flamegraph(&fo, &r, since, by != NULL, idle, out_path);
+        rc = cluster_flamegraph(&fo, since, by != NULL, idle, format, out_path);
     }
     fanout_free(&fo);
     nodes_free(&nodes);

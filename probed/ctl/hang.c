@@ -24,6 +24,7 @@
 #include "common/units.h"
 #include "ctl/client.h"
 #include "ctl/cluster.h"
+#include "ctl/flameout.h"
 #include "ctl/reach.h"
 
 #define HANG_LEAD_MIN_NS (300 * 1000000LL) /* the instant is at least this far ahead */
@@ -43,7 +44,7 @@ struct hang_opts {
     int depth; /* innermost frames compared; 0: all */
     int repeat;
     int64_t interval_ns;
-    const char *folded_path;
+    const char *folded_path, *svg_path;
 };
 
 /* One rank (or process without RANK) as read in one round. */
@@ -621,50 +622,42 @@ static json_t *groups_json(const struct round *r, struct group *groups, size_t n
     return arr;
 }
 
-/* Every process's main-thread stack, folded (root first), counted by processes. */
-static int write_folded(const struct round *r, const char *path)
+/* Every process's main-thread stack, counted by processes, as a flame graph (@format). */
+static int write_flame(const struct round *r, const char *path, const char *format)
 {
-    FILE *out = fopen(path, "we");
-    json_t *sums = json_object(), *v;
-    const char *line;
+    struct flame_sums sums;
+    char title[96];
+    int rc;
 
-    if (!out || !sums) {
-        fprintf(stderr, "probectl hang: %s: %s\n", path, strerror(errno));
-        if (out)
-            fclose(out);
-        json_decref(sums);
-        return -1;
-    }
+    flame_sums_init(&sums);
     for (size_t i = 0; i < r->n; i++) {
         json_t *frames = json_object_get(main_thread(r->reads[i].target), "frames");
-        char *text = NULL;
-        size_t len = 0;
-        FILE *m;
+        json_t *rows = json_array();
 
-        if (r->reads[i].error || !(m = open_memstream(&text, &len)))
+        if (r->reads[i].error)
             continue;
-        for (size_t k = json_array_size(frames); k-- > 0;) {
+        for (size_t k = json_array_size(frames); k-- > 0;) { /* root first */
             json_t *f = json_array_get(frames, k);
             const char *kind = json_string_value(json_object_get(f, "kind"));
             const char *func = json_string_value(json_object_get(f, "function"));
             if (kind && strcmp(kind, "python") != 0)
-                fprintf(m, "%s%s [%s]", ftell(m) ? ";" : "", func ? func : "??",
-                        json_string_value(json_object_get(f, "object")) ?: "?");
+                json_array_append_new(
+                    rows, json_pack("[s, s, s, i]", "native", func ? func : "??",
+                                    json_string_value(json_object_get(f, "object")) ?: "?", 0));
             else
-                fprintf(m, "%s%s (%s:%lld)", ftell(m) ? ";" : "", func,
-                        json_string_value(json_object_get(f, "file")),
-                        (long long)json_integer_value(json_object_get(f, "line")));
+                json_array_append_new(
+                    rows, json_pack("[s, s, s, I]", "python", func ? func : "?",
+                                    json_string_value(json_object_get(f, "file")) ?: "?",
+                                    json_integer_value(json_object_get(f, "line"))));
         }
-        fclose(m);
-        v = json_object_get(sums, text);
-        json_object_set_new(sums, text, json_integer(json_integer_value(v) + 1));
-        free(text);
+        flame_sums_add(&sums, rows, NULL, 1);
+        json_decref(rows);
     }
-    json_object_foreach(sums, line, v)
-        fprintf(out, "%s %lld\n", line, (long long)json_integer_value(v));
-    fclose(out);
-    json_decref(sums);
-    return 0;
+    snprintf(title, sizeof(title), "main threads of %zu process%s at one instant", r->n,
+             r->n == 1 ? "" : "es");
+    rc = flame_sums_write(&sums, format, title, path, "hang");
+    flame_sums_free(&sums);
+    return rc;
 }
 
 static void hang_usage(FILE *out)
@@ -678,7 +671,8 @@ static void hang_usage(FILE *out)
             "  --no-lines            compare functions, not lines\n"
             "  --repeat N            N rounds (--interval apart, default 1s): stuck or moving\n"
             "  --interval DURATION\n"
-            "  --folded FILE         every rank's stack, folded, counted by ranks\n"
+            "  --flamegraph FILE     every rank's main-thread stack, counted by ranks (SVG)\n"
+            "  --folded FILE         the same as folded text\n"
             "Without --hosts, --hostfile or $SLURM_JOB_NODELIST: this node's daemon.\n" REACH_HELP);
 }
 
@@ -690,6 +684,7 @@ int hang_main(int argc, char **argv)
                                              {"repeat", required_argument, NULL, 'r'},
                                              {"interval", required_argument, NULL, 'i'},
                                              {"folded", required_argument, NULL, 'F'},
+                                             {"flamegraph", required_argument, NULL, 'G'},
                                              REACH_LONGOPTS,
                                              {NULL, 0, NULL, 0}};
     struct hang_opts o = {.repeat = 1, .interval_ns = 1000000000LL};
@@ -702,7 +697,7 @@ int hang_main(int argc, char **argv)
     int c, bad = 0, n_rounds = 0, rc = 0, n_nodes = 1;
     size_t n_groups = 0;
 
-    while ((c = getopt_long(argc, argv, "nd:lr:i:F:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "nd:lr:i:F:G:h", longopts, NULL)) != -1) {
         if (reach_option(&reach, c, "hang", &bad))
             continue;
         switch (c) {
@@ -726,6 +721,9 @@ int hang_main(int argc, char **argv)
             break;
         case 'F':
             o.folded_path = optarg;
+            break;
+        case 'G':
+            o.svg_path = optarg;
             break;
         case 'h':
             hang_usage(stdout);
@@ -787,7 +785,9 @@ int hang_main(int argc, char **argv)
         } else {
             print_groups(last, groups, n_groups, n_rounds, &o, n_nodes);
         }
-        if (o.folded_path && write_folded(last, o.folded_path) < 0)
+        if (o.folded_path && write_flame(last, o.folded_path, "folded") < 0)
+            rc = 1;
+        if (o.svg_path && write_flame(last, o.svg_path, "svg") < 0)
             rc = 1;
     }
     for (size_t g = 0; g < n_groups; g++)

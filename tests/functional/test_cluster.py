@@ -86,11 +86,18 @@ def test_attach_list_query_merge(job):
     assert r.returncode == 1 and 'no such column: nope' in r.stderr, r.stderr
 
     # one flame graph of all ranks, the stalled rank's function in it, by rank on demand
-    r = cluster(t, 'flamegraph', '--by', 'rank', '--idle')
+    r = cluster(t, 'flamegraph', '--by', 'rank', '--idle', '--format', 'folded')
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert any(l.startswith('rank 6;') and 'load_batch' in l for l in lines), r.stdout[:2000]
     assert not any(l.startswith('rank 5;') and 'load_batch' in l for l in lines)
+    assert {l.split(';')[0] for l in lines} == {'rank %d' % k for k in range(8)}
+    svg = os.path.join(wd, 'job.svg')
+    r = cluster(t, 'flamegraph', '--idle', '-o', svg)
+    assert r.returncode == 0, r.stderr
+    text = open(svg).read()
+    assert text.startswith('<?xml') and '</svg>' in text and 'load_batch' in text, text[:300]
+    assert '8 processes on 2 nodes' in text
 
     # -H: any command on one node's daemon
     r = ctl('-H', 'b', '--transport', t, 'list')
@@ -125,6 +132,11 @@ def test_hang_singles_out_the_stalled_rank(job):
     counts = {l.rsplit(' ', 1)[0].split(';')[-1].split(' (')[0]: int(l.rsplit(' ', 1)[1])
               for l in open(folded).read().splitlines()}
     assert counts == {'load_batch': 1, 'all_reduce_wait': 7}, counts
+    svg = os.path.join(wd, 'hang.svg')
+    r = ctl('hang', '--hosts', 'a,b', '--transport', t, '--flamegraph', svg)
+    assert r.returncode == 0, r.stderr
+    text = open(svg).read()
+    assert '</svg>' in text and 'load_batch' in text and 'all_reduce_wait' in text
 
 
 def test_a_node_that_fails_is_named(job):

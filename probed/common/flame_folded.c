@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "query/flame.h"
+#include "common/flame.h"
 
 static void put_label(FILE *out, const char *label)
 {

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "query/flame.h"
+#include "common/flame.h"
 
 /* The index of frame @f in @frames (added when new); @index maps its label -> index. */
 static json_int_t frame_index(json_t *frames, json_t *index, const struct flame_frame *f)

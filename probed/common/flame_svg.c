@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "query/flame.h"
+#include "common/flame.h"
 
 #define SVG_WIDTH 1200
 #define FRAME_HEIGHT 16

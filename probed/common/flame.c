@@ -1,0 +1,119 @@
+/* flame.c - see flame.h: the profile; each renderer is in a file of its own. */
+#define _GNU_SOURCE
+#include "common/flame.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The profile and everything it points to, in one block per part. */
+struct profile_mem {
+    struct flame_profile p;
+    struct flame_stack *stacks;
+    struct flame_frame *frames;
+    json_t *docs; /* the parsed frame arrays: they hold the strings */
+};
+
+void flame_profile_free(struct flame_profile *p)
+{
+    struct profile_mem *m = (struct profile_mem *)p;
+
+    if (!m)
+        return;
+    free(m->stacks);
+    free(m->frames);
+    json_decref(m->docs);
+    free(m);
+}
+
+/* @frames' row of the query, parsed into @m->frames from @at on; -EINVAL, -ENOMEM. */
+static int parse_frames(struct profile_mem *m, json_t *doc, size_t at)
+{
+    json_t *f;
+    size_t i;
+
+    json_array_foreach(doc, i, f)
+    {
+        const char *kind = json_string_value(json_array_get(f, 0));
+        const char *func = json_string_value(json_array_get(f, 1));
+        const char *file = json_string_value(json_array_get(f, 2));
+
+        if (!kind || !func || !file)
+            return -EINVAL;
+        m->frames[at + i] = (struct flame_frame){
+            .func = func,
+            .file = file,
+            .line = (int)json_integer_value(json_array_get(f, 3)),
+            .native = strcmp(kind, "python") != 0 && strcmp(kind, "label") != 0,
+            .label = strcmp(kind, "label") == 0,
+        };
+    }
+    return 0;
+}
+
+int flame_profile_from_rows(json_t *rows, struct flame_profile **ret)
+{
+    size_t n = json_array_size(rows), n_frames = 0, at = 0, i;
+    struct profile_mem *m = calloc(1, sizeof(*m));
+    json_t *row;
+    int r = 0;
+
+    if (!m)
+        return -ENOMEM;
+    if (!(m->docs = json_array()) || !(m->stacks = calloc(n ? n : 1, sizeof(*m->stacks)))) {
+        flame_profile_free(&m->p);
+        return -ENOMEM;
+    }
+    json_array_foreach(rows, i, row)
+    {
+        const char *text = json_string_value(json_array_get(row, 0));
+        json_t *doc = text ? json_loads(text, 0, NULL) : NULL;
+
+        if (!json_is_array(doc) || !json_is_integer(json_array_get(row, 1))) {
+            json_decref(doc);
+            flame_profile_free(&m->p);
+            return -EINVAL;
+        }
+        json_array_append_new(m->docs, doc);
+        n_frames += json_array_size(doc);
+    }
+    m->frames = calloc(n_frames ? n_frames : 1, sizeof(*m->frames));
+    if (!m->frames) {
+        flame_profile_free(&m->p);
+        return -ENOMEM;
+    }
+    for (i = 0; i < n && r == 0; i++) {
+        json_t *doc = json_array_get(m->docs, i);
+
+        m->stacks[i] = (struct flame_stack){
+            .count = json_integer_value(json_array_get(json_array_get(rows, i), 1)),
+            .n_frames = json_array_size(doc),
+            .frames = m->frames + at,
+        };
+        m->p.total += m->stacks[i].count;
+        r = parse_frames(m, doc, at);
+        at += json_array_size(doc);
+    }
+    if (r < 0) {
+        flame_profile_free(&m->p);
+        return r;
+    }
+    m->p.stacks = m->stacks;
+    m->p.n_stacks = n;
+    *ret = &m->p;
+    return 0;
+}
+
+char *flame_label(const struct flame_frame *f)
+{
+    const char *base = strrchr(f->file, '/');
+    char *label = NULL;
+
+    if (f->label)
+        return strdup(f->func);
+    int r = f->native ? asprintf(&label, "%s [%s]", f->func, base ? base + 1 : f->file)
+                      : asprintf(&label, "%s (%s:%d)", f->func, f->file, f->line);
+
+    return r < 0 ? NULL : label;
+}

@@ -1,0 +1,61 @@
+/*
+ * flame.h - a flame graph's profile (distinct stacks and their counts) and its renderers, for
+ * the daemon (a target's stored samples, query/flame.h) and probectl (every rank of a job,
+ * `probectl cluster flamegraph`, `probectl hang --flame`).
+ *
+ * flame_profile_from_rows() takes rows of [frames, count], the frames root first as the
+ * text of a JSON array of [kind, func, file, line] (each field whole, whatever characters a
+ * name holds; kind "python", "native", or "label" for a frame that only names a group). Each renderer is in its own file: flame_folded.c (Brendan Gregg's folded
+ * text, which speedscope, inferno and flamegraph.pl read), flame_svg.c (an interactive SVG:
+ * hover for counts and share, click to zoom, Ctrl-F/"Search" to highlight a regex),
+ * flame_speedscope.c (speedscope's JSON).
+ * Threads: any. Memory: a profile owns its strings; the renderers' results are malloc'd, the
+ * caller frees them. Failure: NULL (or -ENOMEM / -EINVAL): out of memory, or rows that are
+ * not [frames, count].
+ */
+#ifndef PROBED_COMMON_FLAME_H
+#define PROBED_COMMON_FLAME_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* One frame of a stored stack, as the store has it. */
+struct flame_frame {
+    const char *func; /* borrowed from the profile */
+    const char *file; /* Python: the source file; native: the object's path */
+    int line;         /* native: 0 */
+    bool native;
+    bool label; /* kind "label": a frame of ours naming what is under it ("rank 3"), func alone */
+};
+
+/* One distinct stack and how many samples had it. */
+struct flame_stack {
+    int64_t count;
+    size_t n_frames;
+    const struct flame_frame *frames; /* root first */
+};
+
+struct flame_profile {
+    const struct flame_stack *stacks;
+    size_t n_stacks;
+    int64_t total; /* samples */
+};
+
+/* @rows: [frames, count] pairs (a query result's "rows"). -ENOMEM, or -EINVAL when a row is
+ * not one. */
+int flame_profile_from_rows(json_t *rows, struct flame_profile **ret);
+void flame_profile_free(struct flame_profile *p); /* NULL is a no-op */
+
+/* A frame's label in folded text and the SVG: "func (file:line)", or "func [object]" with the
+ * object's base name for a native frame. malloc'd; NULL when out of memory. */
+char *flame_label(const struct flame_frame *f);
+
+/* The renderers. */
+char *flame_folded(const struct flame_profile *p, size_t *ret_len);
+char *flame_svg(const struct flame_profile *p, const char *title, size_t *ret_len);
+/* speedscope's JSON file format (a "sampled" profile), for speedscope.app. */
+char *flame_speedscope(const struct flame_profile *p, const char *title, size_t *ret_len);
+
+#endif
