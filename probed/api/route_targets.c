@@ -301,12 +301,22 @@ static void run_match_attach(struct job *j)
     static _Thread_local pid_t pids[FINDPROC_MAX];
     size_t n = find_matches(mj, pids, FINDPROC_MAX);
     json_t *attached = json_array(), *already = json_array(), *skipped = json_array();
+    json_t *following = json_array();
 
     for (size_t i = 0; i < n && i < FINDPROC_MAX; i++) {
         struct target_info info;
+        struct follow_watch w;
         struct pyf_err e = {0};
         int r = targets__attach(job_api(j)->parts.reg, pids[i], &mj->opts, &info, &e);
 
+        /* a launcher that is not Python (a shell script, srun): followed for the Python
+         * processes it starts, as attach --children does */
+        if (r < 0 && (e.kind == PYF_NOT_PYTHON || e.kind == PYF_UNSUPPORTED) &&
+            follower__watch(job_api(j)->parts.follower, pids[i], &mj->opts, &w, &e) >= 0) {
+            json_array_append_new(
+                following, json_pack("{s:i, s:s}", "pid", (int)pids[i], "cmdline", w.cmdline));
+            continue;
+        }
         if (r == 0) {
             log_msg(LOG_INFO, "attached pid %d (Python %s, matched '%s'), for uid %u", (int)pids[i],
                     info.py_version, mj->has_re ? mj->pattern : mj->job_name,
@@ -322,9 +332,9 @@ static void run_match_attach(struct job *j)
         }
     }
     j->status = 200;
-    j->body =
-        json_pack("{s:o, s:o, s:o, s:I, s:b}", "attached", attached, "already", already, "skipped",
-                  skipped, "matched", (json_int_t)n, "truncated", n > FINDPROC_MAX);
+    j->body = json_pack("{s:o, s:o, s:o, s:o, s:I, s:b}", "attached", attached, "already", already,
+                        "following", following, "skipped", skipped, "matched", (json_int_t)n,
+                        "truncated", n > FINDPROC_MAX);
 }
 
 /* POST /v1/targets {"match" | "job", "rate", "duration", "native"}: every process of the
@@ -452,6 +462,19 @@ struct job *targets_detach(struct api *a, const struct request *rq)
     return &dj->j;
 }
 
+static bool listed(json_t *pids, pid_t pid)
+{
+    json_t *v;
+    size_t i;
+
+    json_array_foreach(pids, i, v)
+    {
+        if (json_integer_value(v) == pid)
+            return true;
+    }
+    return false;
+}
+
 static void run_match_detach(struct job *j)
 {
     struct match_job *mj = (struct match_job *)j;
@@ -488,7 +511,8 @@ static void run_match_detach(struct job *j)
     nw = follower__watches(job_api(j)->parts.follower, &f, w, FOLLOW_WATCHES_MAX);
     for (size_t i = 0; i < nw && i < FOLLOW_WATCHES_MAX; i++)
         if ((!mj->has_re || regexec(&mj->re, w[i].cmdline, 0, NULL, 0) == 0) &&
-            follower__unwatch(job_api(j)->parts.follower, w[i].pid, &f) == 0)
+            follower__unwatch(job_api(j)->parts.follower, w[i].pid, &f) == 0 &&
+            !listed(detached, w[i].pid)) /* a launcher that exec'd Python: one process */
             json_array_append_new(detached, json_integer(w[i].pid));
     log_msg(LOG_INFO, "detached %zu processes%s%s, for uid %u", json_array_size(detached),
             mj->has_re ? " matching " : "", mj->has_re ? mj->pattern : "", (unsigned)j->scope.uid);

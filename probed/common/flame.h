@@ -5,10 +5,10 @@
  *
  * flame_profile_from_rows() takes rows of [frames, count], the frames root first as the
  * text of a JSON array of [kind, func, file, line] (each field whole, whatever characters a
- * name holds; kind "python", "native", or "label" for a frame that only names a group). Each renderer is in its own file: flame_folded.c (Brendan Gregg's folded
- * text, which speedscope, inferno and flamegraph.pl read), flame_svg.c (an interactive SVG:
- * hover for counts and share, click to zoom, Ctrl-F/"Search" to highlight a regex),
- * flame_speedscope.c (speedscope's JSON).
+ * name holds; kind "python", "native", or "label" for a frame that only names a group). Each
+ * renderer is in its own file: flame_folded.c (Brendan Gregg's folded text, which speedscope,
+ * inferno and flamegraph.pl read), flame_svg.c (an interactive SVG: hover for counts and share,
+ * click to zoom, Ctrl-F/"Search" to highlight a regex), flame_speedscope.c (speedscope's JSON).
  * Threads: any. Memory: a profile owns its strings; the renderers' results are malloc'd, the
  * caller frees them. Failure: NULL (or -ENOMEM / -EINVAL): out of memory, or rows that are
  * not [frames, count].

@@ -87,13 +87,14 @@ static int cluster_attach(struct fanout *fo, const struct reach *r, json_t *body
         json_t *att = json_object_get(node->reply, "attached"), *t;
         json_t *already = json_object_get(node->reply, "already");
         json_t *skipped = json_object_get(node->reply, "skipped");
+        json_t *following = json_object_get(node->reply, "following");
         size_t k;
 
         if (!node_ok(node))
             continue;
         json_object_set_new(node->reply, "host", json_string(node->host));
         json_array_append(all, node->reply);
-        if (json_array_size(att) + json_array_size(already) == 0) {
+        if (json_array_size(att) + json_array_size(already) + json_array_size(following) == 0) {
             fprintf(stderr,
                     "probectl cluster attach: %s: no Python process of yours matches %s%s\n",
                     node->host, what ? "" : "job ",
@@ -102,8 +103,9 @@ static int cluster_attach(struct fanout *fo, const struct reach *r, json_t *body
         }
         if (r->json)
             continue;
-        printf("%s: %zu attached, %zu already attached, %zu skipped\n", node->host,
-               json_array_size(att), json_array_size(already), json_array_size(skipped));
+        printf("%s: %zu attached, %zu already attached, %zu followed, %zu skipped\n", node->host,
+               json_array_size(att), json_array_size(already), json_array_size(following),
+               json_array_size(skipped));
         json_array_foreach(att, k, t)
         {
             json_t *rank = json_object_get(t, "rank");
@@ -112,6 +114,11 @@ static int cluster_attach(struct fanout *fo, const struct reach *r, json_t *body
                    rank ? "rank " : "      ", rank ? (long long)json_integer_value(rank) : 0LL,
                    json_string_value(json_object_get(t, "cmdline")));
         }
+        json_array_foreach(following, k, t)
+            printf("  pid %-8lld followed (not Python): its Python processes are attached as they"
+                   " start: %s\n",
+                   (long long)json_integer_value(json_object_get(t, "pid")),
+                   json_string_value(json_object_get(t, "cmdline")));
         json_array_foreach(skipped, k, t) printf(
             "  pid %-8lld skipped: %s\n", (long long)json_integer_value(json_object_get(t, "pid")),
             json_string_value(json_object_get(t, "why")));

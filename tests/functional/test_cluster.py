@@ -191,6 +191,33 @@ def test_slurm_nodelist_and_a_stopped_daemon(job):
     assert r.returncode == 0 and r.stdout.count('rank_job.py') == 8, r.stdout + r.stderr
 
 
+def test_a_launcher_is_followed_and_detach_by_pattern(job):
+    """A launcher that is not Python (a shell script) matched by the pattern is followed, and
+    the Python process it starts is attached; `cluster detach --match` ends both."""
+    wd, nodes, t = job
+    launcher = nodes[1].spawn(['sh', '-c', ': launch_job_7; sleep 1.5; exec %s %s'
+                               % (PY, os.path.join(TARGETS, 'rank_job.py'))],
+                              env=dict(os.environ, RANK='9', STALL_RANK='-1'))
+    r = cluster(t, 'attach', '--match', 'launch_job_7', '--json')
+    assert r.returncode == 1, r.stdout + r.stderr  # nothing of the job on a: said, and status 1
+    doc = json.loads(r.stdout)
+    b = [n for n in doc['nodes'] if n['host'] == 'b'][0]
+    assert len(b['following']) == 1 and 'launch_job_7' in b['following'][0]['cmdline'], b
+    assert 'a: no Python process of yours matches launch_job_7' in r.stderr, r.stderr
+    # the shell execs Python: the same process is attached, ranked 9
+    wait_for(lambda: any(x.get('rank') == 9 for n in json.loads(
+        cluster(t, 'list', '--json').stdout)['nodes'] for x in n['targets']
+        if x['state'] == 'sampling'), 30, 'the launched rank to be attached')
+    r = cluster(t, 'detach', '--match', 'launch_job_7|rank_job')
+    assert r.returncode == 0, r.stderr
+    assert 'a: 4 detached' in r.stdout and 'b: 5 detached' in r.stdout, r.stdout
+    doc = json.loads(cluster(t, 'list', '--json').stdout)
+    assert not [x for n in doc['nodes'] for x in n['targets'] if x['state'] == 'sampling'], doc
+    r = cluster(t, 'detach')
+    assert r.returncode == 2 and '--match PATTERN or --all' in r.stderr
+    launcher.kill()
+
+
 def version():
     return subprocess.run([PROBECTL, '--version'], stdout=subprocess.PIPE,
                           text=True).stdout.split()[1]
