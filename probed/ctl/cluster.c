@@ -115,13 +115,18 @@ static int cluster_attach(struct fanout *fo, const struct reach *r, json_t *body
                    json_string_value(json_object_get(t, "cmdline")));
         }
         json_array_foreach(following, k, t)
-            printf("  pid %-8lld followed (not Python): its Python processes are attached as they"
-                   " start: %s\n",
+        {
+            printf("  pid %-8lld followed (not Python): its Python processes are attached as"
+                   " they start: %s\n",
                    (long long)json_integer_value(json_object_get(t, "pid")),
                    json_string_value(json_object_get(t, "cmdline")));
-        json_array_foreach(skipped, k, t) printf(
-            "  pid %-8lld skipped: %s\n", (long long)json_integer_value(json_object_get(t, "pid")),
-            json_string_value(json_object_get(t, "why")));
+        }
+        json_array_foreach(skipped, k, t)
+        {
+            printf("  pid %-8lld skipped: %s\n",
+                   (long long)json_integer_value(json_object_get(t, "pid")),
+                   json_string_value(json_object_get(t, "why")));
+        }
     }
     if (r->json)
         print_json(json_pack("{s:o, s:o}", "nodes", all, "failed", failures_json(fo)));
@@ -159,7 +164,9 @@ static int cluster_detach(struct fanout *fo, const struct reach *r, const char *
             continue;
         printf("%s: %zu detached", node->host, json_array_size(pids));
         json_array_foreach(pids, k, p)
+        {
             printf("%s%lld", k ? " " : " (pids ", (long long)json_integer_value(p));
+        }
         printf("%s\n", json_array_size(pids) ? ")" : "");
     }
     if (r->json)

@@ -82,8 +82,11 @@ static json_t *main_thread(json_t *target)
     json_int_t pid = json_integer_value(json_object_get(target, "pid"));
     size_t i;
 
-    json_array_foreach(threads, i,
-                       t) if (json_integer_value(json_object_get(t, "tid")) == pid) return t;
+    json_array_foreach(threads, i, t)
+    {
+        if (json_integer_value(json_object_get(t, "tid")) == pid)
+            return t;
+    }
     return json_array_get(threads, 0);
 }
 
