@@ -20,14 +20,9 @@
 static struct fanout remote;
 static char *remote_hosts[1];
 
-struct reply {
-    char *data;
-    size_t len;
-};
-
-static size_t on_data(char *p, size_t size, size_t n, void *ctx)
+size_t client_on_data(char *p, size_t size, size_t n, void *ctx)
 {
-    struct reply *r = ctx;
+    struct client_reply *r = ctx;
     char *grown = realloc(r->data, r->len + size * n + 1);
 
     if (!grown)
@@ -74,10 +69,9 @@ static int remote_call(const char *method, const char *path, json_t *body, long 
         return node->rc == -EPROTO ? -EPROTO : -EHOSTUNREACH;
     }
     *ret_status = node->status;
-    *raw = node->raw; /* taken */
-    *raw_len = node->raw_len;
-    node->raw = NULL;
-    node->raw_len = 0;
+    *raw = node->raw.data; /* taken */
+    *raw_len = node->raw.len;
+    node->raw = (struct client_reply){0};
     return 0;
 }
 
@@ -115,7 +109,7 @@ int client_call(const char *socket_path, const char *method, const char *path, j
                 size_t err_len)
 {
     struct curl_slist *headers = NULL;
-    struct reply reply = {0};
+    struct client_reply reply = {0};
     char url[1024], *payload = NULL;
     struct stat st;
     CURLcode rc;
@@ -141,7 +135,7 @@ int client_call(const char *socket_path, const char *method, const char *path, j
     curl_easy_setopt(curl, CURLOPT_UNIX_SOCKET_PATH, socket_path);
     curl_easy_setopt(curl, CURLOPT_URL, url);
     curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, client_on_data);
     curl_easy_setopt(curl, CURLOPT_WRITEDATA, &reply);
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
     if (body) {

@@ -17,6 +17,14 @@
 
 const char *client_socket_path(const char *option);
 
+/* A reply's bytes as libcurl hands them over: client_on_data() is a CURLOPT_WRITEFUNCTION
+ * whose data is a struct client_reply (data NUL-terminated; the caller frees it). */
+struct client_reply {
+    char *data;
+    size_t len;
+};
+size_t client_on_data(char *p, size_t size, size_t n, void *ctx);
+
 /* Every call from now on goes to @host's daemon through the transport @template (see
  * transport.h; neither copied). A failure of the transport is -EHOSTUNREACH, a daemon of
  * another API version -EPROTO, each with the reason in @err. */

@@ -39,20 +39,6 @@ void fanout_set_all(struct fanout *fo, const char *method, const char *path, jso
     }
 }
 
-static size_t on_data(char *p, size_t size, size_t n, void *ctx)
-{
-    struct fan_node *node = ctx;
-    char *grown = realloc(node->raw, node->raw_len + size * n + 1);
-
-    if (!grown)
-        return 0;
-    memcpy(grown + node->raw_len, p, size * n);
-    node->raw_len += size * n;
-    grown[node->raw_len] = '\0';
-    node->raw = grown;
-    return size * n;
-}
-
 static size_t on_header(char *p, size_t size, size_t n, void *ctx)
 {
     static const char name[] = "x-probed-version:";
@@ -73,13 +59,13 @@ static size_t on_header(char *p, size_t size, size_t n, void *ctx)
 static void clear_outcome(struct fan_node *node)
 {
     json_decref(node->reply);
-    free(node->raw);
+    free(node->raw.data);
     free(node->payload);
     curl_slist_free_all(node->headers);
     node->reply = NULL;
-    node->raw = node->payload = NULL;
+    node->raw = (struct client_reply){0};
+    node->payload = NULL;
     node->headers = NULL;
-    node->raw_len = 0;
     node->rc = 0;
     node->status = 0;
     node->err[0] = '\0';
@@ -105,8 +91,8 @@ static int prepare(struct fanout *fo, struct fan_node *node)
     snprintf(url, sizeof(url), "%s%s", node->set.base, node->path);
     curl_easy_setopt(node->curl, CURLOPT_URL, url);
     curl_easy_setopt(node->curl, CURLOPT_CUSTOMREQUEST, node->method);
-    curl_easy_setopt(node->curl, CURLOPT_WRITEFUNCTION, on_data);
-    curl_easy_setopt(node->curl, CURLOPT_WRITEDATA, (void *)node);
+    curl_easy_setopt(node->curl, CURLOPT_WRITEFUNCTION, client_on_data);
+    curl_easy_setopt(node->curl, CURLOPT_WRITEDATA, (void *)&node->raw);
     curl_easy_setopt(node->curl, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(node->curl, CURLOPT_HEADERDATA, (void *)node);
     curl_easy_setopt(node->curl, CURLOPT_NOSIGNAL, 1L);
@@ -160,7 +146,7 @@ static void finish(struct fanout *fo, struct fan_node *node, CURLcode rc)
     }
     node->version_ok = true;
     curl_easy_getinfo(node->curl, CURLINFO_RESPONSE_CODE, &node->status);
-    node->reply = node->raw ? json_loadb(node->raw, node->raw_len, 0, NULL) : NULL;
+    node->reply = node->raw.data ? json_loadb(node->raw.data, node->raw.len, 0, NULL) : NULL;
 }
 
 int fanout_run(struct fanout *fo)

@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "ctl/client.h"
 #include "ctl/transport.h"
 
 #define FANOUT_WINDOW 64
@@ -32,10 +33,9 @@ struct fan_node {
     bool asked;
     int rc;
     long status;
-    json_t *reply; /* owned: the reply parsed as JSON, or NULL */
-    char *raw;     /* owned: the reply's bytes */
-    size_t raw_len;
-    double seconds; /* from sending to the last byte */
+    json_t *reply;           /* owned: the reply parsed as JSON, or NULL */
+    struct client_reply raw; /* owned: the reply's bytes */
+    double seconds;          /* from sending to the last byte */
     char err[640];
     /* private */
     struct transport_set set;
