@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "api/server.h"
+#include "clock.h"
 #include "common/procfs.h"
 #include "common/units.h"
 #include "log.h"
@@ -273,6 +274,16 @@ static bool parse_match(const struct request *rq, const char *match, const char 
         snprintf(mj->job_name, sizeof(mj->job_name), "%s", jobname);
         return true;
     }
+    /* glibc's matcher is polynomial without back-references and exponential with them: a
+     * user's pattern is matched against every command line on the serial lane */
+    for (const char *p = match; *p; p++) {
+        if (p[0] == '\\' && p[1] >= '1' && p[1] <= '9') {
+            reply_error(rq->req, 400, "\"match\": back-references (\\%c) are not taken", p[1]);
+            return false;
+        }
+        if (p[0] == '\\' && p[1])
+            p++; /* an escaped character, whatever it is */
+    }
     snprintf(mj->pattern, sizeof(mj->pattern), "%s", match);
     rc = regcomp(&mj->re, match, REG_EXTENDED | REG_NOSUB);
     if (rc != 0) {
@@ -285,21 +296,28 @@ static bool parse_match(const struct request *rq, const char *match, const char 
     return true;
 }
 
-static size_t find_matches(struct match_job *mj, pid_t *pids, size_t cap)
+#define MATCH_SCAN_MS 2000 /* the serial lane is everyone's: a scan of /proc stops there */
+
+static size_t find_matches(struct match_job *mj, pid_t *pids, size_t cap, bool *cut)
 {
     struct proc_query q = {.cmdline = mj->has_re ? &mj->re : NULL,
                            .job = mj->has_re ? NULL : mj->job_name,
                            .all_users = mj->j.scope.root,
                            .uid = mj->j.scope.uid,
-                           .asker = mj->asker};
-    return findproc(&q, pids, cap);
+                           .asker = mj->asker,
+                           .until_ns = mono_ns() + MATCH_SCAN_MS * 1000000LL};
+    size_t n = findproc(&q, pids, cap);
+
+    *cut = q.cut;
+    return n;
 }
 
 static void run_match_attach(struct job *j)
 {
     struct match_job *mj = (struct match_job *)j;
     static _Thread_local pid_t pids[FINDPROC_MAX];
-    size_t n = find_matches(mj, pids, FINDPROC_MAX);
+    bool cut = false;
+    size_t n = find_matches(mj, pids, FINDPROC_MAX, &cut);
     json_t *attached = json_array(), *already = json_array(), *skipped = json_array();
     json_t *following = json_array();
 
@@ -334,7 +352,7 @@ static void run_match_attach(struct job *j)
     j->status = 200;
     j->body = json_pack("{s:o, s:o, s:o, s:o, s:I, s:b}", "attached", attached, "already", already,
                         "following", following, "skipped", skipped, "matched", (json_int_t)n,
-                        "truncated", n > FINDPROC_MAX);
+                        "truncated", n > FINDPROC_MAX || cut);
 }
 
 /* POST /v1/targets {"match" | "job", "rate", "duration", "native"}: every process of the

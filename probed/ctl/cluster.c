@@ -101,6 +101,11 @@ static int cluster_attach(struct fanout *fo, const struct reach *r, json_t *body
                     what ? what : json_string_value(json_object_get(body, "job")));
             empty++;
         }
+        if (json_is_true(json_object_get(node->reply, "truncated")))
+            fprintf(stderr,
+                    "probectl cluster attach: %s stopped looking (over 1024 processes matched,"
+                    " or its /proc took over 2 s): give a narrower pattern\n",
+                    node->host);
         if (r->json)
             continue;
         printf("%s: %zu attached, %zu already attached, %zu followed, %zu skipped\n", node->host,

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "common/procfs.h"
 
 #define ANCESTORS_MAX 64
@@ -57,7 +58,7 @@ static bool job_matches(pid_t pid, const char *job)
     return yes;
 }
 
-size_t findproc(const struct proc_query *q, pid_t *out, size_t cap)
+size_t findproc(struct proc_query *q, pid_t *out, size_t cap)
 {
     pid_t skip[ANCESTORS_MAX + 1];
     size_t n_skip = 0, n = 0;
@@ -78,6 +79,10 @@ size_t findproc(const struct proc_query *q, pid_t *out, size_t cap)
 
         if (*end || v <= 0)
             continue;
+        if (q->until_ns && mono_ns() > q->until_ns) {
+            q->cut = true;
+            break;
+        }
         for (size_t i = 0; i < n_skip; i++)
             skipped |= skip[i] == pid;
         snprintf(path, sizeof(path), "/proc/%d", (int)pid);

@@ -23,11 +23,13 @@ struct proc_query {
     const char *job;        /* or the job's name or id */
     bool all_users;         /* root asks: any owner; else only @uid's */
     uid_t uid;
-    pid_t asker; /* the process asking (SO_PEERCRED): it and its ancestors are left out */
+    pid_t asker;      /* the process asking (SO_PEERCRED): it and its ancestors are left out */
+    int64_t until_ns; /* CLOCK_MONOTONIC: the scan stops there (0: no bound) */
+    bool cut;         /* out: it stopped there, some processes not looked at */
 };
 
 /* The matching pids in @out (at most @cap, in pid order); returns how many match in all. */
-size_t findproc(const struct proc_query *q, pid_t *out, size_t cap);
+size_t findproc(struct proc_query *q, pid_t *out, size_t cap);
 
 /* Whether @env (/proc/PID/environ: NUL-separated, @len bytes) names job @job. */
 bool findproc_env_names_job(const char *env, size_t len, const char *job);

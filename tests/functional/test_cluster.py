@@ -218,6 +218,48 @@ def test_a_launcher_is_followed_and_detach_by_pattern(job):
     launcher.kill()
 
 
+def test_a_user_matches_attaches_detaches_and_reads_only_their_own():
+    """Through a transport as another user: the pattern finds only their processes, detach
+    --all ends only their targets, hang reads only theirs; a pattern with back-references
+    (exponential in glibc's matcher, run on the lane every attach shares) is refused."""
+    d = Daemon()
+    user = ensure_test_user()
+    roots = subprocess.Popen([PY, os.path.join(TARGETS, 'rank_job.py')],
+                             env=dict(os.environ, RANK='0', STALL_RANK='0'),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    mine = subprocess.Popen(['setpriv', '--reuid=' + user, '--regid=' + user, '--init-groups',
+                             PY, os.path.join(TARGETS, 'rank_job.py')],
+                            env=dict(os.environ, RANK='1', STALL_RANK='-1'),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        Node.wait_ready([roots, mine])
+        d.ctl('attach', roots.pid, check=True)
+        os.chmod(d.socket, 0o666)
+        t = 'PROBED_SOCKET=%s %s proxy # {host}' % (d.socket, PROBECTL)
+        r = ctl('cluster', 'attach', '--match', r'rank_job\.py', '--hosts', 'me', '--transport',
+                t, '--json', user=user)
+        assert r.returncode == 0, r.stdout + r.stderr
+        (node,) = json.loads(r.stdout)['nodes']
+        assert [x['pid'] for x in node['attached']] == [mine.pid] and not node['already'], node
+        r = ctl('hang', '--hosts', 'me', '--transport', t, '--json', user=user)
+        doc = json.loads(r.stdout)
+        assert doc['processes'] == 1 and doc['groups'][0]['members'][0]['pid'] == mine.pid, doc
+        r = ctl('cluster', 'attach', '--match', r'(rank)_job\1', '--hosts', 'me', '--transport', t,
+                user=user)
+        assert r.returncode == 1 and 'back-references' in r.stderr, r.stderr
+        r = ctl('cluster', 'detach', '--all', '--hosts', 'me', '--transport', t, user=user)
+        assert r.returncode == 0 and 'me: 1 detached (pids %d)' % mine.pid in r.stdout, r.stdout
+        states = {x['pid']: x['state'] for x in d.api('GET', '/v1/targets')[1]['targets']}
+        assert states == {roots.pid: 'sampling'}, states  # root's stays; theirs went
+    finally:
+        for p in (roots, mine):
+            p.kill()
+            p.wait()
+            p.stdout.close()
+            p.stderr.close()
+        d.close()
+
+
 def version():
     return subprocess.run([PROBECTL, '--version'], stdout=subprocess.PIPE,
                           text=True).stdout.split()[1]
