@@ -252,7 +252,7 @@ struct hang_job {
     bool native;
 };
 
-#define HANG_AHEAD_MAX_NS (30 * 1000000000LL) /* the furthest ahead an instant may be asked */
+#define HANG_AHEAD_MAX_NS (10 * 1000000000LL) /* the furthest ahead an instant may be asked */
 
 /* One target's part of the reply: who it is, when it was read, and its threads or why not. */
 static json_t *hang_target(const struct target_info *t, struct dump *d, int r,
@@ -308,7 +308,7 @@ static void run_hang(struct job *j)
     /* the slow part before the instant: each process opened, its runtime and layout found */
     for (size_t i = 0; i < n; i++)
         rc[i] = dump_open(infos[i].pid, hj->native, &dumps[i], &errs[i]);
-    while (hj->at_ns > real_ns() &&
+    while (n > 0 && hj->at_ns > real_ns() && /* nothing to read: no reason to wait */
            clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &at, NULL) == EINTR)
         ;
     woke_ns = real_ns();
