@@ -28,6 +28,7 @@
 #include "ctl/reach.h"
 
 #define HANG_LEAD_MIN_NS (300 * 1000000LL) /* the instant is at least this far ahead */
+#define HANG_LEAD_MAX_NS (9000 * 1000000LL) /* and at most (the daemon takes up to 10 s) */
 #define HANG_ROUNDS_MAX 100
 
 /* Each target's latest traced collective (probectl torch PID on --comm): pid, op, group, seq,
@@ -209,6 +210,8 @@ static int read_nodes(struct fanout *fo, struct round *r, const struct hang_opts
     }
     if ((int64_t)(worst_rtt * 3e9) + 100000000LL > lead)
         lead = (int64_t)(worst_rtt * 3e9) + 100000000LL;
+    if (lead > HANG_LEAD_MAX_NS) /* a node that slow reads late; the spread says so */
+        lead = HANG_LEAD_MAX_NS;
     at = now_ns() + lead;
     for (size_t i = 0; i < fo->n; i++) {
         struct fan_node *node = &fo->nodes[i];
