@@ -97,3 +97,31 @@ $ctl query "SELECT module, stage, AVG(duration) * 1000 AS avg_ms, AVG(allocated)
     python.torch_trace) GROUP BY module, stage ORDER BY avg_ms DESC LIMIT 6"
 $ctl query "SELECT step, name, value FROM python.variables ORDER BY step DESC LIMIT 4"
 $ctl torch "$job" off
+$ctl detach "$job" >/dev/null
+echo
+echo "== a torch.distributed job (gloo, 4 ranks), collectives traced; rank 2 then stalls"
+ranks=""
+for r in 0 1 2 3; do
+    RANK=$r WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 MASTER_PORT=${GLOO_PORT:-29599} STALL_RANK=2 \
+        STALL_FILE="$work/stall" OMP_NUM_THREADS=1 "$py" tests/targets/gloo_job.py \
+        >"$work/rank$r.out" 2>&1 &
+    ranks="$ranks $!"
+done
+trap 'kill $pid $job $ranks $daemon 2>/dev/null; wait $daemon 2>/dev/null; rm -rf "$work"' EXIT
+for r in 0 1 2 3; do
+    for _ in $(seq 600); do grep -q READY "$work/rank$r.out" && break; sleep 0.1; done
+done
+# this node as a one-node cluster, through the transport other nodes are reached by
+export PROBED_TRANSPORT="PROBED_SOCKET=$PROBED_SOCKET $ctl proxy # {host}"
+$ctl cluster attach --match 'gloo_job\.py' --hosts "$(hostname)"
+for p in $ranks; do $ctl torch "$p" on --comm-only; done
+sleep 2
+touch "$work/stall"
+sleep 3
+echo
+echo "== probectl hang   (every rank's stack at one instant, the odd one out first)"
+$ctl hang --hosts "$(hostname)" --depth 3
+echo "== probectl cluster query: the collectives, with their host"
+$ctl cluster query "SELECT rank, op, seq, round(latency_ms, 3) AS latency_ms, in_flight
+    FROM comm_metrics WHERE seq_source = 'c10d' ORDER BY ts_ns DESC LIMIT 6" --hosts "$(hostname)"
+kill $ranks 2>/dev/null
