@@ -120,6 +120,15 @@ def test_hang_singles_out_the_stalled_rank(job):
     assert rest['stack'][0]['function'] == 'all_reduce_wait'
     assert first['all_stuck'] and rest['all_stuck'], doc
     assert doc['spread_ms'] < 2000, doc
+    # with the C frames: grouped by the Python frames all the same, native ones in the stacks
+    r = ctl('hang', '--hosts', 'a,b', '--transport', t, '--json', '--native')
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    first, rest = doc['groups']
+    assert (first['ranks'], rest['ranks']) == ('6', '0-5,7'), doc['groups']
+    kinds = {f.get('kind') for f in first['stack']}
+    assert kinds == {'python', 'native'}, first['stack']
+    assert any(f.get('function') == 'load_batch' for f in first['stack'])
     # in words: the odd one first, ranks as ranges
     r = ctl('hang', '--hosts', 'a,b', '--transport', t, '--depth', '1')
     assert r.returncode == 0, r.stderr
