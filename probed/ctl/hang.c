@@ -784,7 +784,7 @@ int hang_main(int argc, char **argv)
                                  groups_json(last, groups, n_groups, n_rounds), "collectives",
                                  say_collectives(last, true), "unread", unread, "failed",
                                  remote ? failures_json(&fo) : json_array()));
-        } else if (last->n == 0) {
+        } else if (last->n == 0 && json_array_size(last->replies) > 0) {
             printf("no attached process of yours to read%s (attach the job first: probectl"
                    " %sattach)\n",
                    remote ? " on any node" : "", remote ? "cluster " : "");
