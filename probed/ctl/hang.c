@@ -27,7 +27,7 @@
 #include "ctl/flameout.h"
 #include "ctl/reach.h"
 
-#define HANG_LEAD_MIN_NS (300 * 1000000LL) /* the instant is at least this far ahead */
+#define HANG_LEAD_MIN_NS (300 * 1000000LL)  /* the instant is at least this far ahead */
 #define HANG_LEAD_MAX_NS (9000 * 1000000LL) /* and at most (the daemon takes up to 10 s) */
 #define HANG_ROUNDS_MAX 100
 
@@ -784,10 +784,11 @@ int hang_main(int argc, char **argv)
                                  groups_json(last, groups, n_groups, n_rounds), "collectives",
                                  say_collectives(last, true), "unread", unread, "failed",
                                  remote ? failures_json(&fo) : json_array()));
-        } else if (last->n == 0 && json_array_size(last->replies) > 0) {
-            printf("no attached process of yours to read%s (attach the job first: probectl"
-                   " %sattach)\n",
-                   remote ? " on any node" : "", remote ? "cluster " : "");
+        } else if (last->n == 0) {
+            if (json_array_size(last->replies) > 0) /* else no node answered: said below */
+                printf("no attached process of yours to read%s (attach the job first: probectl"
+                       " %sattach)\n",
+                       remote ? " on any node" : "", remote ? "cluster " : "");
         } else {
             print_groups(last, groups, n_groups, n_rounds, &o, n_nodes);
         }
