@@ -640,39 +640,33 @@ int run_main(int argc, char **argv)
 static int top_once(const char *socket, int pid, int window_s, int rows, bool clear)
 {
     char sql[2048];
-    json_t *body, *reply, *row, *totals;
+    json_t *body, *reply, *row;
     json_int_t all = 0, gil = 0;
     size_t i;
 
+    /* One statement, so one snapshot: the totals and the rows count the same samples (two
+     * queries a flush apart gave shares over 100 %). */
     snprintf(sql, sizeof(sql),
-             "SELECT count(*), sum(state >> 1 & 1) FROM samples WHERE stack_id <> 0 AND"
+             "WITH win AS (SELECT stack_id, state FROM samples WHERE stack_id <> 0 AND"
              " state & 1 AND ts_ns > ago('%ds') AND target_id IN (SELECT id FROM targets"
-             " WHERE pid = %d)",
-             window_s, pid);
-    body = json_pack("{s:s, s:i}", "sql", sql, "pid", pid);
-    totals = client_request(socket, "POST", "/v1/query", body);
-    json_decref(body);
-    if (!totals)
-        return -1;
-    row = json_array_get(json_object_get(totals, "rows"), 0);
-    all = json_integer_value(json_array_get(row, 0));
-    gil = json_integer_value(json_array_get(row, 1));
-    json_decref(totals);
-    snprintf(sql, sizeof(sql),
-             "WITH per_stack AS (SELECT stack_id, count(*) AS n FROM samples WHERE"
-             " stack_id <> 0 AND state & 1 AND ts_ns > ago('%ds') AND target_id IN"
-             " (SELECT id FROM targets WHERE pid = %d) GROUP BY stack_id),"
+             " WHERE pid = %d)),"
+             " tot AS (SELECT count(*) AS all_n, sum(state >> 1 & 1) AS gil_n FROM win),"
+             " per_stack AS (SELECT stack_id, count(*) AS n FROM win GROUP BY stack_id),"
              " funcs AS (SELECT stack_id, func, file, min(depth) = 0 AS is_self FROM stacks"
-             " WHERE stack_id IN (SELECT stack_id FROM per_stack) GROUP BY stack_id, func, file)"
-             " SELECT sum(CASE WHEN is_self THEN n ELSE 0 END) AS own, sum(n) AS total, func,"
-             " file FROM funcs JOIN per_stack USING (stack_id) GROUP BY func, file"
-             " ORDER BY own DESC, total DESC LIMIT %d",
+             " WHERE stack_id IN (SELECT stack_id FROM per_stack) GROUP BY stack_id, func, file),"
+             " top AS (SELECT sum(CASE WHEN is_self THEN n ELSE 0 END) AS own, sum(n) AS total,"
+             " func, file FROM funcs JOIN per_stack USING (stack_id) GROUP BY func, file"
+             " ORDER BY own DESC, total DESC LIMIT %d)"
+             " SELECT own, total, func, file, all_n, gil_n FROM tot LEFT JOIN top",
              window_s, pid, rows);
     body = json_pack("{s:s, s:i}", "sql", sql, "pid", pid);
     reply = client_request(socket, "POST", "/v1/query", body);
     json_decref(body);
     if (!reply)
         return -1;
+    row = json_array_get(json_object_get(reply, "rows"), 0);
+    all = json_integer_value(json_array_get(row, 4));
+    gil = json_integer_value(json_array_get(row, 5));
     if (clear)
         printf("\033[H\033[2J");
     printf("probectl top: pid %d, %lld samples on CPU in the last %d s, GIL held in %.1f%%\n\n",
@@ -682,6 +676,9 @@ static int top_once(const char *socket, int pid, int window_s, int rows, bool cl
     {
         double own = (double)json_integer_value(json_array_get(row, 0));
         double total = (double)json_integer_value(json_array_get(row, 1));
+
+        if (!json_is_string(json_array_get(row, 2)))
+            continue; /* no sample in the window: the totals' row alone */
         printf("%6.1f%% %6.1f%%  %s (%s)\n", all ? 100 * own / (double)all : 0.0,
                all ? 100 * total / (double)all : 0.0, json_string_value(json_array_get(row, 2)),
                json_string_value(json_array_get(row, 3)));
