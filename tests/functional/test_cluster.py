@@ -269,6 +269,30 @@ def test_a_user_matches_attaches_detaches_and_reads_only_their_own():
         d.close()
 
 
+def test_a_hundred_nodes_are_asked_64_at_a_time(tmp_path):
+    """The fan-out's window: 100 nodes whose transport answers a canned reply after 0.3 s
+    (no daemon needed), each logging when it ran: every node's row comes back with its host,
+    at most 64 transports ran at once, and many did (not one after the other)."""
+    log = tmp_path / 'log'
+    body = '{"columns": ["one"], "rows": [[1]], "truncated": false}'
+    reply = ('HTTP/1.1 200 OK\\r\\nX-Probed-Version: %s\\r\\nContent-Type: application/json'
+             '\\r\\nContent-Length: %d\\r\\n\\r\\n%s' % (version(), len(body), body))
+    t = ("echo S $(date +%%s%%N) >> %s; sleep 0.3; printf '%s'; echo E $(date +%%s%%N) >> %s"
+         " # {host}" % (log, reply, log))
+    r = ctl('cluster', 'query', 'SELECT 1 AS one', '--hosts', 'n[000-099]', '--transport', t,
+            '--format', 'json')
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)['rows']
+    assert sorted(h for h, _ in rows) == ['n%03d' % i for i in range(100)], rows
+    events = sorted((int(ts), kind) for kind, ts in
+                    (l.split() for l in log.read_text().splitlines()))
+    running = peak = 0
+    for _, kind in events:
+        running += 1 if kind == 'S' else -1
+        peak = max(peak, running)
+    assert 8 < peak <= 64, peak  # 64 here: the window, full
+
+
 def version():
     return subprocess.run([PROBECTL, '--version'], stdout=subprocess.PIPE,
                           text=True).stdout.split()[1]
