@@ -30,6 +30,7 @@
 #include "api/api.h"
 #include "clock.h"
 #include "config.h"
+#include "sample/exits.h"
 #include "sample/meter.h"
 #include "log.h"
 #include "query/query.h"
@@ -240,6 +241,7 @@ struct daemon {
     struct follower *follower;
     struct writer writer;
     struct meter meter;
+    struct exits *exits; /* NULL: no process connector here */
     struct event_base *base;
     struct event *sigterm, *sigint, *sighup;
     struct api *api;
@@ -304,6 +306,7 @@ static int start(struct daemon *d, struct options *o)
     if ((r = sampler_start(d->sampler)) < 0 || (r = writer_start(&d->writer)) < 0 ||
         (r = meter_start(&d->meter)) < 0 || (r = follower_start(d->follower)) < 0)
         return log_errno(LOG_ERR, r, "starting threads");
+    exits_start(d->reg, d->ob, &d->exits); /* without it, exits are not recorded (logged) */
     d->base = event_base_new();
     if (!d->base)
         return log_errno(LOG_ERR, -ENOMEM, "event_base_new");
@@ -318,7 +321,8 @@ static int start(struct daemon *d, struct options *o)
                                        .sampler = d->sampler,
                                        .follower = d->follower,
                                        .writer = &d->writer,
-                                       .meter = &d->meter},
+                                       .meter = &d->meter,
+                                       .exits = d->exits},
                    &d->api);
 }
 
@@ -334,6 +338,7 @@ static void stop(struct daemon *d)
     if (d->base)
         event_base_free(d->base);
     meter_stop(&d->meter);
+    exits_stop(d->exits); /* before the writer: its last rows are flushed */
     follower_free(d->follower);
     sampler_free(d->sampler); /* targets stay "live" in the store: a restart resumes them */
     writer_stop(&d->writer);  /* after the sampler: its last samples are flushed */

@@ -135,3 +135,26 @@ SELECT s.step, s.duration_ns / 1e9 AS duration,
        s.duration_ns, s.target_id
 FROM torch_steps s
 JOIN targets t ON t.id = s.target_id;
+
+-- How attached processes ended (sample/exits.c), with who they were, and each thread's last
+-- sampled stack before it (innermost frame at depth 0; the last one with a frame: a process
+-- that exits is sampled last in the interpreter's finalisation, with none).
+-- SELECT pid, rank, kind, message FROM crash_report ORDER BY ts_ns DESC
+CREATE TEMP VIEW crash_report AS
+SELECT c.id AS crash_id, strftime('%Y-%m-%d %H:%M:%f', c.ts_ns / 1e9, 'unixepoch') AS ts, c.pid,
+       t.rank, t.cmdline, c.kind, c.exit_code, c.signal, c.core_dumped, c.message, c.kernel,
+       c.ts_ns, c.target_id
+FROM crashes c
+JOIN targets t ON t.id = c.target_id;
+
+CREATE TEMP VIEW crash_stacks AS
+WITH last AS (SELECT s.target_id, s.tid, max(s.ts_ns) AS ts_ns FROM samples s
+              WHERE s.target_id IN (SELECT target_id FROM crashes) AND s.stack_id <> 0
+              GROUP BY s.target_id, s.tid)
+SELECT c.id AS crash_id, c.pid, l.tid, th.name AS thread, st.depth, st.kind, st.func, st.file,
+       st.lineno, l.ts_ns AS sampled_ns
+FROM crashes c
+JOIN last l ON l.target_id = c.target_id
+JOIN samples s ON s.target_id = l.target_id AND s.tid = l.tid AND s.ts_ns = l.ts_ns
+JOIN stacks st ON st.stack_id = s.stack_id
+LEFT JOIN threads th ON th.target_id = s.target_id AND th.tid = s.tid;

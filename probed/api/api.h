@@ -41,6 +41,7 @@ struct api_parts {
     struct follower *follower;
     struct writer *writer;
     struct meter *meter;
+    struct exits *exits; /* NULL: exits not recorded (no netlink connector) */
 };
 
 struct api;

@@ -21,6 +21,7 @@
 #include "clock.h"
 #include "log.h"
 #include "native/native.h"
+#include "sample/exits.h"
 #include "common/procfs.h"
 
 #define CMD_LABEL_MAX 127     /* bytes of the command line in the cmd label */
@@ -409,6 +410,14 @@ static void render(struct metrics *m, struct evbuffer *out)
     one(out, "probed_queries_total", "counter", "SQL queries run", (double)*m->src.queries);
     one(out, "probed_query_errors_total", "counter", "SQL queries that failed or were refused",
         (double)*m->src.query_errors);
+    family(out, "probed_target_exits_total", "counter",
+           "Attached processes that ended, by how: exit (a status), signal, oom-kill");
+    for (int k = 0; k < EXIT_KINDS; k++)
+        evbuffer_add_printf(out, "probed_target_exits_total{kind=\"%s\"} %llu\n", exit_kind_name(k),
+                            (unsigned long long)exits__count(m->src.exits, k));
+    one(out, "probed_target_exits_lost_total", "counter",
+        "Ends of attached processes not recorded (too many at once)",
+        (double)exits__lost(m->src.exits));
     one(out, "probed_memory_readings_total", "counter", "Memory/CPU readings of targets",
         (double)mt->readings);
     one(out, "probed_memory_pass_seconds", "gauge",

@@ -29,6 +29,7 @@ struct metrics_sources {
     const struct sampler *sampler; /* its tick histogram */
     struct writer *writer;
     struct meter *meter;
+    const struct exits *exits; /* NULL: none */
     const char *db_path;
     const atomic_uint_fast64_t *requests, *queries, *query_errors;
     struct config *config; /* metrics_cmdline */

@@ -12,6 +12,7 @@
 #include "ctl/backtrace.h"
 #include "ctl/client.h"
 #include "ctl/cluster.h"
+#include "ctl/crashes.h"
 #include "ctl/commands.h"
 #include "ctl/eval.h"
 #include "ctl/ops.h"
@@ -41,6 +42,7 @@ static const struct command commands[] = {
     {"memory", memory_main, "memory now, peak and growth per minute of an attached process"},
     {"config", config_main, "read or change the daemon's settings live"},
     {"torch", torch_main, "per-step, per-module time and memory of a PyTorch job (on|off|summary)"},
+    {"crashes", crashes_main, "how attached processes ended: status, signal, OOM, last stacks"},
     {"hang", hang_main, "every rank's stack at one instant, grouped: who holds everyone up"},
     {"cluster", cluster_main, "a job on many nodes: list, attach, detach, query, flamegraph"},
     {"proxy", proxy_main, "join stdin/stdout to the daemon (the far end of `ssh -T HOST`)", true},

@@ -75,6 +75,7 @@ static int raw_table(const char *name)
                                       "torch_steps",
                                       "torch_tracing",
                                       "comm_calls",
+                                      "crashes",
                                       "dbstat", /* every table's pages and their payload */
                                       "sqlite_stmt"};
     for (size_t i = 0; i < sizeof(raw) / sizeof(raw[0]); i++)
@@ -251,6 +252,8 @@ static int shadow_tables(sqlite3 *db, const struct query_scope *sc, struct errbu
         "CREATE TEMP VIEW torch_steps AS SELECT * FROM main.torch_steps"
         " WHERE target_id IN (SELECT id FROM temp.targets);"
         "CREATE TEMP VIEW comm_calls AS SELECT * FROM main.comm_calls"
+        " WHERE target_id IN (SELECT id FROM temp.targets);"
+        "CREATE TEMP VIEW crashes AS SELECT * FROM main.crashes"
         " WHERE target_id IN (SELECT id FROM temp.targets);"
         "CREATE TEMP VIEW evals AS SELECT * FROM main.evals WHERE %s;"
         /* the dictionaries are shared by every target: only what the user's own samples

@@ -178,6 +178,14 @@ bool ob_half__end(struct ob_half *h, int64_t target_id, int64_t ended_ns, const 
     return true;
 }
 
+bool ob_half__crash(struct ob_half *h, const struct ob_crash *c)
+{
+    if (h->n_crashes == OB_CRASHES_MAX)
+        return false;
+    h->crashes[h->n_crashes++] = *c;
+    return true;
+}
+
 bool ob_half__usage(struct ob_half *h, const struct ob_usage *u)
 {
     if (h->n_usage == OB_USAGE_MAX) {
@@ -205,7 +213,7 @@ struct ob_half *outbox__swap(struct outbox *ob)
     /* Empty the spare before taking the lock: the sampler is not touching it. */
     empty->n_samples = empty->n_frames = empty->n_strings = 0;
     empty->n_stacks = empty->n_threads = 0;
-    empty->n_targets = empty->n_ends = 0;
+    empty->n_targets = empty->n_ends = empty->n_crashes = 0;
     empty->arena_used = 0;
     empty->n_dropped = 0;
     empty->n_usage = empty->n_thread_cpu = 0;
@@ -269,7 +277,8 @@ int ob_backlog_add(struct ob_backlog *b, const struct ob_half *h, size_t max_byt
     } n = {b->h.n_samples, b->h.n_frames, b->h.n_usage, b->h.n_thread_cpu};
 
     if (b->bytes + bytes > max_bytes || b->h.n_targets + h->n_targets > OB_TARGETS_MAX ||
-        b->h.n_ends + h->n_ends > OB_TARGETS_MAX || base + h->arena_used > UINT32_MAX)
+        b->h.n_ends + h->n_ends > OB_TARGETS_MAX ||
+        b->h.n_crashes + h->n_crashes > OB_CRASHES_MAX || base + h->arena_used > UINT32_MAX)
         return -ENOSPC;
     if (!APPEND(b, samples, n_samples, cap_samples, h) ||
         !APPEND(b, frames, n_frames, cap_frames, h) ||
@@ -298,6 +307,8 @@ int ob_backlog_add(struct ob_backlog *b, const struct ob_half *h, size_t max_byt
     b->h.n_targets += h->n_targets;
     memcpy(b->h.ends + b->h.n_ends, h->ends, h->n_ends * sizeof(*h->ends));
     b->h.n_ends += h->n_ends;
+    memcpy(b->h.crashes + b->h.n_crashes, h->crashes, h->n_crashes * sizeof(*h->crashes));
+    b->h.n_crashes += h->n_crashes;
     b->bytes += bytes;
     return 0;
 }

@@ -10,7 +10,8 @@
  * the second), so the sampler only remembers, lossily, which ones it already sent.
  *
  * Threads: outbox__lock/unlock + the add functions on the sampler side (the registry also
- * adds attaches and ends, the meter thread memory and CPU readings), outbox__swap on the writer.
+ * adds attaches and ends, the meter thread memory and CPU readings, the exits thread how
+ * targets ended), outbox__swap on the writer.
  * Memory: all of it allocated by outbox_new.
  */
 #ifndef PROBED_OUTBOX_H
@@ -58,6 +59,16 @@ struct ob_end {
 
 #define OB_TARGETS_MAX 256 /* attaches and ends per second */
 
+/* How a target ended, as the kernel told it (exits.c): a row of the crashes table. */
+struct ob_crash {
+    int64_t target_id, ts_ns;
+    int32_t pid, exit_code, signal, core_dumped; /* exit_code, signal: -1 when not that kind */
+    char kind[16];
+    char message[256];
+    char kernel[512]; /* the kernel's lines about it; "" none */
+};
+#define OB_CRASHES_MAX 64 /* targets ending per second (more wait in the exits thread) */
+
 /* A target's memory and CPU at one instant (meter.c), and one of its threads' CPU. */
 struct ob_usage {
     int64_t target_id, ts_ns, rss, pss, uss, swap, cpu_ns;
@@ -75,7 +86,8 @@ struct ob_thread_cpu {
 struct ob_half {
     struct ob_target targets[OB_TARGETS_MAX];
     struct ob_end ends[OB_TARGETS_MAX];
-    size_t n_targets, n_ends;
+    struct ob_crash crashes[OB_CRASHES_MAX];
+    size_t n_targets, n_ends, n_crashes;
     struct ob_sample *samples;
     struct ob_frame *frames;
     struct ob_def *strings, *stacks, *threads;
@@ -117,6 +129,7 @@ bool ob_half__thread(struct outbox *ob, struct ob_half *h, int64_t target_id, in
 
 bool ob_half__target(struct ob_half *h, const struct ob_target *t);
 bool ob_half__end(struct ob_half *h, int64_t target_id, int64_t ended_ns, const char *reason);
+bool ob_half__crash(struct ob_half *h, const struct ob_crash *c);
 bool ob_half__usage(struct ob_half *h, const struct ob_usage *u);
 bool ob_half__thread_cpu(struct ob_half *h, const struct ob_thread_cpu *c);
 

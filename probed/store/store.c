@@ -23,6 +23,7 @@ enum stmt_id {
     INS_SAMPLE,
     INS_USAGE,
     INS_THREAD_CPU,
+    INS_CRASH,
     N_STMTS,
 };
 
@@ -42,6 +43,8 @@ static const char *const stmt_sql[N_STMTS] = {
                    " VALUES (?, ?, ?, ?, ?)",
     [INS_USAGE] = "INSERT OR IGNORE INTO memory(target_id, ts_ns, rss, pss, uss, swap, cpu_ns,"
                   " threads) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    [INS_CRASH] = "INSERT INTO crashes(target_id, pid, ts_ns, kind, exit_code, signal, core_dumped,"
+                  " message, kernel) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''))",
     [INS_THREAD_CPU] = "INSERT OR IGNORE INTO thread_cpu(target_id, ts_ns, tid, cpu_ns)"
                        " VALUES (?, ?, ?, ?)",
 };
@@ -264,6 +267,12 @@ int store__write(struct store *st, const struct ob_half *h, struct errbuf *err)
     for (size_t i = 0; r == 0 && i < h->n_thread_cpu; i++) {
         const struct ob_thread_cpu *c = &h->thread_cpu[i];
         r = run(st, INS_THREAD_CPU, "iiii", c->target_id, c->ts_ns, (int64_t)c->tid, c->cpu_ns);
+    }
+    for (size_t i = 0; r == 0 && i < h->n_crashes; i++) {
+        const struct ob_crash *c = &h->crashes[i];
+        r = run(st, INS_CRASH, "iiitnnitt", c->target_id, (int64_t)c->pid, c->ts_ns, c->kind, -1,
+                (int64_t)c->exit_code, (int64_t)c->signal, (int64_t)c->core_dumped, c->message, -1,
+                c->kernel, -1);
     }
     /* Ends last: a target's final samples are in the same transaction. */
     for (size_t i = 0; r == 0 && i < h->n_ends; i++)

@@ -53,7 +53,8 @@ static void flush(struct writer *w)
 
     w->samples_dropped += h->n_dropped;
     w->usage_dropped += h->n_usage_dropped;
-    if (w->backlog.h.n_samples || w->backlog.h.n_targets || w->backlog.h.n_ends) {
+    if (w->backlog.h.n_samples || w->backlog.h.n_targets || w->backlog.h.n_ends ||
+        w->backlog.h.n_crashes) {
         if (now < w->retry_ns) {
             r = -EAGAIN; /* not yet: the new batch joins the backlog */
         } else if ((r = store__write(w->store, &w->backlog.h, &err)) == 0) {

@@ -206,7 +206,7 @@ def test_unit_capabilities_are_enough_and_ptrace_is_needed(deb):
     user = ensure_test_user()
     caps = unit_capabilities()
     assert set(caps) == {'sys_ptrace', 'perfmon', 'ipc_lock', 'bpf', 'setuid', 'setgid',
-                         'dac_override', 'chown', 'fowner'}
+                         'dac_override', 'chown', 'fowner', 'net_admin', 'syslog'}
     p, pid = target(user)
     try:
         bounding = '-all,' + ','.join('+' + c for c in caps)
@@ -221,8 +221,14 @@ def test_unit_capabilities_are_enough_and_ptrace_is_needed(deb):
             wait_for(lambda: 'RSS' in d.ctl('memory', pid, check=False).stdout, what='memory')
             d.ctl('detach', pid)  # native stacks: CAP_BPF + CAP_PERFMON (eBPF), CAP_IPC_LOCK
             assert 'native-ebpf' in d.ctl('attach', pid, '--native').stdout
+            # how it ended: the process connector (CAP_NET_ADMIN)
+            p.kill()
+            p.wait()
+            wait_for(lambda: 'killed by signal 9 (SIGKILL)' in d.ctl('crashes', pid).stdout,
+                     what='the end of the target recorded')
         finally:
             d.close()
+        p, pid = target(user)
         without = '-all,' + ','.join('+' + c for c in caps if c != 'sys_ptrace')
         d = Installed('setpriv', '--bounding-set=' + without, '--no-new-privs')
         try:

@@ -27,7 +27,8 @@
     X(test_mixed_order)                                                                            \
     X(test_sqlmem_budgets)                                                                         \
     X(test_nodes_slurm_ranges)                                                                     \
-    X(test_findproc_job_names)
+    X(test_findproc_job_names)                                                                     \
+    X(test_exits_kernel_lines)
 
 #define DECLARE(name) int name(void);
 CASES(DECLARE)
