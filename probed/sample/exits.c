@@ -137,24 +137,26 @@ static void read_kmsg(struct exits *e)
 static int connector_open(void)
 {
     struct sockaddr_nl sa = {.nl_family = AF_NETLINK, .nl_groups = CN_IDX_PROC};
-    struct __attribute__((packed)) {
-        struct nlmsghdr nl;
-        struct cn_msg cn;
-        enum proc_cn_mcast_op op;
-    } msg = {0};
+    /* a netlink header, a connector message, its one operation: laid out by hand (cn_msg
+     * ends in a flexible array, so it cannot sit inside a struct) */
+    char msg[NLMSG_SPACE(sizeof(struct cn_msg) + sizeof(enum proc_cn_mcast_op))]
+        __attribute__((aligned(NLMSG_ALIGNTO))) = {0};
+    struct nlmsghdr *nl = (struct nlmsghdr *)msg;
+    struct cn_msg *cn = NLMSG_DATA(nl);
+    enum proc_cn_mcast_op op = PROC_CN_MCAST_LISTEN;
     int fd = socket(PF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_CONNECTOR);
     int size = 1 << 20; /* a burst of exits while the thread is late */
 
     if (fd < 0)
         return -errno;
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
-    msg.nl.nlmsg_len = sizeof(msg);
-    msg.nl.nlmsg_type = NLMSG_DONE;
-    msg.cn.id.idx = CN_IDX_PROC;
-    msg.cn.id.val = CN_VAL_PROC;
-    msg.cn.len = sizeof(enum proc_cn_mcast_op);
-    msg.op = PROC_CN_MCAST_LISTEN;
-    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || send(fd, &msg, sizeof(msg), 0) < 0) {
+    nl->nlmsg_len = NLMSG_LENGTH(sizeof(struct cn_msg) + sizeof(op));
+    nl->nlmsg_type = NLMSG_DONE;
+    cn->id.idx = CN_IDX_PROC;
+    cn->id.val = CN_VAL_PROC;
+    cn->len = sizeof(op);
+    memcpy(cn->data, &op, sizeof(op));
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || send(fd, msg, nl->nlmsg_len, 0) < 0) {
         int r = -errno;
         close(fd);
         return r;
