@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,6 +23,9 @@
 #include "clock.h"
 #include "common/procfs.h"
 #include "log.h"
+
+#define PROC_PID_INIT_INO                                                                          \
+    0xEFFFFFFCU /* the first pid namespace's inode (include/linux/proc_ns.h) */
 
 /* An exit of a target, held until the kernel's lines about it are in. */
 struct pending {
@@ -351,6 +355,7 @@ static void *run(void *arg)
 int exits_start(struct targets *reg, struct outbox *ob, struct exits **ret)
 {
     struct exits *e = calloc(1, sizeof(*e));
+    struct stat ns;
     int r;
 
     *ret = NULL;
@@ -358,6 +363,14 @@ int exits_start(struct targets *reg, struct outbox *ob, struct exits **ret)
         return -ENOMEM;
     e->reg = reg;
     e->ob = ob;
+    /* the kernel's events name processes by their pids in the first pid namespace: in
+     * another (a container without the host's pids) they would be other processes' */
+    if (stat("/proc/self/ns/pid", &ns) == 0 && ns.st_ino != PROC_PID_INIT_INO) {
+        log_msg(LOG_WARN, "not in the host's pid namespace: how attached processes end is not"
+                          " recorded (the kernel's process events name the host's pids)");
+        free(e);
+        return -ENOTSUP;
+    }
     e->stop_fd = eventfd(0, EFD_CLOEXEC);
     e->nl_fd = connector_open();
     if (e->nl_fd < 0) {
