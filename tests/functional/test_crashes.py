@@ -42,6 +42,14 @@ def start(python, mode, flag, preexec=None, cmd_prefix=()):
     return p
 
 
+def reap(p):
+    if p.poll() is None:
+        p.kill()
+    p.wait()
+    p.stdout.close()
+    p.stderr.close()
+
+
 def crashes(d, *args, user=None):
     r = d.ctl('crashes', '--json', *args, user=user, check=user is None)
     return json.loads(r.stdout) if r.returncode == 0 else r
@@ -94,11 +102,7 @@ def test_every_end_is_recorded_with_its_status_and_last_stack(python, tmp_path):
         assert r.returncode == 0 and 'no attached process of yours has ended' in r.stdout
     finally:
         for p in procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-            p.stdout.close()
-            p.stderr.close()
+            reap(p)
         d.close()
 
 
@@ -137,11 +141,7 @@ def test_the_oom_killer_is_named_with_its_figures(tmp_path):
         assert 'before_oom' in [f['function'] for f in main['frames']], c
     finally:
         if p:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-            p.stdout.close()
-            p.stderr.close()
+            reap(p)
         d.close()
         os.rmdir(cg)
 
@@ -165,6 +165,5 @@ def test_a_detached_process_or_a_stranger_is_not_recorded(tmp_path):
         assert crashes(d)[0]['message'].startswith('exited with status 0')
     finally:
         for p in (kept, gone, stranger):
-            p.stdout.close()
-            p.stderr.close()
+            reap(p)
         d.close()
