@@ -16,6 +16,7 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -138,30 +139,64 @@ static void read_kmsg(struct exits *e)
 
 /* ---- the process connector ---- */
 
-static int connector_open(void)
+/* Linux 6.6's listen request with an event filter (cn_proc.h's struct proc_input; Debian's
+ * headers predate it): the kernel then sends us exits only, not every fork, exec and comm of
+ * the machine. */
+struct proc_listen_filtered {
+    uint32_t mcast_op;   /* enum proc_cn_mcast_op */
+    uint32_t event_type; /* enum proc_cn_event: PROC_EVENT_EXIT */
+};
+
+/* Sends the listen request of @len bytes at @op; -errno. */
+static int listen_request(int fd, const void *op, size_t len)
 {
-    struct sockaddr_nl sa = {.nl_family = AF_NETLINK, .nl_groups = CN_IDX_PROC};
-    /* a netlink header, a connector message, its one operation: laid out by hand (cn_msg
-     * ends in a flexible array, so it cannot sit inside a struct) */
-    char msg[NLMSG_SPACE(sizeof(struct cn_msg) + sizeof(enum proc_cn_mcast_op))]
+    /* a netlink header, a connector message, its payload: laid out by hand (cn_msg ends in a
+     * flexible array, so it cannot sit inside a struct) */
+    char msg[NLMSG_SPACE(sizeof(struct cn_msg) + sizeof(struct proc_listen_filtered))]
         __attribute__((aligned(NLMSG_ALIGNTO))) = {0};
     struct nlmsghdr *nl = (struct nlmsghdr *)msg;
     struct cn_msg *cn = NLMSG_DATA(nl);
-    enum proc_cn_mcast_op op = PROC_CN_MCAST_LISTEN;
-    int fd = socket(PF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_CONNECTOR);
-    int size = 1 << 20; /* a burst of exits while the thread is late */
 
-    if (fd < 0)
-        return -errno;
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
-    nl->nlmsg_len = NLMSG_LENGTH(sizeof(struct cn_msg) + sizeof(op));
+    nl->nlmsg_len = NLMSG_LENGTH(sizeof(struct cn_msg) + len);
     nl->nlmsg_type = NLMSG_DONE;
     cn->id.idx = CN_IDX_PROC;
     cn->id.val = CN_VAL_PROC;
-    cn->len = sizeof(op);
-    memcpy(cn->data, &op, sizeof(op));
-    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || send(fd, msg, nl->nlmsg_len, 0) < 0) {
-        int r = -errno;
+    cn->len = (uint16_t)len;
+    memcpy(cn->data, op, len);
+    return send(fd, msg, nl->nlmsg_len, 0) < 0 ? -errno : 0;
+}
+
+/* Whether this kernel takes the filtered request (6.6 and later); older ones drop it. */
+static bool kernel_filters_events(void)
+{
+    struct utsname u;
+    int major = 0, minor = 0;
+
+    return uname(&u) == 0 && sscanf(u.release, "%d.%d", &major, &minor) == 2 &&
+           (major > 6 || (major == 6 && minor >= 6));
+}
+
+static int connector_open(void)
+{
+    struct sockaddr_nl sa = {.nl_family = AF_NETLINK, .nl_groups = CN_IDX_PROC};
+    struct proc_listen_filtered filtered = {PROC_CN_MCAST_LISTEN, PROC_EVENT_EXIT};
+    enum proc_cn_mcast_op plain = PROC_CN_MCAST_LISTEN;
+    int fd = socket(PF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_CONNECTOR);
+    int size = 8 << 20, r; /* a burst of exits while the thread is late */
+
+    if (fd < 0)
+        return -errno;
+    /* past net.core.rmem_max (CAP_NET_ADMIN, which the connector needs anyway) */
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &size, sizeof(size)) < 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        r = -errno;
+        close(fd);
+        return r;
+    }
+    r = kernel_filters_events() ? listen_request(fd, &filtered, sizeof(filtered))
+                                : listen_request(fd, &plain, sizeof(plain));
+    if (r < 0) {
         close(fd);
         return r;
     }
@@ -169,29 +204,32 @@ static int connector_open(void)
 }
 
 /* A process (not a thread) ended: held for its kernel lines if it is an attached target. */
-static void on_exit_event(struct exits *e, pid_t pid, int status)
+static void on_exit_event(struct exits *e, pid_t pid, int status, int64_t event_mono_ns)
 {
+    int64_t now = mono_ns(), start = 0;
     struct target_key key;
-    int64_t start = 0;
 
-    if (targets__find(e->reg, pid, false, &key) < 0)
+    /* the latest attach of that pid. The sampler may have ended it well before the kernel's
+     * event: a process dumping core is unreadable from its first signal, and its exit comes
+     * after the dump; so one that ended a short while ago is still it */
+    if (targets__find(e->reg, pid, false, &key) < 0 || key.state == TARGET_DETACHED ||
+        (key.state != TARGET_SAMPLING && real_ns() - key.ended_ns > EXITS_REMEMBER_MS * 1000000LL))
         return;
-    /* the same process as the attach: its start time, while it is still a zombie; a pid of a
-     * target that ended long ago and was reused is not it */
-    if (procfs_start_time(pid, &start) == 0 ? start != key.start_time
-                                            : key.state != TARGET_SAMPLING)
-        return;
-    if (key.state == TARGET_DETACHED)
+    /* the same process as the attach: its start time, while it is still there (a zombie); a
+     * pid reused since is not it */
+    if (procfs_start_time(pid, &start) == 0 && start != key.start_time)
         return;
     if (e->n_pending == EXITS_PENDING_MAX) {
         atomic_fetch_add(&e->lost, 1);
         return;
     }
-    e->pending[e->n_pending++] = (struct pending){.target_id = key.id,
-                                                  .ts_ns = real_ns(),
-                                                  .due_ns = mono_ns() + EXITS_SETTLE_MS * 1000000LL,
-                                                  .pid = pid,
-                                                  .status = status};
+    e->pending[e->n_pending++] =
+        (struct pending){.target_id = key.id,
+                         /* when it ended, not when this was read */
+                         .ts_ns = real_ns() - (event_mono_ns <= now ? now - event_mono_ns : 0),
+                         .due_ns = mono_ns() + EXITS_SETTLE_MS * 1000000LL,
+                         .pid = pid,
+                         .status = status};
 }
 
 static void read_connector(struct exits *e)
@@ -219,7 +257,7 @@ static void read_connector(struct exits *e)
             if (ev->event_data.exit.process_pid != ev->event_data.exit.process_tgid)
                 continue;
             on_exit_event(e, (pid_t)ev->event_data.exit.process_pid,
-                          (int)ev->event_data.exit.exit_code);
+                          (int)ev->event_data.exit.exit_code, (int64_t)ev->timestamp_ns);
         }
     }
 }

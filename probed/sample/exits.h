@@ -26,8 +26,9 @@
 #include "sample/targets.h"
 
 #define EXITS_SETTLE_MS 300
-#define EXITS_PENDING_MAX 256 /* exits of targets waiting for their kernel lines */
-#define EXITS_KMSG_LINES 128  /* the kernel's recent lines kept */
+#define EXITS_PENDING_MAX 256   /* exits of targets waiting for their kernel lines */
+#define EXITS_KMSG_LINES 128    /* the kernel's recent lines kept */
+#define EXITS_REMEMBER_MS 60000 /* how long a target that ended is still matched to an exit */
 
 enum exit_kind { EXIT_CLEAN, EXIT_SIGNAL, EXIT_OOM, EXIT_KINDS };
 

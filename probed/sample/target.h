@@ -84,6 +84,7 @@ struct target {
     int64_t attached_ns;        /* CLOCK_REALTIME */
 
     enum target_state state;
+    int64_t ended_ns; /* CLOCK_REALTIME, when it ended; 0 while sampling */
     char end_reason[128];
     struct target_stats stats;
     struct target_gap gap;

@@ -71,7 +71,8 @@ void targets__end(struct targets *reg, struct target *t, enum target_state state
 {
     struct ob_half *h = outbox__lock(reg->ob);
 
-    ob_half__end(h, t->id, real_ns(), reason);
+    t->ended_ns = real_ns();
+    ob_half__end(h, t->id, t->ended_ns, reason);
     outbox__unlock(reg->ob);
     t->state = state;
     snprintf(t->end_reason, sizeof(t->end_reason), "%s", reason);
@@ -133,6 +134,7 @@ static void key_of(const struct target *t, struct target_key *k)
                              .pid = t->pid,
                              .uid = t->uid,
                              .state = t->state,
+                             .ended_ns = t->ended_ns,
                              .rate_hz = t->rate_hz,
                              .follow_children = t->follow_children,
                              .native_wanted = t->native_wanted,

@@ -92,6 +92,7 @@ struct target_key {
     pid_t pid;
     uid_t uid;
     enum target_state state;
+    int64_t ended_ns; /* CLOCK_REALTIME it ended; 0 while sampling */
     uint32_t rate_hz;
     bool follow_children, native_wanted, native_perf_only;
 };

@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -403,13 +404,24 @@ def test_collectives_traced_and_hang_names_who_never_arrived():
                                 " WHERE op = 'irecv' AND latency_ms > 0")[0][0] == 4, 60,
                  'a traced ring of isend/irecv on every rank')
         open(flag, 'w').close()
-        wait_for(lambda: d.rows('SELECT count(*) FROM comm_metrics WHERE in_flight')[0][0] == 3,
-                 60, 'three ranks in flight in a collective')
-        # and the stalled rank's calls before it drained too (each rank is drained once a second)
-        wait_for(lambda: d.rows("SELECT count(DISTINCT rank) FROM comm_metrics WHERE seq ="
-                                " (SELECT seq FROM comm_metrics WHERE in_flight LIMIT 1) - 1"
-                                " AND seq_source = 'c10d'")[0][0] == 4, 60,
-                 "every rank's collective before the stall")
+
+        def stalled():
+            """Ranks 0,1,3 in flight in one collective S, rank 2's last collective S-1, and every
+            rank's S-1 stored. Rows in flight are each rank's state at its last drain (once a
+            second): a moment before the stall, running ranks are in flight too, in various
+            collectives; so the state must also hold two drains apart."""
+            q = ("SELECT (SELECT group_concat(rank || ':' || seq) FROM (SELECT rank, seq FROM"
+                 " comm_metrics WHERE in_flight AND seq_source = 'c10d' ORDER BY rank)),"
+                 " (SELECT max(seq) FROM comm_metrics WHERE rank = 2 AND seq_source = 'c10d'),"
+                 " (SELECT count(DISTINCT rank) FROM comm_metrics WHERE seq_source = 'c10d' AND"
+                 " seq = (SELECT max(seq) FROM comm_metrics WHERE rank = 2"
+                 " AND seq_source = 'c10d'))")
+            flying, last2, ranks_at = d.rows(q)[0]
+            top = (last2 or 0) + 1
+            return flying == '0:%d,1:%d,3:%d' % (top, top, top) and ranks_at == 4
+        wait_for(stalled, 60, 'ranks 0,1,3 in flight in the collective rank 2 never reached')
+        time.sleep(2.5)
+        assert stalled(), 'two drains later, the same'
         # one sequence number per collective, the same on every rank: from the first one every
         # rank traced (they were turned on one after the other) to the last all of them did
         rows = d.rows("SELECT seq, count(*), count(DISTINCT rank), min(seq_source) FROM"

@@ -74,7 +74,11 @@ def test_every_end_is_recorded_with_its_status_and_last_stack(python, tmp_path):
                 (tmp_path / mode[0]).touch()
         for (_, _, _, _, status), p in zip(ENDS, procs):
             assert p.wait(timeout=30) == status, 'its exit status is its own: no injection'
-        wait_for(lambda: len(crashes(d)) == len(ENDS), 30, 'a row for every end')
+        try:
+            wait_for(lambda: len(crashes(d)) == len(ENDS), 30, 'a row for every end')
+        except AssertionError:
+            raise AssertionError('rows for %s of %s; the log:\n%s' % (
+                [c['pid'] for c in crashes(d)], [p.pid for p in procs], d.read_log()))
         rows = {c['pid']: c for c in crashes(d)}
         for (mode, kind, fields, func, _), p in zip(ENDS, procs):
             c = rows[p.pid]
