@@ -248,16 +248,17 @@ static void read_connector(struct exits *e)
         for (struct nlmsghdr *nh = (struct nlmsghdr *)buf; NLMSG_OK(nh, (size_t)n);
              nh = NLMSG_NEXT(nh, n)) {
             struct cn_msg *cn = NLMSG_DATA(nh);
-            struct proc_event *ev = (struct proc_event *)cn->data;
+            struct proc_event ev; /* copied out: in the message it is 4 bytes off its alignment */
 
-            if (nh->nlmsg_type != NLMSG_DONE || cn->id.idx != CN_IDX_PROC ||
-                ev->what != PROC_EVENT_EXIT)
+            if (nh->nlmsg_type != NLMSG_DONE || cn->id.idx != CN_IDX_PROC || cn->len < sizeof(ev))
                 continue;
+            memcpy(&ev, cn->data, sizeof(ev));
             /* a thread's end is not the process's: its leader's is */
-            if (ev->event_data.exit.process_pid != ev->event_data.exit.process_tgid)
+            if (ev.what != PROC_EVENT_EXIT ||
+                ev.event_data.exit.process_pid != ev.event_data.exit.process_tgid)
                 continue;
-            on_exit_event(e, (pid_t)ev->event_data.exit.process_pid,
-                          (int)ev->event_data.exit.exit_code, (int64_t)ev->timestamp_ns);
+            on_exit_event(e, (pid_t)ev.event_data.exit.process_pid,
+                          (int)ev.event_data.exit.exit_code, (int64_t)ev.timestamp_ns);
         }
     }
 }
