@@ -136,14 +136,16 @@ SELECT s.step, s.duration_ns / 1e9 AS duration,
 FROM torch_steps s
 JOIN targets t ON t.id = s.target_id;
 
--- How attached processes ended (sample/exits.c), with who they were, and each thread's last
--- sampled stack before it (innermost frame at depth 0; the last one with a frame: a process
--- that exits is sampled last in the interpreter's finalisation, with none).
+-- How attached processes ended (sample/exits.c) and what `probectl catch` saw as they failed
+-- (kind 'exception', 'fatal-signal': detail holds the traceback or the stacks), with who they
+-- were, and each thread's last sampled stack before it (innermost frame at depth 0; the last
+-- one with a frame: a process that exits is sampled last in the interpreter's finalisation,
+-- with none).
 -- SELECT pid, rank, kind, message FROM crash_report ORDER BY ts_ns DESC
 CREATE TEMP VIEW crash_report AS
 SELECT c.id AS crash_id, strftime('%Y-%m-%d %H:%M:%f', c.ts_ns / 1e9, 'unixepoch') AS ts, c.pid,
        t.rank, t.cmdline, c.kind, c.exit_code, c.signal, c.core_dumped, c.message, c.kernel,
-       c.ts_ns, c.target_id
+       c.ts_ns, c.target_id, c.tid, c.detail, c.core_path
 FROM crashes c
 JOIN targets t ON t.id = c.target_id;
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "api/server.h"
+#include "intarget/catch.h"
 #include "log.h"
 
 #define BODY_MAX (1 << 20) /* bytes of a request body */
@@ -71,6 +72,8 @@ int api_new(struct event_base *base, const struct api_config *cfg, int gid,
     r = jobs_new(base, &a->jobs);
     if (r == 0)
         r = stubctl_new(cfg->stub_path, &a->stubs);
+    if (r == 0 && (r = catcher_start(cfg->db_path, &a->catcher, &err)) < 0)
+        log_msg(LOG_ERR, "%s", err.msg);
     if (r == 0)
         r = metrics_new(base,
                         &(struct metrics_sources){.reg = parts->reg,
@@ -78,6 +81,7 @@ int api_new(struct event_base *base, const struct api_config *cfg, int gid,
                                                   .writer = parts->writer,
                                                   .meter = parts->meter,
                                                   .exits = parts->exits,
+                                                  .catcher = a->catcher,
                                                   .db_path = cfg->db_path,
                                                   .requests = &a->requests,
                                                   .queries = &a->queries,
@@ -141,7 +145,8 @@ void api_free(struct api *a)
         close(a->listen_fd);
     if (a->listen_fd >= 0) /* ours: bound by listen_unix() */
         unlink(a->cfg.socket_path);
-    stubctl_free(a->stubs);
     metrics_free(a->metrics);
+    catcher_stop(a->catcher);
+    stubctl_free(a->stubs);
     free(a);
 }

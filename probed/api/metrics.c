@@ -22,6 +22,7 @@
 #include "log.h"
 #include "native/native.h"
 #include "sample/exits.h"
+#include "intarget/catch.h"
 #include "common/procfs.h"
 
 #define CMD_LABEL_MAX 127     /* bytes of the command line in the cmd label */
@@ -418,6 +419,21 @@ static void render(struct metrics *m, struct evbuffer *out)
     one(out, "probed_target_exits_lost_total", "counter",
         "Ends of attached processes not recorded (too many at once)",
         (double)exits__lost(m->src.exits));
+    if (m->src.catcher) {
+        struct catch_counts cc;
+        catcher__counts(m->src.catcher, &cc);
+        family(out, "probed_catch_events_total", "counter",
+               "Failures `probectl catch` recorded as they happened, by kind");
+        evbuffer_add_printf(out, "probed_catch_events_total{kind=\"exception\"} %llu\n",
+                            (unsigned long long)cc.exceptions);
+        evbuffer_add_printf(out, "probed_catch_events_total{kind=\"fatal-signal\"} %llu\n",
+                            (unsigned long long)cc.signals);
+        one(out, "probed_catch_events_lost_total", "counter",
+            "Catch events not recorded (a channel that failed, a row not written)",
+            (double)cc.lost);
+        one(out, "probed_catch_targets", "gauge", "Processes caught now (`probectl catch`)",
+            (double)cc.channels);
+    }
     one(out, "probed_memory_readings_total", "counter", "Memory/CPU readings of targets",
         (double)mt->readings);
     one(out, "probed_memory_pass_seconds", "gauge",

@@ -30,6 +30,7 @@ struct metrics_sources {
     struct writer *writer;
     struct meter *meter;
     const struct exits *exits; /* NULL: none */
+    struct catcher *catcher;   /* `probectl catch` */
     const char *db_path;
     const atomic_uint_fast64_t *requests, *queries, *query_errors;
     struct config *config; /* metrics_cmdline */

@@ -1,5 +1,6 @@
 /*
- * route_intarget.c - /v1/eval, /v1/allocations and /v1/torch: jobs on the parallel lane that
+ * route_intarget.c - /v1/eval, /v1/allocations, /v1/torch and /v1/catch: jobs on the parallel
+ * lane that
  * talk to the stub injected into a target (intarget/), and the timer that takes allocation
  * snapshots and drains the torch trace of the targets that have them on.
  */
@@ -12,6 +13,7 @@
 #include "api/server.h"
 #include "clock.h"
 #include "intarget/allocs.h"
+#include "intarget/catch.h"
 #include "intarget/eval.h"
 #include "intarget/torchtrace.h"
 #include "log.h"
@@ -27,6 +29,7 @@ struct stub_job {
     struct allocs_request allocs;
     struct torch_request torch; /* torch.exprs is owned */
     struct torch_drained drained;
+    struct catch_request catch_rq;
 };
 
 static void free_stub_job(struct job *j)
@@ -385,6 +388,57 @@ struct job *torch_post(struct api *a, const struct request *rq)
     return &sj->j;
 }
 
+/* ---- catch ---- */
+
+static void run_catch(struct job *j)
+{
+    struct stub_job *sj = (struct stub_job *)j;
+    struct api *a = job_api(j);
+    struct errbuf err;
+    int r = catch_run(a->stubs, a->catcher, a->cfg.db_path, &sj->catch_rq, &j->body, &err);
+
+    if (r < 0 && sj->catch_rq.resume)
+        log_msg(LOG_WARN, "pid %d: the catch was not resumed: %s", (int)sj->catch_rq.pid, err.msg);
+    else if (r == 0 && sj->catch_rq.resume)
+        log_msg(LOG_INFO, "pid %d: catch resumed", (int)sj->catch_rq.pid);
+    job_result(j, r, &err);
+}
+
+/* POST /v1/catch {"pid", "action": "on"|"off", "signals": bool} */
+struct job *catch_post(struct api *a, const struct request *rq)
+{
+    static const char *const actions[] = {"on", "off"};
+    json_t *jsignals = json_object_get(rq->body, "signals");
+    int k = action_of(json_object_get(rq->body, "action"), actions, 2);
+    pid_t pid = pid_of(json_object_get(rq->body, "pid"));
+    struct stub_job *sj;
+    int64_t target_id;
+
+    if (!pid || k < 0 || (jsignals && !json_is_boolean(jsignals))) {
+        reply_error(rq->req, 400,
+                    "expected {\"pid\": int, \"action\": \"on\"|\"off\", optional"
+                    " \"signals\": bool}");
+        return NULL;
+    }
+    target_id = sampling_id(a, pid);
+    if (!target_id) {
+        reply_error(rq->req, 404,
+                    "pid %d is not attached: what catch sees is recorded with its attach"
+                    " (probectl attach %d)",
+                    (int)pid, (int)pid);
+        return NULL;
+    }
+    sj = job_alloc(a, rq, sizeof(*sj), JOB_PARALLEL, run_catch, free_stub_job);
+    if (!sj)
+        return NULL;
+    sj->catch_rq = (struct catch_request){.pid = pid,
+                                          .uid = rq->peer->uid,
+                                          .target_id = target_id,
+                                          .on = k == 0,
+                                          .signals = !json_is_false(jsignals)};
+    return &sj->j;
+}
+
 /* At start: targets resumed with allocation tracking or the torch trace on go on. */
 void tracked_resume(struct api *a)
 {
@@ -404,6 +458,16 @@ void tracked_resume(struct api *a)
                                                           .target_id = t->id,
                                                           .next_ns = mono_ns() + 1000000000LL};
             log_msg(LOG_INFO, "pid %d: allocation tracking resumed", (int)t->pid);
+        }
+        if (t->catching) {
+            struct request daemon = {.peer = &(struct peer){.root = true}};
+            struct stub_job *sj =
+                job_alloc(a, &daemon, sizeof(*sj), JOB_PARALLEL, run_catch, free_stub_job);
+            if (sj) {
+                sj->catch_rq = (struct catch_request){
+                    .pid = t->pid, .target_id = t->id, .on = true, .resume = true};
+                jobs__start(a->jobs, &sj->j);
+            }
         }
         if (t->torch_tracing && a->n_tracked < TRACKED_MAX) {
             a->tracked[a->n_tracked++] = (struct tracked){

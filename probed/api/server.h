@@ -31,6 +31,7 @@ struct api {
     struct api_parts parts;
     struct jobs *jobs;
     struct stubctl *stubs;   /* eval and repl: the stubs injected into targets */
+    struct catcher *catcher; /* `probectl catch`: the channels from caught targets */
     struct metrics *metrics; /* Prometheus /metrics, on config metrics_address */
     uint32_t rate_hz;        /* config sample_rate as last applied to the targets */
     int listen_fd;
@@ -78,6 +79,7 @@ struct job *backtrace_get(struct api *a, const struct request *rq);
 struct job *hang_post(struct api *a, const struct request *rq);
 struct job *eval_post(struct api *a, const struct request *rq);
 struct job *allocs_post(struct api *a, const struct request *rq);
+struct job *catch_post(struct api *a, const struct request *rq);
 struct job *torch_post(struct api *a, const struct request *rq);
 int status_get(struct api *a, const struct request *rq);
 int config_get(struct api *a, const struct request *rq);

@@ -171,7 +171,7 @@ static void print_thread_text(json_t *jt)
         printf("    ... (deeper than %zu frames)\n", json_array_size(frames));
 }
 
-static void print_text(json_t *doc)
+void backtrace_print_text(json_t *doc)
 {
     json_t *threads = json_object_get(doc, "threads"), *jt;
     size_t i;
@@ -233,7 +233,7 @@ int backtrace_main(int argc, char **argv)
         json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_ENSURE_ASCII);
         printf("\n");
     } else {
-        print_text(doc);
+        backtrace_print_text(doc);
     }
     json_decref(doc);
     return 0;

@@ -8,6 +8,11 @@
 #ifndef PROBECTL_BACKTRACE_H
 #define PROBECTL_BACKTRACE_H
 
+#include <jansson.h>
+
 int backtrace_main(int argc, char **argv);
+
+/* Prints the backtrace document @doc (dump.h) as text, as `backtrace` does. */
+void backtrace_print_text(json_t *doc);
 
 #endif

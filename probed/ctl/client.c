@@ -253,3 +253,30 @@ long long client_int(json_t *row, size_t i)
 {
     return (long long)json_integer_value(json_array_get(row, i));
 }
+
+int client_ensure_attached(const char *socket, int pid)
+{
+    json_t *body = json_pack("{s:i}", "pid", pid), *reply;
+
+    reply = client_request(socket, "POST", "/v1/targets", body);
+    json_decref(body);
+    if (!reply)
+        return -1;
+    printf("attached to pid %d (Python %s) at %lld Hz\n", pid,
+           json_string_value(json_object_get(reply, "python_version")),
+           (long long)json_integer_value(json_object_get(reply, "rate_hz")));
+    json_decref(reply);
+    return 0;
+}
+
+void client_detach_quietly(const char *socket, int pid)
+{
+    char path[64];
+    json_t *reply;
+
+    snprintf(path, sizeof(path), "/v1/targets/%d", pid);
+    reply = client_request(socket, "DELETE", path, NULL);
+    if (reply)
+        printf("detached from pid %d again\n", pid);
+    json_decref(reply);
+}

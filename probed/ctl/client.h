@@ -66,4 +66,9 @@ long long client_int(json_t *row, size_t i);
 /* @s as a pid, or -1 after printing "probectl @cmd: '@s' is not a pid". */
 int client_parse_pid(const char *s, const char *cmd);
 
+/* What lives with an attach (the torch trace, catch): attaches @pid, saying so; 0, or -1 after
+ * printing why. client_detach_quietly undoes it when what it was for failed. */
+int client_ensure_attached(const char *socket, int pid);
+void client_detach_quietly(const char *socket, int pid);
+
 #endif

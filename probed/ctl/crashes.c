@@ -2,13 +2,16 @@
 #define _GNU_SOURCE
 #include "ctl/crashes.h"
 
+#include <errno.h>
 #include <getopt.h>
+#include <stdbool.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/units.h"
+#include "ctl/backtrace.h"
 #include "ctl/client.h"
 
 #define CRASHES_MAX 100 /* the latest shown */
@@ -51,6 +54,58 @@ static json_t *stacks_of(const char *socket, long long id)
     return threads;
 }
 
+/* An exception's frames (innermost first in the record), printed as Python prints a
+ * traceback: the innermost last, each with its locals. */
+static void print_frames(json_t *frames, const char *indent)
+{
+    for (size_t i = json_array_size(frames); i-- > 0;) {
+        json_t *f = json_array_get(frames, i), *l;
+        size_t k;
+
+        printf("%s%s (%s:%lld)\n", indent, json_string_value(json_object_get(f, "function")),
+               json_string_value(json_object_get(f, "file")),
+               (long long)json_integer_value(json_object_get(f, "line")));
+        json_array_foreach(json_object_get(f, "locals"), k, l)
+            printf("%s    %s = %s\n", indent, json_string_value(json_object_get(l, "name")),
+                   json_string_value(json_object_get(l, "value")));
+    }
+}
+
+/* What `catch` saw: an exception's traceback and what led to it, or every thread's stacks at
+ * a fatal signal. */
+static void print_detail(json_t *c)
+{
+    json_t *d = json_object_get(c, "detail"), *link;
+    const char *kind = json_string_value(json_object_get(c, "kind"));
+    size_t i;
+
+    if (!json_is_object(d))
+        return;
+    if (strcmp(kind, "exception") == 0) {
+        json_t *chain = json_object_get(d, "chain");
+        for (i = json_array_size(chain); i-- > 0;) { /* the first cause first, as Python does */
+            link = json_array_get(chain, i);
+            printf("  %s: %s\n", json_string_value(json_object_get(link, "type")),
+                   json_string_value(json_object_get(link, "message")));
+            print_frames(json_object_get(link, "frames"), "    ");
+            printf("  %s\n",
+                   strcmp(json_string_value(json_object_get(link, "relation")) ?: "", "cause") == 0
+                       ? "which was the direct cause of:"
+                       : "during whose handling another happened:");
+        }
+        printf("  %s: %s (traceback, innermost last, with locals)\n",
+               json_string_value(json_object_get(d, "type")),
+               json_string_value(json_object_get(d, "message")));
+        print_frames(json_object_get(d, "frames"), "    ");
+    } else if (json_is_object(json_object_get(d, "stacks"))) {
+        printf("  every thread as it failed (read in %.1f ms):\n",
+               json_number_value(json_object_get(d, "read_ms")));
+        backtrace_print_text(json_object_get(d, "stacks"));
+    } else if (json_is_string(json_object_get(d, "error"))) {
+        printf("  stacks: %s\n", json_string_value(json_object_get(d, "error")));
+    }
+}
+
 static void print_crash(json_t *c)
 {
     json_t *t, *f;
@@ -64,10 +119,15 @@ static void print_crash(json_t *c)
         printf(" (rank %lld)", (long long)json_integer_value(rank));
     printf("  %s\n  %s\n", json_string_value(json_object_get(c, "cmdline")),
            json_string_value(json_object_get(c, "message")));
+    print_detail(c);
     for (const char *p = kernel; p && *p;) {
         const char *nl = strchr(p, '\n');
         printf("  kernel: %.*s\n", (int)(nl ? nl - p : (long)strlen(p)), p);
         p = nl ? nl + 1 : p + strlen(p);
+    }
+    if (json_is_object(json_object_get(c, "detail"))) { /* catch's: what it saw is better */
+        printf("\n");
+        return;
     }
     json_array_foreach(json_object_get(c, "last_stacks"), i, t)
     {
@@ -137,7 +197,8 @@ int crashes_main(int argc, char **argv)
         snprintf(since_cond, sizeof(since_cond), " AND ts_ns > ago('%s')", since);
     snprintf(sql, sizeof(sql),
              "SELECT crash_id, ts, pid, rank, cmdline, kind, exit_code, signal, core_dumped,"
-             " message, kernel, ts_ns FROM crash_report WHERE 1%s%s ORDER BY ts_ns DESC LIMIT %d",
+             " message, kernel, ts_ns, tid, detail, core_path FROM crash_report WHERE 1%s%s"
+             " ORDER BY ts_ns DESC, crash_id DESC LIMIT %d",
              pid_cond, since_cond, CRASHES_MAX);
     rows = rows_of(socket, sql, &keep);
     if (!rows) {
@@ -154,6 +215,11 @@ int crashes_main(int argc, char **argv)
                       json_array_get(row, 6), "signal", json_array_get(row, 7), "core_dumped",
                       client_int(row, 8) != 0, "message", json_array_get(row, 9), "kernel",
                       json_array_get(row, 10), "ts_ns", json_array_get(row, 11));
+        const char *detail = json_string_value(json_array_get(row, 13));
+        json_object_set(cr, "tid", json_array_get(row, 12));
+        json_t *jd = detail ? json_loads(detail, 0, NULL) : NULL;
+        json_object_set_new(cr, "detail", jd ? jd : json_null());
+        json_object_set(cr, "core_path", json_array_get(row, 14));
         json_object_set_new(cr, "last_stacks", stacks_of(socket, client_int(row, 0)));
         json_array_append_new(out, cr);
     }
@@ -168,5 +234,99 @@ int crashes_main(int argc, char **argv)
         json_array_foreach(out, i, row) print_crash(row);
     }
     json_decref(out);
+    return 0;
+}
+
+/* ---- probectl catch ---- */
+
+static json_t *catch_call(const char *socket, json_t *body, long *status, bool quiet_404)
+{
+    char err[512];
+    json_t *reply = NULL;
+    int r = client_call(client_socket_path(socket), "POST", "/v1/catch", body, status, &reply, NULL,
+                        NULL, err, sizeof(err));
+
+    if (r < 0) {
+        fprintf(stderr, "probectl: %s%s\n", err,
+                r == -ENOENT || r == -ECONNREFUSED ? " (is probed running?)" : "");
+        *status = 0;
+        return NULL;
+    }
+    if (*status < 200 || *status > 299) {
+        if (!quiet_404 || *status != 404)
+            fprintf(stderr, "probectl catch: %s\n", client_error_text(reply));
+        json_decref(reply);
+        return NULL;
+    }
+    return reply;
+}
+
+int catch_main(int argc, char **argv)
+{
+    static const struct option longopts[] = {{"no-signals", no_argument, NULL, 'n'},
+                                             {"socket", required_argument, NULL, 'S'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
+    const char *socket = NULL, *action = "on";
+    json_t *body, *reply;
+    long status = 0;
+    int c, pid, signals = 1;
+
+    while ((c = getopt_long(argc, argv, "nh", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'n':
+            signals = 0;
+            break;
+        case 'S':
+            socket = optarg;
+            break;
+        case 'h':
+            printf("usage: probectl catch PID [on|off] [--no-signals]\n"
+                   "  Records in crashes, as they happen: every uncaught exception of the\n"
+                   "  process (any thread), with its traceback and each frame's locals; and at a\n"
+                   "  fatal signal (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) every thread's\n"
+                   "  Python and native stacks, read while the failing thread waits (at most\n"
+                   "  %d ms). What the process does next is unchanged: the hooks and handlers\n"
+                   "  that were there run after ours. `off` removes ours. See them with\n"
+                   "  probectl crashes PID.\n",
+                   2000);
+            return 0;
+        default:
+            return 2;
+        }
+    }
+    if (optind >= argc || optind + 2 < argc) {
+        fprintf(stderr, "probectl catch: expected PID [on|off]\n");
+        return 2;
+    }
+    if ((pid = client_parse_pid(argv[optind], "catch")) < 0)
+        return 2;
+    if (optind + 1 < argc)
+        action = argv[optind + 1];
+    if (strcmp(action, "on") != 0 && strcmp(action, "off") != 0) {
+        fprintf(stderr, "probectl catch: '%s': expected on or off\n", action);
+        return 2;
+    }
+    body = json_pack("{s:i, s:s, s:b}", "pid", pid, "action", action, "signals", signals);
+    reply = catch_call(socket, body, &status, strcmp(action, "on") == 0);
+    if (!reply && status == 404 && strcmp(action, "on") == 0 &&
+        client_ensure_attached(socket, pid) == 0) {
+        reply = catch_call(socket, body, &status, false);
+        if (!reply)
+            client_detach_quietly(socket, pid);
+    }
+    json_decref(body);
+    if (!reply)
+        return 1;
+    if (strcmp(action, "off") == 0)
+        printf("pid %d: catch off (its hooks and handlers removed)\n", pid);
+    else
+        printf("pid %d: catching uncaught exceptions (every thread)%s; see: probectl crashes %d\n",
+               pid,
+               json_integer_value(json_object_get(reply, "signals")) > 0
+                   ? " and fatal signals (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT)"
+                   : "",
+               pid);
+    json_decref(reply);
     return 0;
 }

@@ -43,6 +43,8 @@ static const struct command commands[] = {
     {"config", config_main, "read or change the daemon's settings live"},
     {"torch", torch_main, "per-step, per-module time and memory of a PyTorch job (on|off|summary)"},
     {"crashes", crashes_main, "how attached processes ended: status, signal, OOM, last stacks"},
+    {"catch", catch_main,
+     "record a process's uncaught exceptions and fatal signals as they happen"},
     {"hang", hang_main, "every rank's stack at one instant, grouped: who holds everyone up"},
     {"cluster", cluster_main, "a job on many nodes: list, attach, detach, query, flamegraph"},
     {"proxy", proxy_main, "join stdin/stdout to the daemon (the far end of `ssh -T HOST`)", true},

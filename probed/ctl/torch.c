@@ -40,34 +40,6 @@ static json_t *torch_call(const char *socket, json_t *body, long *status, bool q
     return reply;
 }
 
-/* The trace lives with an attach: attach first when the process is not. */
-static int ensure_attached(const char *socket, int pid)
-{
-    json_t *body = json_pack("{s:i}", "pid", pid), *reply;
-
-    reply = client_request(socket, "POST", "/v1/targets", body);
-    json_decref(body);
-    if (!reply)
-        return -1;
-    printf("attached to pid %d (Python %s) at %lld Hz\n", pid,
-           json_string_value(json_object_get(reply, "python_version")),
-           (long long)json_integer_value(json_object_get(reply, "rate_hz")));
-    json_decref(reply);
-    return 0;
-}
-
-static void detach_quietly(const char *socket, int pid)
-{
-    char path[64];
-    json_t *reply;
-
-    snprintf(path, sizeof(path), "/v1/targets/%d", pid);
-    reply = client_request(socket, "DELETE", path, NULL);
-    if (reply)
-        printf("detached from pid %d again\n", pid);
-    json_decref(reply);
-}
-
 /* @comm: 0 modules only, 1 modules and collectives, 2 collectives only */
 static int turn_on(const char *socket, int pid, int every, const char *exprs, int comm)
 {
@@ -78,10 +50,10 @@ static int turn_on(const char *socket, int pid, int every, const char *exprs, in
     long status = 0;
 
     reply = torch_call(socket, body, &status, true);
-    if (!reply && status == 404 && ensure_attached(socket, pid) == 0) {
+    if (!reply && status == 404 && client_ensure_attached(socket, pid) == 0) {
         reply = torch_call(socket, body, &status, false);
         if (!reply) /* no trace: no attach left behind either */
-            detach_quietly(socket, pid);
+            client_detach_quietly(socket, pid);
     }
     json_decref(body);
     if (!reply)

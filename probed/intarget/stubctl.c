@@ -567,7 +567,10 @@ int stubctl__call(struct stubctl *sc, pid_t pid, const struct stub_call *call,
     fd = open_stub(sc, pid, call->may_inject, ret, err);
     if (fd >= 0) {
         r = exchange(fd, pid, call, ret, err);
-        close(fd); /* after a timeout too: the stub's reply, when it comes, goes nowhere */
+        if (r == 0 && call->ret_fd && !ret->timed_out && ret->status == STUB_OK)
+            *call->ret_fd = fd;
+        else
+            close(fd); /* after a timeout too: the stub's reply, when it comes, goes nowhere */
     } else {
         r = fd;
     }

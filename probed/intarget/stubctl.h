@@ -47,6 +47,9 @@ struct stub_call {
      * 15 targets died with SIGSEGV). Waits up to STUBCTL_EXCLUSIVE_WAIT_MS for the calls in it
      * (then -EBUSY); the others wait for it. */
     bool exclusive;
+    /* STUB_CATCH_LISTEN: where the connection goes, kept open, when the stub answers STUB_OK
+     * (the caller's to close); else it is closed */
+    int *ret_fd;
 };
 
 #define STUBCTL_EXCLUSIVE_WAIT_MS 10000

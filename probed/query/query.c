@@ -76,6 +76,7 @@ static int raw_table(const char *name)
                                       "torch_tracing",
                                       "comm_calls",
                                       "crashes",
+                                      "catching",
                                       "dbstat", /* every table's pages and their payload */
                                       "sqlite_stmt"};
     for (size_t i = 0; i < sizeof(raw) / sizeof(raw[0]); i++)

@@ -67,6 +67,7 @@ struct target {
     bool follow_children;     /* attach --children: its new descendants are attached too */
     bool allocation_tracking; /* resumed with allocation tracking on (allocs.h) */
     bool torch_tracing;       /* resumed with the torch trace on (torchtrace.h) */
+    bool catching;            /* resumed with `catch` on (intarget/catch.h) */
     bool native_wanted;       /* attach --native: native frames in the stacks (native.h) */
     bool native_perf_only;    /* attach --native=perf: not the eBPF sampler */
     pid_t pid;

@@ -102,6 +102,7 @@ static void info_of(const struct target *t, struct target_info *i)
         .native_perf_only = t->native_perf_only,
         .allocation_tracking = t->allocation_tracking,
         .torch_tracing = t->torch_tracing,
+        .catching = t->catching,
         .attached_ns = t->attached_ns,
         .state = t->state,
         .stats = t->stats,
@@ -289,6 +290,7 @@ int targets__attach(struct targets *reg, pid_t pid, const struct attach_opts *o,
     t->native_perf_only = o->native_perf_only;
     t->allocation_tracking = o->allocation_tracking;
     t->torch_tracing = o->torch_tracing;
+    t->catching = o->catching;
     if (o->duration_ns > 0)
         t->deadline_ns = mono_ns() + o->duration_ns;
     if (t->native_wanted) /* not fatal: the Python frames are still there */

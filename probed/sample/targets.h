@@ -52,8 +52,8 @@ struct attach_opts {
     bool native_perf_only; /* attach --native=perf */
     int64_t duration_ns;   /* detached after this long; 0: never */
     /* a daemon restart picking up a target the store lists as sampled: its row and id exist */
-    int64_t resume_id;                       /* 0: a new attach */
-    bool allocation_tracking, torch_tracing; /* resumed with these on */
+    int64_t resume_id;                                 /* 0: a new attach */
+    bool allocation_tracking, torch_tracing, catching; /* resumed with these on */
 };
 
 /* A target as others see it: a copy taken under the lock. */
@@ -67,8 +67,8 @@ struct target_info {
     int rank, local_rank, world_size; /* -1: not set */
     uint32_t rate_hz;
     bool follow_children, native_wanted, native_perf_only;
-    bool allocation_tracking, torch_tracing; /* resumed with these on */
-    int64_t attached_ns;                     /* CLOCK_REALTIME */
+    bool allocation_tracking, torch_tracing, catching; /* resumed with these on */
+    int64_t attached_ns;                               /* CLOCK_REALTIME */
     enum target_state state;
     char end_reason[128];
     struct target_stats stats;

@@ -220,3 +220,58 @@ int records_torch_tracing(const char *db_path, int64_t target_id, bool on, int e
     }
     return finish(db, q, r, db_path, "recording the torch trace", err);
 }
+
+int records_crash(const char *db_path, const struct crash_record *c, struct errbuf *err)
+{
+    sqlite3 *db = NULL;
+    sqlite3_stmt *q = NULL;
+    int r = store_connect(db_path, &db, err);
+
+    if (r < 0)
+        return r;
+    if (sqlite3_prepare_v2(db,
+                           "INSERT INTO crashes (target_id, pid, ts_ns, kind, exit_code, signal,"
+                           " core_dumped, message, detail, tid) VALUES (?,?,?,?,NULL,?,0,?,?,?)",
+                           -1, &q, NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(q, 1, c->target_id);
+        sqlite3_bind_int64(q, 2, c->pid);
+        sqlite3_bind_int64(q, 3, c->ts_ns);
+        sqlite3_bind_text(q, 4, c->kind, -1, SQLITE_STATIC);
+        if (c->signal > 0)
+            sqlite3_bind_int(q, 5, c->signal);
+        sqlite3_bind_text(q, 6, c->message, -1, SQLITE_STATIC);
+        if (c->detail)
+            sqlite3_bind_text(q, 7, c->detail, -1, SQLITE_STATIC);
+        if (c->tid > 0)
+            sqlite3_bind_int64(q, 8, c->tid);
+        if (sqlite3_step(q) != SQLITE_DONE)
+            r = -EIO;
+    } else {
+        r = -EIO;
+    }
+    return finish(db, q, r, db_path, "recording a crash", err);
+}
+
+int records_catching(const char *db_path, int64_t target_id, bool on, bool signals,
+                     struct errbuf *err)
+{
+    sqlite3 *db = NULL;
+    sqlite3_stmt *q = NULL;
+    int r = store_connect(db_path, &db, err);
+
+    if (r < 0)
+        return r;
+    if (sqlite3_prepare_v2(db,
+                           on ? "INSERT OR REPLACE INTO catching (target_id, signals) VALUES (?,?)"
+                              : "DELETE FROM catching WHERE target_id = ?",
+                           -1, &q, NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(q, 1, target_id);
+        if (on)
+            sqlite3_bind_int(q, 2, signals);
+        if (sqlite3_step(q) != SQLITE_DONE)
+            r = -EIO;
+    } else {
+        r = -EIO;
+    }
+    return finish(db, q, r, db_path, "recording the catch", err);
+}

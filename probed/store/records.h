@@ -1,8 +1,8 @@
 /*
  * records.h - the rows written outside the writer thread: the evals audit, allocation
- * snapshots and the torch trace's drains, each on a connection of the calling worker's own
- * (rare, or batched once a second), and the flags a restarted daemon resumes from
- * (allocation_tracking, torch_tracing). With store.c, the only code that writes the schema.
+ * snapshots, the torch trace's drains and the crashes `catch` sees, each on a connection of the
+ * calling worker's own (rare, or batched once a second), and the flags a restarted daemon resumes
+ * from (allocation_tracking, torch_tracing). With store.c, the only code that writes the schema.
  * Threads: any worker; SQLite's locking serialises them with the writer (5 s busy wait).
  * Memory: nothing kept. Failure: -EIO with what failed and SQLite's reason in @err.
  */
@@ -48,5 +48,20 @@ int records_torch_drain(const char *db_path, int64_t target_id, json_t *drain, i
 /* The trace is (no longer) on for @target_id, every @every steps with @exprs. */
 int records_torch_tracing(const char *db_path, int64_t target_id, bool on, int every,
                           const char *exprs, struct errbuf *err);
+
+/* A crash `probectl catch` saw happen (intarget/catch.c): an uncaught exception or a fatal
+ * signal, with what was read at that moment (@detail, JSON) into crashes. */
+struct crash_record {
+    int64_t target_id, ts_ns;
+    pid_t pid, tid;      /* tid: the thread it happened in (0: not known) */
+    const char *kind;    /* "exception" | "fatal-signal" */
+    int signal;          /* fatal-signal: which */
+    const char *message; /* in words */
+    const char *detail;  /* JSON, or NULL */
+};
+int records_crash(const char *db_path, const struct crash_record *c, struct errbuf *err);
+/* `catch` is (no longer) on for @target_id, with fatal signals or not. */
+int records_catching(const char *db_path, int64_t target_id, bool on, bool signals,
+                     struct errbuf *err);
 
 #endif

@@ -320,7 +320,8 @@ int store__live_targets(struct store *st, store_target_fn fn, void *ctx, struct 
                            "SELECT id, pid, start_time, rate_hz, (follow_children <> 0) |"
                            " ((id IN (SELECT target_id FROM allocation_tracking)) << 1) |"
                            " ((id IN (SELECT target_id FROM torch_tracing)) << 2) |"
-                           " ((native <> 0) << 3)"
+                           " ((native <> 0) << 3) |"
+                           " ((id IN (SELECT target_id FROM catching)) << 4)"
                            " FROM targets WHERE ended_ns IS NULL",
                            -1, &q, NULL) != SQLITE_OK)
         return errbuf_set(err, -EIO, "reading targets: %s", sqlite3_errmsg(st->db));

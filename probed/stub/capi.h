@@ -71,8 +71,9 @@ struct capi {
     int (*PyThreadState_SetAsyncExc)(unsigned long, PyObject *);
     PyObject **PyExc_KeyboardInterrupt;
     PyObject **PyExc_RuntimeError;
-    PyObject *_Py_NoneStruct; /* data: &None, &True, the tuple and list types */
+    PyObject *_Py_NoneStruct; /* data: &None, &True, &False, the tuple and list types */
     PyObject *_Py_TrueStruct;
+    PyObject *_Py_FalseStruct;
     PyObject *PyTuple_Type;
     PyObject *PyList_Type;
     /* 3.6 only creates the GIL when a second thread first needs it: */

@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "capi.h"
+#include "catch.h"
 #include "stub_proto.h"
 #include "torchhot.h"
 
@@ -157,6 +158,7 @@ static int resolve_api(struct capi *api, char *err, size_t errlen)
         S(PyExc_RuntimeError),
         S(_Py_NoneStruct),
         S(_Py_TrueStruct),
+        S(_Py_FalseStruct),
         S(PyTuple_Type),
         S(PyList_Type),
 #undef S
@@ -224,8 +226,8 @@ static int load_bootstrap(struct stub *s, char *err, size_t errlen)
         s->run = api->PyDict_GetItemString(ns, "_run");
         s->complete = api->PyDict_GetItemString(ns, "_complete");
         ret = s->run && s->complete ? 0 : fail(err, errlen, "bootstrap.py defines no _run");
-        if (ret == 0 && torch_hot_register(&s->torch, api) < 0)
-            api->PyErr_Clear(); /* eval works without it; the torch trace says it is missing */
+        if (ret == 0 && (torch_hot_register(&s->torch, api) < 0 || catch_register(api) < 0))
+            api->PyErr_Clear(); /* eval works without them; catch and torch say they are missing */
         api->Py_DecRef(r);      /* ns stays alive: it holds the functions */
     } else {
         api->PyErr_Print();
@@ -495,7 +497,13 @@ static void *serve_connection(void *arg)
             status = is_complete(s, code, &text);
         else if (rq.kind == STUB_INTERRUPT)
             status = interrupt(s, rq.session, &text);
-        else
+        else if (rq.kind == STUB_CATCH_LISTEN) {
+            /* the daemon keeps this connection for the catch's events (catch.c) */
+            reply(fd, STUB_OK, "");
+            free(code);
+            catch_channel_set(fd);
+            return NULL;
+        } else
             status = STUB_ERROR, text = strdup("unknown request");
         reply(fd, status, text ? text : "probed: out of memory\n");
         free(text);

@@ -171,3 +171,237 @@ def test_a_detached_process_or_a_stranger_is_not_recorded(tmp_path):
         for p in (kept, gone, stranger):
             reap(p)
         d.close()
+
+
+# ---- probectl catch: the moment of failure, through the stub ----
+
+def sig_caught(pid):
+    """The signals the process has a handler for (/proc/PID/status SigCgt)."""
+    with open('/proc/%d/status' % pid) as f:
+        mask = int([l for l in f if l.startswith('SigCgt:')][0].split()[1], 16)
+    return {s for s in range(1, 65) if mask & (1 << (s - 1))}
+
+
+def by_kind(rows, pid):
+    return {c['kind']: c for c in rows if c['pid'] == pid}
+
+
+def frames_of(detail):
+    return {f['function']: {l['name']: l['value'] for l in f.get('locals', [])}
+            for f in detail['frames']}
+
+
+CATCHES = [  # mode, exit status, the catch's kind
+    ('raise', 1, 'exception'),
+    ('thread', 0, 'exception'),
+    ('segv', -signal.SIGSEGV, 'fatal-signal'),
+    ('abort', -signal.SIGABRT, 'fatal-signal'),
+]
+
+
+@pytest.mark.parametrize('python', interpreter_params())
+def test_catch_records_exceptions_and_fatal_signals_as_they_happen(python, tmp_path):
+    """An uncaught exception in the main thread (chained) and in another thread, a segfault
+    through ctypes and abort(): each is a row with what was true at that moment (the traceback
+    and its locals; every thread's stacks at the signal), and the process ends exactly as it
+    would have: same status, same traceback on stderr, the kernel's segfault line."""
+    require(python)
+    port = free_port()
+    d = Daemon('--metrics', '127.0.0.1:%d' % port)
+    procs = []
+    try:
+        for mode, _, _ in CATCHES:
+            p = start(python, [mode], str(tmp_path / mode))
+            procs.append(p)
+            r = d.ctl('catch', p.pid, check=True)
+            assert 'catching uncaught exceptions (every thread) and fatal signals' in r.stdout
+            assert 'attached to pid %d' % p.pid in r.stdout  # catch attaches first
+            assert {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL,
+                    signal.SIGABRT} <= sig_caught(p.pid)
+        for (mode, status, _), p in zip(CATCHES, procs):
+            (tmp_path / mode).touch()
+            assert p.wait(timeout=30) == status, mode
+        err = {m: p.stderr.read().decode() for (m, _, _), p in zip(CATCHES, procs)}
+        assert 'RuntimeError: step 7 failed: empty batch' in err['raise']
+        assert 'direct cause' in err['raise']  # the hook before ours printed it as always
+        assert "KeyError: 'shard-3'" in err['thread'] and 'loader' in err['thread']
+        try:  # catch's row and the kernel's, for each
+            wait_for(lambda: len(crashes(d)) == len(CATCHES) * 2, 30, 'the rows')
+        except AssertionError:
+            raise AssertionError('%s\n%s' % (crashes(d), d.read_log()))
+        rows = crashes(d)
+
+        c = by_kind(rows, procs[0].pid)
+        e = c['exception']
+        assert e['message'] == ('uncaught RuntimeError: step 7 failed: empty batch (the main'
+                                ' thread "MainThread")'), e
+        assert e['tid'] == procs[0].pid
+        fr = frames_of(e['detail'])
+        assert e['detail']['frames'][0]['function'] == 'train_step'  # innermost first
+        assert fr['train_step'] == {'step': '7', 'batch': '[]', 'lr': '0.1'}, fr
+        assert fr['before_raise']['flag'] == repr(str(tmp_path / 'raise'))
+        (cause,) = e['detail']['chain']
+        assert cause['type'] == 'ZeroDivisionError' and cause['relation'] == 'cause', cause
+        assert cause['frames'][0]['function'] == 'divide'
+        assert c['exit']['exit_code'] == 1  # and the kernel's word on the exit, as always
+
+        c = by_kind(rows, procs[1].pid)
+        e = c['exception']
+        assert e['message'] == 'uncaught KeyError: \'shard-3\' (in thread "loader")', e
+        assert e['tid'] != procs[1].pid and e['tid'] > 0
+        assert frames_of(e['detail'])['load'] == {'shard': "'shard-3'", 'table': "{'a': 1}"}
+        assert c['exit']['exit_code'] == 0
+
+        for p, sig, func in ((procs[2], signal.SIGSEGV, 'before_segv'),
+                             (procs[3], signal.SIGABRT, 'before_abort')):
+            c = by_kind(rows, p.pid)
+            f = c['fatal-signal']
+            assert f['signal'] == sig and f['tid'] == p.pid, f
+            assert ('fatal signal %d (SIG%s) in thread %d' % (sig, signal.Signals(sig).name[3:],
+                                                              p.pid)) in f['message'], f
+            assert 'every thread\'s stacks read as it failed' in f['message'], f
+            assert c['signal']['signal'] == sig, 'the kernel saw the same end'
+            threads = {t['tid']: t for t in f['detail']['stacks']['threads']}
+            frames = threads[p.pid]['frames']
+            py = [x for x in frames if x.get('kind') != 'native']
+            assert [x['function'] for x in py][-2:] == [func, '<module>'], py
+            assert {l['name']: l['value'] for l in py[-2]['locals']} == {
+                'flag': repr(str(tmp_path / ('segv' if sig == signal.SIGSEGV else 'abort')))}
+            names = [x.get('function') for x in frames]
+            assert 'on_fatal' not in names and 'send_event' not in names, names
+            if sig == signal.SIGSEGV:  # the fault, where it happened, is the stack's top
+                assert f['detail']['addr'] == '0x0'
+                assert ('[%d]: segfault at 0 ' % p.pid) in (c['signal']['kernel'] or '')
+            else:
+                assert 'abort' in names[:4], names
+        text = d.ctl('crashes', procs[0].pid, check=True).stdout
+        assert 'ZeroDivisionError: float division by zero' in text
+        assert 'which was the direct cause of:' in text
+        assert "        batch = []" in text and 'train_step (' in text, text
+        text = d.ctl('crashes', procs[2].pid, check=True).stdout
+        assert 'every thread as it failed' in text and 'before_segv (' in text, text
+        metrics = http_get('http://127.0.0.1:%d/metrics' % port)[1]
+        assert 'probed_catch_events_total{kind="exception"} 2' in metrics
+        assert 'probed_catch_events_total{kind="fatal-signal"} 2' in metrics
+        assert 'probed_catch_events_lost_total 0' in metrics
+    finally:
+        for p in procs:
+            reap(p)
+        d.close()
+
+
+def test_catch_off_leaves_nothing_and_a_forked_child_is_not_the_process(tmp_path):
+    """`catch off` puts back every hook and handler (the kernel's SigCgt, sys.excepthook);
+    an exception after it is not caught. A child forked from a caught process that segfaults
+    is not reported as the process (its copy of the channel is closed) and dies as it would."""
+    d = Daemon()
+    off = start('/usr/bin/python3', ['raise'], str(tmp_path / 'raise'))
+    parent = start('/usr/bin/python3', ['fork'], str(tmp_path / 'fork'))
+    try:
+        before = sig_caught(off.pid)
+        d.ctl('catch', off.pid, check=True)
+        assert signal.SIGSEGV in sig_caught(off.pid) and signal.SIGSEGV not in before
+        r = d.ctl('catch', off.pid, 'off', check=True)
+        assert 'catch off' in r.stdout
+        # (glibc's own SIGSETXID handler, taken when the stub's thread started, stays)
+        assert sig_caught(off.pid) - {32, 33} == before - {32, 33}
+        r = d.ctl('eval', off.pid, 'import sys, threading; print(sys.excepthook is'
+                  ' sys.__excepthook__, threading.excepthook is threading.__excepthook__)',
+                  check=True)
+        assert r.stdout.strip() == 'True True', r.stdout
+        d.ctl('catch', parent.pid, check=True)
+        (tmp_path / 'raise').touch()
+        (tmp_path / 'fork').touch()
+        assert off.wait(timeout=30) == 1
+        assert parent.wait(timeout=30) == 0
+        assert parent.stdout.read().decode().strip() == 'CHILD signal 11'
+        wait_for(lambda: len(crashes(d)) == 2, 30, 'the two exits')
+        time.sleep(1)
+        assert sorted(c['kind'] for c in crashes(d)) == ['exit', 'exit'], crashes(d)
+        audit = d.rows("SELECT code FROM evals WHERE mode = 'catch' ORDER BY ts_ns")
+        assert [a[0] for a in audit] == ['catch on', 'catch off', 'catch on'], audit
+    finally:
+        reap(off)
+        reap(parent)
+        d.close()
+
+
+def test_a_caught_target_never_waits_on_a_daemon_that_is_gone_or_stuck(tmp_path):
+    """The failing thread waits for the daemon's ack at most 2 s: with the daemon stopped
+    (SIGSTOP) the segfault ends the process about 2 s later, with its own status; with the
+    daemon killed (kill -9) at once. After a restart, the daemon opens the channel again."""
+    d = Daemon()
+    stuck = start('/usr/bin/python3', ['segv'], str(tmp_path / 'stuck'))
+    gone = start('/usr/bin/python3', ['segv'], str(tmp_path / 'gone'))
+    resumed = start('/usr/bin/python3', ['raise'], str(tmp_path / 'resumed'))
+    try:
+        for p in (stuck, gone, resumed):
+            d.ctl('catch', p.pid, check=True)
+        # the attaches stored (once a second) before the daemon stops, so that it resumes them
+        wait_for(lambda: len(d.rows('SELECT id FROM targets')) == 3, 10, 'the targets stored')
+        d.proc.send_signal(signal.SIGSTOP)
+        t0 = time.time()
+        (tmp_path / 'stuck').touch()
+        assert stuck.wait(timeout=30) == -signal.SIGSEGV
+        waited = time.time() - t0
+        assert 1.8 < waited < 6, waited
+        d.proc.send_signal(signal.SIGCONT)
+        d.kill(signal.SIGKILL)
+        t0 = time.time()
+        (tmp_path / 'gone').touch()
+        assert gone.wait(timeout=30) == -signal.SIGSEGV
+        assert time.time() - t0 < 1.5
+        d.start()  # the same database: the catch of `resumed` goes on
+        wait_for(lambda: 'pid %d: catch resumed' % resumed.pid in d.read_log(), 20,
+                 'the catch resumed')
+        (tmp_path / 'resumed').touch()
+        assert resumed.wait(timeout=30) == 1
+        wait_for(lambda: 'exception' in [c['kind'] for c in crashes(d)], 30, 'the exception')
+        (e,) = [c for c in crashes(d) if c['kind'] == 'exception']
+        assert e['pid'] == resumed.pid and 'RuntimeError' in e['message']
+    finally:
+        for p in (stuck, gone, resumed):
+            reap(p)
+        d.close()
+
+
+def test_catch_is_the_owners_only_and_takes_no_garbage(tmp_path):
+    """Another user cannot catch root's process. The events come from the target, whose code is
+    its user's: one that is not an exception record closes the channel (counted lost), an
+    oversized one is bounded in the row, and the daemon carries on; `catch` opens it again."""
+    port = free_port()
+    d = Daemon('--metrics', '127.0.0.1:%d' % port)
+    p = start('/usr/bin/python3', ['wait'], str(tmp_path / 'w'))
+    try:
+        d.ctl('attach', p.pid, check=True)
+        user = ensure_test_user()
+        os.chmod(d.socket, 0o666)
+        r = d.ctl('catch', p.pid, user=user)
+        assert r.returncode != 0 and 'permission denied' in r.stderr, r.stderr
+        assert signal.SIGSEGV not in sig_caught(p.pid)
+
+        d.ctl('catch', p.pid, check=True)
+        report = 'import json, _probed_stub; print(_probed_stub.catch_report(json.dumps(' \
+                 '{"type": "E" * 100000, "message": "m" * %d, "frames": []})),' \
+                 ' _probed_stub.catch_state()[0])'
+        r = d.ctl('eval', p.pid, report % 3000000, check=True)  # past the bound: not sent
+        assert r.stdout.strip() == 'False True', r.stdout
+        r = d.ctl('eval', p.pid, report % 800000, check=True)
+        assert r.stdout.strip() == 'True True', r.stdout
+        r = d.ctl('eval', p.pid, 'import _probed_stub; print(_probed_stub.catch_report('
+                  '"not json"), _probed_stub.catch_state())', check=True)
+        assert r.stdout.strip().startswith('True'), r.stdout  # acked, then closed
+        wait_for(lambda: 'probed_catch_events_lost_total 1' in
+                 http_get('http://127.0.0.1:%d/metrics' % port)[1], 10, 'the garbage counted')
+        r = d.ctl('eval', p.pid, report % 10, check=True)  # the stub finds the channel closed
+        assert r.stdout.strip() == 'False False', r.stdout
+        d.ctl('catch', p.pid, check=True)
+        r = d.ctl('eval', p.pid, 'import _probed_stub; print(_probed_stub.catch_state()[0])',
+                  check=True)
+        assert r.stdout.strip() == 'True'
+        (e,) = wait_for(lambda: crashes(d), 10, 'the row')
+        assert e['kind'] == 'exception' and len(e['message']) < 600, len(e['message'])
+        assert e['detail']['type'] == 'E' * 100000  # kept whole: the payload's bound is 1 MiB
+    finally:
+        reap(p)
+        d.close()
