@@ -66,14 +66,14 @@ int batch_add_alone(struct batch *b, uint64_t raddr, size_t len)
     return add_span(b, raddr, len);
 }
 
-int batch_read(struct batch *b, pid_t pid)
+int batch_read(struct batch *b, const struct remote_src *src)
 {
     for (size_t i = 0; i < b->n; i++) {
         const struct batch_span *s = &b->spans[i];
         b->liov[i] = (struct iovec){.iov_base = b->buf + s->off, .iov_len = s->hi - s->lo};
         b->riov[i] = (struct iovec){.iov_base = (void *)(uintptr_t)s->lo, .iov_len = s->hi - s->lo};
     }
-    return remote_readv(pid, b->liov, b->riov, b->n);
+    return remote_readv(src, b->liov, b->riov, b->n);
 }
 
 const uint8_t *batch_find(const struct batch *b, uint64_t raddr, size_t len)

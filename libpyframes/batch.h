@@ -20,6 +20,8 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include "remote.h"
+
 /* Less than a page minus a frame, so a merged gap never covers a whole unmapped page. */
 #define BATCH_GAP 1024
 
@@ -47,7 +49,7 @@ int batch_add(struct batch *b, uint64_t raddr, size_t len);
 int batch_add_alone(struct batch *b, uint64_t raddr, size_t len);
 
 /* Reads every span; a short read (something was unmapped) is -EFAULT. */
-int batch_read(struct batch *b, pid_t pid);
+int batch_read(struct batch *b, const struct remote_src *src);
 
 /* Spans [lo, hi) added by batch_add() from ascending addresses: they are then ascending and
  * disjoint, so a lookup among them is a binary search. lo == hi: none. */

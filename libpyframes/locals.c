@@ -41,11 +41,11 @@ static int read_code(const struct pyf_target *t, const struct pyf_frame *fr, uin
     if (!buf)
         return pyf_fail(e, PYF_INVALID, ENOMEM, 0, "code object");
     /* The frame must still run the code we reported, or its slots mean something else. */
-    r = remote_read_u64(t->info.pid, fr->frame_raddr + (uint64_t)t->lay.fr_code, &code);
+    r = remote_read_u64(&t->mem, fr->frame_raddr + (uint64_t)t->lay.fr_code, &code);
     if (r == 0 && code != fr->code_raddr)
         r = -EAGAIN;
     if (r == 0)
-        r = remote_read(t->info.pid, fr->code_raddr, buf, size);
+        r = remote_read(&t->mem, fr->code_raddr, buf, size);
     if (r < 0) {
         free(buf);
         return pyf_fail(e, r == -EAGAIN ? PYF_TORN : pyf_read_err_kind(-r), -r, fr->frame_raddr,
@@ -130,7 +130,7 @@ static int slot_value(const struct pyf_target *t, uint64_t v, uint8_t kind, uint
     r = pyobj_type(t, v, &type, e);
     if (r < 0 || type != t->types.cell)
         return r; /* 3.11+: a cell slot holds the plain value until MAKE_CELL runs */
-    r = remote_read_u64(t->info.pid, v + (uint64_t)t->lay.cell_ref, ret);
+    r = remote_read_u64(&t->mem, v + (uint64_t)t->lay.cell_ref, ret);
     return r < 0 ? pyf_fail(e, pyf_read_err_kind(-r), -r, v, "cell") : 0;
 }
 
@@ -191,7 +191,7 @@ int pyf_target__locals(struct pyf_target *t, const struct pyf_frame *fr, pyf_loc
     }
     r = local_names(t, code, ln, reterr);
     if (r == 0 && ln->n) {
-        r = remote_read(t->info.pid, fr->frame_raddr + (uint64_t)t->lay.fr_localsplus, vals,
+        r = remote_read(&t->mem, fr->frame_raddr + (uint64_t)t->lay.fr_localsplus, vals,
                         ln->n * sizeof(*vals));
         if (r < 0)
             r = pyf_fail(reterr, pyf_read_err_kind(-r), -r, fr->frame_raddr,

@@ -5,6 +5,8 @@
 #include <dirent.h>
 #include <elfutils/libdwfl.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <libelf.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -41,6 +43,8 @@ struct pyf_native {
      * points at its entry too, so a lookup (each frame of each sample) is no search */
     struct module_table **tables;
     size_t n_tables, cap_tables;
+    Elf *core_elf; /* pyf_native_open_core: the core, read by libdw */
+    int core_fd;
 };
 
 /* A module of this process and its functions (a table shared with every process that maps
@@ -278,12 +282,52 @@ int pyf_native_open(pid_t pid, struct pyf_symcache *symbols, struct pyf_native *
     return 0;
 }
 
+/* A core: libdw finds its modules from the core's notes (NT_FILE, build-ids) and reads its
+ * threads' registers from NT_PRSTATUS; every thread is "held" for good. */
+int pyf_native_open_core(const char *core_path, const char *executable,
+                         struct pyf_native **ret_native, struct pyf_err *reterr)
+{
+    struct pyf_native *n = calloc(1, sizeof(*n));
+    int r = 0;
+
+    if (!n || pyf_symcache_new(&n->symbols) < 0) {
+        free(n);
+        return pyf_fail(reterr, PYF_INVALID, ENOMEM, 0, "%s: out of memory", core_path);
+    }
+    n->own_symbols = true;
+    n->callbacks = (Dwfl_Callbacks){.find_elf = dwfl_build_id_find_elf,
+                                    .find_debuginfo = dwfl_standard_find_debuginfo,
+                                    .debuginfo_path = &n->debuginfo_path};
+    n->core_fd = open(core_path, O_RDONLY | O_CLOEXEC);
+    elf_version(EV_CURRENT);
+    n->core_elf = n->core_fd >= 0 ? elf_begin(n->core_fd, ELF_C_READ_MMAP, NULL) : NULL;
+    n->dwfl = n->core_elf ? dwfl_begin(&n->callbacks) : NULL;
+    if (n->dwfl)
+        r = dwfl_core_file_report(n->dwfl, n->core_elf, executable);
+    if (!n->dwfl || r < 0 || dwfl_report_end(n->dwfl, NULL, NULL) != 0 ||
+        (r = dwfl_core_file_attach(n->dwfl, n->core_elf)) < 0) {
+        int err = n->core_fd < 0 ? errno : EINVAL;
+        pyf_fail(reterr, PYF_INVALID, err, 0, "%s: libdw cannot read it: %s", core_path,
+                 n->core_fd < 0 ? strerror(err) : dwfl_errmsg(-1));
+        pyf_native_free(n);
+        return -err;
+    }
+    n->pid = (pid_t)r; /* dwfl_core_file_attach: the core's pid */
+    n->mode = HELD_THREADS;
+    *ret_native = n;
+    return 0;
+}
+
 void pyf_native_free(struct pyf_native *n)
 {
     if (!n)
         return;
     if (n->dwfl)
         dwfl_end(n->dwfl);
+    if (n->core_elf)
+        elf_end(n->core_elf);
+    if (n->core_elf || n->core_fd > 0)
+        close(n->core_fd);
     for (size_t i = 0; i < n->n_tables; i++) {
         symcache__put(n->symbols, n->tables[i]->tab);
         free(n->tables[i]);

@@ -23,7 +23,7 @@ int pyobj_read(const struct pyf_target *t, uint64_t raddr, void *buf, size_t siz
 
     if (!remote_plausible(raddr))
         return pyf_fail(e, PYF_TORN, EFAULT, raddr, "%s: bad pointer 0x%" PRIx64, what, raddr);
-    r = remote_read(t->info.pid, raddr, buf, size);
+    r = remote_read(&t->mem, raddr, buf, size);
     if (r < 0)
         return pyf_fail(e, pyf_read_err_kind(-r), -r, raddr, "pid %d: read %s at 0x%" PRIx64,
                         t->info.pid, what, raddr);

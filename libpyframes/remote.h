@@ -1,5 +1,7 @@
 /*
- * remote.h - reading another process's memory with process_vm_readv(), nothing else.
+ * remote.h - reading another process's memory: the live process with process_vm_readv(), or
+ * a core file of one (core.h), behind the same calls, so that every reader of libpyframes
+ * reads a core as it reads a process.
  *
  * A read is all or nothing: a short read (the target unmapped a page under us) is -EFAULT.
  * remote_readv() batches many ranges into as few syscalls as possible; that is what keeps a
@@ -23,10 +25,19 @@ static inline int remote_plausible(uint64_t raddr)
     return raddr >= 4096 && raddr < (1ULL << 47);
 }
 
-int remote_read(pid_t pid, uint64_t raddr, void *buf, size_t size);
+struct pyf_core;
+
+/* Where memory is read from: the live process @pid, or the core file @core when it is set. */
+struct remote_src {
+    pid_t pid;
+    const struct pyf_core *core;
+};
+
+int remote_read(const struct remote_src *src, uint64_t raddr, void *buf, size_t size);
 /* @n ranges; local[i] and remote[i] have the same length. */
-int remote_readv(pid_t pid, const struct iovec *local, const struct iovec *remote, size_t n);
-int remote_read_u64(pid_t pid, uint64_t raddr, uint64_t *ret_value);
+int remote_readv(const struct remote_src *src, const struct iovec *local,
+                 const struct iovec *remote, size_t n);
+int remote_read_u64(const struct remote_src *src, uint64_t raddr, uint64_t *ret_value);
 
 #ifdef PYF_FAULTS
 /* Fault injection for tests/fault: the @countdown-th read from now fails with -@err, or

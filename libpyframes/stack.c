@@ -210,13 +210,13 @@ static int read_one(struct pyf_target *t, uint64_t tstate, const struct pyf_stac
     t->code_window = (struct batch_window){0, 0};
     add_thread(t, tstate, -1, guess, sp);
     add_codes(t, guess, 1);
-    r = batch_read(b, t->info.pid);
+    r = batch_read(b, &t->mem);
     if (r == -EFAULT && b->n > 1) { /* a guessed struct was freed and unmapped */
         batch_reset(b);
         *sp = (struct thread_spans){
             .ts = batch_add_alone(b, tstate, t->ts_read), -1, -1, {0, 0}, {0, 0}};
         t->code_window = (struct batch_window){0, 0};
-        r = batch_read(b, t->info.pid);
+        r = batch_read(b, &t->mem);
     }
     return r < 0 ? target_fail_read(t, e, r, tstate, "thread state") : 0;
 }
@@ -318,7 +318,7 @@ static int chain(struct pyf_target *t, struct batch_window w, uint64_t f, size_t
         if (!buf) {
             if (t->fr_read > sizeof(one))
                 return pyf_fail(e, PYF_INVALID, ENOBUFS, f, "frame larger than expected");
-            r = remote_read(t->info.pid, f, one, t->fr_read);
+            r = remote_read(&t->mem, f, one, t->fr_read);
             if (r == -EFAULT) { /* a stale pointer into memory freed since: read again */
                 s->settled = false;
                 return 0;
@@ -439,7 +439,7 @@ static int find_code_heads(struct pyf_target *t, size_t n, struct pyf_err *e)
         t->riov[m++] =
             (struct iovec){.iov_base = (void *)(uintptr_t)raw->code, .iov_len = t->co_read};
     }
-    r = remote_readv(t->info.pid, t->liov, t->riov, m);
+    r = remote_readv(&t->mem, t->liov, t->riov, m);
     return r < 0 ? target_fail_read(t, e, r, 0, "code objects") : 0;
 }
 
@@ -466,7 +466,7 @@ static int read_bytecode(struct pyf_target *t, uint64_t raddr, const uint8_t *he
 
     if (n == 0 || n > BYTECODE_MAX || !(*ret_code = malloc(n)))
         return 0;
-    r = remote_read(t->info.pid, raddr + (uint64_t)t->lay.co_code_adaptive, *ret_code, n);
+    r = remote_read(&t->mem, raddr + (uint64_t)t->lay.co_code_adaptive, *ret_code, n);
     if (r < 0) {
         free(*ret_code);
         *ret_code = NULL;
@@ -556,7 +556,7 @@ static bool at_inline_call(struct pyf_target *t, struct code_info *ci, int64_t l
         return true;
     if (calls_inline_at(t->lay.inline_call_caches, ci->code, unit))
         return true;
-    if (remote_read(t->info.pid, ci->raddr + (uint64_t)t->lay.co_code_adaptive, ci->code,
+    if (remote_read(&t->mem, ci->raddr + (uint64_t)t->lay.co_code_adaptive, ci->code,
                     ci->n_code) < 0)
         return true;
     return calls_inline_at(t->lay.inline_call_caches, ci->code, unit);
@@ -783,7 +783,7 @@ static int sample_as_guessed(struct pyf_target *t, struct pyf_thread *ret_thread
             add_thread(t, tstate, ts, &stacks[i], &sp[i]);
     }
     add_codes(t, stacks, g.n);
-    r = batch_read(&t->batch, t->info.pid);
+    r = batch_read(&t->batch, &t->mem);
     if (r == -EFAULT)
         return 0; /* something guessed was freed */
     if (r < 0)
@@ -811,7 +811,7 @@ static int sample_walked(struct pyf_target *t, struct pyf_thread *ret_threads,
             add_thread(t, ret_threads[i].tstate_raddr, -1, &stacks[i], &sp[i]);
     }
     add_codes(t, stacks, n);
-    r = batch_read(&t->batch, t->info.pid);
+    r = batch_read(&t->batch, &t->mem);
     if (r < 0 && r != -EFAULT)
         return target_fail_read(t, e, r, 0, "thread states and frames");
     return r;

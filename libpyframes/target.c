@@ -24,6 +24,7 @@
 #include "elfimg.h"
 #include "err.h"
 #include "procmaps.h"
+#include "core.h"
 #include "remote.h"
 
 #define CODECACHE_SETS 1024
@@ -76,14 +77,25 @@ static int candidate_rank(const char *path, const char *exe)
     return -1;
 }
 
-static int open_candidate(pid_t pid, const struct procmaps *pm, const char *path,
-                          struct runtime_file *rf, struct pyf_err *e)
+/* Where a file the target maps is read: through /proc/PID/root (the target's own mount
+ * namespace), or for a core where it is on this machine. */
+static void local_path(const struct remote_src *src, const char *path, char *buf, size_t size)
+{
+    if (src->core)
+        snprintf(buf, size, "%s", core__local_path(src->core, path));
+    else
+        snprintf(buf, size, "/proc/%d/root%s", (int)src->pid, path);
+}
+
+static int open_candidate(const struct remote_src *src, const struct procmaps *pm,
+                          const char *path, struct runtime_file *rf, struct pyf_err *e)
 {
     char full[PATH_MAX + 32];
     uint64_t vaddr, off, at;
+    pid_t pid = src->core ? core__pid(src->core) : src->pid;
     int r;
 
-    snprintf(full, sizeof(full), "/proc/%d/root%s", (int)pid, path);
+    local_path(src, path, full, sizeof(full));
     r = elfimg_open(full, &rf->img, e);
     if (r < 0)
         return r;
@@ -100,16 +112,21 @@ static int open_candidate(pid_t pid, const struct procmaps *pm, const char *path
     return 0;
 }
 
-static int find_runtime_file(pid_t pid, const struct procmaps *pm, struct runtime_file *ret_rf,
-                             struct pyf_err *e)
+static int find_runtime_file(const struct remote_src *src, const struct procmaps *pm,
+                             struct runtime_file *ret_rf, struct pyf_err *e)
 {
     char exe_link[64], exe[PATH_MAX] = "";
     ssize_t n;
     bool saw_py2 = false, denied = false;
+    pid_t pid = src->core ? core__pid(src->core) : src->pid;
 
     snprintf(exe_link, sizeof(exe_link), "/proc/%d/exe", (int)pid);
-    n = readlink(exe_link, exe, sizeof(exe) - 1);
-    denied = n < 0 && (errno == EACCES || errno == EPERM);
+    if (src->core) {
+        n = snprintf(exe, sizeof(exe), "%s", core__executable(src->core));
+    } else {
+        n = readlink(exe_link, exe, sizeof(exe) - 1);
+        denied = n < 0 && (errno == EACCES || errno == EPERM);
+    }
     exe[n > 0 ? n : 0] = '\0';
     if (n > 10 && strcmp(exe + n - 10, " (deleted)") == 0)
         exe[n - 10] = '\0';
@@ -126,7 +143,7 @@ static int find_runtime_file(pid_t pid, const struct procmaps *pm, struct runtim
                 dup = pm->maps[j].offset == 0 && strcmp(pm->maps[j].path, path) == 0;
             if (dup)
                 continue;
-            if (open_candidate(pid, pm, path, &rf, &ce) < 0 || rf.kind == RUNTIME_NONE ||
+            if (open_candidate(src, pm, path, &rf, &ce) < 0 || rf.kind == RUNTIME_NONE ||
                 rf.kind == RUNTIME_2) {
                 saw_py2 |= rf.kind == RUNTIME_2;
                 denied |= ce.kind == PYF_DENIED;
@@ -149,6 +166,12 @@ static int find_runtime_file(pid_t pid, const struct procmaps *pm, struct runtim
                         "pid %d: permission denied opening its files through /proc/%d/root "
                         "(run as root with CAP_SYS_PTRACE, or as the process's owner)",
                         (int)pid, (int)pid);
+    if (src->core)
+        return pyf_fail(e, PYF_NOT_PYTHON, ENOENT, 0,
+                        "the core %s (pid %d, %s) is not of a CPython 3 process: none of its "
+                        "mapped files holds a Python runtime here (is its Python installed on "
+                        "this machine? --executable names its program)",
+                        core__path(src->core), (int)pid, exe[0] ? base_name(exe) : "?");
     return pyf_fail(e, PYF_NOT_PYTHON, ENOENT, 0,
                     "pid %d (%s) is not a CPython 3 process: none of its mapped files holds "
                     "a Python runtime",
@@ -196,7 +219,7 @@ static int find_version(struct pyf_target *t, const struct runtime_file *rf, str
     int minor;
 
     if (symbol_raddr(rf, "Py_Version", &raddr) == 0 &&
-        remote_read(t->info.pid, raddr, &hex, 4) == 0) {
+        remote_read(&t->mem, raddr, &hex, 4) == 0) {
         hex &= 0xffffffffu;
         if ((hex >> 24) == 3) {
             t->info.version = PYF_VER(3, (uint32_t)(hex >> 16) & 0xff);
@@ -225,7 +248,7 @@ static int choose_layout(struct pyf_target *t, struct pyf_err *e)
     uint8_t raw[DEBUG_OFFSETS_BYTES];
 
     if (PYF_VERSION_MINOR(t->info.version) >= 13 &&
-        remote_read(t->info.pid, t->info.runtime_raddr, raw, sizeof(raw)) == 0 &&
+        remote_read(&t->mem, t->info.runtime_raddr, raw, sizeof(raw)) == 0 &&
         layout_from_debug_offsets(raw, sizeof(raw), t->info.version, &t->lay) == 0) {
         t->info.debug_offsets = true;
         return 0;
@@ -362,7 +385,7 @@ static int check_readable(struct pyf_target *t, struct pyf_err *e)
 {
     uint64_t word;
     uint64_t at = t->info.runtime_raddr ? t->info.runtime_raddr : t->tstate_current_raddr;
-    int r = remote_read(t->info.pid, at, &word, sizeof(word));
+    int r = remote_read(&t->mem, at, &word, sizeof(word));
 
     if (r == -EPERM || r == -EACCES)
         return pyf_fail(e, PYF_DENIED, -r, at,
@@ -391,19 +414,15 @@ static int open_procmaps(pid_t pid, struct procmaps *pm, struct pyf_err *e)
     return 0;
 }
 
-int pyf_target_open(pid_t pid, struct pyf_target **ret_target, struct pyf_err *reterr)
+/* Opens the target whose memory @src reads and whose mappings are @pm. */
+static int target_open(const struct remote_src *src, const struct procmaps *pm,
+                       struct pyf_target **ret_target, struct pyf_err *reterr)
 {
-    struct procmaps pm = {0};
     struct runtime_file rf = {0};
     struct pyf_target *t = NULL;
-    int r;
+    pid_t pid = src->core ? core__pid(src->core) : src->pid;
+    int r = find_runtime_file(src, pm, &rf, reterr);
 
-    if (pid <= 0)
-        return pyf_fail(reterr, PYF_INVALID, EINVAL, 0, "invalid pid %d", (int)pid);
-    r = open_procmaps(pid, &pm, reterr);
-    if (r < 0)
-        return r;
-    r = find_runtime_file(pid, &pm, &rf, reterr);
     if (r < 0)
         goto out;
     t = calloc(1, sizeof(*t));
@@ -412,8 +431,13 @@ int pyf_target_open(pid_t pid, struct pyf_target **ret_target, struct pyf_err *r
         goto out;
     }
     t->info.pid = pid;
+    t->info.core = src->core != NULL;
+    t->mem = *src;
     t->pthread_tid_off = -1;
-    nsmap_init(&t->ns, pid);
+    if (src->core)
+        t->ns = (struct nsmap){.ns_pid = pid}; /* a core's ids are its own: nothing to map */
+    else
+        nsmap_init(&t->ns, pid);
     snprintf(t->info.runtime_file, sizeof(t->info.runtime_file), "%s", rf.path);
     r = find_addresses(t, &rf, reterr);
     if (r == 0)
@@ -437,10 +461,39 @@ int pyf_target_open(pid_t pid, struct pyf_target **ret_target, struct pyf_err *r
     *ret_target = t;
     t = NULL;
 out:
+    if (t)
+        t->mem.core = NULL; /* the caller's still */
     pyf_target_free(t);
     elfimg_free(rf.img);
+    return r;
+}
+
+int pyf_target_open(pid_t pid, struct pyf_target **ret_target, struct pyf_err *reterr)
+{
+    struct procmaps pm = {0};
+    int r;
+
+    if (pid <= 0)
+        return pyf_fail(reterr, PYF_INVALID, EINVAL, 0, "invalid pid %d", (int)pid);
+    r = open_procmaps(pid, &pm, reterr);
+    if (r == 0)
+        r = target_open(&(struct remote_src){.pid = pid}, &pm, ret_target, reterr);
     procmaps_free(&pm);
     return r;
+}
+
+int pyf_target_open_core(const char *core_path, const char *executable,
+                         struct pyf_target **ret_target, struct pyf_err *reterr)
+{
+    struct pyf_core *core = NULL;
+    int r = core_open(core_path, executable, &core, reterr);
+
+    if (r == 0)
+        r = target_open(&(struct remote_src){.core = core}, core__maps(core), ret_target,
+                        reterr);
+    if (r < 0)
+        core_free(core);
+    return r; /* the target owns the core now */
 }
 
 void pyf_target_free(struct pyf_target *t)
@@ -450,6 +503,7 @@ void pyf_target_free(struct pyf_target *t)
     for (int i = 0; i < STATFD_SLOTS; i++)
         if (t->statfds[i].tid)
             close(t->statfds[i].fd);
+    core_free((struct pyf_core *)t->mem.core);
     codecache_free(t->codes);
     nsmap_free(&t->ns);
     free(t->pynames);
@@ -482,13 +536,28 @@ int target_read_u64(const struct pyf_target *t, uint64_t raddr, uint64_t *ret_va
     if (!remote_plausible(raddr))
         return pyf_fail(e, PYF_TORN, EFAULT, raddr, "pid %d: %s: bad pointer 0x%" PRIx64,
                         t->info.pid, what, raddr);
-    r = remote_read_u64(t->info.pid, raddr, ret_value);
+    r = remote_read_u64(&t->mem, raddr, ret_value);
     return r < 0 ? target_fail_read(t, e, r, raddr, what) : 0;
 }
 
 const struct pyf_target_info *pyf_target__info(const struct pyf_target *t)
 {
     return &t->info;
+}
+
+size_t pyf_target__core_tids(const struct pyf_target *t, pid_t *tids, size_t cap)
+{
+    return t->mem.core ? core__tids(t->mem.core, tids, cap) : 0;
+}
+
+const char *pyf_target__core_command(const struct pyf_target *t)
+{
+    return t->mem.core ? core__command(t->mem.core) : NULL;
+}
+
+int pyf_target__core_signal(const struct pyf_target *t)
+{
+    return t->mem.core ? core__signal(t->mem.core) : 0;
 }
 
 void pyf_thread_name(pid_t pid, pid_t tid, char *buf, size_t size)

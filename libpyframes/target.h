@@ -57,6 +57,7 @@ struct statfd {
 
 struct pyf_target {
     struct pyf_target_info info;
+    struct remote_src mem; /* where its memory is read: the process, or a core file */
     struct pyf_layout lay;
     uint64_t interp_head_raddr;    /* where the first PyInterpreterState pointer lives */
     uint64_t tstate_current_raddr; /* where the GIL holder's PyThreadState* lives, or 0 */

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "err.h"
+#include "core.h"
 #include "remote.h"
 #include "target.h"
 
@@ -36,6 +37,8 @@ static size_t task_tids(struct pyf_target *t, pid_t *tids, size_t cap)
     size_t n = 0;
     DIR *dir;
 
+    if (t->mem.core)
+        return core__tids(t->mem.core, tids, cap);
     if (t->ns.active)
         return nsmap_ns_tids(&t->ns, pid, tids, cap);
     snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
@@ -78,7 +81,7 @@ static int calibrate_pthread_tid(struct pyf_target *t, const uint64_t *pthreads,
     if (!bufs)
         return -ENOMEM;
     for (size_t i = 0; i < n; i++)
-        if (remote_read(t->info.pid, pthreads[i], bufs + i * PTHREAD_SCAN_BYTES,
+        if (remote_read(&t->mem, pthreads[i], bufs + i * PTHREAD_SCAN_BYTES,
                         PTHREAD_SCAN_BYTES) < 0)
             memset(bufs + i * PTHREAD_SCAN_BYTES, 0, PTHREAD_SCAN_BYTES);
     /* A thread that is exiting may already be gone from /proc while its thread state is
@@ -124,7 +127,7 @@ static void tids_from_pthreads(struct pyf_target *t, struct pyf_thread *th, cons
                            .iov_len = sizeof(th[i].tid)};
         m++;
     }
-    if (m && remote_readv(t->info.pid, t->liov, t->riov, m) < 0)
+    if (m && remote_readv(&t->mem, t->liov, t->riov, m) < 0)
         for (size_t i = 0; i < n; i++)
             th[i].tid = 0;
 }
@@ -160,7 +163,7 @@ static bool thread_on_cpu(struct pyf_target *t, pid_t tid)
     char buf[512];
     const char *paren;
     ssize_t n;
-    int fd = tid > 0 ? stat_fd(t, tid) : -1;
+    int fd = tid > 0 && !t->mem.core ? stat_fd(t, tid) : -1;
 
     if (fd < 0)
         return false;
@@ -211,7 +214,7 @@ static uint64_t gil_holder(const struct pyf_target *t, uint64_t gil)
     uint64_t at = gil_range(t, gil, &len);
     uint8_t g[64];
 
-    if (!at || len > sizeof(g) || remote_read(t->info.pid, at, g, len) < 0)
+    if (!at || len > sizeof(g) || remote_read(&t->mem, at, g, len) < 0)
         return 0;
     return gil_holder_in(t, g);
 }
@@ -280,7 +283,7 @@ static int read_interp(const struct pyf_target *t, uint64_t interp, struct inter
         liov[n] = (struct iovec){.iov_base = &f->gc, .iov_len = 8};
         riov[n++] = (struct iovec){.iov_base = (void *)(uintptr_t)gc_at, .iov_len = 8};
     }
-    r = remote_readv(t->info.pid, liov, riov, n);
+    r = remote_readv(&t->mem, liov, riov, n);
     return r < 0 ? target_fail_read(t, e, r, interp, "interpreter") : 0;
 }
 
@@ -429,7 +432,7 @@ static int threads_as_guessed(struct pyf_target *t, struct pyf_thread *th, size_
         return 0;
     for (size_t i = 0; i < g.n; i++)
         threads__guess_add(t, &g, i);
-    r = batch_read(&t->batch, t->info.pid);
+    r = batch_read(&t->batch, &t->mem);
     if (r == -EFAULT)
         return 0; /* something guessed was freed */
     if (r < 0)
@@ -468,7 +471,7 @@ static int threads_walked(struct pyf_target *t, struct pyf_thread *ret_threads, 
             if (k == THREADS_MAX || (k > 0 && ts == head) || !remote_plausible(ts))
                 return pyf_fail(reterr, PYF_TORN, EFAULT, ts,
                                 "pid %d: thread list broken at 0x%" PRIx64, t->info.pid, ts);
-            r = remote_read(t->info.pid, ts, t->ts_buf, t->ts_read);
+            r = remote_read(&t->mem, ts, t->ts_buf, t->ts_read);
             if (r < 0)
                 return target_fail_read(t, reterr, r, ts, "thread state");
             if (field_u64(t->ts_buf, l->ts_interp) != interp)

@@ -61,14 +61,27 @@ struct pyf_target_info {
     char runtime_file[512]; /* the ELF file that holds the runtime (executable or libpython) */
     uint64_t runtime_raddr; /* _PyRuntime, or interp_head on 3.6 */
     bool debug_offsets;     /* the layout was read from the target's _Py_DebugOffsets */
+    bool core;              /* read from a core file (pyf_target_open_core) */
 };
 
 struct pyf_target;
 
 int pyf_target_open(pid_t pid, struct pyf_target **ret_target, struct pyf_err *reterr);
+/* A process as its core file (the kernel's, or gcore's) left it: read like a live one, memory
+ * from the core and, for the pages it left out, from the files it mapped, found on this
+ * machine (@executable, or NULL: the core's own path, stands for its main program). Every
+ * thread reads as not on a CPU. PYF_INVALID not a core, PYF_UNSUPPORTED another architecture,
+ * PYF_NOT_PYTHON no CPython runtime among its files here. */
+int pyf_target_open_core(const char *core_path, const char *executable,
+                         struct pyf_target **ret_target, struct pyf_err *reterr);
 void pyf_target_free(struct pyf_target *t); /* NULL is a no-op */
 /* Borrowed: valid until pyf_target_free(t). */
 const struct pyf_target_info *pyf_target__info(const struct pyf_target *t);
+/* A core's (pyf_target_open_core) threads, its command line and the signal that ended it
+ * (0: none, a gcore); 0, NULL and 0 for a live process. */
+size_t pyf_target__core_tids(const struct pyf_target *t, pid_t *tids, size_t cap);
+const char *pyf_target__core_command(const struct pyf_target *t);
+int pyf_target__core_signal(const struct pyf_target *t);
 
 struct pyf_thread {
     uint64_t tstate_raddr; /* PyThreadState in the target */

@@ -80,6 +80,10 @@ struct pyf_native;
 /* @symbols: the shared function tables to use (NULL: tables of its own). */
 int pyf_native_open(pid_t pid, struct pyf_symcache *symbols, struct pyf_native **ret_native,
                     struct pyf_err *reterr);
+/* The same for a core file (pyf_target_open_core): its threads are unwound from the registers
+ * and stack the core holds, with pyf_native__unwind() and no pyf_stop_process(). */
+int pyf_native_open_core(const char *core_path, const char *executable,
+                         struct pyf_native **ret_native, struct pyf_err *reterr);
 void pyf_native_free(struct pyf_native *n); /* NULL is a no-op */
 
 /* The return addresses of held thread @tid, innermost first (the first is where it is).

@@ -48,7 +48,8 @@ static void read_stack(struct pyf_target *t, struct bt_thread *bt, pid_t pid)
     struct pyf_err e;
     int r = 0;
 
-    pyf_thread_name(pid, bt->th.tid, bt->os_name, sizeof(bt->os_name));
+    if (!pyf_target__info(t)->core) /* a core keeps no thread names: threading's only */
+        pyf_thread_name(pid, bt->th.tid, bt->os_name, sizeof(bt->os_name));
     /* the registry is read once for all the threads (a miss re-reads it, rate-limited) */
     if (pyf_target__thread_py_name(t, bt->th.ident, bt->name, sizeof(bt->name), &e) < 0 ||
         !bt->name[0])
@@ -184,15 +185,23 @@ static json_t *process_json(struct pyf_target *t, struct pyf_native *nat,
     return root;
 }
 
-/* --native: the held threads that have no Python state, after the @n Python ones in @bts
- * (room for every held thread); returns how many were added. */
-static size_t add_native_only(const struct pyf_stopped *held, struct bt_thread *bts, size_t n,
-                              pid_t pid)
+static bool tid_in(pid_t tid, const pid_t *tids, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (tids[i] == tid)
+            return true;
+    return false;
+}
+
+/* --native: the held threads (@tids: stopped, or a core's) that have no Python state, after the
+ * @n Python ones in @bts (room for every held thread); returns how many were added. */
+static size_t add_native_only(const pid_t *tids, size_t n_tids, bool core, struct bt_thread *bts,
+                              size_t n, pid_t pid)
 {
     size_t added = 0;
 
-    for (size_t i = 0; i < pyf_stopped__n(held); i++) {
-        pid_t tid = pyf_stopped__tid(held, i);
+    for (size_t i = 0; i < n_tids; i++) {
+        pid_t tid = tids[i];
         bool python = false;
         char stat[512], *paren;
         for (size_t k = 0; k < n && !python; k++)
@@ -201,18 +210,21 @@ static size_t add_native_only(const struct pyf_stopped *held, struct bt_thread *
             continue;
         bts[n + added] =
             (struct bt_thread){.th = {.tid = tid, .interp_id = -1}, .native_only = true};
-        pyf_thread_name(pid, tid, bts[n + added].os_name, sizeof(bts[n + added].os_name));
-        snprintf(bts[n + added].name, sizeof(bts[n + added].name), "%s", bts[n + added].os_name);
+        added++;
+        if (core)
+            continue;
+        pyf_thread_name(pid, tid, bts[n + added - 1].os_name, sizeof(bts[n + added - 1].os_name));
+        snprintf(bts[n + added - 1].name, sizeof(bts[n + added - 1].name), "%s",
+                 bts[n + added - 1].os_name);
         snprintf(stat, sizeof(stat), "task/%d/stat", (int)tid);
         if (procfs_read(pid, stat, stat, sizeof(stat)) > 0 && (paren = strrchr(stat, ')')))
-            bts[n + added].th.on_cpu = paren[1] && paren[2] == 'R';
-        added++;
+            bts[n + added - 1].th.on_cpu = paren[1] && paren[2] == 'R';
     }
     return added;
 }
 
 /* --native, while the threads are held: each Python thread's native return addresses. */
-static void unwind_threads(struct pyf_native *nat, const struct pyf_stopped *held,
+static void unwind_threads(struct pyf_native *nat, const pid_t *tids, size_t n_tids,
                            struct bt_thread *bts, size_t n, uint64_t *pcs)
 {
     struct pyf_err e;
@@ -220,7 +232,7 @@ static void unwind_threads(struct pyf_native *nat, const struct pyf_stopped *hel
     for (size_t i = 0; i < n; i++) {
         struct bt_thread *bt = &bts[i];
         bt->pcs = pcs + i * PYF_NATIVE_DEPTH_MAX;
-        if (!bt->th.tid || !pyf_stopped__holds(held, bt->th.tid))
+        if (!bt->th.tid || !tid_in(bt->th.tid, tids, n_tids))
             snprintf(bt->native_error, sizeof(bt->native_error), "the thread could not be stopped");
         else if (pyf_native__unwind(nat, bt->th.tid, bt->pcs, PYF_NATIVE_DEPTH_MAX, &bt->n_pcs,
                                     &bt->native_truncated, &e) < 0)
@@ -239,6 +251,7 @@ static int64_t monotonic_ns(void)
 struct dump {
     pid_t pid;
     bool native;
+    char *core; /* dump_open_core: the core file's path */
     struct pyf_target *t;
     struct pyf_native *nat;
     /* the last capture */
@@ -273,6 +286,7 @@ void dump_free(struct dump *d)
     drop_capture(d);
     pyf_native_free(d->nat);
     pyf_target_free(d->t);
+    free(d->core);
     free(d);
 }
 
@@ -299,25 +313,62 @@ int dump_open(pid_t pid, bool native, struct dump **ret, struct pyf_err *e)
     return 0;
 }
 
+int dump_open_core(const char *core_path, const char *executable, bool native,
+                   struct dump **ret, struct pyf_err *e)
+{
+    struct dump *d = calloc(1, sizeof(*d));
+    int r;
+
+    *ret = NULL;
+    if (!d || !(d->core = strdup(core_path))) {
+        free(d);
+        snprintf(e->msg, sizeof(e->msg), "%s: out of memory", core_path);
+        return -ENOMEM;
+    }
+    d->native = native;
+    r = pyf_target_open_core(core_path, executable, &d->t, e);
+    if (r == 0)
+        d->pid = pyf_target__info(d->t)->pid;
+    if (r == 0 && native)
+        r = pyf_native_open_core(core_path, executable, &d->nat, e);
+    if (r < 0) {
+        dump_free(d);
+        return r;
+    }
+    *ret = d;
+    return 0;
+}
+
 int dump_capture(struct dump *d, struct pyf_err *e)
 {
     struct pyf_stopped *held = NULL;
     struct timespec now;
+    pid_t *tids = NULL; /* the threads held, or the core's */
+    size_t n_tids = 0;
     int r = 0;
 
     drop_capture(d);
     clock_gettime(CLOCK_REALTIME, &now);
     d->read_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
-    if (d->native) /* from here on, every path lets the threads go */
+    if (d->native && !d->core) /* from here on, every path lets the threads go */
         r = pyf_stop_process(d->pid, &held, e);
-    d->held_ns = d->native ? monotonic_ns() : 0;
+    d->held_ns = d->native && !d->core ? monotonic_ns() : 0;
     if (r < 0)
         return r;
-    procfs_cmdline(d->pid, d->cmdline, sizeof(d->cmdline));
+    if (d->core)
+        snprintf(d->cmdline, sizeof(d->cmdline), "%s", pyf_target__core_command(d->t));
+    else
+        procfs_cmdline(d->pid, d->cmdline, sizeof(d->cmdline));
+    if (d->native && (tids = calloc(THREADS_CAP, sizeof(*tids))) != NULL) {
+        n_tids = d->core ? pyf_target__core_tids(d->t, tids, THREADS_CAP) : pyf_stopped__n(held);
+        for (size_t i = 0; !d->core && i < n_tids && i < THREADS_CAP; i++)
+            tids[i] = pyf_stopped__tid(held, i);
+        n_tids = n_tids < THREADS_CAP ? n_tids : THREADS_CAP;
+    }
     d->threads = calloc(THREADS_CAP, sizeof(*d->threads));
-    r = d->threads ? read_threads(d->t, d->threads, &d->n, e) : -ENOMEM;
+    r = d->threads && (tids || !d->native) ? read_threads(d->t, d->threads, &d->n, e) : -ENOMEM;
     if (r == 0) { /* room for the held threads without Python state too */
-        size_t all = d->n + pyf_stopped__n(held) + 1;
+        size_t all = d->n + n_tids + 1;
         d->bts = calloc(all, sizeof(*d->bts));
         d->frames = calloc((d->n ? d->n : 1) * PYF_DEPTH_MAX, sizeof(*d->frames));
         d->pcs = d->native ? calloc(all * PYF_NATIVE_DEPTH_MAX, sizeof(*d->pcs)) : NULL;
@@ -330,10 +381,11 @@ int dump_capture(struct dump *d, struct pyf_err *e)
         read_stack(d->t, &d->bts[i], d->pid);
     }
     if (r == 0 && d->native) {
-        d->n += add_native_only(held, d->bts, d->n, d->pid);
-        unwind_threads(d->nat, held, d->bts, d->n, d->pcs);
+        d->n += add_native_only(tids, n_tids, d->core != NULL, d->bts, d->n, d->pid);
+        unwind_threads(d->nat, tids, n_tids, d->bts, d->n, d->pcs);
     }
     pyf_stopped_free(held); /* before naming the addresses: that takes longer */
+    free(tids);
     d->held_ns = d->native ? monotonic_ns() - d->held_ns : 0;
     if (r == -ENOMEM)
         snprintf(e->msg, sizeof(e->msg), "pid %d: out of memory reading its stacks", (int)d->pid);
@@ -359,8 +411,12 @@ int dump_render(struct dump *d, int locals_depth, json_t **ret, struct pyf_err *
         snprintf(e->msg, sizeof(e->msg), "pid %d: out of memory reading its stacks", (int)d->pid);
         return -ENOMEM;
     }
-    if (d->native) /* how long the threads were held: what the target lost */
+    if (d->native && !d->core) /* how long the threads were held: what the target lost */
         json_object_set_new(*ret, "native_pause_ms", json_real((double)d->held_ns / 1e6));
+    if (d->core) {
+        json_object_set_new(*ret, "core", json_string(d->core));
+        json_object_set_new(*ret, "signal", json_integer(pyf_target__core_signal(d->t)));
+    }
     return 0;
 }
 

@@ -19,6 +19,7 @@ struct bt_opts {
     bool json, direct, native;
     int locals_depth; /* frames (innermost first) whose locals are shown; 0: none */
     const char *socket;
+    const char *core, *executable; /* --core: a core file instead of a process */
 };
 
 static void usage(FILE *out)
@@ -26,7 +27,11 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: probectl backtrace <pid> [--native] [--locals[=N]] [--json] [--direct]\n"
             "                          [--socket S]\n"
+            "       probectl backtrace --core FILE [--executable PYTHON] [--native] [--locals]\n"
             "  Prints every thread's Python stack, innermost frame first.\n"
+            "  --core FILE   a core file (the kernel's, or gcore's) of a Python process instead\n"
+            "                of a live one; its files are read from this machine, its main\n"
+            "                program from --executable when it is elsewhere here\n"
             "  --native      mixed stacks: C/C++ frames too, Python frames in place of the\n"
             "                interpreter's (the threads are stopped for a moment with ptrace)\n"
             "  --locals[=N]  also show the local variables of the N innermost frames (all)\n"
@@ -45,6 +50,8 @@ static int parse_args(int argc, char **argv, struct bt_opts *o)
         {"native", no_argument, NULL, 'n'},
         {"direct", no_argument, NULL, 'd'},
         {"socket", required_argument, NULL, 's'},
+        {"core", required_argument, NULL, 'c'},
+        {"executable", required_argument, NULL, 'e'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -73,6 +80,12 @@ static int parse_args(int argc, char **argv, struct bt_opts *o)
         case 's':
             o->socket = optarg;
             break;
+        case 'c':
+            o->core = optarg;
+            break;
+        case 'e':
+            o->executable = optarg;
+            break;
         case 'h':
             usage(stdout);
             exit(0);
@@ -81,7 +94,13 @@ static int parse_args(int argc, char **argv, struct bt_opts *o)
             return -1;
         }
     }
-    if (optind != argc - 1) {
+    if (o->executable && !o->core) {
+        fprintf(stderr, "probectl backtrace: --executable goes with --core\n");
+        return -1;
+    }
+    if (o->core && optind == argc)
+        return 0;
+    if (optind != argc - 1 || o->core) {
         usage(stderr);
         return -1;
     }
@@ -222,7 +241,20 @@ int backtrace_main(int argc, char **argv)
 
     if (parse_args(argc, argv, &o) < 0)
         return 2;
-    r = o.direct ? 1 : from_daemon(&o, &doc);
+    if (o.core) { /* read here, with the user's own rights to the core and its files */
+        struct dump *d = NULL;
+        r = dump_open_core(o.core, o.executable, o.native, &d, &e);
+        if (r == 0)
+            r = dump_capture(d, &e);
+        if (r == 0)
+            r = dump_render(d, o.locals_depth, &doc, &e);
+        dump_free(d);
+        if (r < 0) {
+            fprintf(stderr, "probectl: %s\n", e.msg);
+            return 1;
+        }
+    }
+    r = o.core ? 0 : o.direct ? 1 : from_daemon(&o, &doc);
     if (r < 0)
         return 1;
     if (r == 1 && dump_json(o.pid, o.locals_depth, o.native, &doc, &e) < 0) {

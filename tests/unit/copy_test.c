@@ -32,17 +32,18 @@ struct copy {
 /* The chain of @tstate as the eBPF program copies it. */
 static int copy_chain(pid_t pid, const struct pyf_chain *ch, uint64_t tstate, struct copy *cp)
 {
+    const struct remote_src src = {.pid = pid}, *mem = &src;
     uint64_t f = 0;
     size_t n = 0;
 
-    if (remote_read(pid, tstate + (uint64_t)ch->ts_frame, &f, 8) < 0)
+    if (remote_read(mem, tstate + (uint64_t)ch->ts_frame, &f, 8) < 0)
         return -1;
-    if (ch->cframe_frame >= 0 && f && remote_read(pid, f + (uint64_t)ch->cframe_frame, &f, 8) < 0)
+    if (ch->cframe_frame >= 0 && f && remote_read(mem, f + (uint64_t)ch->cframe_frame, &f, 8) < 0)
         return -1;
     for (; f && n < COPY_FRAMES; n++) {
         cp->raddrs[n] = f;
-        if (remote_read(pid, f, cp->bytes + n * STRIDE, ch->fr_bytes) < 0 ||
-            remote_read(pid, f + (uint64_t)ch->fr_back, &f, 8) < 0)
+        if (remote_read(mem, f, cp->bytes + n * STRIDE, ch->fr_bytes) < 0 ||
+            remote_read(mem, f + (uint64_t)ch->fr_back, &f, 8) < 0)
             return -1;
     }
     cp->c = (struct pyf_frames_copy){

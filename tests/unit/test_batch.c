@@ -35,7 +35,7 @@ int test_batch_merges_and_finds(void)
     CHECK(batch_add_alone(&b, at(mem + 2000), 8) == 2);
     CHECK(batch_add(&b, at(mem + 2008), 8) == 2); /* but later ranges may join it */
     CHECK(batch_add(&b, at(mem + 50), 8) == 3);   /* lower than the last span: new */
-    CHECK(batch_read(&b, getpid()) == 0);
+    CHECK(batch_read(&b, &(struct remote_src){.pid = getpid()}) == 0);
     CHECK(batch_find(&b, at(mem + 200), 4) != NULL); /* in the merged gap */
     CHECK(*batch_find(&b, at(mem + 200), 1) == mem[200]);
     CHECK(*batch_find(&b, at(mem + 2009), 1) == mem[2009]);
@@ -62,11 +62,11 @@ int test_batch_capacity_and_faults(void)
     CHECK(batch_add(&b, at(mem + 40), 32) == -1); /* would grow past the buffer */
     CHECK(batch_add_alone(&b, at(mem + 100), 16) == 1);
     CHECK(batch_add_alone(&b, at(mem + 200), 8) == -1); /* out of spans */
-    CHECK(batch_read(&b, getpid()) == 0);
+    CHECK(batch_read(&b, &(struct remote_src){.pid = getpid()}) == 0);
     batch_reset(&b);
     CHECK(batch_add(&b, at(mem), 8) == 0);
     CHECK(batch_add_alone(&b, at(gone), 8) == 1);
-    CHECK(batch_read(&b, getpid()) == -EFAULT); /* a range that is not mapped */
+    CHECK(batch_read(&b, &(struct remote_src){.pid = getpid()}) == -EFAULT); /* a range that is not mapped */
     batch_free(&b);
     return 0;
 }
@@ -85,7 +85,7 @@ int test_batch_window_search(void)
     for (size_t k = 0; k < 20; k++) /* 20 spans of 40 bytes, 2 KiB apart */
         CHECK(batch_add(&b, at(mem + 1000 + k * 2048), 40) == (int)(k + 1));
     w.hi = (int)b.n;
-    CHECK(batch_read(&b, getpid()) == 0);
+    CHECK(batch_read(&b, &(struct remote_src){.pid = getpid()}) == 0);
     for (size_t off = 0; off < 45000; off += 3) {
         const uint8_t *lin = batch_find(&b, at(mem + off), 8);
         CHECK(batch_find_in(&b, w, at(mem + off), 8) == lin);
