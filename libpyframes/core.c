@@ -159,8 +159,7 @@ static int parse_note(struct pyf_core *c, const GElf_Nhdr *nh, const char *name,
         struct elf_prpsinfo pi;
         memcpy(&pi, desc, sizeof(pi));
         c->pid = pi.pr_pid;
-        snprintf(c->command, sizeof(c->command), "%.*s", (int)sizeof(pi.pr_psargs),
-                 pi.pr_psargs);
+        snprintf(c->command, sizeof(c->command), "%.*s", (int)sizeof(pi.pr_psargs), pi.pr_psargs);
     } else if (nh->n_type == NT_AUXV) {
         parse_auxv(c, desc, nh->n_descsz);
     } else if (nh->n_type == NT_FILE && !c->fmaps) {
@@ -174,8 +173,10 @@ static int parse(struct pyf_core *c, Elf *elf, struct pyf_err *e)
     GElf_Ehdr eh;
     size_t n_ph;
 
-    if (elf_kind(elf) != ELF_K_ELF || !gelf_getehdr(elf, &eh) || eh.e_type != ET_CORE)
-        return pyf_fail(e, PYF_INVALID, EINVAL, 0, "%s is not a core file (ELF type core)",
+    if (elf_kind(elf) != ELF_K_ELF)
+        return pyf_fail(e, PYF_INVALID, ENOEXEC, 0, "%s is not an ELF file", c->path);
+    if (!gelf_getehdr(elf, &eh) || eh.e_type != ET_CORE)
+        return pyf_fail(e, PYF_INVALID, ENOEXEC, 0, "%s is not a core file (ELF type core)",
                         c->path);
     if (gelf_getclass(elf) != ELFCLASS64 || eh.e_machine != EM_X86_64)
         return pyf_fail(e, PYF_UNSUPPORTED, ENOTSUP, 0,
@@ -183,7 +184,7 @@ static int parse(struct pyf_core *c, Elf *elf, struct pyf_err *e)
                         "x86-64 cores",
                         c->path, (unsigned)eh.e_machine);
     if (elf_getphdrnum(elf, &n_ph) < 0)
-        return pyf_fail(e, PYF_INVALID, EINVAL, 0, "%s: %s", c->path, elf_errmsg(-1));
+        return pyf_fail(e, PYF_INVALID, ENOEXEC, 0, "%s: %s", c->path, elf_errmsg(-1));
     c->segs = calloc(n_ph ? n_ph : 1, sizeof(*c->segs));
     c->tids = calloc(CORE_THREADS_MAX, sizeof(*c->tids));
     if (!c->segs || !c->tids)
@@ -207,14 +208,14 @@ static int parse(struct pyf_core *c, Elf *elf, struct pyf_err *e)
         while ((off = gelf_getnote(d, off, &nh, &name_off, &desc_off)) > 0)
             if (parse_note(c, &nh, (const char *)d->d_buf + name_off,
                            (const uint8_t *)d->d_buf + desc_off) < 0)
-                return pyf_fail(e, PYF_INVALID, EINVAL, 0, "%s: a malformed NT_FILE note",
+                return pyf_fail(e, PYF_INVALID, ENOEXEC, 0, "%s: a malformed NT_FILE note",
                                 c->path);
     }
     qsort(c->segs, c->n_segs, sizeof(*c->segs), by_vaddr);
     if (!c->fmaps || c->n_tids == 0)
-        return pyf_fail(e, PYF_INVALID, EINVAL, 0,
-                        "%s: a core without %s (truncated, or not made by Linux or gcore)",
-                        c->path, !c->fmaps ? "the list of mapped files (NT_FILE)" : "threads");
+        return pyf_fail(e, PYF_INVALID, ENOEXEC, 0,
+                        "%s: a core without %s (truncated, or not made by Linux or gcore)", c->path,
+                        !c->fmaps ? "the list of mapped files (NT_FILE)" : "threads");
     return 0;
 }
 
@@ -274,12 +275,12 @@ int core_open(const char *path, const char *executable, struct pyf_core **ret, s
         r = errno;
         core_free(c);
         return pyf_fail(e, r == EACCES || r == EPERM ? PYF_DENIED : PYF_INVALID, r, 0,
-                        "cannot open the core %s: %s", path, strerror(r));
+                        "cannot open the core %s", path);
     }
     elf_version(EV_CURRENT);
     elf = elf_begin(c->fd, ELF_C_READ_MMAP, NULL);
     r = elf ? parse(c, elf, e)
-            : pyf_fail(e, PYF_INVALID, EINVAL, 0, "%s is not an ELF file: %s", path,
+            : pyf_fail(e, PYF_INVALID, ENOEXEC, 0, "%s is not an ELF file (%s)", path,
                        elf_errmsg(-1));
     if (elf)
         elf_end(elf);
@@ -290,7 +291,7 @@ int core_open(const char *path, const char *executable, struct pyf_core **ret, s
     if (executable && access(executable, R_OK) < 0) {
         r = errno;
         core_free(c);
-        return pyf_fail(e, PYF_INVALID, r, 0, "--executable %s: %s", executable, strerror(r));
+        return pyf_fail(e, PYF_INVALID, r, 0, "--executable %s", executable);
     }
     open_files(c, executable);
     if (c->pid <= 0)

@@ -24,8 +24,7 @@
 
 struct pyf_core;
 
-int core_open(const char *path, const char *executable, struct pyf_core **ret,
-              struct pyf_err *e);
+int core_open(const char *path, const char *executable, struct pyf_core **ret, struct pyf_err *e);
 void core_free(struct pyf_core *c); /* NULL is a no-op */
 
 /* remote_readv() for a core: all or nothing, -EFAULT where neither the core nor a mapped file

@@ -307,8 +307,8 @@ int pyf_native_open_core(const char *core_path, const char *executable,
     if (!n->dwfl || r < 0 || dwfl_report_end(n->dwfl, NULL, NULL) != 0 ||
         (r = dwfl_core_file_attach(n->dwfl, n->core_elf)) < 0) {
         int err = n->core_fd < 0 ? errno : EINVAL;
-        pyf_fail(reterr, PYF_INVALID, err, 0, "%s: libdw cannot read it: %s", core_path,
-                 n->core_fd < 0 ? strerror(err) : dwfl_errmsg(-1));
+        pyf_fail(reterr, PYF_INVALID, err, 0, "%s: libdw cannot read it%s%s", core_path,
+                 n->core_fd < 0 ? "" : ": ", n->core_fd < 0 ? "" : dwfl_errmsg(-1));
         pyf_native_free(n);
         return -err;
     }

@@ -556,8 +556,8 @@ static bool at_inline_call(struct pyf_target *t, struct code_info *ci, int64_t l
         return true;
     if (calls_inline_at(t->lay.inline_call_caches, ci->code, unit))
         return true;
-    if (remote_read(&t->mem, ci->raddr + (uint64_t)t->lay.co_code_adaptive, ci->code,
-                    ci->n_code) < 0)
+    if (remote_read(&t->mem, ci->raddr + (uint64_t)t->lay.co_code_adaptive, ci->code, ci->n_code) <
+        0)
         return true;
     return calls_inline_at(t->lay.inline_call_caches, ci->code, unit);
 }

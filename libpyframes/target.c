@@ -87,8 +87,8 @@ static void local_path(const struct remote_src *src, const char *path, char *buf
         snprintf(buf, size, "/proc/%d/root%s", (int)src->pid, path);
 }
 
-static int open_candidate(const struct remote_src *src, const struct procmaps *pm,
-                          const char *path, struct runtime_file *rf, struct pyf_err *e)
+static int open_candidate(const struct remote_src *src, const struct procmaps *pm, const char *path,
+                          struct runtime_file *rf, struct pyf_err *e)
 {
     char full[PATH_MAX + 32];
     uint64_t vaddr, off, at;
@@ -168,10 +168,10 @@ static int find_runtime_file(const struct remote_src *src, const struct procmaps
                         (int)pid, (int)pid);
     if (src->core)
         return pyf_fail(e, PYF_NOT_PYTHON, ENOENT, 0,
-                        "the core %s (pid %d, %s) is not of a CPython 3 process: none of its "
-                        "mapped files holds a Python runtime here (is its Python installed on "
-                        "this machine? --executable names its program)",
-                        core__path(src->core), (int)pid, exe[0] ? base_name(exe) : "?");
+                        "the core of pid %d (%s) is not of a CPython 3 process as found here: "
+                        "none of its mapped files holds a Python runtime (is its program "
+                        "elsewhere? --executable)",
+                        (int)pid, exe[0] ? base_name(exe) : "?");
     return pyf_fail(e, PYF_NOT_PYTHON, ENOENT, 0,
                     "pid %d (%s) is not a CPython 3 process: none of its mapped files holds "
                     "a Python runtime",
@@ -218,8 +218,7 @@ static int find_version(struct pyf_target *t, const struct runtime_file *rf, str
     uint64_t raddr, hex;
     int minor;
 
-    if (symbol_raddr(rf, "Py_Version", &raddr) == 0 &&
-        remote_read(&t->mem, raddr, &hex, 4) == 0) {
+    if (symbol_raddr(rf, "Py_Version", &raddr) == 0 && remote_read(&t->mem, raddr, &hex, 4) == 0) {
         hex &= 0xffffffffu;
         if ((hex >> 24) == 3) {
             t->info.version = PYF_VER(3, (uint32_t)(hex >> 16) & 0xff);
@@ -489,8 +488,7 @@ int pyf_target_open_core(const char *core_path, const char *executable,
     int r = core_open(core_path, executable, &core, reterr);
 
     if (r == 0)
-        r = target_open(&(struct remote_src){.core = core}, core__maps(core), ret_target,
-                        reterr);
+        r = target_open(&(struct remote_src){.core = core}, core__maps(core), ret_target, reterr);
     if (r < 0)
         core_free(core);
     return r; /* the target owns the core now */

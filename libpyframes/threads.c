@@ -81,8 +81,8 @@ static int calibrate_pthread_tid(struct pyf_target *t, const uint64_t *pthreads,
     if (!bufs)
         return -ENOMEM;
     for (size_t i = 0; i < n; i++)
-        if (remote_read(&t->mem, pthreads[i], bufs + i * PTHREAD_SCAN_BYTES,
-                        PTHREAD_SCAN_BYTES) < 0)
+        if (remote_read(&t->mem, pthreads[i], bufs + i * PTHREAD_SCAN_BYTES, PTHREAD_SCAN_BYTES) <
+            0)
             memset(bufs + i * PTHREAD_SCAN_BYTES, 0, PTHREAD_SCAN_BYTES);
     /* A thread that is exiting may already be gone from /proc while its thread state is
      * still listed, so take the offset that matches the most threads, among those at which

@@ -313,8 +313,8 @@ int dump_open(pid_t pid, bool native, struct dump **ret, struct pyf_err *e)
     return 0;
 }
 
-int dump_open_core(const char *core_path, const char *executable, bool native,
-                   struct dump **ret, struct pyf_err *e)
+int dump_open_core(const char *core_path, const char *executable, bool native, struct dump **ret,
+                   struct pyf_err *e)
 {
     struct dump *d = calloc(1, sizeof(*d));
     int r;

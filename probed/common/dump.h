@@ -35,7 +35,7 @@ void dump_free(struct dump *d); /* NULL is a no-op */
 /* A core file's threads instead of a live process's (pyf_target_open_core): nothing is
  * stopped, no thread is on a CPU; the document has "core" (its path) and "signal" (the one
  * that ended the process, 0 for a gcore). */
-int dump_open_core(const char *core_path, const char *executable, bool native,
-                   struct dump **ret, struct pyf_err *e);
+int dump_open_core(const char *core_path, const char *executable, bool native, struct dump **ret,
+                   struct pyf_err *e);
 
 #endif

@@ -120,6 +120,10 @@ static void print_crash(json_t *c)
     printf("  %s\n  %s\n", json_string_value(json_object_get(c, "cmdline")),
            json_string_value(json_object_get(c, "message")));
     print_detail(c);
+    if (json_is_string(json_object_get(c, "core_path")))
+        printf("  core: %s (probectl backtrace --core %s)\n",
+               json_string_value(json_object_get(c, "core_path")),
+               json_string_value(json_object_get(c, "core_path")));
     for (const char *p = kernel; p && *p;) {
         const char *nl = strchr(p, '\n');
         printf("  kernel: %.*s\n", (int)(nl ? nl - p : (long)strlen(p)), p);

@@ -3,6 +3,7 @@
 #include "intarget/catch.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -12,10 +13,12 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "clock.h"
 #include "common/dump.h"
+#include "common/procfs.h"
 #include "intarget/eval.h"
 #include "log.h"
 #include "store/records.h"
@@ -29,8 +32,12 @@ extern const char catch_py[]; /* catch.py, embedded at build time */
 struct channel {
     int fd;
     pid_t pid;
+    uid_t uid;
     int64_t target_id;
     struct dump *dump; /* opened ahead (native stacks too when allowed); NULL: read afresh */
+    /* after a fatal signal: the core file the kernel will write, if one, and the row */
+    char core_path[PATH_MAX];
+    int64_t crash_id, signal_s;
 };
 
 struct catcher {
@@ -85,11 +92,11 @@ static void ack(const struct channel *c, uint32_t seq)
                 strerror(errno));
 }
 
-static void store(struct catcher *ct, const struct crash_record *rec)
+static void store(struct catcher *ct, const struct crash_record *rec, int64_t *ret_id)
 {
     struct errbuf err;
 
-    if (records_crash(ct->db_path, rec, &err) < 0) {
+    if (records_crash(ct->db_path, rec, ret_id, &err) < 0) {
         atomic_fetch_add(&ct->lost, 1);
         log_msg(LOG_ERR, "pid %d: %s", (int)rec->pid, err.msg);
         return;
@@ -125,7 +132,7 @@ static int on_exception(struct catcher *ct, const struct channel *c,
     detail = json_dumps(doc, JSON_COMPACT);
     rec.message = message;
     rec.detail = detail;
-    store(ct, &rec);
+    store(ct, &rec, NULL);
     free(detail);
     json_decref(doc);
     return 0;
@@ -162,6 +169,100 @@ static void trim_handler(json_t *stacks, pid_t tid)
     }
 }
 
+/* Whether @pid sees the files we see (its mount namespace is ours). */
+static bool same_mount_ns(pid_t pid)
+{
+    char path[64];
+    struct stat ours, theirs;
+
+    snprintf(path, sizeof(path), "/proc/%d/ns/mnt", (int)pid);
+    return stat("/proc/self/ns/mnt", &ours) == 0 && stat(path, &theirs) == 0 &&
+           ours.st_ino == theirs.st_ino && ours.st_dev == theirs.st_dev;
+}
+
+/*
+ * Where the kernel will write the core of @c, if it writes one: core_pattern with what is
+ * known of the process now (it waits in the handler), relative to its working directory;
+ * "" when the pattern pipes cores to a program (systemd-coredump: coredumpctl has it) or
+ * names what cannot be known ahead (%t, the time of the dump). Read on the host side: a
+ * process in another mount namespace gets none.
+ */
+static void expect_core(struct channel *c)
+{
+    char pattern[256] = "", cwd[PATH_MAX], link[64], comm[32] = "", out[PATH_MAX];
+    int uses_pid = 0;
+    size_t o = 0;
+    ssize_t n;
+    FILE *f;
+
+    c->core_path[0] = '\0';
+    if ((f = fopen("/proc/sys/kernel/core_pattern", "re"))) {
+        if (!fgets(pattern, sizeof(pattern), f))
+            pattern[0] = '\0';
+        fclose(f);
+    }
+    if ((f = fopen("/proc/sys/kernel/core_uses_pid", "re"))) {
+        if (fscanf(f, "%d", &uses_pid) != 1)
+            uses_pid = 0;
+        fclose(f);
+    }
+    pattern[strcspn(pattern, "\n")] = '\0';
+    snprintf(link, sizeof(link), "/proc/%d/cwd", (int)c->pid);
+    n = readlink(link, cwd, sizeof(cwd) - 1);
+    if (!pattern[0] || pattern[0] == '|' || n <= 0 || !same_mount_ns(c->pid))
+        return;
+    cwd[n] = '\0';
+    if (procfs_read(c->pid, "comm", comm, sizeof(comm)) <= 0)
+        comm[0] = '\0';
+    comm[strcspn(comm, "\n")] = '\0';
+    if (pattern[0] != '/')
+        o = (size_t)snprintf(out, sizeof(out), "%s/", cwd);
+    for (const char *p = pattern; *p && o < sizeof(out) - 32; p++) {
+        if (*p != '%') {
+            out[o++] = *p;
+            continue;
+        }
+        switch (*++p) {
+        case 'p':
+        case 'P':
+            o += (size_t)snprintf(out + o, sizeof(out) - o, "%d", (int)c->pid);
+            break;
+        case 'e':
+            o += (size_t)snprintf(out + o, sizeof(out) - o, "%s", comm);
+            break;
+        case 'u':
+            o += (size_t)snprintf(out + o, sizeof(out) - o, "%u", (unsigned)c->uid);
+            break;
+        case '%':
+            out[o++] = '%';
+            break;
+        default: /* the time, the host name, the signal: not guessed */
+            return;
+        }
+    }
+    out[o] = '\0';
+    if (uses_pid && !strstr(pattern, "%p"))
+        snprintf(out + o, sizeof(out) - o, ".%d", (int)c->pid);
+    snprintf(c->core_path, sizeof(c->core_path), "%s", out);
+}
+
+/* The channel closed after a fatal signal: the process has exited, and the kernel has written
+ * its core (before closing its files). The row names it when it is there: a regular file of
+ * the process's owner, written since the signal. */
+static void find_core(struct catcher *ct, const struct channel *c)
+{
+    struct stat st;
+    struct errbuf err;
+
+    if (!c->crash_id || !c->core_path[0] || lstat(c->core_path, &st) < 0 || !S_ISREG(st.st_mode) ||
+        st.st_uid != c->uid || st.st_mtime < c->signal_s - 1)
+        return;
+    if (records_crash_core(ct->db_path, c->crash_id, c->core_path, &err) < 0)
+        log_msg(LOG_WARN, "pid %d: %s", (int)c->pid, err.msg);
+    else
+        log_msg(LOG_INFO, "pid %d: its core is %s", (int)c->pid, c->core_path);
+}
+
 /* A fatal signal: every thread's stacks read while the failing one waits, then acked. */
 static void on_signal(struct catcher *ct, struct channel *c, const struct stub_catch_event *ev)
 {
@@ -176,6 +277,8 @@ static void on_signal(struct catcher *ct, struct channel *c, const struct stub_c
         r = dump_render(c->dump, CATCH_LOCALS_DEPTH, &stacks, &e);
     if (r < 0) /* no dump opened, or native stacks refused (a debugger holds the target) */
         r = dump_json(c->pid, CATCH_LOCALS_DEPTH, false, &stacks, &e);
+    expect_core(c);
+    c->signal_s = real_ns() / 1000000000;
     ack(c, ev->seq);
     if (r == 0)
         trim_handler(stacks, ev->tid);
@@ -201,14 +304,16 @@ static void on_signal(struct catcher *ct, struct channel *c, const struct stub_c
              abbrev ? abbrev : "?", (int)ev->tid, where,
              r == 0 ? "every thread's stacks read as it failed" : "its stacks could not be read");
     text = detail ? json_dumps(detail, JSON_COMPACT) : NULL;
-    store(ct, &(struct crash_record){.target_id = c->target_id,
-                                     .ts_ns = real_ns(),
-                                     .pid = c->pid,
-                                     .tid = ev->tid,
-                                     .kind = "fatal-signal",
-                                     .signal = ev->signo,
-                                     .message = message,
-                                     .detail = text});
+    store(ct,
+          &(struct crash_record){.target_id = c->target_id,
+                                 .ts_ns = real_ns(),
+                                 .pid = c->pid,
+                                 .tid = ev->tid,
+                                 .kind = "fatal-signal",
+                                 .signal = ev->signo,
+                                 .message = message,
+                                 .detail = text},
+          &c->crash_id);
     free(text);
     json_decref(detail);
 }
@@ -220,8 +325,10 @@ static int on_readable(struct catcher *ct, struct channel *c)
     char *payload = NULL;
     int r = recv_within(c->fd, &ev, sizeof(ev), mono_ms() + EVENT_READ_MS);
 
-    if (r == -ECONNRESET)
-        return r; /* the stub closed it: `catch off`, or the process ended */
+    if (r == -ECONNRESET) { /* the stub closed it: `catch off`, or the process ended */
+        find_core(ct, c);
+        return r;
+    }
     if (r == 0 && (ev.magic != STUB_MAGIC || ev.len > STUB_CATCH_PAYLOAD_MAX ||
                    (ev.kind != STUB_CATCH_EXCEPTION && ev.kind != STUB_CATCH_SIGNAL)))
         r = -EPROTO;
@@ -423,6 +530,8 @@ static int open_channel(struct stubctl *sc, struct catcher *ct, const struct cat
                         struct errbuf *err)
 {
     struct channel c = {.fd = -1, .pid = rq->pid, .target_id = rq->target_id};
+    char proc[32];
+    struct stat st;
     struct stub_call call = {.kind = STUB_CATCH_LISTEN,
                              .code = "",
                              .timeout_ms = CATCH_TIMEOUT_MS,
@@ -447,6 +556,8 @@ static int open_channel(struct stubctl *sc, struct catcher *ct, const struct cat
                 e.msg);
         c.dump = NULL;
     }
+    snprintf(proc, sizeof(proc), "/proc/%d", (int)rq->pid);
+    c.uid = stat(proc, &st) == 0 ? st.st_uid : (uid_t)-1; /* its cores are its owner's */
     r = catcher__add(ct, &c, err);
     if (r < 0)
         channel_close(&c);

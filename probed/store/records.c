@@ -221,7 +221,8 @@ int records_torch_tracing(const char *db_path, int64_t target_id, bool on, int e
     return finish(db, q, r, db_path, "recording the torch trace", err);
 }
 
-int records_crash(const char *db_path, const struct crash_record *c, struct errbuf *err)
+int records_crash(const char *db_path, const struct crash_record *c, int64_t *ret_id,
+                  struct errbuf *err)
 {
     sqlite3 *db = NULL;
     sqlite3_stmt *q = NULL;
@@ -246,10 +247,33 @@ int records_crash(const char *db_path, const struct crash_record *c, struct errb
             sqlite3_bind_int64(q, 8, c->tid);
         if (sqlite3_step(q) != SQLITE_DONE)
             r = -EIO;
+        else if (ret_id)
+            *ret_id = sqlite3_last_insert_rowid(db);
     } else {
         r = -EIO;
     }
     return finish(db, q, r, db_path, "recording a crash", err);
+}
+
+int records_crash_core(const char *db_path, int64_t crash_id, const char *core_path,
+                       struct errbuf *err)
+{
+    sqlite3 *db = NULL;
+    sqlite3_stmt *q = NULL;
+    int r = store_connect(db_path, &db, err);
+
+    if (r < 0)
+        return r;
+    if (sqlite3_prepare_v2(db, "UPDATE crashes SET core_path = ? WHERE id = ?", -1, &q, NULL) ==
+        SQLITE_OK) {
+        sqlite3_bind_text(q, 1, core_path, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(q, 2, crash_id);
+        if (sqlite3_step(q) != SQLITE_DONE)
+            r = -EIO;
+    } else {
+        r = -EIO;
+    }
+    return finish(db, q, r, db_path, "naming a crash's core file", err);
 }
 
 int records_catching(const char *db_path, int64_t target_id, bool on, bool signals,

@@ -59,7 +59,11 @@ struct crash_record {
     const char *message; /* in words */
     const char *detail;  /* JSON, or NULL */
 };
-int records_crash(const char *db_path, const struct crash_record *c, struct errbuf *err);
+int records_crash(const char *db_path, const struct crash_record *c, int64_t *ret_id,
+                  struct errbuf *err);
+/* The core file crash @crash_id left. */
+int records_crash_core(const char *db_path, int64_t crash_id, const char *core_path,
+                       struct errbuf *err);
 /* `catch` is (no longer) on for @target_id, with fatal signals or not. */
 int records_catching(const char *db_path, int64_t target_id, bool on, bool signals,
                      struct errbuf *err);

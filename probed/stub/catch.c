@@ -246,10 +246,10 @@ static PyObject *catch_report(PyObject *self, PyObject *args)
 
     (void)self;
     if (!utf8)
-        return NULL; /* the Python error is set */
+        return NULL;                          /* the Python error is set */
     if ((size_t)len > STUB_CATCH_PAYLOAD_MAX) /* catch.py bounds it long before */
         return bool_of(false);
-    ts = api->PyEval_SaveThread();    /* @text stays alive: @args holds it */
+    ts = api->PyEval_SaveThread(); /* @text stays alive: @args holds it */
     acked = send_event(&ev, utf8, (size_t)len);
     api->PyEval_RestoreThread(ts);
     return bool_of(acked);

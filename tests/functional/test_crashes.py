@@ -405,3 +405,37 @@ def test_catch_is_the_owners_only_and_takes_no_garbage(tmp_path):
     finally:
         reap(p)
         d.close()
+
+
+def test_a_caught_crash_names_its_core_file(tmp_path):
+    """A caught segfault whose core the kernel writes (core_pattern is a file here): the row
+    names the file, and `backtrace --core` reads from it the frames the row has."""
+    import resource
+    with open('/proc/sys/kernel/core_pattern') as f:
+        pattern = f.read().strip()
+    assert not pattern.startswith('|'), 'core_pattern pipes cores to %s here' % pattern
+
+    def cores():
+        resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    d = Daemon()
+    p = subprocess.Popen(['/usr/bin/python3', DIES, 'segv', str(tmp_path / 'go')],
+                         cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         preexec_fn=cores)
+    try:
+        assert p.stdout.readline().startswith(b'READY')
+        d.ctl('catch', p.pid, check=True)
+        (tmp_path / 'go').touch()
+        assert p.wait(timeout=30) == -signal.SIGSEGV
+        rows = wait_for(lambda: [c for c in crashes(d) if c['core_path']], 30, 'the core named')
+        (c,) = rows
+        assert c['kind'] == 'fatal-signal' and os.path.dirname(c['core_path']) == str(tmp_path)
+        assert os.path.exists(c['core_path'])
+        wait_for(lambda: [k for k in crashes(d) if k['kind'] == 'signal'], 30, 'the exit')
+        (k,) = [k for k in crashes(d) if k['kind'] == 'signal']
+        assert k['core_dumped'], k
+        r = d.ctl('backtrace', '--core', c['core_path'], check=True)
+        assert 'before_segv (' in r.stdout, r.stdout
+        assert ('core: ' + c['core_path']) in d.ctl('crashes', p.pid, check=True).stdout
+    finally:
+        reap(p)
+        d.close()

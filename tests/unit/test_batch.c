@@ -66,7 +66,8 @@ int test_batch_capacity_and_faults(void)
     batch_reset(&b);
     CHECK(batch_add(&b, at(mem), 8) == 0);
     CHECK(batch_add_alone(&b, at(gone), 8) == 1);
-    CHECK(batch_read(&b, &(struct remote_src){.pid = getpid()}) == -EFAULT); /* a range that is not mapped */
+    CHECK(batch_read(&b, &(struct remote_src){.pid = getpid()}) ==
+          -EFAULT); /* a range that is not mapped */
     batch_free(&b);
     return 0;
 }
