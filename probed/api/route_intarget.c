@@ -14,6 +14,7 @@
 #include "clock.h"
 #include "intarget/allocs.h"
 #include "intarget/catch.h"
+#include "intarget/debug.h"
 #include "intarget/eval.h"
 #include "intarget/torchtrace.h"
 #include "log.h"
@@ -30,6 +31,7 @@ struct stub_job {
     struct torch_request torch; /* torch.exprs is owned */
     struct torch_drained drained;
     struct catch_request catch_rq;
+    struct debug_request debug; /* debug.listen and debug.input are owned */
 };
 
 static void free_stub_job(struct job *j)
@@ -39,6 +41,8 @@ static void free_stub_job(struct job *j)
     free((char *)sj->eval.code);
     free((char *)sj->eval.mode);
     free((char *)sj->torch.exprs);
+    free((char *)sj->debug.listen);
+    free((char *)sj->debug.input);
 }
 
 /* A job's reply from what its call returned: 200 and the body it made, or the status of
@@ -409,15 +413,17 @@ struct job *catch_post(struct api *a, const struct request *rq)
 {
     static const char *const actions[] = {"on", "off"};
     json_t *jsignals = json_object_get(rq->body, "signals");
+    json_t *jpost = json_object_get(rq->body, "postmortem");
     int k = action_of(json_object_get(rq->body, "action"), actions, 2);
     pid_t pid = pid_of(json_object_get(rq->body, "pid"));
     struct stub_job *sj;
     int64_t target_id;
 
-    if (!pid || k < 0 || (jsignals && !json_is_boolean(jsignals))) {
+    if (!pid || k < 0 || (jsignals && !json_is_boolean(jsignals)) ||
+        (jpost && !json_is_boolean(jpost))) {
         reply_error(rq->req, 400,
                     "expected {\"pid\": int, \"action\": \"on\"|\"off\", optional"
-                    " \"signals\": bool}");
+                    " \"signals\": bool, \"postmortem\": bool}");
         return NULL;
     }
     target_id = sampling_id(a, pid);
@@ -435,7 +441,74 @@ struct job *catch_post(struct api *a, const struct request *rq)
                                           .uid = rq->peer->uid,
                                           .target_id = target_id,
                                           .on = k == 0,
-                                          .signals = !json_is_false(jsignals)};
+                                          .signals = !json_is_false(jsignals),
+                                          .postmortem = json_is_true(jpost)};
+    return &sj->j;
+}
+
+/* ---- pause, debug ---- */
+
+static void run_debug(struct job *j)
+{
+    struct stub_job *sj = (struct stub_job *)j;
+    struct errbuf err;
+
+    job_result(j, debug_run(job_api(j)->stubs, job_api(j)->cfg.db_path, &sj->debug, &j->body, &err),
+               &err);
+}
+
+/* POST /v1/debug {"pid", "action": "pause"|"io"|"interrupt"|"detach", "thread": tid,
+ * "listen": "host:port", "dap": bool, "input": "line", "wait_ms": 0..10000} */
+struct job *debug_post(struct api *a, const struct request *rq)
+{
+    static const char *const actions[] = {"pause", "io", "interrupt", "detach"};
+    json_t *jthread = json_object_get(rq->body, "thread"),
+           *jlisten = json_object_get(rq->body, "listen");
+    json_t *jdap = json_object_get(rq->body, "dap"), *jinput = json_object_get(rq->body, "input");
+    json_t *jwait = json_object_get(rq->body, "wait_ms");
+    int k = action_of(json_object_get(rq->body, "action"), actions, 4);
+    pid_t pid = pid_of(json_object_get(rq->body, "pid"));
+    json_int_t wait = jwait ? json_integer_value(jwait) : 5000;
+    struct errbuf why;
+    struct stub_job *sj;
+
+    if (!pid || k < 0 ||
+        (jthread && (!json_is_integer(jthread) || json_integer_value(jthread) < 0 ||
+                     json_integer_value(jthread) > 0x7fffffff)) ||
+        (jlisten && !json_is_string(jlisten)) || (jdap && !json_is_boolean(jdap)) ||
+        (jinput && !json_is_string(jinput) && !json_is_null(jinput)) ||
+        (jwait && !json_is_integer(jwait)) || wait < 0 || wait > DEBUG_WAIT_MAX_MS ||
+        (json_is_string(jinput) &&
+         (strlen(json_string_value(jinput)) > 65536 || strchr(json_string_value(jinput), '\n')))) {
+        reply_error(rq->req, 400,
+                    "expected {\"pid\": int, \"action\": \"pause\"|\"io\"|\"interrupt\"|"
+                    "\"detach\", optional \"thread\": tid, \"listen\": \"host:port\", \"dap\":"
+                    " bool, \"input\": one line (no newline, <= 64 KiB), \"wait_ms\": 0..%d}",
+                    DEBUG_WAIT_MAX_MS);
+        return NULL;
+    }
+    if (jlisten && debug_parse_listen(json_string_value(jlisten), &why) < 0) {
+        reply_error(rq->req, 400, "%s", why.msg);
+        return NULL;
+    }
+    sj = job_alloc(a, rq, sizeof(*sj), JOB_PARALLEL, run_debug, free_stub_job);
+    if (!sj)
+        return NULL;
+    sj->debug = (struct debug_request){
+        .pid = pid,
+        .uid = rq->peer->uid,
+        .action = (enum debug_action)k,
+        .thread = (pid_t)json_integer_value(jthread),
+        .dap = json_is_true(jdap),
+        .wait_ms = (int)wait,
+        .listen = jlisten ? strdup(json_string_value(jlisten)) : NULL,
+        .input = json_is_string(jinput) ? strdup(json_string_value(jinput)) : NULL};
+    if ((jlisten && !sj->debug.listen) || (json_is_string(jinput) && !sj->debug.input)) {
+        reply_error(rq->req, 500, "out of memory");
+        free_stub_job(&sj->j);
+        free(sj);
+        return NULL;
+    }
     return &sj->j;
 }
 

@@ -42,6 +42,7 @@ static const struct route {
     {EVHTTP_REQ_POST, "/v1/allocations", R_BODY | R_PID_BODY, NULL, allocs_post},
     {EVHTTP_REQ_POST, "/v1/torch", R_BODY | R_PID_BODY, NULL, torch_post},
     {EVHTTP_REQ_POST, "/v1/catch", R_BODY | R_PID_BODY, NULL, catch_post},
+    {EVHTTP_REQ_POST, "/v1/debug", R_BODY | R_PID_BODY, NULL, debug_post},
     {EVHTTP_REQ_GET, "/v1/config", 0, config_get, NULL},
     {EVHTTP_REQ_PUT, "/v1/config", R_ROOT | R_BODY, config_put, NULL},
 };

@@ -80,6 +80,7 @@ struct job *hang_post(struct api *a, const struct request *rq);
 struct job *eval_post(struct api *a, const struct request *rq);
 struct job *allocs_post(struct api *a, const struct request *rq);
 struct job *catch_post(struct api *a, const struct request *rq);
+struct job *debug_post(struct api *a, const struct request *rq);
 struct job *torch_post(struct api *a, const struct request *rq);
 int status_get(struct api *a, const struct request *rq);
 int config_get(struct api *a, const struct request *rq);

@@ -268,31 +268,37 @@ static json_t *catch_call(const char *socket, json_t *body, long *status, bool q
 int catch_main(int argc, char **argv)
 {
     static const struct option longopts[] = {{"no-signals", no_argument, NULL, 'n'},
+                                             {"postmortem", no_argument, NULL, 'p'},
                                              {"socket", required_argument, NULL, 'S'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     const char *socket = NULL, *action = "on";
     json_t *body, *reply;
     long status = 0;
-    int c, pid, signals = 1;
+    int c, pid, signals = 1, postmortem = 0;
 
-    while ((c = getopt_long(argc, argv, "nh", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "nph", longopts, NULL)) != -1) {
         switch (c) {
         case 'n':
             signals = 0;
+            break;
+        case 'p':
+            postmortem = 1;
             break;
         case 'S':
             socket = optarg;
             break;
         case 'h':
-            printf("usage: probectl catch PID [on|off] [--no-signals]\n"
+            printf("usage: probectl catch PID [on|off] [--no-signals] [--postmortem]\n"
                    "  Records in crashes, as they happen: every uncaught exception of the\n"
                    "  process (any thread), with its traceback and each frame's locals; and at a\n"
                    "  fatal signal (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) every thread's\n"
                    "  Python and native stacks, read while the failing thread waits (at most\n"
                    "  %d ms). What the process does next is unchanged: the hooks and handlers\n"
                    "  that were there run after ours. `off` removes ours. See them with\n"
-                   "  probectl crashes PID.\n",
+                   "  probectl crashes PID.\n"
+                   "  --postmortem  the failing thread then waits in pdb on its traceback (the\n"
+                   "                process stays up) until you leave it: probectl debug PID\n",
                    2000);
             return 0;
         default:
@@ -311,7 +317,8 @@ int catch_main(int argc, char **argv)
         fprintf(stderr, "probectl catch: '%s': expected on or off\n", action);
         return 2;
     }
-    body = json_pack("{s:i, s:s, s:b}", "pid", pid, "action", action, "signals", signals);
+    body = json_pack("{s:i, s:s, s:b, s:b}", "pid", pid, "action", action, "signals", signals,
+                     "postmortem", postmortem);
     reply = catch_call(socket, body, &status, strcmp(action, "on") == 0);
     if (!reply && status == 404 && strcmp(action, "on") == 0 &&
         client_ensure_attached(socket, pid) == 0) {
@@ -325,12 +332,16 @@ int catch_main(int argc, char **argv)
     if (strcmp(action, "off") == 0)
         printf("pid %d: catch off (its hooks and handlers removed)\n", pid);
     else
-        printf("pid %d: catching uncaught exceptions (every thread)%s; see: probectl crashes %d\n",
-               pid,
-               json_integer_value(json_object_get(reply, "signals")) > 0
-                   ? " and fatal signals (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT)"
-                   : "",
-               pid);
+        printf(
+            "pid %d: catching uncaught exceptions (every thread)%s; see: probectl crashes %d%s\n",
+            pid,
+            json_integer_value(json_object_get(reply, "signals")) > 0
+                ? " and fatal signals (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT)"
+                : "",
+            pid,
+            json_is_true(json_object_get(reply, "postmortem"))
+                ? "; a failing thread waits in pdb for probectl debug"
+                : "");
     json_decref(reply);
     return 0;
 }

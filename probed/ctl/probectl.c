@@ -13,6 +13,7 @@
 #include "ctl/client.h"
 #include "ctl/cluster.h"
 #include "ctl/crashes.h"
+#include "ctl/debug.h"
 #include "ctl/commands.h"
 #include "ctl/eval.h"
 #include "ctl/ops.h"
@@ -45,6 +46,8 @@ static const struct command commands[] = {
     {"crashes", crashes_main, "how attached processes ended: status, signal, OOM, last stacks"},
     {"catch", catch_main,
      "record a process's uncaught exceptions and fatal signals as they happen"},
+    {"pause", pause_main, "stop a thread at its next Python line in pdb (or debugpy: --dap)"},
+    {"debug", debug_main, "join the terminal to a process's pdb session"},
     {"hang", hang_main, "every rank's stack at one instant, grouped: who holds everyone up"},
     {"cluster", cluster_main, "a job on many nodes: list, attach, detach, query, flamegraph"},
     {"proxy", proxy_main, "join stdin/stdout to the daemon (the far end of `ssh -T HOST`)", true},

@@ -19,6 +19,7 @@
 #include "clock.h"
 #include "common/dump.h"
 #include "common/procfs.h"
+#include "intarget/debug.h"
 #include "intarget/eval.h"
 #include "log.h"
 #include "store/records.h"
@@ -126,9 +127,12 @@ static int on_exception(struct catcher *ct, const struct channel *c,
         json_decref(doc);
         return -EPROTO;
     }
-    snprintf(message, sizeof(message), "uncaught %.100s: %.300s (%s thread \"%.60s\")", type,
+    snprintf(message, sizeof(message), "uncaught %.100s: %.300s (%s thread \"%.60s\")%s", type,
              msg ? msg : "", json_is_true(json_object_get(doc, "main")) ? "the main" : "in",
-             thread ? thread : "?");
+             thread ? thread : "?",
+             json_is_true(json_object_get(doc, "postmortem"))
+                 ? "; it waits in a post-mortem debugger: probectl debug"
+                 : "");
     detail = json_dumps(doc, JSON_COMPACT);
     rec.message = message;
     rec.detail = detail;
@@ -507,10 +511,10 @@ static char *script(const struct catch_request *rq)
                  "    exec(compile(bytes.fromhex('%s').decode(), '<probed catch>', 'exec'),"
                  " _mod.__dict__)\n"
                  "    _sys.modules['_probed_catch'] = _mod\n"
-                 "print(_mod.command({'action': '%s', 'signals': %s}) if _mod is not None else"
-                 " '{\"on\": false, \"signals\": 0, \"channel\": false}')\n",
-                 rq->on, rq->on ? hex : "", rq->on ? "on" : "off",
-                 rq->signals ? "True" : "False") < 0)
+                 "print(_mod.command({'action': '%s', 'signals': %s, 'postmortem': %s}) if _mod"
+                 " is not None else '{\"on\": false, \"signals\": 0, \"channel\": false}')\n",
+                 rq->on, rq->on ? hex : "", rq->on ? "on" : "off", rq->signals ? "True" : "False",
+                 rq->postmortem ? "True" : "False") < 0)
         code = NULL;
     free(hex);
     return code;
@@ -573,7 +577,11 @@ int catch_run(struct stubctl *sc, struct catcher *ct, const char *db_path,
         .kind = STUB_RUN,
         .timeout_ms = CATCH_TIMEOUT_MS,
         .mode = "catch",
-        .audit_code = rq->on ? (rq->signals ? "catch on" : "catch on --no-signals") : "catch off"};
+        .audit_code = !rq->on          ? "catch off"
+                      : rq->postmortem ? (rq->signals ? "catch on --postmortem"
+                                                      : "catch on --postmortem --no-signals")
+                      : rq->signals    ? "catch on"
+                                       : "catch on --no-signals"};
     json_t *body = NULL;
     char *code = NULL;
     int r = 0;
@@ -583,6 +591,13 @@ int catch_run(struct stubctl *sc, struct catcher *ct, const char *db_path,
         if (r == 0)
             *ret_body = json_pack("{s:b, s:b}", "on", true, "channel", true);
         return r;
+    }
+    if (rq->on && rq->postmortem) { /* the debugger the failing thread will wait in */
+        struct debug_request load = {.pid = rq->pid, .uid = rq->uid, .action = DEBUG_LOAD};
+        json_t *state = NULL;
+        if ((r = debug_run(sc, db_path, &load, &state, err)) < 0)
+            return r;
+        json_decref(state);
     }
     if (!(code = script(rq)))
         return errbuf_set(err, -ENOMEM, "out of memory");

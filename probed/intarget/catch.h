@@ -50,9 +50,10 @@ struct catch_request {
     uid_t uid;         /* who asks (the evals audit row) */
     int64_t target_id; /* the attach the rows belong to */
     bool on;
-    bool signals; /* on: fatal signals too */
-    bool resume;  /* on: the hooks are in the target already (a restarted daemon): only the
-                     channel is opened again, and nothing is injected */
+    bool signals;    /* on: fatal signals too */
+    bool postmortem; /* on: the failing thread waits in pdb on its traceback (debug.h) */
+    bool resume;     /* on: the hooks are in the target already (a restarted daemon): only the
+                        channel is opened again, and nothing is injected */
 };
 
 /* *ret_body (the caller's): the target's state ("on", "signals", "channel", "hooks", ...).

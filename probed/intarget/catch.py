@@ -22,7 +22,7 @@ CHAIN_MAX = 8
 BYTES_MAX = 512 * 1024
 
 _state = {'on': False, 'signals': 0, 'sys': None, 'threading': None, 'format_exc': None,
-          'reported': 0, 'failed': 0}
+          'reported': 0, 'failed': 0, 'postmortem': False}
 
 
 def _bounded(text, limit):
@@ -82,8 +82,13 @@ def _exception(exc_type, exc, tb, with_locals):
             'frames': _frames(tb, with_locals)}
 
 
+def _postmortem():
+    return sys.modules.get('_probed_debug') if _state['postmortem'] else None
+
+
 def _record(exc_type, exc, tb, thread):
     rec = _exception(exc_type, exc, tb, True)
+    rec['postmortem'] = _postmortem() is not None
     rec['thread'] = getattr(thread, 'name', None)
     rec['ident'] = getattr(thread, 'ident', None)
     rec['main'] = thread is threading.main_thread()
@@ -119,6 +124,12 @@ def _report(exc_type, exc, tb, thread):
     except BaseException:
         ok = False
     _state['reported' if ok else 'failed'] += 1
+    debug = _postmortem()
+    if debug is not None and tb is not None:  # --postmortem: the thread waits for the user
+        try:
+            debug.post_mortem(tb)
+        except BaseException:
+            pass
 
 
 def _sys_hook(exc_type, exc, tb):
@@ -167,6 +178,7 @@ def _uninstall():
 def _summary():
     channel, sent, acked = _probed_stub.catch_state()
     return {'on': _state['on'], 'signals': _state['signals'], 'channel': channel,
+            'postmortem': _postmortem() is not None,
             'events_sent': sent, 'events_acked': acked, 'exceptions_reported': _state['reported'],
             'exceptions_failed': _state['failed'],
             'hooks': {'sys.excepthook': sys.excepthook is _sys_hook,
@@ -179,6 +191,7 @@ def command(args):
     if action == 'on':
         _install()
         _state['on'] = True
+        _state['postmortem'] = bool(args.get('postmortem'))
         _state['signals'] = _probed_stub.catch_signals(bool(args.get('signals', True)))
     elif action == 'off':
         _state['on'] = False

@@ -210,6 +210,55 @@ static int wait_threads_initialised(struct stub *s, char *err, size_t errlen)
                       "Python now); try again when it is");
 }
 
+/* The pending call of main_call(): the callable, on the main thread with the GIL held. Its
+ * errors are cleared: they are not the main thread's. */
+static int run_main_call(void *arg)
+{
+    const struct capi *api = &the_stub.api;
+    PyObject *r = api->PyObject_CallFunctionObjArgs(arg, NULL);
+
+    if (r)
+        api->Py_DecRef(r);
+    else
+        api->PyErr_Clear();
+    api->Py_DecRef(arg);
+    return 0;
+}
+
+/* _probed_stub.main_call(fn): fn() runs on the main thread at its next check of the eval
+ * breaker (it must run Python to get there), without waiting for it: debug.py pauses the main
+ * thread this way. */
+static PyObject *main_call(PyObject *self, PyObject *args)
+{
+    const struct capi *api = &the_stub.api;
+    PyObject *fn = api->PyTuple_Size(args) == 1 ? api->PyTuple_GetItem(args, 0) : NULL;
+
+    (void)self;
+    if (!fn)
+        return NULL;
+    api->Py_IncRef(fn);
+    if (api->Py_AddPendingCall(run_main_call, fn) < 0) {
+        api->Py_DecRef(fn);
+        api->PyErr_SetString(*api->PyExc_RuntimeError,
+                             "the main thread's queue of pending calls is full");
+        return NULL;
+    }
+    api->Py_IncRef(api->_Py_NoneStruct);
+    return api->_Py_NoneStruct;
+}
+
+static int register_main_call(const struct capi *api)
+{
+    static struct py_method_def def = {"main_call", main_call, PY_METH_VARARGS, NULL};
+    PyObject *mod = api->PyDict_GetItemString(api->PyImport_GetModuleDict(), "_probed_stub");
+    PyObject *fn = mod ? api->PyCFunction_NewEx(&def, NULL, NULL) : NULL;
+    int r = fn ? api->PyObject_SetAttrString(mod, def.name, fn) : -1;
+
+    if (fn)
+        api->Py_DecRef(fn);
+    return r;
+}
+
 /* Runs bootstrap.py in a namespace of its own and keeps its two entry points. */
 static int load_bootstrap(struct stub *s, char *err, size_t errlen)
 {
@@ -226,7 +275,8 @@ static int load_bootstrap(struct stub *s, char *err, size_t errlen)
         s->run = api->PyDict_GetItemString(ns, "_run");
         s->complete = api->PyDict_GetItemString(ns, "_complete");
         ret = s->run && s->complete ? 0 : fail(err, errlen, "bootstrap.py defines no _run");
-        if (ret == 0 && (torch_hot_register(&s->torch, api) < 0 || catch_register(api) < 0))
+        if (ret == 0 && (torch_hot_register(&s->torch, api) < 0 || catch_register(api) < 0 ||
+                         register_main_call(api) < 0))
             api->PyErr_Clear(); /* eval works without them; catch and torch say they are missing */
         api->Py_DecRef(r);      /* ns stays alive: it holds the functions */
     } else {

@@ -1,0 +1,271 @@
+/* debug.c - see debug.h. */
+#define _GNU_SOURCE
+#include "ctl/debug.h"
+
+#include <editline/readline.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ctl/client.h"
+
+#define RUNNING_POLL_MS 1000 /* each read of a running thread's output waits this long */
+#define PROMPT_WAIT_MS 8000  /* after a line: pdb's answer, unless the thread runs on */
+
+static json_t *debug_call(const char *socket, int pid, json_t *fields, long *status)
+{
+    char err[512];
+    json_t *reply = NULL;
+    int r;
+
+    json_object_set_new(fields, "pid", json_integer(pid));
+    r = client_call(client_socket_path(socket), "POST", "/v1/debug", fields, status, &reply, NULL,
+                    NULL, err, sizeof(err));
+    json_decref(fields);
+    if (r < 0) {
+        fprintf(stderr, "probectl: %s%s\n", err,
+                r == -ENOENT || r == -ECONNREFUSED ? " (is probed running?)" : "");
+        *status = 0;
+        return NULL;
+    }
+    if (*status < 200 || *status > 299) {
+        fprintf(stderr, "probectl: %s\n", client_error_text(reply));
+        json_decref(reply);
+        return NULL;
+    }
+    return reply;
+}
+
+static const char *str(json_t *o, const char *key)
+{
+    return json_string_value(json_object_get(o, key));
+}
+
+/* ---- pause ---- */
+
+int pause_main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"thread", required_argument, NULL, 't'}, {"listen", required_argument, NULL, 'l'},
+        {"dap", no_argument, NULL, 'd'},          {"socket", required_argument, NULL, 'S'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
+    const char *socket = NULL, *listen = NULL;
+    json_t *body, *reply;
+    long status, thread = 0;
+    char *end;
+    int c, pid, dap = 0;
+
+    while ((c = getopt_long(argc, argv, "t:l:dh", longopts, NULL)) != -1) {
+        switch (c) {
+        case 't':
+            thread = strtol(optarg, &end, 10);
+            if (*end || thread <= 0 || thread > 0x7fffffff) {
+                fprintf(stderr, "probectl pause: --thread takes a thread id\n");
+                return 2;
+            }
+            break;
+        case 'l':
+            listen = optarg;
+            break;
+        case 'd':
+            dap = 1;
+            break;
+        case 'S':
+            socket = optarg;
+            break;
+        case 'h':
+            printf("usage: probectl pause PID [--thread TID] [--listen HOST:PORT] [--dap]\n"
+                   "  The thread (the main one by default; another needs Python 3.12+) stops at\n"
+                   "  its next Python line in a pdb session: join it with probectl debug PID.\n"
+                   "  --listen  serve the session on a TCP address of the process's instead\n"
+                   "            (nc HOST PORT); nothing listens unless asked\n"
+                   "  --dap     a Debug Adapter Protocol server (debugpy) for VS Code's attach,\n"
+                   "            on --listen or 127.0.0.1 and a free port; the main thread\n"
+                   "            waits there for the client (docs/debug.md)\n");
+            return 0;
+        default:
+            return 2;
+        }
+    }
+    if (optind + 1 != argc || (pid = client_parse_pid(argv[optind], "pause")) < 0) {
+        if (optind + 1 != argc)
+            fprintf(stderr, "probectl pause: expected PID\n");
+        return 2;
+    }
+    if (dap && thread) {
+        fprintf(stderr, "probectl pause: --dap pauses the main thread (the client picks others)\n");
+        return 2;
+    }
+    body = json_pack("{s:s, s:i, s:b}", "action", "pause", "thread", (int)thread, "dap", dap);
+    if (listen)
+        json_object_set_new(body, "listen", json_string(listen));
+    reply = debug_call(socket, pid, body, &status);
+    if (!reply)
+        return 1;
+    if (dap)
+        printf("pid %d: debugpy listens on %s: attach VS Code (or any DAP client) to it; the"
+               " main thread waits for it at its next Python line\n",
+               pid, str(reply, "listen"));
+    else if (str(reply, "listen"))
+        printf("pid %d: %s stops at its next Python line; its pdb is served on %s\n", pid,
+               thread ? "the thread" : "the main thread", str(reply, "listen"));
+    else
+        printf("pid %d: %s stops at its next Python line; join it: probectl debug %d\n", pid,
+               thread ? "the thread" : "the main thread", pid);
+    json_decref(reply);
+    return 0;
+}
+
+/* ---- debug ---- */
+
+static int sigint_pipe[2] = {-1, -1};
+
+static void on_sigint(int sig)
+{
+    char ch = (char)sig;
+    ssize_t r = write(sigint_pipe[1], &ch, 1);
+    (void)r;
+}
+
+static bool take_sigint(void)
+{
+    char buf[16];
+    bool got = false;
+
+    while (read(sigint_pipe[0], buf, sizeof(buf)) > 0)
+        got = true;
+    return got;
+}
+
+/* Prints pdb's output but its last line, the prompt, which goes to *ret_prompt (the caller
+ * frees it). */
+static void show(const char *out, char **ret_prompt)
+{
+    const char *nl = out ? strrchr(out, '\n') : NULL;
+    const char *last = nl ? nl + 1 : out ? out : "";
+
+    fwrite(out ? out : "", 1, (size_t)(last - (out ? out : "")), stdout);
+    fflush(stdout);
+    if (ret_prompt) {
+        free(*ret_prompt);
+        *ret_prompt = strdup(*last ? last : "(Pdb) ");
+    } else {
+        fputs(last, stdout);
+    }
+}
+
+static json_t *io(const char *socket, int pid, const char *line, int wait_ms)
+{
+    long status;
+    json_t *body = json_pack("{s:s, s:i}", "action", "io", "wait_ms", wait_ms);
+
+    if (line)
+        json_object_set_new(body, "input", json_string(line));
+    return debug_call(socket, pid, body, &status);
+}
+
+static void simple(const char *socket, int pid, const char *action)
+{
+    long status;
+    json_decref(debug_call(socket, pid, json_pack("{s:s}", "action", action), &status));
+}
+
+/* Reads a running thread's output until it stops at the prompt (Ctrl-C pauses it again) or the
+ * session ends; the last reply. */
+static json_t *until_paused(const char *socket, int pid, json_t *reply)
+{
+    while (reply && (strcmp(str(reply, "state") ?: "", "running") == 0 ||
+                     strcmp(str(reply, "state") ?: "", "armed") == 0)) {
+        bool armed = strcmp(str(reply, "state") ?: "", "armed") == 0;
+        show(str(reply, "output"), NULL);
+        json_decref(reply);
+        if (take_sigint()) /* never stopped yet: give up; else stop it again */
+            simple(socket, pid, armed ? "detach" : "interrupt");
+        reply = io(socket, pid, NULL, RUNNING_POLL_MS);
+    }
+    return reply;
+}
+
+int debug_main(int argc, char **argv)
+{
+    static const struct option longopts[] = {{"socket", required_argument, NULL, 'S'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
+    struct sigaction sa = {.sa_handler = on_sigint};
+    const char *socket = NULL;
+    char *prompt = NULL;
+    json_t *reply;
+    long status;
+    int c, pid, rc = 0;
+
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        if (c == 'S') {
+            socket = optarg;
+        } else if (c == 'h') {
+            printf("usage: probectl debug PID\n"
+                   "  Joins the terminal to the process's pdb session (probectl pause; without\n"
+                   "  one, the main thread is paused first). Line editing and history here;\n"
+                   "  Ctrl-C while the thread runs stops it again; Ctrl-D (or detach, quit)\n"
+                   "  leaves: breakpoints cleared, no trace function left, the process goes on.\n");
+            return 0;
+        } else {
+            return 2;
+        }
+    }
+    if (optind + 1 != argc || (pid = client_parse_pid(argv[optind], "debug")) < 0) {
+        if (optind + 1 != argc)
+            fprintf(stderr, "probectl debug: expected PID\n");
+        return 2;
+    }
+    if (pipe2(sigint_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+        return 1;
+    sigaction(SIGINT, &sa, NULL);
+    reply = io(socket, pid, NULL, 0);
+    if (reply && strcmp(str(reply, "state") ?: "", "none") == 0) {
+        json_decref(reply);
+        reply = debug_call(socket, pid, json_pack("{s:s}", "action", "pause"), &status);
+        if (reply)
+            printf("pid %d: the main thread stops at its next Python line (Ctrl-C to give up)\n",
+                   pid);
+        json_decref(reply);
+        reply = reply ? io(socket, pid, NULL, RUNNING_POLL_MS) : NULL;
+    }
+    for (;;) {
+        char *line;
+
+        reply = until_paused(socket, pid, reply);
+        if (!reply) {
+            rc = 1;
+            break;
+        }
+        if (strcmp(str(reply, "state") ?: "", "paused") != 0) { /* ended */
+            show(str(reply, "output"), NULL);
+            printf("pid %d: the debugger session ended (%s)\n", pid, str(reply, "how") ?: "?");
+            break;
+        }
+        show(str(reply, "output"), &prompt);
+        json_decref(reply);
+        take_sigint();
+        line = readline(prompt);
+        if (!line) { /* Ctrl-D */
+            printf("\n");
+            reply = io(socket, pid, "detach", PROMPT_WAIT_MS);
+            continue;
+        }
+        if (*line)
+            add_history(line);
+        reply = io(socket, pid, line, PROMPT_WAIT_MS);
+        free(line);
+    }
+    json_decref(reply);
+    free(prompt);
+    return rc;
+}

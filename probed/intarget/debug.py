@@ -1,0 +1,366 @@
+# debug.py - `probectl pause` and `probectl debug` inside the target: loaded through the stub
+# as the module _probed_debug (intarget/debug.c). One session per process: a pdb whose input
+# and output are a channel the daemon feeds and drains (io()), or a TCP connection when the
+# user asked for one (--listen), runs in the paused thread itself. The thread is stopped at its
+# next Python line by a trace function: the main thread's is set there by a pending call
+# (_probed_stub.main_call), another thread's by a trace function on every thread that keeps
+# only that one (3.12+: threading.settrace_all_threads). Leaving (detach, quit, Ctrl-D) clears
+# every breakpoint and trace function: the process goes on as if never paused.
+#
+# A post-mortem session (catch --postmortem) is the same pdb, on the traceback of an uncaught
+# exception, in the failing thread, which waits there until the user leaves.
+import contextlib
+import io as io_module
+import json
+import os
+import pdb
+import socket
+import sys
+import threading
+import time
+
+import _probed_stub
+
+OUTPUT_MAX = 1 << 20  # held for the client; older output is dropped beyond it
+
+
+class _Channel:
+    """pdb's stdin and stdout: lines in from the daemon, text out to it."""
+
+    def __init__(self):
+        self.cv = threading.Condition()
+        self.lines = []
+        self.out = []
+        self.out_bytes = 0
+        self.waiting = False  # pdb waits for a line
+        self.ended = False
+        self.sock = None  # --listen: the connected client
+
+    def readline(self):
+        with self.cv:
+            self.waiting = True
+            self.cv.notify_all()
+            while not self.lines and not self.ended:
+                self.cv.wait()
+            self.waiting = False
+            return self.lines.pop(0) if self.lines else 'detach\n'
+
+    def write(self, text):
+        with self.cv:
+            if self.sock is not None:
+                try:
+                    self.sock.sendall(text.encode('utf-8', 'replace'))
+                except OSError:
+                    pass
+                return
+            self.out.append(text)
+            self.out_bytes += len(text)
+            while self.out_bytes > OUTPUT_MAX and len(self.out) > 1:
+                self.out_bytes -= len(self.out.pop(0))
+            self.cv.notify_all()
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return False
+
+    def take(self):
+        text = ''.join(self.out)
+        self.out, self.out_bytes = [], 0
+        return text
+
+
+class _Pdb(pdb.Pdb):
+    def __init__(self, session):
+        kw = {'stdin': session.chan, 'stdout': session.chan, 'nosigint': True}
+        if sys.version_info >= (3, 6):
+            kw['readrc'] = False  # never the target's ~/.pdbrc or ./.pdbrc
+        pdb.Pdb.__init__(self, **kw)
+        self.use_rawinput = False
+        self.session = session
+        self.prompt = '(Pdb) '
+
+    def do_detach(self, arg):
+        """detach
+        Leave the debugger: every breakpoint cleared, no trace function left behind, and the
+        process goes on (Ctrl-D, quit and exit do the same: they never end the program)."""
+        self.clear_all_breaks()
+        self.set_continue()
+        frame = sys._getframe()  # bdb leaves its bottom frame's; none may stay
+        while frame is not None:
+            frame.f_trace = None
+            frame = frame.f_back
+        self.message('probed: detached; the process goes on')
+        self.session.end('detached')
+        return 1
+
+    do_EOF = do_detach
+
+    def do_quit(self, arg):
+        self.message('probed: quit leaves the debugger; the process goes on (detach)')
+        return self.do_detach(arg)
+
+    do_q = do_exit = do_quit
+
+
+class _Session:
+    def __init__(self, ident, listen):
+        self.ident = ident  # the paused thread (threading's ident)
+        self.chan = _Channel()
+        self.pdb = _Pdb(self)
+        self.state = 'armed'  # armed | paused | running | ended
+        self.how = None
+        self.listen = None
+        self.server = None
+        if listen:
+            host, _, port = listen.rpartition(':')
+            self.server = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET)
+            self.server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.server.bind((host.strip('[]'), int(port)))
+            self.server.listen(1)
+            self.listen = '%s:%d' % (host, self.server.getsockname()[1])
+            t = threading.Thread(target=self._serve, name='probed-debug-listen', daemon=True)
+            t.start()
+
+    def _serve(self):
+        """--listen: one client at a time; its lines are pdb's input, pdb's output its."""
+        while not self.chan.ended:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            with self.chan.cv:
+                self.chan.sock = conn
+                pending = self.chan.take()
+            try:
+                conn.sendall(pending.encode('utf-8', 'replace'))
+                f = conn.makefile('r', encoding='utf-8', errors='replace')
+                for line in f:
+                    self.send(line)
+            except OSError:
+                pass
+            with self.chan.cv:
+                self.chan.sock = None
+            conn.close()
+
+    def send(self, line):
+        with self.chan.cv:
+            self.chan.lines.append(line if line.endswith('\n') else line + '\n')
+            self.chan.cv.notify_all()
+
+    def end(self, how):
+        with self.chan.cv:
+            self.state = 'ended'
+            self.how = how
+            self.chan.ended = True
+            self.chan.cv.notify_all()
+            if self.chan.sock is not None:  # --listen: the client hears the end
+                try:
+                    self.chan.sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        if self.server is not None:
+            try:
+                self.server.close()
+            except OSError:
+                pass
+        global _session
+        if _session is self:
+            _session = None
+        _ended.append(self)
+        del _ended[:-4]
+
+    def status(self):
+        with self.chan.cv:
+            if self.state != 'ended':
+                self.state = 'paused' if self.chan.waiting else (
+                    'running' if self.state != 'armed' else 'armed')
+            return self.state
+
+
+_session = None
+_ended = []  # the latest sessions that ended: what the client missed of them
+_lock = threading.Lock()
+
+
+def _trace_here(session):
+    """Runs in the thread to pause: pdb traces it from its caller's frame on."""
+    frame = sys._getframe(2)  # past this function and the one that called it
+    session.state = 'running'
+    session.pdb.set_trace(frame)
+
+
+def _arm_main(session):
+    def pending():
+        if session.state != 'ended':
+            _trace_here(session)
+    _probed_stub.main_call(pending)
+
+
+def _arm_thread(session):
+    if not hasattr(threading, 'settrace_all_threads'):
+        raise RuntimeError('pausing a thread other than the main one needs Python 3.12 or'
+                           ' later (this is %d.%d); the main thread can be paused'
+                           % sys.version_info[:2])
+
+    def hook(frame, event, arg):
+        if threading.get_ident() != session.ident or session.state == 'ended':
+            return None
+        threading.settrace_all_threads(None)
+        session.state = 'running'
+        session.pdb.set_trace(frame)
+        return session.pdb.trace_dispatch
+    # every thread traces calls (the hook keeps only the one asked for), and the frames that
+    # thread runs now trace their lines: a loop that calls no Python function stops too
+    threading.settrace_all_threads(hook)
+    frame = sys._current_frames().get(session.ident)
+    while frame is not None:
+        frame.f_trace = hook
+        frame = frame.f_back
+
+
+def _arm(session):
+    if session.ident == threading.main_thread().ident:
+        _arm_main(session)
+    else:
+        _arm_thread(session)
+
+
+def pause(native_id, listen):
+    global _session
+    with _lock:
+        if _session is not None and _session.state != 'ended':
+            return {'error': 'a debugger session is open already (thread %d, %s): join it with'
+                    ' probectl debug, or leave it' % (_session.ident, _session.status()),
+                    'busy': True}
+        ident = threading.main_thread().ident
+        if native_id:
+            found = [t for t in threading.enumerate()
+                     if getattr(t, 'native_id', None) == native_id]
+            if not found:
+                return {'error': 'no Python thread with id %d in this process' % native_id}
+            ident = found[0].ident
+        _session = _Session(ident, listen)
+        _arm(_session)
+        return {'state': 'armed', 'ident': ident, 'listen': _session.listen}
+
+
+def post_mortem(tb):
+    """catch --postmortem: a session on @tb, in the failing thread, until the user leaves."""
+    global _session
+    with _lock:
+        if _session is not None and _session.state != 'ended':
+            return False
+        _session = s = _Session(threading.get_ident(), None)
+    s.state = 'running'
+    s.pdb.reset()
+    s.chan.write('probed: post-mortem: the thread waits here until you leave (detach)\n')
+    try:
+        s.pdb.interaction(None, tb)
+    finally:
+        if s.state != 'ended':
+            s.end('left')
+    return True
+
+
+def io(line, wait):
+    s = _session or (_ended[-1] if _ended else None)
+    if s is None:
+        return {'state': 'none'}
+    deadline = time.time() + wait
+    with s.chan.cv:
+        if line is not None:
+            if not s.chan.waiting:
+                return {'error': 'the thread is not at the prompt (%s): interrupt it first'
+                        % s.status(), 'state': s.status()}
+            s.chan.lines.append(line + '\n')
+            s.chan.waiting = False
+            s.chan.cv.notify_all()
+        while not s.chan.ended and not (s.chan.waiting and not s.chan.lines):
+            left = deadline - time.time()
+            if left <= 0:
+                break
+            s.chan.cv.wait(left)
+        out = s.chan.take()
+    state = s.status()
+    if state == 'ended' and s in _ended and not out:
+        _ended.remove(s)  # told once
+    return {'output': out, 'state': state, 'how': s.how, 'listen': s.listen}
+
+
+def interrupt():
+    s = _session
+    if s is None:
+        return {'state': 'none'}
+    if s.status() == 'running':
+        _arm(s)
+    return {'state': s.status()}
+
+
+def detach():
+    s = _session
+    if s is None:
+        return {'state': 'none'}
+    if s.status() == 'paused':
+        s.send('detach')
+    else:  # not stopped yet, or running: disarm
+        if s.ident != threading.main_thread().ident and hasattr(threading,
+                                                                'settrace_all_threads'):
+            threading.settrace_all_threads(None)
+        s.end('detached')
+    return {'state': 'ended'}
+
+
+_dap = None  # where debugpy listens, once started
+
+
+def dap(listen):
+    """pause --dap: debugpy's DAP server on @listen (127.0.0.1, a free port by default); the
+    main thread waits at its next Python line for the client, then stops there."""
+    global _dap
+    try:
+        import debugpy
+    except ImportError as e:
+        return {'error': 'debugpy cannot be imported by this process (%s): install it where'
+                ' its Python finds it (Debian: python3-debugpy)' % e, 'no_debugpy': True}
+    if _dap is None:
+        host, _, port = (listen or '127.0.0.1:0').rpartition(':')
+        # pydevd warns on stdout about frozen modules (3.11+): the process's output, not ours
+        os.environ.setdefault('PYDEVD_DISABLE_FILE_VALIDATION', '1')
+        noise = io_module.StringIO()
+        try:
+            with contextlib.redirect_stdout(noise), contextlib.redirect_stderr(noise):
+                addr = debugpy.listen((host.strip('[]'), int(port)))
+        except Exception as e:
+            return {'error': 'debugpy.listen(%s): %s %s' % (listen, e, noise.getvalue()[-300:])}
+        _dap = '%s:%d' % (addr[0], addr[1])
+
+        def pending():
+            frame = sys._getframe(1)  # the frame the main thread was in
+            debugpy.wait_for_client()
+            try:
+                from debugpy.server import api
+                api._settrace(suspend=True, trace_only_current_thread=True,
+                              patch_multiprocessing=False, stop_at_frame=frame)
+            except Exception:
+                debugpy.breakpoint()
+        _probed_stub.main_call(pending)
+    return {'state': 'armed', 'dap': True, 'listen': _dap}
+
+
+def command(args):
+    action = args['action']
+    if action == 'pause' and args.get('dap'):
+        r = dap(args.get('listen'))
+    elif action == 'pause':
+        r = pause(args.get('thread') or 0, args.get('listen'))
+    elif action == 'load':
+        r = {'state': _session.status() if _session else 'none'}
+    elif action == 'io':
+        r = io(args.get('input'), min(float(args.get('wait', 5)), 10.0))
+    elif action == 'interrupt':
+        r = interrupt()
+    else:
+        r = detach()
+    return json.dumps(r)

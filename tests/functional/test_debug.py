@@ -1,0 +1,357 @@
+"""A debugger in a live process (issue 22): `probectl pause`, `probectl debug` (pdb through the
+daemon, driven here through a real pty as a user types), `--listen` (pdb on a TCP port),
+`--dap` (debugpy, spoken to by a Debug Adapter Protocol client written here), and
+`catch --postmortem` (the failing thread waits in pdb).
+
+The target is tests/targets/debuggee.py: its main thread counts its steps into a file, so a
+test sees it stop while paused and go on after; after leaving, no trace function and no
+breakpoint may be left in it.
+"""
+import json
+import os
+import pty
+import re
+import select
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+from conftest import INTERPRETERS, PROBECTL, Target, interpreter_params, require, wait_for
+from daemon import Daemon, ensure_test_user
+
+LEFT_BEHIND = ('import sys, threading, bdb\n'
+               'f = sys._current_frames()[threading.main_thread().ident]\n'
+               'n = 0\n'
+               'while f is not None:\n'
+               '    n += f.f_trace is not None\n'
+               '    f = f.f_back\n'
+               'print(n, len(bdb.Breakpoint.bplist))')
+
+
+class Term:
+    """probectl in a pty, read and typed into as a terminal is."""
+
+    def __init__(self, d, *args):
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:
+            os.environ['PROBED_SOCKET'] = d.socket
+            os.execv(PROBECTL, [PROBECTL] + [str(a) for a in args])
+        self.seen = ''
+
+    def expect(self, text, timeout=30):
+        """What came up to and including @text (a regex); fails after @timeout s."""
+        end = time.time() + timeout
+        while time.time() < end:
+            m = re.search(text, self.seen)
+            if m:
+                out, self.seen = self.seen[:m.end()], self.seen[m.end():]
+                return out
+            r, _, _ = select.select([self.fd], [], [], 0.2)
+            if r:
+                try:
+                    self.seen += os.read(self.fd, 65536).decode('utf-8', 'replace')
+                except OSError:
+                    break
+        raise AssertionError('no %r in %r' % (text, self.seen))
+
+    def send(self, data):
+        os.write(self.fd, data.encode())
+
+    def close(self, timeout=20):
+        end = time.time() + timeout
+        while time.time() < end:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                os.close(self.fd)
+                return os.waitstatus_to_exitcode(status)
+            time.sleep(0.1)
+        os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+        os.close(self.fd)
+        raise AssertionError('probectl did not end: %r' % self.seen)
+
+
+def steps(path):
+    try:
+        with open(path) as f:
+            return int(f.read() or 0)
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def going(path, wait=0.5):
+    a = steps(path)
+    time.sleep(wait)
+    return steps(path) > a
+
+
+def left_behind(d, pid):
+    return d.ctl('eval', pid, LEFT_BEHIND, check=True).stdout.split()
+
+
+@pytest.mark.parametrize('python', interpreter_params())
+def test_pause_debug_through_a_terminal(python, tmp_path):
+    """pause, then a pdb session through a pty: stopped, where, p, continue, Ctrl-C stops it
+    again, Ctrl-D leaves; the process goes on with nothing of the debugger left in it."""
+    require(python)
+    d = Daemon()
+    count = str(tmp_path / 'steps')
+    t = Target(python, 'debuggee.py', count)
+    term = None
+    try:
+        wait_for(lambda: steps(count) > 2, 20, 'the target stepping')
+        r = d.ctl('pause', t.pid, check=True)
+        assert 'the main thread stops at its next Python line' in r.stdout, r.stdout
+        term = Term(d, 'debug', t.pid)
+        out = term.expect(r'\(Pdb\) ')
+        assert re.search(r'debuggee\.py\(\d+\)(step|main)\(\)', out), out
+        assert not going(count), 'paused: no step made'
+        term.send('where\n')
+        out = term.expect(r'\(Pdb\) ')
+        assert 'main()' in out and '<module>()' in out, out
+        term.send('p n if "n" in dir() else (i, total)\n')
+        out = term.expect(r'\(Pdb\) ')
+        nums = [int(x) for x in re.findall(r'\d+', out.split('\n', 1)[1])]
+        assert nums and (len(nums) == 1 or nums[1] == 2 * nums[0]), out
+        term.send('continue\n')
+        wait_for(lambda: going(count, 0.3), 10, 'the target going on after continue')
+        term.send('\x03')  # Ctrl-C: stopped again
+        out = term.expect(r'\(Pdb\) ')
+        assert 'debuggee.py' in out, out
+        assert not going(count)
+        term.send('\x04')  # Ctrl-D: leave
+        term.expect('the debugger session ended \\(detached\\)')
+        assert term.close() == 0
+        term = None
+        wait_for(lambda: going(count, 0.3), 10, 'the target going on after leaving')
+        assert left_behind(d, t.pid) == ['0', '0']
+        audit = d.rows("SELECT code FROM evals WHERE mode = 'debug' ORDER BY ts_ns")
+        codes = [a[0] for a in audit]
+        assert codes[0] == 'pause --thread 0' and 'where' in codes and 'continue' in codes, codes
+    finally:
+        if term:
+            term.close()
+        t.close()
+        d.close()
+
+
+def test_another_thread_and_its_version(tmp_path):
+    """--thread pauses the thread asked for where Python can (3.12+: threading's trace on
+    every thread, kept by that one only); elsewhere the refusal says why."""
+    new = dict(INTERPRETERS).get('pyenv-3.13')
+    assert new, 'pyenv 3.13 is not installed: the --thread test needs a 3.12+'
+    d = Daemon()
+    count = str(tmp_path / 'steps')
+    t = Target(new, 'debuggee.py', count)
+    old = Target('/usr/bin/python3', 'debuggee.py', str(tmp_path / 'old'))
+    try:
+        d.ctl('pause', t.pid, '--thread', t.info['side'], check=True)
+        term = Term(d, 'debug', t.pid)
+        out = term.expect(r'\(Pdb\) ')
+        assert 'side_loop()' in out, out  # it stopped, in a loop that calls no Python
+        assert going(count), 'the main thread never stopped'
+        term.send('\x04')
+        term.expect('session ended')
+        assert term.close() == 0
+        assert left_behind(d, t.pid) == ['0', '0']
+        r = d.ctl('pause', old.pid, '--thread', old.info['side'])
+        assert r.returncode == 1 and 'needs Python 3.12 or later' in r.stderr, r.stderr
+        r = d.ctl('pause', t.pid, '--thread', 1)
+        assert r.returncode == 1 and 'no Python thread with id 1' in r.stderr, r.stderr
+    finally:
+        t.close()
+        old.close()
+        d.close()
+
+
+def test_listen_serves_the_session_on_a_port_only_when_asked(tmp_path):
+    d = Daemon()
+    count = str(tmp_path / 'steps')
+    t = Target('/usr/bin/python3', 'debuggee.py', count)
+    try:
+        r = d.ctl('pause', t.pid, '--listen', '127.0.0.1:0', check=True)
+        host, port = r.stdout.split('served on ')[1].strip().rsplit(':', 1)
+        s = socket.create_connection((host, int(port)), timeout=20)
+        got = b''
+        while b'(Pdb) ' not in got:
+            got += s.recv(4096)
+        s.sendall(b'p 6 * 7\n')
+        got = b''
+        while b'(Pdb) ' not in got:
+            got += s.recv(4096)
+        assert got.startswith(b'42\n'), got
+        s.sendall(b'quit\n')  # never ends the program: leaves
+        got = b''
+        while True:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+        assert b'quit leaves the debugger' in got and b'detached' in got, got
+        s.close()
+        wait_for(lambda: going(count, 0.3), 10, 'the target going on')
+        assert left_behind(d, t.pid) == ['0', '0']
+        r = d.ctl('pause', t.pid, '--listen', '0.0.0.0:80:1')
+        assert r.returncode == 1 and 'bad listen address' in r.stderr, r.stderr
+    finally:
+        t.close()
+        d.close()
+
+
+class Dap:
+    """A Debug Adapter Protocol client: Content-Length framed JSON over TCP."""
+
+    def __init__(self, host, port):
+        self.s = socket.create_connection((host, port), timeout=30)
+        self.buf = b''
+        self.seq = 0
+        self.events = []
+
+    def _read(self):
+        while b'\r\n\r\n' not in self.buf:
+            self.buf += self.s.recv(65536)
+        head, self.buf = self.buf.split(b'\r\n\r\n', 1)
+        n = int(re.search(rb'Content-Length: (\d+)', head).group(1))
+        while len(self.buf) < n:
+            self.buf += self.s.recv(65536)
+        body, self.buf = self.buf[:n], self.buf[n:]
+        return json.loads(body)
+
+    def send(self, command, **args):
+        self.seq += 1
+        msg = json.dumps({'seq': self.seq, 'type': 'request', 'command': command,
+                          'arguments': args}).encode()
+        self.s.sendall(b'Content-Length: %d\r\n\r\n' % len(msg) + msg)
+        return self.seq
+
+    def response(self, seq):
+        while True:
+            m = self._read()
+            if m['type'] == 'event':
+                self.events.append(m)
+            elif m['type'] == 'response' and m['request_seq'] == seq:
+                assert m['success'], m
+                return m.get('body', {})
+
+    def event(self, name, timeout=30):
+        end = time.time() + timeout
+        while time.time() < end:
+            for i, e in enumerate(self.events):
+                if e['event'] == name:
+                    return self.events.pop(i)
+            m = self._read()
+            if m['type'] == 'event':
+                self.events.append(m)
+        raise AssertionError('no %s event: %s' % (name, self.events))
+
+    def call(self, command, **args):
+        return self.response(self.send(command, **args))
+
+
+def test_dap_with_a_real_debugpy(tmp_path):
+    """pause --dap starts debugpy in Debian's python3; a DAP client attaches, finds the main
+    thread stopped where it was, reads its stack, scopes and variables, lets it go on and
+    disconnects; the process goes on. A Python without debugpy says so."""
+    d = Daemon()
+    count = str(tmp_path / 'steps')
+    t = Target('/usr/bin/python3', 'debuggee.py', count)
+    plain = dict(INTERPRETERS).get('pyenv-3.10')
+    other = Target(plain, 'debuggee.py', str(tmp_path / 'plain')) if plain else None
+    try:
+        r = d.ctl('pause', t.pid, '--dap', check=True)
+        host, port = r.stdout.split('listens on ')[1].split(':')[0:2]
+        port = int(port.split(':')[0])
+        c = Dap(host, port)
+        c.call('initialize', clientID='probed-test', adapterID='debugpy', linesStartAt1=True,
+               columnsStartAt1=True, pathFormat='path')
+        attach = c.send('attach', justMyCode=False)
+        c.event('initialized')
+        c.call('configurationDone')
+        c.response(attach)
+        stopped = c.event('stopped')['body']
+        threads = c.call('threads')['threads']
+        main = [th for th in threads if th['id'] == stopped['threadId']]
+        assert main and main[0]['name'] == 'MainThread', threads
+        frames = c.call('stackTrace', threadId=stopped['threadId'])['stackFrames']
+        names = [f['name'] for f in frames]
+        assert 'main' in names and '<module>' in names, names
+        assert frames[0]['source']['path'].endswith('debuggee.py'), frames[0]
+        assert not going(count), 'stopped while the client looks'
+        top = frames[0]
+        scopes = c.call('scopes', frameId=top['id'])['scopes']
+        local = [s for s in scopes if s['name'].lower().startswith('locals')][0]
+        values = {v['name']: v['value'] for v in
+                  c.call('variables', variablesReference=local['variablesReference'])['variables']}
+        assert ('total' in values and int(values['total']) == 2 * int(values['i'])) or \
+            'n' in values, values
+        c.call('continue', threadId=stopped['threadId'])
+        wait_for(lambda: going(count, 0.3), 10, 'the target going on after continue')
+        c.call('disconnect', terminateDebuggee=False)
+        c.s.close()
+        wait_for(lambda: going(count, 0.3), 10, 'the target going on after disconnect')
+        assert t.proc.poll() is None
+        if other is None:
+            pytest.fail('pyenv 3.10 is not installed: no Python without debugpy to refuse')
+        r = d.ctl('pause', other.pid, '--dap')
+        assert r.returncode == 1 and 'debugpy cannot be imported by this process' in r.stderr, \
+            r.stderr
+    finally:
+        t.close()
+        if other:
+            other.close()
+        d.close()
+
+
+def test_catch_postmortem_waits_for_the_user(tmp_path):
+    """catch --postmortem: the uncaught exception is recorded, then the failing thread waits in
+    pdb on its traceback; debug joins it (the locals of the frame that raised), Ctrl-D leaves,
+    and the exception goes on to the hook before ours: the traceback printed, exit 1."""
+    d = Daemon()
+    count = str(tmp_path / 'steps')
+    flag = tmp_path / 'fail'
+    t = Target('/usr/bin/python3', 'debuggee.py', count, 'fail', str(flag))
+    term = None
+    try:
+        r = d.ctl('catch', t.pid, '--postmortem', check=True)
+        assert 'a failing thread waits in pdb' in r.stdout, r.stdout
+        flag.touch()
+        rows = wait_for(lambda: json.loads(d.ctl('crashes', '--json', check=True).stdout), 20,
+                        'the exception recorded')
+        assert 'it waits in a post-mortem debugger' in rows[0]['message'], rows[0]
+        time.sleep(0.5)
+        assert t.proc.poll() is None, 'the process waits, it has not exited'
+        term = Term(d, 'debug', t.pid)
+        out = term.expect(r'\(Pdb\) ')
+        assert 'post-mortem' in out and 'step()' in out, out
+        term.send('p ratio\n')
+        out = term.expect(r'\(Pdb\) ')
+        assert re.search(r'\n\d+\.0\r?\n', out), out
+        term.send('\x04')
+        term.expect('session ended')
+        term.close()
+        term = None
+        assert t.proc.wait(timeout=20) == 1
+        assert 'ValueError: step' in t.proc.stderr.read()
+    finally:
+        if term:
+            term.close()
+        t.close()
+        d.close()
+
+
+def test_a_stranger_cannot_pause_or_debug(tmp_path):
+    d = Daemon()
+    t = Target('/usr/bin/python3', 'debuggee.py', str(tmp_path / 'steps'))
+    try:
+        user = ensure_test_user()
+        os.chmod(d.socket, 0o666)
+        for args in (('pause', t.pid), ('debug', t.pid), ('pause', t.pid, '--dap')):
+            r = d.ctl(*args, user=user)
+            assert r.returncode == 1 and 'permission denied' in r.stderr, (args, r.stderr)
+        assert d.rows("SELECT count(*) FROM evals WHERE mode = 'debug'") == [[0]]
+    finally:
+        t.close()
+        d.close()
