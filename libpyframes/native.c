@@ -45,6 +45,15 @@ struct pyf_native {
     size_t n_tables, cap_tables;
     Elf *core_elf; /* pyf_native_open_core: the core, read by libdw */
     int core_fd;
+    /* a core's threads, unwound all at once at the first pyf_native__unwind() */
+    struct core_stack {
+        pid_t tid;
+        uint64_t *pcs;
+        size_t n;
+        bool truncated;
+    } *core_stacks;
+    size_t n_core_stacks;
+    bool core_unwound;
 };
 
 /* A module of this process and its functions (a table shared with every process that maps
@@ -324,6 +333,9 @@ void pyf_native_free(struct pyf_native *n)
         return;
     if (n->dwfl)
         dwfl_end(n->dwfl);
+    for (size_t i = 0; i < n->n_core_stacks; i++)
+        free(n->core_stacks[i].pcs);
+    free(n->core_stacks);
     if (n->core_elf)
         elf_end(n->core_elf);
     if (n->core_elf || n->core_fd > 0)
@@ -380,10 +392,55 @@ static int take_frame(Dwfl_Frame *state, void *arg)
     return DWARF_CB_OK;
 }
 
+/* dwfl_getthreads() over a core: each thread's return addresses kept. A walk to the end, not
+ * dwfl_getthread_frames() per tid: libdw's core reader frees its iterator only at the end. */
+static int take_core_thread(Dwfl_Thread *thread, void *arg)
+{
+    struct pyf_native *n = arg;
+    struct core_stack *grown = realloc(n->core_stacks, (n->n_core_stacks + 1) * sizeof(*grown));
+    struct core_stack *cs;
+    struct unwind_ctx c = {.n = n, .cap = PYF_NATIVE_DEPTH_MAX};
+
+    if (!grown)
+        return DWARF_CB_ABORT;
+    n->core_stacks = grown;
+    c.pcs = calloc(PYF_NATIVE_DEPTH_MAX, sizeof(*c.pcs));
+    if (!c.pcs)
+        return DWARF_CB_ABORT;
+    dwfl_thread_getframes(thread, take_frame, &c);
+    cs = &n->core_stacks[n->n_core_stacks++];
+    *cs = (struct core_stack){
+        .tid = dwfl_thread_tid(thread), .pcs = c.pcs, .n = c.n_pcs, .truncated = c.truncated};
+    return DWARF_CB_OK;
+}
+
+static int unwind_core(struct pyf_native *n, pid_t tid, uint64_t *ret_pcs, size_t cap,
+                       size_t *ret_n, bool *ret_truncated, struct pyf_err *reterr)
+{
+    if (!n->core_unwound) {
+        n->core_unwound = true;
+        dwfl_getthreads(n->dwfl, take_core_thread, n);
+    }
+    for (size_t i = 0; i < n->n_core_stacks; i++) {
+        const struct core_stack *cs = &n->core_stacks[i];
+        if (cs->tid != tid)
+            continue;
+        *ret_n = cs->n < cap ? cs->n : cap;
+        memcpy(ret_pcs, cs->pcs, *ret_n * sizeof(*ret_pcs));
+        *ret_truncated = cs->truncated || cs->n > cap;
+        return 0;
+    }
+    return pyf_fail(reterr, PYF_GONE, ESRCH, 0, "core of pid %d: thread %d: cannot unwind: %s",
+                    (int)n->pid, (int)tid, dwfl_errmsg(-1));
+}
+
 int pyf_native__unwind(struct pyf_native *n, pid_t tid, uint64_t *ret_pcs, size_t cap,
                        size_t *ret_n, bool *ret_truncated, struct pyf_err *reterr)
 {
     struct unwind_ctx c = {.n = n, .pcs = ret_pcs, .cap = cap};
+
+    if (n->core_elf)
+        return unwind_core(n, tid, ret_pcs, cap, ret_n, ret_truncated, reterr);
 
     /* libdw, not libunwind-ptrace: libdw also unwinds out of the vDSO (time.time() is in
      * it half the time), whose unwind info it reads from the process's memory. The threads

@@ -81,6 +81,12 @@ class _Pdb(pdb.Pdb):
         self.session = session
         self.prompt = '(Pdb) '
 
+    def trace_dispatch(self, frame, event, arg):
+        # what a trace function returns becomes the frame's f_trace: once the session is over,
+        # nothing (the frames' were cleared on leaving, and must stay so)
+        r = pdb.Pdb.trace_dispatch(self, frame, event, arg)
+        return None if self.session.state == 'ended' else r
+
     def do_detach(self, arg):
         """detach
         Leave the debugger: every breakpoint cleared, no trace function left behind, and the

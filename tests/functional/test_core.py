@@ -171,3 +171,20 @@ def test_executable_stands_for_a_program_that_is_elsewhere_here(tmp_path):
     r = ctl('backtrace', '--core', core, '--executable', str(moved), '--native')
     assert r.returncode == 0 and 'containers (' in r.stdout, r.stderr
     assert '_start+' in r.stdout, r.stdout  # the program's own symbols, from the file given
+
+
+def test_a_core_of_python_2_is_refused(tmp_path):
+    from conftest import PYENV
+    py2 = os.path.join(PYENV, 'versions', '2.7.18', 'bin', 'python2.7')
+    assert os.path.exists(py2), 'Python 2.7 (pyenv 2.7.18) is not installed: no core to refuse'
+    p = subprocess.Popen([py2, '-c', 'import sys, time\nsys.stdout.write("READY\\n")\n'
+                          'sys.stdout.flush()\ntime.sleep(100)'], stdout=subprocess.PIPE)
+    try:
+        assert p.stdout.readline().startswith(b'READY')
+        core = gcore(p.pid, str(tmp_path / 'py2'))
+    finally:
+        p.kill()
+        p.wait()
+        p.stdout.close()
+    r = ctl('backtrace', '--core', core)
+    assert r.returncode == 1 and 'Python 2, which is not supported' in r.stderr, r.stderr

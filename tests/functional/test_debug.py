@@ -19,9 +19,11 @@ import time
 
 import pytest
 
-from conftest import INTERPRETERS, PROBECTL, Target, interpreter_params, require, wait_for
+from conftest import (INTERPRETERS, PROBECTL, TARGETS, Target, interpreter_params, marks,
+                      require, wait_for)
 from daemon import Daemon, ensure_test_user
 
+DEBUGGEE = os.path.join(TARGETS, 'debuggee.py')
 LEFT_BEHIND = ('import sys, threading, bdb\n'
                'f = sys._current_frames()[threading.main_thread().ident]\n'
                'n = 0\n'
@@ -45,7 +47,7 @@ class Term:
         """What came up to and including @text (a regex); fails after @timeout s."""
         end = time.time() + timeout
         while time.time() < end:
-            m = re.search(text, self.seen)
+            m = re.search(text, self.seen, re.S)
             if m:
                 out, self.seen = self.seen[:m.end()], self.seen[m.end():]
                 return out
@@ -106,16 +108,23 @@ def test_pause_debug_through_a_terminal(python, tmp_path):
         r = d.ctl('pause', t.pid, check=True)
         assert 'the main thread stops at its next Python line' in r.stdout, r.stdout
         term = Term(d, 'debug', t.pid)
-        out = term.expect(r'\(Pdb\) ')
-        assert re.search(r'debuggee\.py\(\d+\)(step|main)\(\)', out), out
+        out = term.expect(r'\(Pdb\) ')  # at its next line: where it was, or a call it made
         assert not going(count), 'paused: no step made'
         term.send('where\n')
         out = term.expect(r'\(Pdb\) ')
         assert 'main()' in out and '<module>()' in out, out
-        term.send('p n if "n" in dir() else (i, total)\n')
+        # a breakpoint where the locals are known: continue runs to it
+        term.send('break %s:%d\n' % (DEBUGGEE, marks(DEBUGGEE)['step']))
+        term.expect(r'Breakpoint 1 at .*?\(Pdb\) ')
+        term.send('continue\n')
         out = term.expect(r'\(Pdb\) ')
-        nums = [int(x) for x in re.findall(r'\d+', out.split('\n', 1)[1])]
-        assert nums and (len(nums) == 1 or nums[1] == 2 * nums[0]), out
+        assert re.search(r'debuggee\.py\(%d\)step\(\)' % marks(DEBUGGEE)['step'], out), out
+        term.send('p i, total\n')
+        out = term.expect(r'\(Pdb\) ')
+        i, total = map(int, re.search(r'\((\d+), (\d+)\)', out).groups())
+        assert total == 2 * i and i >= steps(count), out
+        term.send('clear 1\n')
+        term.expect(r'Deleted breakpoint 1.*?\(Pdb\) ')
         term.send('continue\n')
         wait_for(lambda: going(count, 0.3), 10, 'the target going on after continue')
         term.send('\x03')  # Ctrl-C: stopped again
