@@ -125,7 +125,9 @@ def _report(exc_type, exc, tb, thread):
         ok = False
     _state['reported' if ok else 'failed'] += 1
     debug = _postmortem()
-    if debug is not None and tb is not None:  # --postmortem: the thread waits for the user
+    # --postmortem: the thread waits for the user; never in a forked child (a DataLoader
+    # worker), whose channel the stub closed: nobody could reach it there
+    if debug is not None and tb is not None and _probed_stub.catch_state()[0]:
         try:
             debug.post_mortem(tb)
         except BaseException:

@@ -277,6 +277,9 @@ def io(line, wait):
     deadline = time.time() + wait
     with s.chan.cv:
         if line is not None:
+            if s.listen:
+                return {'error': 'this session is served on %s (pause --listen): connect there'
+                        % s.listen, 'state': s.status()}
             if not s.chan.waiting:
                 return {'error': 'the thread is not at the prompt (%s): interrupt it first'
                         % s.status(), 'state': s.status()}

@@ -314,7 +314,7 @@ def test_catch_off_leaves_nothing_and_a_forked_child_is_not_the_process(tmp_path
         (tmp_path / 'fork').touch()
         assert off.wait(timeout=30) == 1
         assert parent.wait(timeout=30) == 0
-        assert parent.stdout.read().decode().strip() == 'CHILD signal 11'
+        assert parent.stdout.read().decode().strip() == 'CHILD signal 11 status 0'
         wait_for(lambda: len(crashes(d)) == 2, 30, 'the two exits')
         time.sleep(1)
         assert sorted(c['kind'] for c in crashes(d)) == ['exit', 'exit'], crashes(d)

@@ -364,3 +364,25 @@ def test_a_stranger_cannot_pause_or_debug(tmp_path):
     finally:
         t.close()
         d.close()
+
+
+def test_postmortem_never_holds_a_forked_child(tmp_path):
+    """A DataLoader-like worker forked from a process caught with --postmortem that raises is
+    not held in pdb (nobody could reach it): it ends with status 1 as it would have."""
+    d = Daemon()
+    dies = os.path.join(TARGETS, 'dies.py')
+    p = subprocess.Popen(['/usr/bin/python3', dies, 'forkraise', str(tmp_path / 'go')],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert p.stdout.readline().startswith(b'READY')
+        d.ctl('catch', p.pid, '--postmortem', check=True)
+        (tmp_path / 'go').touch()
+        assert p.wait(timeout=30) == 0
+        assert p.stdout.read().decode().strip() == 'CHILD signal 0 status 1'
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+        p.stdout.close()
+        p.stderr.close()
+        d.close()

@@ -3,7 +3,8 @@ by then): `exit N` (sys.exit), `segv` (a read of address 0 through ctypes), `abo
 (os.abort), `wait` (sleeps until killed), `oom` (allocates until the OOM killer ends it),
 `raise` (an uncaught RuntimeError from a ZeroDivisionError, in the main thread), `thread` (an
 uncaught KeyError in a thread named "loader"; the process then exits 0), `fork` (a forked child
-segfaults; the process prints its status and exits 0).
+segfaults; the process prints its status and exits 0), `forkraise` (the same, the child ending
+by an uncaught exception).
 Each waits in a function named after its end, so that its last sampled stack says which."""
 import ctypes
 import os
@@ -75,13 +76,15 @@ def before_thread(flag):
     sys.exit(0)
 
 
-def before_fork(flag):
+def before_fork(flag, how='segv'):
     wait_for(flag)
     pid = os.fork()
+    if pid == 0 and how == 'raise':
+        train_step(1, [])  # an uncaught exception in the child: it exits 1
     if pid == 0:
         ctypes.string_at(0)
     _, status = os.waitpid(pid, 0)
-    print('CHILD signal %d' % (status & 0x7f), flush=True)
+    print('CHILD signal %d status %d' % (status & 0x7f, status >> 8), flush=True)
 
 
 mode, flag = sys.argv[1], sys.argv[2]
@@ -100,5 +103,7 @@ elif mode == 'thread':
     before_thread(flag)
 elif mode == 'fork':
     before_fork(flag)
+elif mode == 'forkraise':
+    before_fork(flag, 'raise')
 else:
     before_kill(flag)
