@@ -51,7 +51,7 @@ struct pyf_native {
         uint64_t *pcs;
         size_t n;
         bool truncated;
-    } *core_stacks;
+    } * core_stacks;
     size_t n_core_stacks;
     bool core_unwound;
 };

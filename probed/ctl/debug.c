@@ -83,7 +83,7 @@ int pause_main(int argc, char **argv)
             break;
         case 'h':
             printf("usage: probectl pause PID [--thread TID] [--listen HOST:PORT] [--dap]\n"
-                   "  The thread (the main one by default; another needs Python 3.12+) stops at\n"
+                   "  The thread (the main one by default; another needs Python 3.9+) stops at\n"
                    "  its next Python line in a pdb session: join it with probectl debug PID.\n"
                    "  --listen  serve the session on a TCP address of the process's instead\n"
                    "            (nc HOST PORT); nothing listens unless asked\n"

@@ -4,7 +4,8 @@
 # user asked for one (--listen), runs in the paused thread itself. The thread is stopped at its
 # next Python line by a trace function: the main thread's is set there by a pending call
 # (_probed_stub.main_call), another thread's by a trace function on every thread that keeps
-# only that one (3.12+: threading.settrace_all_threads). Leaving (detach, quit, Ctrl-D) clears
+# only that one (3.12+: threading.settrace_all_threads; 3.9-3.11: a C trace function given to
+# that thread's state, which hands over to pdb at its first event). Leaving (detach, quit, Ctrl-D) clears
 # every breakpoint and trace function: the process goes on as if never paused.
 #
 # A post-mortem session (catch --postmortem) is the same pdb, on the traceback of an uncaught
@@ -204,9 +205,53 @@ def _arm_main(session):
     _probed_stub.main_call(pending)
 
 
+_kept = []  # the ctypes trace callbacks given to C: alive as long as C may call them
+
+
+def _arm_thread_39(session):
+    """3.9-3.11: no way to trace another thread from Python, so C's: a C-level trace function
+    is given to that thread's state (_PyEval_SetTrace, found by the frame it runs), and at its
+    first event, in that thread, hands over to pdb's sys.settrace."""
+    import ctypes
+    api = ctypes.pythonapi
+    api.PyInterpreterState_Head.restype = ctypes.c_void_p
+    api.PyInterpreterState_ThreadHead.restype = ctypes.c_void_p
+    api.PyInterpreterState_ThreadHead.argtypes = [ctypes.c_void_p]
+    api.PyThreadState_Next.restype = ctypes.c_void_p
+    api.PyThreadState_Next.argtypes = [ctypes.c_void_p]
+    api.PyThreadState_GetFrame.restype = ctypes.py_object
+    api.PyThreadState_GetFrame.argtypes = [ctypes.c_void_p]
+    tracefunc = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_void_p, ctypes.c_int,
+                                 ctypes.c_void_p)
+    api._PyEval_SetTrace.argtypes = [ctypes.c_void_p, tracefunc, ctypes.py_object]
+    want = sys._current_frames().get(session.ident)
+    ts = api.PyInterpreterState_ThreadHead(api.PyInterpreterState_Head())
+    while ts and want is not None:
+        try:
+            if api.PyThreadState_GetFrame(ts) is want:
+                break
+        except ValueError:  # no frame: not it
+            pass
+        ts = api.PyThreadState_Next(ts)
+    if not ts or want is None:
+        raise RuntimeError('the thread runs no Python now: try again when it does')
+
+    def first_event(obj, frame_ptr, what, arg):
+        sys.settrace(None)  # ours goes, in this thread, at its first event: pdb's, or none
+        if session.state == 'armed':
+            session.state = 'running'
+            session.pdb.set_trace(ctypes.cast(frame_ptr, ctypes.py_object).value)
+        return 0
+    cb = tracefunc(first_event)
+    _kept.append(cb)
+    api._PyEval_SetTrace(ts, cb, None)
+
+
 def _arm_thread(session):
+    if not hasattr(threading, 'settrace_all_threads') and sys.version_info >= (3, 9):
+        return _arm_thread_39(session)
     if not hasattr(threading, 'settrace_all_threads'):
-        raise RuntimeError('pausing a thread other than the main one needs Python 3.12 or'
+        raise RuntimeError('pausing a thread other than the main one needs Python 3.9 or'
                            ' later (this is %d.%d); the main thread can be paused'
                            % sys.version_info[:2])
 
