@@ -280,3 +280,26 @@ void client_detach_quietly(const char *socket, int pid)
         printf("detached from pid %d again\n", pid);
     json_decref(reply);
 }
+
+json_t *client_post(const char *socket, const char *path, json_t *body, const char *busy,
+                    const char *cmd, bool quiet_404, long *status)
+{
+    char err[512];
+    json_t *reply = NULL;
+    int r = client_call_when_free(client_socket_path(socket), "POST", path, body, busy, status,
+                                  &reply, err, sizeof(err));
+
+    if (r < 0) {
+        fprintf(stderr, "probectl: %s%s\n", err,
+                r == -ENOENT || r == -ECONNREFUSED ? " (is probed running?)" : "");
+        *status = 0;
+        return NULL;
+    }
+    if (*status < 200 || *status > 299) {
+        if (!quiet_404 || *status != 404)
+            fprintf(stderr, "probectl %s: %s\n", cmd, client_error_text(reply));
+        json_decref(reply);
+        return NULL;
+    }
+    return reply;
+}

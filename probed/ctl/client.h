@@ -10,6 +10,7 @@
 #define PROBECTL_CLIENT_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #define PROBED_DEFAULT_SOCKET "/run/probed/probed.sock"
@@ -65,6 +66,12 @@ long long client_int(json_t *row, size_t i);
 
 /* @s as a pid, or -1 after printing "probectl @cmd: '@s' is not a pid". */
 int client_parse_pid(const char *s, const char *cmd);
+
+/* POST @body to @path: the reply, or NULL with its status in *status (0: no daemon) after
+ * printing why, prefixed "probectl @cmd: " (an error reply of status 404 is left unprinted
+ * with @quiet_404: the caller attaches and asks again). @busy: client_call_when_free()'s. */
+json_t *client_post(const char *socket, const char *path, json_t *body, const char *busy,
+                    const char *cmd, bool quiet_404, long *status);
 
 /* What lives with an attach (the torch trace, catch): attaches @pid, saying so; 0, or -1 after
  * printing why. client_detach_quietly undoes it when what it was for failed. */

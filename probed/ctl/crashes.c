@@ -245,24 +245,7 @@ int crashes_main(int argc, char **argv)
 
 static json_t *catch_call(const char *socket, json_t *body, long *status, bool quiet_404)
 {
-    char err[512];
-    json_t *reply = NULL;
-    int r = client_call(client_socket_path(socket), "POST", "/v1/catch", body, status, &reply, NULL,
-                        NULL, err, sizeof(err));
-
-    if (r < 0) {
-        fprintf(stderr, "probectl: %s%s\n", err,
-                r == -ENOENT || r == -ECONNREFUSED ? " (is probed running?)" : "");
-        *status = 0;
-        return NULL;
-    }
-    if (*status < 200 || *status > 299) {
-        if (!quiet_404 || *status != 404)
-            fprintf(stderr, "probectl catch: %s\n", client_error_text(reply));
-        json_decref(reply);
-        return NULL;
-    }
-    return reply;
+    return client_post(socket, "/v1/catch", body, NULL, "catch", quiet_404, status);
 }
 
 int catch_main(int argc, char **argv)

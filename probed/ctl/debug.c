@@ -20,27 +20,15 @@
 #define RUNNING_POLL_MS 1000 /* each read of a running thread's output waits this long */
 #define PROMPT_WAIT_MS 8000  /* after a line: pdb's answer, unless the thread runs on */
 
+static const char *command = "debug"; /* or "pause": what errors are prefixed with */
+
 static json_t *debug_call(const char *socket, int pid, json_t *fields, long *status)
 {
-    char err[512];
-    json_t *reply = NULL;
-    int r;
+    json_t *reply;
 
     json_object_set_new(fields, "pid", json_integer(pid));
-    r = client_call(client_socket_path(socket), "POST", "/v1/debug", fields, status, &reply, NULL,
-                    NULL, err, sizeof(err));
+    reply = client_post(socket, "/v1/debug", fields, NULL, command, false, status);
     json_decref(fields);
-    if (r < 0) {
-        fprintf(stderr, "probectl: %s%s\n", err,
-                r == -ENOENT || r == -ECONNREFUSED ? " (is probed running?)" : "");
-        *status = 0;
-        return NULL;
-    }
-    if (*status < 200 || *status > 299) {
-        fprintf(stderr, "probectl: %s\n", client_error_text(reply));
-        json_decref(reply);
-        return NULL;
-    }
     return reply;
 }
 
@@ -63,6 +51,7 @@ int pause_main(int argc, char **argv)
     char *end;
     int c, pid, dap = 0;
 
+    command = "pause";
     while ((c = getopt_long(argc, argv, "t:l:dh", longopts, NULL)) != -1) {
         switch (c) {
         case 't':

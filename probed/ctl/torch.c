@@ -17,27 +17,11 @@
 
 /* POST /v1/torch; the reply, or NULL with its status in *status and the error printed (unless
  * @quiet_404 and the status is 404: the process is not attached). */
+/* The daemon's own drain of the process, running now (milliseconds; up to a second for a
+ * backlog), answers 409 "being drained": the request is made again once it is over. */
 static json_t *torch_call(const char *socket, json_t *body, long *status, bool quiet_404)
 {
-    char err[512];
-    json_t *reply = NULL;
-    /* The daemon's own drain of the process, running now (milliseconds; up to a second for
-     * a backlog), answers 409 "being drained": the request is made again once it is over. */
-    int r = client_call_when_free(client_socket_path(socket), "POST", "/v1/torch", body,
-                                  "being drained", status, &reply, err, sizeof(err));
-    if (r < 0) {
-        fprintf(stderr, "probectl: %s%s\n", err,
-                r == -ENOENT || r == -ECONNREFUSED ? " (is probed running?)" : "");
-        *status = 0;
-        return NULL;
-    }
-    if (*status < 200 || *status > 299) {
-        if (!quiet_404 || *status != 404)
-            fprintf(stderr, "probectl torch: %s\n", client_error_text(reply));
-        json_decref(reply);
-        return NULL;
-    }
-    return reply;
+    return client_post(socket, "/v1/torch", body, "being drained", "torch", quiet_404, status);
 }
 
 /* @comm: 0 modules only, 1 modules and collectives, 2 collectives only */

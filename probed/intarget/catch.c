@@ -496,12 +496,10 @@ static int catcher__add(struct catcher *ct, struct channel *c, struct errbuf *er
  * missing, then prints what its command() returns. */
 static char *script(const struct catch_request *rq)
 {
-    char *code = NULL, *hex = malloc(2 * strlen(catch_py) + 1);
+    char *code = NULL, *hex = eval_hex(catch_py);
 
     if (!hex)
         return NULL;
-    for (size_t i = 0; catch_py[i]; i++)
-        snprintf(hex + 2 * i, 3, "%02x", (unsigned char)catch_py[i]);
     if (asprintf(&code,
                  "import sys as _sys\n"
                  "_mod = _sys.modules.get('_probed_catch')\n"

@@ -43,18 +43,6 @@ bad:
                       listen ? listen : "");
 }
 
-static char *hex_of(const char *text)
-{
-    size_t n = strlen(text);
-    char *hex = malloc(2 * n + 1);
-
-    for (size_t i = 0; hex && i < n; i++)
-        snprintf(hex + 2 * i, 3, "%02x", (unsigned char)text[i]);
-    if (hex)
-        hex[2 * n] = '\0';
-    return hex;
-}
-
 /* The Python run in the target: loads debug.py as _probed_debug when it is missing (on pause
  * and load only: an io finds it there or says there is no session), then prints what its
  * command() returns for the request, passed as hex JSON (a safe literal). */
@@ -68,8 +56,8 @@ static char *script(const struct debug_request *rq)
     char *text = args ? json_dumps(args, JSON_COMPACT) : NULL, *args_hex = NULL, *src_hex = NULL;
     char *code = NULL;
 
-    args_hex = text ? hex_of(text) : NULL;
-    src_hex = hex_of(loads ? debug_py : "");
+    args_hex = text ? eval_hex(text) : NULL;
+    src_hex = eval_hex(loads ? debug_py : "");
     if (args_hex && src_hex &&
         asprintf(&code,
                  "import sys as _sys, json as _json\n"

@@ -152,3 +152,15 @@ int eval_json(struct stubctl *sc, const char *db_path, const struct eval_request
         *ret_body = result;
     return r;
 }
+
+char *eval_hex(const char *text)
+{
+    size_t n = strlen(text);
+    char *hex = malloc(2 * n + 1);
+
+    for (size_t i = 0; hex && i < n; i++)
+        snprintf(hex + 2 * i, 3, "%02x", (unsigned char)text[i]);
+    if (hex)
+        hex[2 * n] = '\0';
+    return hex;
+}

@@ -43,4 +43,8 @@ int eval_run(struct stubctl *sc, const char *db_path, const struct eval_request 
 int eval_json(struct stubctl *sc, const char *db_path, const struct eval_request *rq,
               const char *what, json_t **ret_body, struct errbuf *err);
 
+/* @text as hex digits (malloc'd; NULL when memory is short): a literal any Python reads
+ * safely, bytes.fromhex('...'), for what probed's own code passes into a target. */
+char *eval_hex(const char *text);
+
 #endif

@@ -63,19 +63,6 @@ static int add_expr(const char *name, size_t name_len, const char *func, size_t 
     return json_array_append_new(ctx, json_pack("[s%s%]", name, name_len, func, func_len));
 }
 
-/* The request's arguments as hex (a safe Python literal: bytes.fromhex('...')). */
-static char *hex_of(const char *text)
-{
-    size_t n = strlen(text);
-    char *hex = malloc(2 * n + 1);
-
-    for (size_t i = 0; hex && i < n; i++)
-        snprintf(hex + 2 * i, 3, "%02x", (unsigned char)text[i]);
-    if (hex)
-        hex[2 * n] = '\0';
-    return hex;
-}
-
 /* The Python run in the target: loads torchtrace.py as the module _probed_torch when "on"
  * finds it missing (or off: a newer daemon's copy replaces an old one), then prints what
  * its command() returns. The module is sent only then, not with every drain. */
@@ -90,8 +77,8 @@ static char *script(const struct torch_request *rq)
     if (args && rq->exprs && each_expr(rq->exprs, add_expr, json_object_get(args, "exprs")) < 0)
         goto out;
     args_text = args ? json_dumps(args, JSON_COMPACT) : NULL;
-    args_hex = args_text ? hex_of(args_text) : NULL;
-    src_hex = rq->action == TORCH_ON ? hex_of(torchtrace_py) : strdup("");
+    args_hex = args_text ? eval_hex(args_text) : NULL;
+    src_hex = rq->action == TORCH_ON ? eval_hex(torchtrace_py) : strdup("");
     if (!args_hex || !src_hex)
         goto out;
     if (asprintf(&code,
