@@ -161,6 +161,28 @@ static json_t *io(const char *socket, int pid, const char *line, int wait_ms)
     return debug_call(socket, pid, body, &status);
 }
 
+/* A line for pdb. When it was the process's last (leaving a post-mortem session, `continue`
+ * to the end), the stub goes with the process before it answers: the session is asked once
+ * more, and a process that is gone ends it quietly. */
+static json_t *io_line(const char *socket, int pid, const char *line, bool *ret_gone)
+{
+    char err[512];
+    long status;
+    json_t *reply = NULL, *body = json_pack("{s:s, s:i, s:i, s:s}", "action", "io", "pid", pid,
+                                            "wait_ms", PROMPT_WAIT_MS, "input", line);
+    int r = client_call_when_free(client_socket_path(socket), "POST", "/v1/debug", body, NULL,
+                                  &status, &reply, err, sizeof(err));
+
+    json_decref(body);
+    *ret_gone = false;
+    if (r == 0 && status >= 200 && status <= 299)
+        return reply;
+    json_decref(reply);
+    reply = io(socket, pid, NULL, 0);
+    *ret_gone = !reply;
+    return reply;
+}
+
 static void simple(const char *socket, int pid, const char *action)
 {
     long status;
@@ -194,6 +216,7 @@ int debug_main(int argc, char **argv)
     json_t *reply;
     long status;
     int c, pid, rc = 0;
+    bool gone;
 
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         if (c == 'S') {
@@ -244,15 +267,16 @@ int debug_main(int argc, char **argv)
         json_decref(reply);
         take_sigint();
         line = readline(prompt);
-        if (!line) { /* Ctrl-D */
+        if (!line) /* Ctrl-D */
             printf("\n");
-            reply = io(socket, pid, "detach", PROMPT_WAIT_MS);
-            continue;
-        }
-        if (*line)
+        else if (*line)
             add_history(line);
-        reply = io(socket, pid, line, PROMPT_WAIT_MS);
+        reply = io_line(socket, pid, line ? line : "detach", &gone);
         free(line);
+        if (gone) {
+            printf("pid %d: the debugger session ended (the process exited)\n", pid);
+            break;
+        }
     }
     json_decref(reply);
     free(prompt);

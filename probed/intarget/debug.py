@@ -120,6 +120,7 @@ class _Session:
         self.how = None
         self.listen = None
         self.server = None
+        self.told = False  # the client was given the end of the session
         if listen:
             host, _, port = listen.rpartition(':')
             self.server = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET)
@@ -312,6 +313,10 @@ def post_mortem(tb):
     finally:
         if s.state != 'ended':
             s.end('left')
+    # the exception goes on, and often the process ends: first let the client hear the end
+    deadline = time.time() + 2
+    while not s.told and time.time() < deadline:
+        time.sleep(0.01)
     return True
 
 
@@ -338,6 +343,7 @@ def io(line, wait):
             s.chan.cv.wait(left)
         out = s.chan.take()
     state = s.status()
+    s.told = state == 'ended'
     if state == 'ended' and s in _ended and not out:
         _ended.remove(s)  # told once
     return {'output': out, 'state': state, 'how': s.how, 'listen': s.listen}
@@ -367,6 +373,7 @@ def detach():
 
 
 _dap = None  # where debugpy listens, once started
+_STDLIB = os.path.dirname(os.__file__) + os.sep
 
 
 def dap(listen):
@@ -391,7 +398,12 @@ def dap(listen):
         _dap = '%s:%d' % (addr[0], addr[1])
 
         def pending():
-            frame = sys._getframe(1)  # the frame the main thread was in
+            # the frame the main thread was in, or the first caller of it that is the
+            # program's own: pydevd does not stop in a frozen module (codecs under open())
+            frame = sys._getframe(1)
+            while frame.f_back is not None and (frame.f_code.co_filename.startswith('<') or
+                                                frame.f_code.co_filename.startswith(_STDLIB)):
+                frame = frame.f_back
             debugpy.wait_for_client()
             try:
                 from debugpy.server import api

@@ -282,23 +282,36 @@ def test_dap_with_a_real_debugpy(tmp_path):
         c.event('initialized')
         c.call('configurationDone')
         c.response(attach)
-        stopped = c.event('stopped')['body']
+        c.s.settimeout(10)
+        try:
+            stopped = c.event('stopped', timeout=10)['body']
+        except (AssertionError, OSError):
+            # on a loaded machine pydevd may let the main thread go past the first stop (seen
+            # 2 times in 6 beside two busy loops): the user's pause button, as in VS Code
+            main = [th for th in c.call('threads')['threads'] if th['name'] == 'MainThread']
+            c.call('pause', threadId=main[0]['id'])
+            stopped = c.event('stopped')['body']
+        c.s.settimeout(30)
         threads = c.call('threads')['threads']
-        main = [th for th in threads if th['id'] == stopped['threadId']]
-        assert main and main[0]['name'] == 'MainThread', threads
-        frames = c.call('stackTrace', threadId=stopped['threadId'])['stackFrames']
+        main = [th for th in threads if th['name'] == 'MainThread']
+        # debugpy stops every thread; the event names the one that stopped first (under load,
+        # sometimes another): the main one is stopped too
+        assert main and (stopped['threadId'] == main[0]['id'] or stopped['allThreadsStopped']), \
+            (threads, stopped)
+        frames = c.call('stackTrace', threadId=main[0]['id'])['stackFrames']
         names = [f['name'] for f in frames]
         assert 'main' in names and '<module>' in names, names
-        assert frames[0]['source']['path'].endswith('debuggee.py'), frames[0]
+        ours = [f for f in frames if f.get('source', {}).get('path', '').endswith('debuggee.py')]
+        assert ours, frames
         assert not going(count), 'stopped while the client looks'
-        top = frames[0]
+        top = ours[0]  # the program's innermost frame (it may be inside a library's)
         scopes = c.call('scopes', frameId=top['id'])['scopes']
         local = [s for s in scopes if s['name'].lower().startswith('locals')][0]
         values = {v['name']: v['value'] for v in
                   c.call('variables', variablesReference=local['variablesReference'])['variables']}
         assert ('total' in values and int(values['total']) == 2 * int(values['i'])) or \
             'n' in values, values
-        c.call('continue', threadId=stopped['threadId'])
+        c.call('continue', threadId=main[0]['id'])
         wait_for(lambda: going(count, 0.3), 10, 'the target going on after continue')
         c.call('disconnect', terminateDebuggee=False)
         c.s.close()
@@ -341,7 +354,11 @@ def test_catch_postmortem_waits_for_the_user(tmp_path):
         out = term.expect(r'\(Pdb\) ')
         assert re.search(r'\n\d+\.0\r?\n', out), out
         term.send('\x04')
-        term.expect('session ended')
+        try:
+            term.expect('session ended')
+        except AssertionError as e:
+            raise AssertionError('%s\nthe target: %s\nlog:\n%s' % (
+                e, t.proc.poll(), d.read_log()))
         term.close()
         term = None
         assert t.proc.wait(timeout=20) == 1
