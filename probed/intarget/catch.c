@@ -3,7 +3,9 @@
 #include "intarget/catch.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <linux/openat2.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -14,6 +16,7 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -255,12 +258,25 @@ static void expect_core(struct channel *c)
  * the process's owner, written since the signal. */
 static void find_core(struct catcher *ct, const struct channel *c)
 {
+    /* the path lies in the user's directories, which they can change at any instant: opened
+     * once with no link followed anywhere on it (a directory swapped for a link to one of
+     * root's is refused), then only the opened object is looked at */
+    struct open_how how = {.flags = O_PATH | O_CLOEXEC,
+                           .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
     struct stat st;
     struct errbuf err;
+    int fd = -1;
 
-    if (!c->crash_id || !c->core_path[0] || lstat(c->core_path, &st) < 0 || !S_ISREG(st.st_mode) ||
-        st.st_uid != c->uid || st.st_mtime < c->signal_s - 1)
+    if (c->crash_id && c->core_path[0])
+        fd = (int)syscall(SYS_openat2, AT_FDCWD, c->core_path, &how, sizeof(how));
+    if (fd < 0)
         return;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != c->uid ||
+        st.st_mtime < c->signal_s - 1) {
+        close(fd);
+        return;
+    }
+    close(fd);
     if (records_crash_core(ct->db_path, c->crash_id, c->core_path, &err) < 0)
         log_msg(LOG_WARN, "pid %d: %s", (int)c->pid, err.msg);
     else
