@@ -85,8 +85,42 @@ static void remove_stub_dir(int tmp_fd, const char *name)
     unlinkat(tmp_fd, name, AT_REMOVEDIR);
 }
 
-/* The stubs of processes that are gone (a normal exit removes its own; kill -9 cannot): the
- * /tmp/probed-PID-START directories in our mount namespace whose process is no more. */
+#define STALE_AGE_S 600 /* a directory with no socket this old is no injection in progress */
+
+/* Whether a stub listens in the directory @dir_fd: 1 yes, 0 its socket is there but nobody listens
+ * (the process is gone: a live stub never stops listening), -1 no socket (or not one we can tell).
+ * The socket is opened without following a link and connected through that fd, never waiting:
+ * a full backlog (EAGAIN) is a listener too. */
+static int stub_listens(int dir_fd)
+{
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    struct stat st;
+    int sock_fd = openat(dir_fd, STUB_SOCKET_NAME, O_PATH | O_NOFOLLOW | O_CLOEXEC), fd, r = -1;
+
+    if (sock_fd < 0)
+        return -1;
+    if (fstat(sock_fd, &st) == 0 && S_ISSOCK(st.st_mode) &&
+        (fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) >= 0) {
+        snprintf(addr.sun_path, sizeof(addr.sun_path), "/proc/self/fd/%d", sock_fd);
+        if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0 || errno == EAGAIN)
+            r = 1;
+        else if (errno == ECONNREFUSED)
+            r = 0;
+        close(fd);
+    }
+    close(sock_fd);
+    return r;
+}
+
+/*
+ * The stubs of processes that are gone (a normal exit removes its own; kill -9 cannot): the
+ * /tmp/probed-PID-START directories in our mount namespace whose process is no more. The pid
+ * in the name is the one the daemon that made it saw: a daemon in a container shares /tmp
+ * with others in other pid namespaces, where "no such pid here" proves nothing. So a
+ * directory goes when its socket is there and nobody listens on it, or, with no socket (a
+ * stub copied and never loaded: the daemon was killed), when its pid is not alive here and
+ * nothing was written in it for STALE_AGE_S (another daemon's injection may be in progress).
+ */
 static void sweep_stale_stubs(void)
 {
     int tmp_fd = open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -94,15 +128,24 @@ static void sweep_stale_stubs(void)
     struct dirent *e;
 
     while (d && (e = readdir(d)) != NULL) {
-        int pid;
+        int pid, listens, dir_fd;
         long long start;
         int64_t now;
         char tail;
+        struct stat st;
         if (sscanf(e->d_name, "probed-%d-%lld%c", &pid, &start, &tail) != 2 || pid <= 0)
             continue;
         if (procfs_start_time(pid, &now) == 0 && now == start)
             continue; /* alive */
-        remove_stub_dir(tmp_fd, e->d_name);
+        dir_fd = openat(tmp_fd, e->d_name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (dir_fd < 0)
+            continue;
+        listens = stub_listens(dir_fd);
+        if (listens < 0 && fstat(dir_fd, &st) == 0 && time(NULL) - st.st_mtime >= STALE_AGE_S)
+            listens = 0;
+        close(dir_fd);
+        if (listens == 0)
+            remove_stub_dir(tmp_fd, e->d_name);
     }
     if (d)
         closedir(d);

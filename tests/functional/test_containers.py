@@ -163,3 +163,49 @@ def test_native_stacks_of_contained_threads(python, contained, daemon):
         assert {tid for tid, _, _ in rows} <= set(c.tids), (rows, c.ns_tids())
     finally:
         daemon.ctl('detach', c.pid)
+
+
+def test_a_daemon_in_a_container_leaves_the_hosts_live_stubs_alone(daemon):
+    """Found in CI: a daemon in a pid namespace that shares /tmp (the cluster tests' nodes, a
+    daemon in a container with the host's /tmp) took the host's live targets' stub directories
+    for stale ones, their pids being unknown in its namespace, and removed them: the host
+    daemon's next eval of such a target failed between its copy of the stub and dlopen()
+    ("cannot open shared object file"), or loaded a second stub once the socket was gone.
+    Now a directory goes only when its socket is there and nobody listens (the stub's process
+    is gone), or when it has no socket, no live process of its pid here and is 10 min old."""
+    from conftest import Target
+    from nodes import Node, workdir
+    import shutil
+    live = Target('/usr/bin/python3', 'evaltarget.py', 'sleep')
+    dead = Target('/usr/bin/python3', 'evaltarget.py', 'sleep')
+    wd = workdir()
+    node = None
+    try:
+        dirs = {}
+        for t in (live, dead):
+            assert daemon.ctl('eval', t.pid, '1').returncode == 0
+            start = open('/proc/%d/stat' % t.pid).read().split(')')[1].split()[19]
+            dirs[t] = '/tmp/probed-%d-%s' % (t.pid, start)
+            assert 'sock' in os.listdir(dirs[t])
+        dead.proc.kill()
+        dead.proc.wait()
+        # an injection in progress elsewhere: a stub copied, not loaded yet, its pid unknown here
+        copying = '/tmp/probed-%d-1' % (2 ** 22 + 7)
+        os.mkdir(copying, 0o700)
+        open(os.path.join(copying, 'stub-1.so'), 'w').close()
+        node = Node('sweep', 0, wd)  # its daemon sweeps /tmp as it starts
+        assert node.daemon.listening()
+        assert 'sock' in os.listdir(dirs[live]), os.listdir(dirs[live])
+        assert os.listdir(copying) == ['stub-1.so']
+        assert not os.path.exists(dirs[dead])  # its socket refused: its process is gone
+        status, reply = daemon.api('POST', '/v1/eval', {'pid': live.pid, 'code': 'counter >= 0'})
+        assert (status, reply.get('output')) == (200, 'True\n'), reply
+        stubs = [ln for ln in open('/proc/%d/maps' % live.pid) if 'probed-' in ln and '.so' in ln]
+        assert len({ln.split()[-1] for ln in stubs}) == 1, stubs  # still the one stub
+    finally:
+        if node:
+            node.close()
+        shutil.rmtree(wd, ignore_errors=True)
+        shutil.rmtree('/tmp/probed-%d-1' % (2 ** 22 + 7), ignore_errors=True)
+        live.close()
+        dead.close()
