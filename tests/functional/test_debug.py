@@ -127,10 +127,13 @@ def test_pause_debug_through_a_terminal(python, tmp_path):
         term.expect(r'Deleted breakpoint 1.*?\(Pdb\) ')
         term.send('continue\n')
         wait_for(lambda: going(count, 0.3), 10, 'the target going on after continue')
-        term.send('\x03')  # Ctrl-C: stopped again
-        out = term.expect(r'\(Pdb\) ')
-        assert 'debuggee.py' in out, out
+        term.send('\x03')  # Ctrl-C: stopped again, at the next line the main thread runs:
+        out = term.expect(r'\(Pdb\) ')  # its own, or one of the stdlib's it calls (open())
+        assert re.search(r'> \S+\.py\(\d+\)[\w<>]+\(\)', out), out
         assert not going(count)
+        term.send('where\n')
+        out = term.expect(r'\(Pdb\) ')
+        assert 'debuggee.py' in out and 'main()' in out, out
         term.send('\x04')  # Ctrl-D: leave
         term.expect('the debugger session ended \\(detached\\)')
         assert term.close() == 0
@@ -141,10 +144,12 @@ def test_pause_debug_through_a_terminal(python, tmp_path):
         codes = [a[0] for a in audit]
         assert codes[0] == 'pause --thread 0' and 'where' in codes and 'continue' in codes, codes
     finally:
-        if term:
-            term.close()
-        t.close()
-        d.close()
+        try:
+            if term:
+                term.close()
+        finally:
+            t.close()
+            d.close()
 
 
 @pytest.mark.parametrize('name', ['pyenv-3.9', 'debian-python3', 'pyenv-3.13'])
@@ -364,10 +369,12 @@ def test_catch_postmortem_waits_for_the_user(tmp_path):
         assert t.proc.wait(timeout=20) == 1
         assert 'ValueError: step' in t.proc.stderr.read()
     finally:
-        if term:
-            term.close()
-        t.close()
-        d.close()
+        try:
+            if term:
+                term.close()
+        finally:
+            t.close()
+            d.close()
 
 
 def test_a_stranger_cannot_pause_or_debug(tmp_path):
