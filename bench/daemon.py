@@ -10,8 +10,9 @@ usage: PROBED_BUILD=DIR bench/daemon.py [--targets 16,64] [--window S] [--flame 
    bytes per stored sample (pages in use / samples).
 2. Flame graph build time: a database holding 1 M and 10 M samples (a realistic mix: 2,000
    distinct stacks 30 frames deep, Zipf-like counts), `probectl flamegraph --format folded`
-   and `--format svg` timed end to end through the daemon; baseline: the same store's
-   `SELECT count(*) FROM samples` in the same run.
+   and `--format svg` timed end to end through the daemon, twice (the difference is the
+   noise), and over the last 10 minutes; baseline in the same run: the flame query that
+   counts every sample (before stack_counts), and `SELECT count(*) FROM samples`.
 3. The API while attaching: N torch processes (tests/targets/native_torch.py, Debian's python3
    with python3-torch) attached --native one after the other while another client asks
    GET /v1/status back to back: each attach's time, and the status replies' median and
@@ -116,8 +117,22 @@ def synth_db(path, n_samples):
                        ' VALUES (?, ?, ?, ?, ?)',
                        ((t0 + (start + i) * 1_000_000, 1, 1 + i % 4, picks[i], 1)
                         for i in range(n)))
+    for span in (60, 3600):  # what the writer counts as it stores samples (store.c)
+        db.execute('INSERT INTO stack_counts SELECT target_id, ?, ts_ns / ?, tid, stack_id,'
+                   ' state, count(*) FROM samples GROUP BY 1, 3, 4, 5, 6',
+                   (span, span * 10 ** 9))
     db.commit()
     db.close()
+
+
+# The flame graph's query as it was before stack_counts (it counted every sample): the
+# baseline, timed in the same run on the same store.
+COUNTING_FLAME_SQL = (
+    "WITH c AS (SELECT stack_id, count(*) AS n FROM samples WHERE stack_id <> 0 AND ts_ns >= 0"
+    " AND (state & 1) = 1 AND target_id IN (SELECT id FROM targets WHERE pid = 999999)"
+    " GROUP BY stack_id) SELECT (SELECT json_group_array(json_array(kind, func, file, lineno))"
+    " FROM (SELECT kind, func, file, lineno FROM stacks WHERE stacks.stack_id = c.stack_id"
+    " ORDER BY depth DESC)) AS frames, n FROM c ORDER BY frames")
 
 
 def flame_time(n_samples):
@@ -126,17 +141,22 @@ def flame_time(n_samples):
     synth_db(path, n_samples)
     d = Daemon('--query-timeout', '600s', '--retention', '0', '--max-db-size', '0', workdir=work)
     try:
-        t0 = time.time()
-        d.ctl('query', 'SELECT count(*) FROM samples', check=True)
-        base = time.time() - t0
-        out = {}
-        for fmt in ('folded', 'svg'):
+        def timed(*args):
             t0 = time.time()
-            r = d.ctl('flamegraph', '999999', '--format', fmt, check=True, timeout=900)
-            out[fmt] = (time.time() - t0, len(r.stdout))
-        print('flame graph of %9d samples: folded %.2f s, svg %.2f s (%d KiB);'
-              ' baseline count(*) %.2f s'
-              % (n_samples, out['folded'][0], out['svg'][0], out['svg'][1] // 1024, base))
+            r = d.ctl(*args, check=True, timeout=900)
+            return time.time() - t0, len(r.stdout)
+        timed('query', 'SELECT 1')  # the page cache warm for every run alike
+        base, _ = timed('query', 'SELECT count(*) FROM samples')
+        counting, _ = timed('query', COUNTING_FLAME_SQL, '--format', 'csv')
+        folded, _ = timed('flamegraph', '999999', '--format', 'folded')
+        svg, svg_len = timed('flamegraph', '999999', '--format', 'svg')
+        recent, _ = timed('flamegraph', '999999', '--format', 'folded', '--since', '10m')
+        noise, _ = timed('flamegraph', '999999', '--format', 'folded')
+        print('flame graph of %9d samples: folded %.2f s (again: %.2f s, the noise), svg %.2f s'
+              ' (%d KiB), last 10 min %.2f s; counting every sample (the query before'
+              ' stack_counts) %.2f s: %.2fx; count(*) alone %.2f s'
+              % (n_samples, folded, noise, svg, svg_len // 1024, recent, counting,
+                 folded / counting, base))
     finally:
         d.close()
 

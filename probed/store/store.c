@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <sqlite3.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -24,6 +25,7 @@ enum stmt_id {
     INS_USAGE,
     INS_THREAD_CPU,
     INS_CRASH,
+    ADD_COUNT,
     N_STMTS,
 };
 
@@ -45,13 +47,28 @@ static const char *const stmt_sql[N_STMTS] = {
                   " threads) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
     [INS_CRASH] = "INSERT INTO crashes(target_id, pid, ts_ns, kind, exit_code, signal, core_dumped,"
                   " message, kernel) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''))",
+    [ADD_COUNT] = "INSERT INTO stack_counts(target_id, span_s, bucket, tid, stack_id, state, n)"
+                  " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET n = n + excluded.n",
     [INS_THREAD_CPU] = "INSERT OR IGNORE INTO thread_cpu(target_id, ts_ns, tid, cpu_ns)"
                        " VALUES (?, ?, ?, ?)",
+};
+
+/* The buckets of stack_counts (schema/0012_stack_counts.sql): a minute and an hour. */
+static const int64_t count_spans_s[] = {60, 3600};
+#define N_SPANS (sizeof(count_spans_s) / sizeof(count_spans_s[0]))
+
+/* One bucket's count of one (thread, stack, state), summed over a write's samples. */
+struct stack_count {
+    int64_t target_id, bucket, stack_id, n; /* n 0: a free slot */
+    int32_t tid, state, span;               /* span: an index into count_spans_s */
 };
 
 struct store {
     sqlite3 *db;
     sqlite3_stmt *stmt[N_STMTS];
+    /* the counts of the write in progress: open addressing, at most half full */
+    struct stack_count *counts;
+    size_t counts_cap, counts_used;
 };
 
 static int exec(struct store *st, const char *sql, struct errbuf *err, const char *what)
@@ -177,6 +194,7 @@ void store_free(struct store *st)
     for (int i = 0; i < N_STMTS; i++)
         sqlite3_finalize(st->stmt[i]);
     sqlite3_close(st->db);
+    free(st->counts);
     free(st);
 }
 
@@ -247,6 +265,86 @@ static int write_defs(struct store *st, const struct ob_half *h)
     return r;
 }
 
+static size_t count_slot(const struct stack_count *c, size_t cap)
+{
+    uint64_t h = (uint64_t)c->stack_id * 0x9e3779b97f4a7c15ULL;
+
+    h ^= ((uint64_t)c->bucket << 20) ^ ((uint64_t)c->target_id << 40) ^ (uint64_t)c->tid;
+    h = (h ^ (h >> 29) ^ ((uint64_t)(c->state * 2 + c->span) << 7)) * 0xbf58476d1ce4e5b9ULL;
+    return (size_t)(h ^ (h >> 32)) & (cap - 1);
+}
+
+static bool same_count(const struct stack_count *a, const struct stack_count *b)
+{
+    return a->stack_id == b->stack_id && a->bucket == b->bucket && a->target_id == b->target_id &&
+           a->tid == b->tid && a->state == b->state && a->span == b->span;
+}
+
+/* Adds @c (n = 1) to its slot; -ENOMEM when the table cannot grow. */
+static int count_add(struct store *st, const struct stack_count *c)
+{
+    size_t i;
+
+    if ((st->counts_used + 1) * 2 > st->counts_cap) {
+        size_t cap = st->counts_cap ? st->counts_cap * 2 : 1024;
+        struct stack_count *old = st->counts, *grown = calloc(cap, sizeof(*grown));
+        if (!grown)
+            return -ENOMEM;
+        for (size_t k = 0; k < st->counts_cap; k++) {
+            if (!old[k].n)
+                continue;
+            for (i = count_slot(&old[k], cap); grown[i].n; i = (i + 1) & (cap - 1))
+                ;
+            grown[i] = old[k];
+        }
+        free(old);
+        st->counts = grown;
+        st->counts_cap = cap;
+    }
+    for (i = count_slot(c, st->counts_cap); st->counts[i].n; i = (i + 1) & (st->counts_cap - 1))
+        if (same_count(&st->counts[i], c)) {
+            st->counts[i].n++;
+            return 0;
+        }
+    st->counts[i] = *c;
+    st->counts[i].n = 1;
+    st->counts_used++;
+    return 0;
+}
+
+/* A stored sample (not one the table already had: INSERT OR IGNORE) into every bucket. */
+static int count_sample(struct store *st, const struct ob_sample *s)
+{
+    int r = 0;
+
+    for (size_t k = 0; r == 0 && k < N_SPANS; k++) {
+        struct stack_count c = {.target_id = s->target_id,
+                                .bucket = s->ts_ns / (count_spans_s[k] * 1000000000LL),
+                                .stack_id = s->stack_id,
+                                .tid = s->tid,
+                                .state = s->state,
+                                .span = (int32_t)k};
+        r = count_add(st, &c);
+    }
+    return r;
+}
+
+/* Adds the write's counts to stack_counts, and empties the table for the next write. */
+static int write_counts(struct store *st, int r)
+{
+    for (size_t i = 0; i < st->counts_cap && st->counts_used; i++) {
+        struct stack_count *c = &st->counts[i];
+        if (!c->n)
+            continue;
+        if (r == 0)
+            r = run(st, ADD_COUNT, "iiiiiii", c->target_id, count_spans_s[c->span], c->bucket,
+                    (int64_t)c->tid, c->stack_id, (int64_t)c->state, c->n);
+        c->n = 0;
+        st->counts_used--;
+    }
+    return r;
+}
+
 int store__write(struct store *st, const struct ob_half *h, struct errbuf *err)
 {
     int r = exec(st, "BEGIN", err, "write");
@@ -258,7 +356,10 @@ int store__write(struct store *st, const struct ob_half *h, struct errbuf *err)
         const struct ob_sample *s = &h->samples[i];
         r = run(st, INS_SAMPLE, "iiiii", s->ts_ns, s->target_id, (int64_t)s->tid, s->stack_id,
                 (int64_t)s->state);
+        if (r == 0 && sqlite3_changes(st->db) == 1)
+            r = count_sample(st, s);
     }
+    r = write_counts(st, r);
     for (size_t i = 0; r == 0 && i < h->n_usage; i++) {
         const struct ob_usage *u = &h->usage[i];
         r = run(st, INS_USAGE, "iiiiiiii", u->target_id, u->ts_ns, u->rss, u->pss, u->uss, u->swap,
@@ -279,7 +380,8 @@ int store__write(struct store *st, const struct ob_half *h, struct errbuf *err)
         r = run(st, END_TARGET, "iti", h->ends[i].ended_ns, h->ends[i].reason, -1,
                 h->ends[i].target_id);
     if (r < 0) {
-        errbuf_set(err, r, "writing samples: %s", sqlite3_errmsg(st->db));
+        errbuf_set(err, r, "writing samples: %s",
+                   r == -ENOMEM ? "out of memory" : sqlite3_errmsg(st->db));
         sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
         return r;
     }
@@ -375,11 +477,45 @@ static int64_t delete_from(struct store *st, const char *table, int64_t before_n
     return n < 0 ? errbuf_set(err, -EIO, "retention of %s: %s", table, sqlite3_errmsg(st->db)) : n;
 }
 
-/* Samples, and the memory timeline with them; returns the samples deleted. */
+/* Before the samples before @before_ns go: the buckets that end before it go, and from the
+ * one it cuts the samples about to go are taken away (those before were taken at the last
+ * retention: this is only the slice since), so that stack_counts still equals counting the
+ * samples table, at the cost of the slice, not of a whole hour's samples. */
+static int trim_counts(struct store *st, int64_t before_ns, struct errbuf *err)
+{
+    for (size_t k = 0; k < N_SPANS; k++) {
+        long long span_s = count_spans_s[k], span_ns = span_s * 1000000000LL;
+        long long cut = before_ns / span_ns;
+        char sql[1024];
+        snprintf(sql, sizeof(sql),
+                 "UPDATE stack_counts AS c SET n = c.n - d.n FROM (SELECT target_id, tid,"
+                 " stack_id, state, count(*) AS n FROM samples"
+                 " WHERE target_id IN (SELECT id FROM targets) AND ts_ns >= %lld"
+                 " AND ts_ns < %lld GROUP BY target_id, tid, stack_id, state) AS d"
+                 " WHERE c.target_id = d.target_id AND c.span_s = %lld AND c.bucket = %lld"
+                 " AND c.tid = d.tid AND c.stack_id = d.stack_id AND c.state = d.state;"
+                 "DELETE FROM stack_counts WHERE target_id IN (SELECT id FROM targets)"
+                 " AND span_s = %lld AND (bucket < %lld OR (bucket = %lld AND n <= 0));",
+                 cut * span_ns, (long long)before_ns, span_s, cut, span_s, cut, cut);
+        if (exec(st, sql, err, "retention of stack_counts") < 0)
+            return -EIO;
+    }
+    return 0;
+}
+
+/* Samples, and the memory timeline with them, in one transaction; returns the samples
+ * deleted. */
 static int64_t delete_before(struct store *st, int64_t before_ns, struct errbuf *err)
 {
-    int64_t n = delete_from(st, "samples", before_ns, err);
+    int64_t n;
 
+    if (before_ns <= 0)
+        return 0;
+    if (exec(st, "BEGIN", err, "retention") < 0)
+        return -EIO;
+    n = trim_counts(st, before_ns, err);
+    if (n == 0)
+        n = delete_from(st, "samples", before_ns, err);
     if (n >= 0 && (delete_from(st, "memory", before_ns, err) < 0 ||
                    delete_from(st, "thread_cpu", before_ns, err) < 0 ||
                    delete_from(st, "allocations", before_ns, err) < 0 ||
@@ -387,8 +523,12 @@ static int64_t delete_before(struct store *st, int64_t before_ns, struct errbuf 
                    delete_from(st, "torch_values", before_ns, err) < 0 ||
                    delete_from(st, "torch_steps", before_ns, err) < 0 ||
                    delete_from(st, "comm_calls", before_ns, err) < 0))
-        return -EIO;
-    return n;
+        n = -EIO;
+    if (n < 0) {
+        sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+        return n;
+    }
+    return exec(st, "COMMIT", err, "retention") < 0 ? -EIO : n;
 }
 
 int64_t store__retain(struct store *st, int64_t before_ns, int64_t max_bytes, struct errbuf *err)

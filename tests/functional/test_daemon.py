@@ -251,6 +251,86 @@ def test_flamegraph_svg_and_folded(daemon):
         t.close()
 
 
+def counts_mismatch():
+    """The rows of stack_counts that counting the samples does not give, and the other way
+    round, for both bucket lengths, as one statement (one snapshot while the writer goes on)."""
+    parts = []
+    for span in (60, 3600):
+        counts = ('SELECT target_id, bucket, tid, stack_id, state, n FROM stack_counts'
+                  ' WHERE span_s = %d' % span)
+        counted = ('SELECT target_id, ts_ns / %d, tid, stack_id, state, count(*) FROM samples'
+                   ' GROUP BY 1, 2, 3, 4, 5' % (span * 10 ** 9))
+        parts += ['SELECT * FROM (%s EXCEPT %s)' % (counts, counted),
+                  'SELECT * FROM (%s EXCEPT %s)' % (counted, counts)]
+    return 'SELECT count(*) FROM (%s)' % ' UNION ALL '.join(parts)
+
+
+def test_flamegraph_sums_the_counts_and_equals_counting_samples(tmp_path):
+    """Flame graphs read stack_counts (per minute and per hour) and samples only for the part
+    of a minute at the window's edge. Four hours of synthetic samples, one instant every 30 s
+    (at 15 s past each half minute, so a window of whole minutes starting up to 15 s late takes
+    the same ones), written into an older database (schema 11): the migration counts them,
+    and every window (all, 7 minutes, 95 minutes, 3 hours), thread and --idle gives what
+    counting the samples gives."""
+    import random
+    work = str(tmp_path)
+    d = Daemon(workdir=work)  # the schema
+    d.close()
+    db = sqlite3.connect(d.db)
+    db.execute('DROP TABLE stack_counts')
+    db.execute('PRAGMA user_version = 11')
+    db.execute("INSERT INTO targets(id, pid, start_time, uid, cmdline, py_version, rate_hz,"
+               " attached_ns) VALUES (1, 999998, 0, 0, 'synthetic', '3.12.0', 100, 0)")
+    db.execute("INSERT INTO strings VALUES (1000, '/app/model.py')")
+    for f in range(1, 9):
+        db.execute('INSERT INTO strings VALUES (?, ?)', (f, 'f%d' % f))
+        db.execute('INSERT INTO frames(id, func_id, file_id, line, first_line) VALUES'
+                   ' (?, ?, 1000, ?, 1)', (f, f, f * 10))
+    stacks = {}
+    for sid in range(1, 7):  # root f1, then one to three frames, leaf f(sid + 2)
+        chain = [1] + list(range(2, 2 + sid % 3)) + [sid + 2]
+        stacks[sid] = chain
+        for depth, fid in enumerate(reversed(chain)):
+            db.execute('INSERT INTO stack_frames VALUES (?, ?, ?)', (sid, depth, fid))
+    rnd = random.Random(7)
+    base = time.time_ns()
+    rows = []
+    for i in range(4 * 120):
+        ts = base - (i * 30 + 15) * 10 ** 9
+        for tid in (11, 12, 13):
+            rows.append((ts, 1, tid, rnd.choice(list(stacks) + [0]), rnd.choice((0, 1, 3))))
+    db.executemany('INSERT INTO samples(ts_ns, target_id, tid, stack_id, state)'
+                   ' VALUES (?, ?, ?, ?, ?)', rows)
+    db.commit()
+    db.close()
+    d = Daemon('--retention', '0', workdir=work)
+    try:
+        assert d.rows(counts_mismatch())[0][0] == 0
+        assert d.rows('SELECT sum(n) FROM stack_counts WHERE span_s = 3600')[0][0] == len(rows)
+        for since_s in (None, 7 * 60, 95 * 60, 3 * 3600):
+            for tid in (None, 12):
+                for idle in (False, True):
+                    args = ['flamegraph', 999998, '--format', 'folded']
+                    args += ['--since', '%ds' % since_s] if since_s else []
+                    args += ['--thread', tid] if tid else []
+                    args += ['--idle'] if idle else []
+                    got = {}
+                    for line in d.ctl(*args, check=True).stdout.splitlines():
+                        chain, n = line.rsplit(' ', 1)
+                        leaf = chain.split(';')[-1].split(' (')[0]
+                        got[leaf] = got.get(leaf, 0) + int(n)
+                    want = {}
+                    for ts, _, t, sid, state in rows:
+                        if (sid and (not since_s or ts >= base - since_s * 10 ** 9)
+                                and (not tid or t == tid) and (idle or state & 1)):
+                            leaf = 'f%d' % stacks[sid][-1]
+                            want[leaf] = want.get(leaf, 0) + 1
+                    assert got == want, (args, got, want)
+        assert time.time_ns() - base < 15 * 10 ** 9, 'too slow for the half-minute grid'
+    finally:
+        d.close()
+
+
 def test_flamegraph_names_holding_separators_stay_whole(daemon):
     """A script under a directory named 'a;b (c:1)': every flame graph format keeps each frame
     whole. The renderers used to re-split folded text, and this one path became bogus frames
@@ -538,6 +618,8 @@ def test_retention_by_age_and_size():
         assert oldest_age < 3 + 10 + 2, oldest_age
         live = d.rows('PRAGMA page_count')[0][0] - d.rows('PRAGMA freelist_count')[0][0]
         assert live * d.rows('PRAGMA page_size')[0][0] < 600 * 1024
+        # the counts of the buckets it cut are what the samples left in them give
+        assert d.rows(counts_mismatch())[0][0] == 0
     finally:
         t.close()
         d.close()

@@ -265,8 +265,11 @@ def test_another_users_code_is_not_readable_through_any_table(daemon, user):
             assert secret not in seen and secret_dir not in seen, sql
             assert 'evaltarget.py' in seen, sql  # the user's own code is there
             assert secret in json_rows(daemon.rows(sql)), sql  # and root sees everything
+        # the counts flame graphs read: the user's own targets only
+        mine_ids = daemon.rows('SELECT id FROM targets WHERE pid = %d' % mine.pid)
+        assert daemon.rows('SELECT DISTINCT target_id FROM stack_counts', user=user) == mine_ids
         for sql in ('SELECT * FROM main.strings', 'SELECT * FROM main.stack_frames',
-                    'SELECT name, payload FROM dbstat'):
+                    'SELECT * FROM main.stack_counts', 'SELECT name, payload FROM dbstat'):
             r = daemon.ctl('query', sql, user=user)
             assert r.returncode != 0 and ('reserved to root' in r.stderr
                                           or 'refused' in r.stderr), (sql, r.stderr)
