@@ -24,11 +24,12 @@ LEFT JOIN threads th ON th.target_id = s.target_id AND th.tid = s.tid
 JOIN stacks st ON st.stack_id = s.stack_id;
 
 -- Per function: samples where it was executing (self) and where it was on the stack (total,
--- once per sample however often it recurses). Counted per distinct stack, then weighted by
--- how many samples had that stack: much less work than joining every sample's frames.
+-- once per sample however often it recurses). Counted per distinct stack (the hourly counts
+-- of stack_counts, which equal counting the samples), then weighted by how many samples had
+-- that stack: much less work than joining every sample's frames.
 CREATE TEMP VIEW function_stats AS
-WITH per_stack AS (SELECT stack_id, count(*) AS n FROM samples WHERE stack_id <> 0
-                   GROUP BY stack_id),
+WITH per_stack AS (SELECT stack_id, sum(n) AS n FROM stack_counts
+                   WHERE span_s = 3600 AND stack_id <> 0 GROUP BY stack_id),
      funcs AS (SELECT stack_id, func, file, kind, min(depth) = 0 AS is_self FROM stacks
                WHERE stack_id IN (SELECT stack_id FROM per_stack)
                GROUP BY stack_id, func, file, kind),

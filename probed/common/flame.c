@@ -7,6 +7,34 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define MINUTE_NS 60000000000LL
+
+char *flame_counts_sql(const char *target_cond, int64_t since_ns, int tid, bool idle,
+                       bool by_target)
+{
+    char tid_cond[40] = "", filter[128];
+    const char *key = by_target ? "target_id, stack_id" : "stack_id";
+    long long since = since_ns > 0 ? since_ns : 0;
+    long long minute = (since + MINUTE_NS - 1) / MINUTE_NS, hour = (minute + 59) / 60;
+    char *sql = NULL;
+
+    if (tid)
+        snprintf(tid_cond, sizeof(tid_cond), " AND tid = %d", tid);
+    snprintf(filter, sizeof(filter), " AND stack_id <> 0%s%s", tid_cond,
+             idle ? "" : " AND (state & 1) = 1");
+    if (asprintf(&sql,
+                 "SELECT %s, sum(n) AS n FROM ("
+                 "SELECT %s, n FROM stack_counts WHERE %s AND span_s = 3600 AND bucket >= %lld%s"
+                 " UNION ALL SELECT %s, n FROM stack_counts WHERE %s AND span_s = 60"
+                 " AND bucket >= %lld AND bucket < %lld%s"
+                 " UNION ALL SELECT %s, 1 FROM samples WHERE %s AND ts_ns >= %lld"
+                 " AND ts_ns < %lld%s) GROUP BY %s",
+                 key, key, target_cond, hour, filter, key, target_cond, minute, hour * 60, filter,
+                 key, target_cond, since, minute * MINUTE_NS, filter, key) < 0)
+        return NULL;
+    return sql;
+}
+
 /* The profile and everything it points to, in one block per part. */
 struct profile_mem {
     struct flame_profile p;

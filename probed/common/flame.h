@@ -21,6 +21,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/*
+ * The SQL of the samples' counts per stack in the window [@since_ns, now) (0: all), from
+ * stack_counts (schema/0012_stack_counts.sql): its hours from the first whole hour on, its
+ * minutes before that hour, and the samples themselves only before the first whole minute.
+ * Its rows: [target_id,] stack_id, n (target_id with @by_target). @target_cond selects the
+ * targets (an SQL condition on target_id); @tid 0 is every thread; without @idle, samples
+ * on a CPU only. Malloc'd; NULL when out of memory.
+ */
+char *flame_counts_sql(const char *target_cond, int64_t since_ns, int tid, bool idle,
+                       bool by_target);
+
 /* One frame of a stored stack, as the store has it. */
 struct flame_frame {
     const char *func; /* borrowed from the profile */

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/flame.h"
 #include "common/units.h"
 #include "ctl/client.h"
 #include "ctl/commands.h"
@@ -390,17 +391,19 @@ static int cluster_query(struct fanout *fo, const struct reach *r, const char *s
  * query gives them), with its rank and pid. */
 static char *flame_rows_sql(int64_t since_ns, bool idle)
 {
-    char *sql = NULL;
+    char *counts = flame_counts_sql("1", since_ns, 0, idle, true), *sql = NULL;
 
+    if (!counts)
+        return NULL;
     if (asprintf(&sql,
-                 "WITH c AS (SELECT target_id, stack_id, count(*) AS n FROM samples"
-                 " WHERE stack_id <> 0 AND ts_ns >= %lld%s GROUP BY target_id, stack_id)"
+                 "WITH c AS (%s)"
                  " SELECT t.rank, t.pid, (SELECT json_group_array(json_array(kind, func, file,"
                  " lineno)) FROM (SELECT kind, func, file, lineno FROM stacks"
                  " WHERE stacks.stack_id = c.stack_id ORDER BY depth DESC)) AS frames, c.n"
                  " FROM c JOIN targets t ON t.id = c.target_id",
-                 (long long)since_ns, idle ? "" : " AND (state & 1) = 1") < 0)
-        return NULL;
+                 counts) < 0)
+        sql = NULL;
+    free(counts);
     return sql;
 }
 
