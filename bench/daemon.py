@@ -1,13 +1,14 @@
 #!/usr/bin/python3
 """Daemon benchmark; prints figures, asserts nothing.
 
-usage: PROBED_BUILD=DIR bench/daemon.py [--targets 16,64] [--window S] [--flame 1000000,10000000]
-                       [--attach-torch N]
+usage: PROBED_BUILD=DIR bench/daemon.py [--load 1x10000,1x100,16x100,64x100] [--window S]
+                       [--flame 1000000,10000000] [--attach-torch N]
 
 1. One probed sampling N targets (bench/targets/idle_deep.py: two threads 20+ frames deep)
-   at 100 Hz each, for each N: the daemon's CPU (% of one core, from /proc/PID/stat over the
-   window), its RSS, samples taken vs expected, dropped and torn samples, and the database's
-   bytes per stored sample (pages in use / samples).
+   at a rate, for each NxRATE of --load: ticks kept vs expected and late ones, the sampler
+   thread's CPU per tick (schedstat), the daemon's CPU (% of one core, from /proc/PID/stat
+   over the window), its RSS, dropped and torn samples, and the database's bytes per stored
+   sample (pages in use / samples).
 2. Flame graph build time: a database holding 1 M and 10 M samples (a realistic mix: 2,000
    distinct stacks 30 frames deep, Zipf-like counts), `probectl flamegraph --format folded`
    and `--format svg` timed end to end through the daemon, twice (the difference is the
@@ -32,9 +33,9 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..'))
 sys.path.insert(0, os.path.join(ROOT, 'tests', 'functional'))
 os.environ.setdefault('PROBED_BUILD', os.path.join(ROOT, 'build'))
 from daemon import Daemon  # noqa: E402
-from procstat import cpu_seconds, rss_mib  # noqa: E402
+from procstat import cpu_seconds, rss_mib, thread_cpu_seconds  # noqa: E402
 
-def sample_load(n_targets, window):
+def sample_load(n_targets, rate, window):
     targets = [subprocess.Popen([sys.executable, os.path.join(ROOT, 'bench', 'targets',
                                                               'idle_deep.py')],
                                 stdout=subprocess.PIPE, universal_newlines=True)
@@ -44,19 +45,21 @@ def sample_load(n_targets, window):
         for t in targets:
             t.stdout.readline()
         for t in targets:
-            d.ctl('attach', t.pid, '--rate', '100', check=True)
+            d.ctl('attach', t.pid, '--rate', str(rate), check=True)
         time.sleep(2)
         c0, t0 = cpu_seconds(d.proc.pid), time.time()
+        sc0 = thread_cpu_seconds(d.proc.pid, 'probed-sampler')
         s0 = {x['pid']: x['stats'] for x in
               json.loads(d.ctl('list', '--json', check=True).stdout)['targets']}
         time.sleep(window)
         c1, t1 = cpu_seconds(d.proc.pid), time.time()
+        sc1 = thread_cpu_seconds(d.proc.pid, 'probed-sampler')
         s1 = {x['pid']: x['stats'] for x in
               json.loads(d.ctl('list', '--json', check=True).stdout)['targets']}
         ticks = sum(s1[p]['ticks'] - s0[p]['ticks'] for p in s1)
         dropped = sum(s1[p]['dropped'] for p in s1)
         torn = sum(s1[p]['torn'] for p in s1)
-        late = sum(s1[p]['late'] for p in s1)
+        late = sum(s1[p]['late'] - s0[p]['late'] for p in s1)
         rss = rss_mib(d.proc.pid)
         time.sleep(1.5)
         db = sqlite3.connect(d.db)
@@ -65,13 +68,13 @@ def sample_load(n_targets, window):
             db.execute('PRAGMA freelist_count').fetchone()[0]
         size = pages * db.execute('PRAGMA page_size').fetchone()[0]
         db.close()
-        expected = n_targets * 100 * (t1 - t0)
-        print('%3d targets x 100 Hz: daemon CPU %5.1f%% of a core (%.1f us per tick),'
-              ' RSS %.1f MiB, ticks %d/%d expected (%.1f%%), late %d, dropped %d, torn %d,'
-              ' %.1f bytes per sample stored (%d samples, %.1f MiB)'
-              % (n_targets, 100 * (c1 - c0) / (t1 - t0), 1e6 * (c1 - c0) / max(ticks, 1), rss,
-                 ticks, expected, 100 * ticks / expected, late, dropped, torn, size / max(n, 1),
-                 n, size / 2 ** 20))
+        expected = n_targets * rate * (t1 - t0)
+        print('%3d targets x %5d Hz: ticks %d/%d expected (%.1f%%), late %d; sampler thread'
+              ' %.1f us CPU per tick, daemon CPU %5.1f%% of a core, RSS %.1f MiB; dropped %d,'
+              ' torn %d; %.1f bytes per sample stored (%d samples, %.1f MiB)'
+              % (n_targets, rate, ticks, expected, 100 * ticks / expected, late,
+                 1e6 * (sc1 - sc0) / max(ticks, 1), 100 * (c1 - c0) / (t1 - t0), rss, dropped,
+                 torn, size / max(n, 1), n, size / 2 ** 20))
     finally:
         d.close()
         for t in targets:
@@ -200,13 +203,15 @@ def attach_latency(n_targets):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument('--targets', default='16,64')
+    ap.add_argument('--load', default='1x10000,1x100,16x100,64x100',
+                    help='targets x rate (Hz), comma-separated')
     ap.add_argument('--window', type=float, default=10)
     ap.add_argument('--flame', default='1000000,10000000')
     ap.add_argument('--attach-torch', type=int, default=3)
     args = ap.parse_args()
-    for n in [int(x) for x in args.targets.split(',') if x]:
-        sample_load(n, args.window)
+    for load in [x for x in args.load.split(',') if x]:
+        n, rate = load.split('x')
+        sample_load(int(n), int(rate), args.window)
     for n in [int(x) for x in args.flame.split(',') if x]:
         flame_time(n)
     if args.attach_torch:

@@ -17,3 +17,18 @@ def rss_mib(pid):
             if line.startswith('VmRSS:'):
                 return int(line.split()[1]) / 1024
     return 0
+
+
+def thread_cpu_seconds(pid, name):
+    """User + system CPU time of @pid's thread named @name (comm), schedstat's nanoseconds
+    (the clock-tick fields of stat are too coarse for a figure per sample); 0 if none."""
+    for tid in os.listdir('/proc/%d/task' % pid):
+        try:
+            with open('/proc/%d/task/%s/comm' % (pid, tid)) as f:
+                if f.read().strip() != name:
+                    continue
+            with open('/proc/%d/task/%s/schedstat' % (pid, tid)) as f:
+                return int(f.read().split()[0]) / 1e9
+        except FileNotFoundError:
+            continue
+    return 0.0

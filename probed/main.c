@@ -19,6 +19,7 @@
 #include <getopt.h>
 #include <grp.h>
 #include <libgen.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -371,6 +372,12 @@ int main(int argc, char **argv)
 
     if (parse_args(argc, argv, &o) < 0)
         return 2;
+    /* A target's buffers (its stacks' frames: 0.8 MB at first) are large blocks that whichever
+     * worker attaches allocates and whichever detaches frees. glibc raises its mmap threshold
+     * to the largest such block freed, after which they come from the workers' heaps, where
+     * freed memory stays (16 targets attached and detached 60 times: 7 -> 33-41 MB). A fixed
+     * threshold keeps them mmapped, returned whole at detach. */
+    mallopt(M_MMAP_THRESHOLD, 128 * 1024);
     signal(SIGPIPE, SIG_IGN);
     signal(SIGXFSZ, SIG_IGN); /* a database past the file-size limit: a write error, not death */
     if (sqlmem_install(QUERY_ALL_MEMORY_BYTES) < 0) { /* before any SQLite call */

@@ -33,7 +33,7 @@ struct target_stats {
     uint64_t samples;     /* thread stacks recorded */
     uint64_t torn;        /* thread stacks that kept changing while read: dropped */
     uint64_t errors;      /* ticks that failed as a whole (not fatal) */
-    uint64_t late;        /* times sampling fell over 3 periods behind and skipped ahead */
+    uint64_t late;        /* times sampling fell too far behind (sampler.c) and skipped ahead */
     uint64_t dropped;     /* samples the outbox had no room for */
     uint64_t threads_cut; /* ticks that found TARGET_THREADS_MAX threads or more: the rest unread */
     uint64_t lost;        /* samples taken but lost: the database would not take them (disk full) */

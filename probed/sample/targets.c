@@ -3,6 +3,7 @@
 #include "sample/targets.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sched.h>
@@ -325,6 +326,11 @@ int targets__detach(struct targets *reg, pid_t pid, const struct targets_filter 
         info_of(t, ret_info);
     targets__unlock(reg);
     target_free(t); /* its buffers went with the end; what is left is freed outside the lock */
+    /* and what it left free in the heaps of the threads that served it goes back to the
+     * system (a target's code cache and names are many small blocks: they stayed, and the
+     * daemon's RSS crept up over attach/detach cycles) */
+    if (t)
+        malloc_trim(0);
     return t ? 0 : -ENOENT;
 }
 
