@@ -14,7 +14,9 @@ usage: PROBED_BUILD=DIR bench/daemon.py [--load 1x10000,1x100,16x100,64x100] [--
    and `--format svg` timed end to end through the daemon, twice (the difference is the
    noise), and over the last 10 minutes; baseline in the same run: the flame query that
    counts every sample (before stack_counts), and `SELECT count(*) FROM samples`.
-3. The API while attaching: N torch processes (tests/targets/native_torch.py, Debian's python3
+3. Attaching many: N idle targets (128) attached one after the other through the API while
+   those before are sampled: the whole, and each attach's median and longest.
+4. The API while attaching: N torch processes (tests/targets/native_torch.py, Debian's python3
    with python3-torch) attached --native one after the other while another client asks
    GET /v1/status back to back: each attach's time, and the status replies' median and
    longest wait meanwhile (an attach that runs on the loop thread holds every reply up).
@@ -164,6 +166,36 @@ def flame_time(n_samples):
         d.close()
 
 
+def attach_many(n_targets):
+    """N idle targets attached one after the other (the API's serial lane) while the ones
+    attached before are sampled at 100 Hz: the whole, and each attach's median and longest."""
+    targets = [subprocess.Popen([sys.executable, os.path.join(ROOT, 'bench', 'targets',
+                                                              'idle_deep.py')],
+                                stdout=subprocess.PIPE, universal_newlines=True)
+               for _ in range(n_targets)]
+    d = Daemon()
+    try:
+        for t in targets:
+            t.stdout.readline()
+        took = []
+        t0 = time.time()
+        for t in targets:
+            a = time.time()
+            status, reply = d.api('POST', '/v1/targets', {'pid': t.pid, 'rate': 100})
+            assert status == 200, reply
+            took.append(time.time() - a)
+        total = time.time() - t0
+        took.sort()
+        print('%d targets attached one after the other: %.2f s, each: median %.1f ms,'
+              ' longest %.1f ms' % (n_targets, total, 1e3 * took[len(took) // 2],
+                                    1e3 * took[-1]))
+    finally:
+        d.close()
+        for t in targets:
+            t.kill()
+            t.wait()
+
+
 def attach_latency(n_targets):
     import threading
     targets = [subprocess.Popen(['/usr/bin/python3', os.path.join(ROOT, 'tests', 'targets',
@@ -207,6 +239,7 @@ def main():
                     help='targets x rate (Hz), comma-separated')
     ap.add_argument('--window', type=float, default=10)
     ap.add_argument('--flame', default='1000000,10000000')
+    ap.add_argument('--attach', type=int, default=128)
     ap.add_argument('--attach-torch', type=int, default=3)
     args = ap.parse_args()
     for load in [x for x in args.load.split(',') if x]:
@@ -214,6 +247,8 @@ def main():
         sample_load(int(n), int(rate), args.window)
     for n in [int(x) for x in args.flame.split(',') if x]:
         flame_time(n)
+    if args.attach:
+        attach_many(args.attach)
     if args.attach_torch:
         attach_latency(args.attach_torch)
 
