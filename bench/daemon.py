@@ -89,6 +89,12 @@ def synth_db(path, n_samples):
     d = Daemon(workdir=os.path.dirname(path))  # creates the schema
     d.close()
     db = sqlite3.connect(path)
+    # back to schema 11 (a row per sample): the daemon counts and packs them as it opens it
+    db.executescript('DROP TABLE stack_counts; DROP TABLE sample_blocks;'
+                     ' CREATE TABLE samples (target_id INTEGER NOT NULL, ts_ns INTEGER NOT NULL,'
+                     ' tid INTEGER NOT NULL, stack_id INTEGER NOT NULL, state INTEGER NOT NULL,'
+                     ' PRIMARY KEY (target_id, ts_ns, tid)) WITHOUT ROWID;'
+                     ' PRAGMA user_version = 11;')
     rnd = random.Random(1)
     db.execute("INSERT INTO targets(id, pid, start_time, uid, cmdline, py_version, rate_hz,"
                " attached_ns) VALUES (1, 999999, 0, 0, 'synthetic', '3.12.0', 100, 0)")
@@ -122,10 +128,6 @@ def synth_db(path, n_samples):
                        ' VALUES (?, ?, ?, ?, ?)',
                        ((t0 + (start + i) * 1_000_000, 1, 1 + i % 4, picks[i], 1)
                         for i in range(n)))
-    for span in (60, 3600):  # what the writer counts as it stores samples (store.c)
-        db.execute('INSERT INTO stack_counts SELECT target_id, ?, ts_ns / ?, tid, stack_id,'
-                   ' state, count(*) FROM samples GROUP BY 1, 3, 4, 5, 6',
-                   (span, span * 10 ** 9))
     db.commit()
     db.close()
 

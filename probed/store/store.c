@@ -1,4 +1,5 @@
 /* store.c - see store.h. */
+#define _GNU_SOURCE /* qsort_r */
 #include "store/store.h"
 
 #include <errno.h>
@@ -12,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "store/blocks.h"
 #include "store/schema.h"
 
 enum stmt_id {
@@ -21,7 +23,7 @@ enum stmt_id {
     INS_STRING,
     INS_FRAME,
     INS_STACK_FRAME,
-    INS_SAMPLE,
+    INS_BLOCK,
     INS_USAGE,
     INS_THREAD_CPU,
     INS_CRASH,
@@ -41,8 +43,8 @@ static const char *const stmt_sql[N_STMTS] = {
                   " VALUES (?, ?, ?, ?, ?, ?)",
     [INS_STACK_FRAME] = "INSERT OR IGNORE INTO stack_frames(stack_id, depth, frame_id)"
                         " VALUES (?, ?, ?)",
-    [INS_SAMPLE] = "INSERT OR IGNORE INTO samples(ts_ns, target_id, tid, stack_id, state)"
-                   " VALUES (?, ?, ?, ?, ?)",
+    [INS_BLOCK] = "INSERT INTO sample_blocks(target_id, first_ns, tid, last_ns, n, data)"
+                  " VALUES (?, ?, ?, ?, ?, ?)",
     [INS_USAGE] = "INSERT OR IGNORE INTO memory(target_id, ts_ns, rss, pss, uss, swap, cpu_ns,"
                   " threads) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
     [INS_CRASH] = "INSERT INTO crashes(target_id, pid, ts_ns, kind, exit_code, signal, core_dumped,"
@@ -69,6 +71,9 @@ struct store {
     /* the counts of the write in progress: open addressing, at most half full */
     struct stack_count *counts;
     size_t counts_cap, counts_used;
+    struct block_builder *blocks; /* the write's samples into sample_blocks */
+    uint32_t *order;              /* the write's samples by thread: indexes into the half */
+    size_t order_cap;
 };
 
 static int exec(struct store *st, const char *sql, struct errbuf *err, const char *what)
@@ -97,6 +102,57 @@ static int user_version(struct store *st, int *ret, struct errbuf *err)
                : errbuf_set(err, -EIO, "reading user_version: %s", sqlite3_errmsg(st->db));
 }
 
+/* block_emit_fn: one block into sample_blocks through @ctx, a prepared INSERT. */
+static int insert_block(void *ctx, const struct block_out *blk)
+{
+    sqlite3_stmt *q = ctx;
+    int rc;
+
+    sqlite3_bind_int64(q, 1, blk->target_id);
+    sqlite3_bind_int64(q, 2, blk->first_ns);
+    sqlite3_bind_int64(q, 3, blk->tid);
+    sqlite3_bind_int64(q, 4, blk->last_ns);
+    sqlite3_bind_int64(q, 5, (sqlite3_int64)blk->n);
+    sqlite3_bind_blob(q, 6, blk->data, (int)blk->len, SQLITE_STATIC);
+    rc = sqlite3_step(q);
+    sqlite3_reset(q);
+    sqlite3_clear_bindings(q);
+    return rc == SQLITE_DONE ? 0 : -EIO;
+}
+
+/* Applying 0013_sample_blocks.sql: the samples stored a row each are packed into blocks (their
+ * counts stay: 0012 counted them), and that table goes. */
+static int pack_row_samples(struct store *st, struct errbuf *err)
+{
+    sqlite3_stmt *q = NULL, *ins = NULL;
+    int r = 0, rc = SQLITE_DONE;
+
+    if (sqlite3_prepare_v2(st->db,
+                           "SELECT target_id, tid, ts_ns, stack_id, state FROM samples"
+                           " ORDER BY target_id, tid, ts_ns",
+                           -1, &q, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(st->db, stmt_sql[INS_BLOCK], -1, &ins, NULL) != SQLITE_OK)
+        r = -EIO;
+    while (r == 0 && (rc = sqlite3_step(q)) == SQLITE_ROW) {
+        struct block_sample bs = {.ts_ns = sqlite3_column_int64(q, 2),
+                                  .stack_id = sqlite3_column_int64(q, 3),
+                                  .state = sqlite3_column_int(q, 4)};
+        r = block_builder_add(st->blocks, sqlite3_column_int64(q, 0), sqlite3_column_int(q, 1), &bs,
+                              insert_block, ins);
+    }
+    if (r == 0 && rc != SQLITE_DONE)
+        r = -EIO;
+    if (r == 0)
+        r = block_builder_flush(st->blocks, insert_block, ins);
+    block_builder_drop(st->blocks);
+    sqlite3_finalize(q);
+    sqlite3_finalize(ins);
+    if (r < 0)
+        return errbuf_set(err, r, "0013_sample_blocks.sql: packing the stored samples: %s",
+                          r == -EIO ? sqlite3_errmsg(st->db) : strerror(-r));
+    return exec(st, "DROP TABLE samples", err, "0013_sample_blocks.sql");
+}
+
 /* Applies schema files user_version+1 .. n, each with its version bump in one transaction. */
 static int migrate(struct store *st, struct errbuf *err)
 {
@@ -115,6 +171,8 @@ static int migrate(struct store *st, struct errbuf *err)
         r = exec(st, "BEGIN IMMEDIATE", err, "migration");
         if (r == 0)
             r = exec(st, schema_files[i].sql, err, schema_files[i].name);
+        if (r == 0 && strncmp(schema_files[i].name, "0013_", 5) == 0)
+            r = pack_row_samples(st, err);
         if (r == 0)
             r = exec(st, bump, err, schema_files[i].name);
         if (r == 0)
@@ -152,8 +210,10 @@ int store_open(const char *path, struct store **ret, struct errbuf *err)
     struct store *st = calloc(1, sizeof(*st));
     int r;
 
-    if (!st)
+    if (!st || block_builder_new(&st->blocks) < 0) {
+        free(st);
         return errbuf_set(err, -ENOMEM, "out of memory");
+    }
     if ((r = make_private(path, true, err)) < 0)
         goto fail;
     for (int i = 0; i < 2; i++) { /* a -wal and -shm left by an earlier daemon */
@@ -195,6 +255,8 @@ void store_free(struct store *st)
         sqlite3_finalize(st->stmt[i]);
     sqlite3_close(st->db);
     free(st->counts);
+    free(st->order);
+    block_builder_free(st->blocks);
     free(st);
 }
 
@@ -312,16 +374,17 @@ static int count_add(struct store *st, const struct stack_count *c)
     return 0;
 }
 
-/* A stored sample (not one the table already had: INSERT OR IGNORE) into every bucket. */
-static int count_sample(struct store *st, const struct ob_sample *s)
+/* A sample of (@target_id, @tid) into every bucket of the counts. */
+static int count_sample(struct store *st, int64_t target_id, int32_t tid,
+                        const struct block_sample *s)
 {
     int r = 0;
 
     for (size_t k = 0; r == 0 && k < N_SPANS; k++) {
-        struct stack_count c = {.target_id = s->target_id,
+        struct stack_count c = {.target_id = target_id,
                                 .bucket = s->ts_ns / (count_spans_s[k] * 1000000000LL),
                                 .stack_id = s->stack_id,
-                                .tid = s->tid,
+                                .tid = tid,
                                 .state = s->state,
                                 .span = (int32_t)k};
         r = count_add(st, &c);
@@ -329,8 +392,9 @@ static int count_sample(struct store *st, const struct ob_sample *s)
     return r;
 }
 
-/* Adds the write's counts to stack_counts, and empties the table for the next write. */
-static int write_counts(struct store *st, int r)
+/* Adds (@sign 1) or takes away (-1) the counts gathered to stack_counts, and empties the table
+ * for the next use. */
+static int write_counts(struct store *st, int r, int sign)
 {
     for (size_t i = 0; i < st->counts_cap && st->counts_used; i++) {
         struct stack_count *c = &st->counts[i];
@@ -338,11 +402,56 @@ static int write_counts(struct store *st, int r)
             continue;
         if (r == 0)
             r = run(st, ADD_COUNT, "iiiiiii", c->target_id, count_spans_s[c->span], c->bucket,
-                    (int64_t)c->tid, c->stack_id, (int64_t)c->state, c->n);
+                    (int64_t)c->tid, c->stack_id, (int64_t)c->state, sign * c->n);
         c->n = 0;
         st->counts_used--;
     }
     return r;
+}
+
+/* The half's samples by target, thread and time (each thread's are in time order already). */
+static int by_thread(const void *a, const void *b, void *ctx)
+{
+    const struct ob_sample *all = ctx, *x = &all[*(const uint32_t *)a],
+                           *y = &all[*(const uint32_t *)b];
+
+    if (x->target_id != y->target_id)
+        return x->target_id < y->target_id ? -1 : 1;
+    if (x->tid != y->tid)
+        return x->tid < y->tid ? -1 : 1;
+    return x->ts_ns < y->ts_ns ? -1 : x->ts_ns > y->ts_ns;
+}
+
+/* The half's samples, a block per thread (or more: blocks.h), and their counts. */
+static int write_samples(struct store *st, const struct ob_half *h)
+{
+    int r = 0;
+
+    if (!h->n_samples)
+        return 0;
+    if (h->n_samples > st->order_cap) {
+        uint32_t *grown = realloc(st->order, h->n_samples * sizeof(*grown));
+        if (!grown)
+            return -ENOMEM;
+        st->order = grown;
+        st->order_cap = h->n_samples;
+    }
+    for (size_t i = 0; i < h->n_samples; i++)
+        st->order[i] = (uint32_t)i;
+    qsort_r(st->order, h->n_samples, sizeof(*st->order), by_thread, h->samples);
+    for (size_t i = 0; r == 0 && i < h->n_samples; i++) {
+        const struct ob_sample *o = &h->samples[st->order[i]];
+        struct block_sample bs = {.ts_ns = o->ts_ns, .stack_id = o->stack_id, .state = o->state};
+        r = block_builder_add(st->blocks, o->target_id, o->tid, &bs, insert_block,
+                              st->stmt[INS_BLOCK]);
+        if (r == 0)
+            r = count_sample(st, o->target_id, o->tid, &bs);
+    }
+    if (r == 0)
+        r = block_builder_flush(st->blocks, insert_block, st->stmt[INS_BLOCK]);
+    else
+        block_builder_drop(st->blocks); /* the transaction is rolled back */
+    return write_counts(st, r, 1);
 }
 
 int store__write(struct store *st, const struct ob_half *h, struct errbuf *err)
@@ -352,14 +461,8 @@ int store__write(struct store *st, const struct ob_half *h, struct errbuf *err)
     if (r < 0)
         return r;
     r = write_defs(st, h);
-    for (size_t i = 0; r == 0 && i < h->n_samples; i++) {
-        const struct ob_sample *s = &h->samples[i];
-        r = run(st, INS_SAMPLE, "iiiii", s->ts_ns, s->target_id, (int64_t)s->tid, s->stack_id,
-                (int64_t)s->state);
-        if (r == 0 && sqlite3_changes(st->db) == 1)
-            r = count_sample(st, s);
-    }
-    r = write_counts(st, r);
+    if (r == 0)
+        r = write_samples(st, h);
     for (size_t i = 0; r == 0 && i < h->n_usage; i++) {
         const struct ob_usage *u = &h->usage[i];
         r = run(st, INS_USAGE, "iiiiiiii", u->target_id, u->ts_ns, u->rss, u->pss, u->uss, u->swap,
@@ -477,30 +580,65 @@ static int64_t delete_from(struct store *st, const char *table, int64_t before_n
     return n < 0 ? errbuf_set(err, -EIO, "retention of %s: %s", table, sqlite3_errmsg(st->db)) : n;
 }
 
-/* Before the samples before @before_ns go: the buckets that end before it go, and from the
- * one it cuts the samples about to go are taken away (those before were taken at the last
- * retention: this is only the slice since), so that stack_counts still equals counting the
- * samples table, at the cost of the slice, not of a whole hour's samples. */
-static int trim_counts(struct store *st, int64_t before_ns, struct errbuf *err)
+/*
+ * The blocks that ended before @before_ns go (one still going on at it stays whole: at most
+ * BLOCK_SPAN_NS more), and their samples are taken away from stack_counts first, so that it
+ * still equals counting the samples. Only blocks that start before @before_ns are looked at:
+ * those older went at the last retention. Returns the samples deleted.
+ */
+static int64_t delete_blocks(struct store *st, int64_t before_ns, struct errbuf *err)
 {
-    for (size_t k = 0; k < N_SPANS; k++) {
-        long long span_s = count_spans_s[k], span_ns = span_s * 1000000000LL;
-        long long cut = before_ns / span_ns;
-        char sql[1024];
-        snprintf(sql, sizeof(sql),
-                 "UPDATE stack_counts AS c SET n = c.n - d.n FROM (SELECT target_id, tid,"
-                 " stack_id, state, count(*) AS n FROM samples"
-                 " WHERE target_id IN (SELECT id FROM targets) AND ts_ns >= %lld"
-                 " AND ts_ns < %lld GROUP BY target_id, tid, stack_id, state) AS d"
-                 " WHERE c.target_id = d.target_id AND c.span_s = %lld AND c.bucket = %lld"
-                 " AND c.tid = d.tid AND c.stack_id = d.stack_id AND c.state = d.state;"
-                 "DELETE FROM stack_counts WHERE target_id IN (SELECT id FROM targets)"
-                 " AND span_s = %lld AND (bucket < %lld OR (bucket = %lld AND n <= 0));",
-                 cut * span_ns, (long long)before_ns, span_s, cut, span_s, cut, cut);
-        if (exec(st, sql, err, "retention of stack_counts") < 0)
-            return -EIO;
+    static const char *const where = " FROM sample_blocks WHERE target_id IN (SELECT id FROM"
+                                     " targets) AND first_ns < ?1 AND last_ns < ?1";
+    struct block_reader *rd = malloc(sizeof(*rd));
+    char sql[192];
+    sqlite3_stmt *q = NULL;
+    int64_t deleted = 0;
+    int r = rd ? 0 : -ENOMEM, rc = SQLITE_DONE;
+
+    snprintf(sql, sizeof(sql), "SELECT target_id, tid, first_ns, n, data%s", where);
+    if (r == 0 && sqlite3_prepare_v2(st->db, sql, -1, &q, NULL) != SQLITE_OK)
+        r = -EIO;
+    if (q)
+        sqlite3_bind_int64(q, 1, before_ns);
+    while (r == 0 && (rc = sqlite3_step(q)) == SQLITE_ROW) {
+        struct block_sample bs;
+        int64_t target_id = sqlite3_column_int64(q, 0);
+        int32_t tid = sqlite3_column_int(q, 1);
+        const uint8_t *data = sqlite3_column_blob(q, 4);
+        int got = 0;
+        r = blocks_reader_init(rd, data, (size_t)sqlite3_column_bytes(q, 4),
+                               sqlite3_column_int64(q, 2));
+        while (r == 0 && (got = blocks_next(rd, &bs)) > 0)
+            r = count_sample(st, target_id, tid, &bs);
+        if (r == 0 && got < 0)
+            r = got;
+        deleted += sqlite3_column_int64(q, 3);
     }
-    return 0;
+    if (r == 0 && rc != SQLITE_DONE)
+        r = -EIO;
+    sqlite3_finalize(q);
+    free(rd);
+    r = write_counts(st, r, -1);
+    if (r == 0) {
+        snprintf(sql, sizeof(sql), "DELETE%s", where);
+        if (sqlite3_prepare_v2(st->db, sql, -1, &q, NULL) != SQLITE_OK)
+            r = -EIO;
+        else {
+            sqlite3_bind_int64(q, 1, before_ns);
+            r = sqlite3_step(q) == SQLITE_DONE ? 0 : -EIO;
+            sqlite3_finalize(q);
+        }
+    }
+    if (r == 0 && exec(st,
+                       "DELETE FROM stack_counts WHERE target_id IN (SELECT id FROM targets)"
+                       " AND n <= 0",
+                       err, "retention of stack_counts") < 0)
+        return -EIO;
+    if (r < 0)
+        return errbuf_set(err, r, "retention of sample_blocks: %s",
+                          r == -EIO ? sqlite3_errmsg(st->db) : strerror(-r));
+    return deleted;
 }
 
 /* Samples, and the memory timeline with them, in one transaction; returns the samples
@@ -513,9 +651,7 @@ static int64_t delete_before(struct store *st, int64_t before_ns, struct errbuf 
         return 0;
     if (exec(st, "BEGIN", err, "retention") < 0)
         return -EIO;
-    n = trim_counts(st, before_ns, err);
-    if (n == 0)
-        n = delete_from(st, "samples", before_ns, err);
+    n = delete_blocks(st, before_ns, err);
     if (n >= 0 && (delete_from(st, "memory", before_ns, err) < 0 ||
                    delete_from(st, "thread_cpu", before_ns, err) < 0 ||
                    delete_from(st, "allocations", before_ns, err) < 0 ||
@@ -541,10 +677,10 @@ int64_t store__retain(struct store *st, int64_t before_ns, int64_t max_bytes, st
         int64_t size = store__size(st), lo, hi, n;
         if (size < 0 || size <= max_bytes)
             break;
-        lo = scalar(st,
-                    "SELECT min(ts_ns) FROM samples WHERE target_id IN (SELECT id FROM targets)");
-        hi = scalar(st,
-                    "SELECT max(ts_ns) FROM samples WHERE target_id IN (SELECT id FROM targets)");
+        lo = scalar(st, "SELECT min(first_ns) FROM sample_blocks"
+                        " WHERE target_id IN (SELECT id FROM targets)");
+        hi = scalar(st, "SELECT max(last_ns) FROM sample_blocks"
+                        " WHERE target_id IN (SELECT id FROM targets)");
         if (lo <= 0 || hi <= lo)
             break;
         n = delete_before(st, lo + (hi - lo) / 10 + 1, err);
