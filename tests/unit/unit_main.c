@@ -26,6 +26,9 @@
     X(test_config_file_and_reload)                                                                 \
     X(test_mixed_order)                                                                            \
     X(test_sqlmem_budgets)                                                                         \
+    X(test_blocks_round_trip)                                                                      \
+    X(test_blocks_split_at_the_stacks_limit)                                                       \
+    X(test_blocks_damaged)                                                                         \
     X(test_nodes_slurm_ranges)                                                                     \
     X(test_findproc_job_names)                                                                     \
     X(test_exits_kernel_lines)
