@@ -65,18 +65,24 @@ def sample_load(n_targets, rate, window):
         rss = rss_mib(d.proc.pid)
         time.sleep(1.5)
         db = sqlite3.connect(d.db)
-        n = db.execute('SELECT count(*) FROM samples').fetchone()[0]
+        n = db.execute('SELECT sum(n) FROM sample_blocks').fetchone()[0] or 0
         pages = db.execute('PRAGMA page_count').fetchone()[0] - \
             db.execute('PRAGMA freelist_count').fetchone()[0]
         size = pages * db.execute('PRAGMA page_size').fetchone()[0]
+        per_table = dict(db.execute("SELECT name, sum(pgsize - unused) FROM dbstat"
+                                    " WHERE name IN ('sample_blocks', 'stack_counts')"
+                                    " GROUP BY name").fetchall())
         db.close()
         expected = n_targets * rate * (t1 - t0)
         print('%3d targets x %5d Hz: ticks %d/%d expected (%.1f%%), late %d; sampler thread'
               ' %.1f us CPU per tick, daemon CPU %5.1f%% of a core, RSS %.1f MiB; dropped %d,'
-              ' torn %d; %.1f bytes per sample stored (%d samples, %.1f MiB)'
+              ' torn %d; %.1f bytes per sample stored (%d samples, %.1f MiB), of which'
+              ' %.2f in sample_blocks and %.2f in stack_counts'
               % (n_targets, rate, ticks, expected, 100 * ticks / expected, late,
                  1e6 * (sc1 - sc0) / max(ticks, 1), 100 * (c1 - c0) / (t1 - t0), rss, dropped,
-                 torn, size / max(n, 1), n, size / 2 ** 20))
+                 torn, size / max(n, 1), n, size / 2 ** 20,
+                 per_table.get('sample_blocks', 0) / max(n, 1),
+                 per_table.get('stack_counts', 0) / max(n, 1)))
     finally:
         d.close()
         for t in targets:
