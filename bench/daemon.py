@@ -14,9 +14,12 @@ usage: PROBED_BUILD=DIR bench/daemon.py [--load 1x10000,1x100,16x100,64x100] [--
    and `--format svg` timed end to end through the daemon, twice (the difference is the
    noise), and over the last 10 minutes; baseline in the same run: the flame query that
    counts every sample (before stack_counts), and `SELECT count(*) FROM samples`.
-3. Attaching many: N idle targets (128) attached one after the other through the API while
+3. Many threads: a target of 150 threads (bench/targets/many_threads.py, one working) in
+   windows sampled at 100 Hz and 1 kHz and not in turn: its work rate sampled / unsampled,
+   beside the noise floor (unsampled windows against each other).
+4. Attaching many: N idle targets (128) attached one after the other through the API while
    those before are sampled: the whole, and each attach's median and longest.
-4. The API while attaching: N torch processes (tests/targets/native_torch.py, Debian's python3
+5. The API while attaching: N torch processes (tests/targets/native_torch.py, Debian's python3
    with python3-torch) attached --native one after the other while another client asks
    GET /v1/status back to back: each attach's time, and the status replies' median and
    longest wait meanwhile (an attach that runs on the loop thread holds every reply up).
@@ -152,7 +155,10 @@ def flame_time(n_samples):
     work = tempfile.mkdtemp(prefix='probed-bench-')
     path = os.path.join(work, 'probed.db')
     synth_db(path, n_samples)
-    d = Daemon('--query-timeout', '600s', '--retention', '0', '--max-db-size', '0', workdir=work)
+    t0 = time.time()
+    d = Daemon('--query-timeout', '600s', '--retention', '0', '--max-db-size', '0', workdir=work,
+               start_timeout=900)
+    migrated = time.time() - t0
     try:
         def timed(*args):
             t0 = time.time()
@@ -167,11 +173,58 @@ def flame_time(n_samples):
         noise, _ = timed('flamegraph', '999999', '--format', 'folded')
         print('flame graph of %9d samples: folded %.2f s (again: %.2f s, the noise), svg %.2f s'
               ' (%d KiB), last 10 min %.2f s; counting every sample (the query before'
-              ' stack_counts) %.2f s: %.2fx; count(*) alone %.2f s'
+              ' stack_counts) %.2f s: %.2fx; count(*) alone %.2f s; the migration of the store'
+              ' from a row per sample (counted and packed) %.1f s'
               % (n_samples, folded, noise, svg, svg_len // 1024, recent, counting,
-                 folded / counting, base))
+                 folded / counting, base, migrated))
     finally:
         d.close()
+
+
+def many_threads(n_threads, rate, rounds=4, window=3.0):
+    """A target of @n_threads threads (bench/targets/many_threads.py: one working, the rest
+    parked) in windows of @window s, unsampled and sampled at @rate in turn: its work rate
+    sampled / unsampled, and unsampled / the unsampled window before (the noise floor)."""
+    import threading
+    t = subprocess.Popen([sys.executable, os.path.join(ROOT, 'bench', 'targets',
+                                                       'many_threads.py'), str(n_threads)],
+                         stdout=subprocess.PIPE, universal_newlines=True)
+    latest = [None]
+
+    def read():
+        for line in t.stdout:
+            parts = line.split()
+            if len(parts) == 2:
+                latest[0] = (float(parts[0]), int(parts[1]))
+    assert t.stdout.readline().startswith('READY')
+    threading.Thread(target=read, daemon=True).start()
+    d = Daemon()
+    try:
+        def work_rate():
+            time.sleep(0.5)  # settle: the attach or detach itself is not measured
+            a = latest[0]
+            time.sleep(window)
+            b = latest[0]
+            return (b[1] - a[1]) / (b[0] - a[0])
+        on, off, noise = [], [], []
+        c0 = cpu_seconds(d.proc.pid)
+        for _ in range(rounds):
+            off.append(work_rate())
+            d.ctl('attach', t.pid, '--rate', str(rate), check=True)
+            on.append(work_rate())
+            d.ctl('detach', t.pid, check=True)
+        off.append(work_rate())
+        c1 = cpu_seconds(d.proc.pid)
+        noise = [abs(off[i + 1] / off[i] - 1) for i in range(len(off) - 1)]
+        ratio = [on[i] / ((off[i] + off[i + 1]) / 2) for i in range(rounds)]
+        print('%d threads x %4d Hz: target work rate sampled / unsampled %.3f (windows: %s);'
+              ' noise floor (unsampled / unsampled) +-%.3f; daemon CPU %.2f s over the run'
+              % (n_threads, rate, sum(ratio) / rounds, ' '.join('%.3f' % r for r in ratio),
+                 max(noise), c1 - c0))
+    finally:
+        d.close()
+        t.kill()
+        t.wait()
 
 
 def attach_many(n_targets):
@@ -247,6 +300,8 @@ def main():
                     help='targets x rate (Hz), comma-separated')
     ap.add_argument('--window', type=float, default=10)
     ap.add_argument('--flame', default='1000000,10000000')
+    ap.add_argument('--threads', default='150x100,150x1000',
+                    help='a target of N threads sampled at RATE: its slowdown')
     ap.add_argument('--attach', type=int, default=128)
     ap.add_argument('--attach-torch', type=int, default=3)
     args = ap.parse_args()
@@ -255,6 +310,9 @@ def main():
         sample_load(int(n), int(rate), args.window)
     for n in [int(x) for x in args.flame.split(',') if x]:
         flame_time(n)
+    for load in [x for x in args.threads.split(',') if x]:
+        n, rate = load.split('x')
+        many_threads(int(n), int(rate))
     if args.attach:
         attach_many(args.attach)
     if args.attach_torch:

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "log.h"
 #include "store/blocks.h"
 #include "store/schema.h"
 
@@ -168,6 +169,8 @@ static int migrate(struct store *st, struct errbuf *err)
         char bump[64];
 
         snprintf(bump, sizeof(bump), "PRAGMA user_version = %u", i + 1);
+        if (version > 0) /* an existing database: say what takes the time (0013 packs rows) */
+            log_msg(LOG_INFO, "database: applying %s", schema_files[i].name);
         r = exec(st, "BEGIN IMMEDIATE", err, "migration");
         if (r == 0)
             r = exec(st, schema_files[i].sql, err, schema_files[i].name);

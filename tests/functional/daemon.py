@@ -25,9 +25,11 @@ class _UnixHTTP(http.client.HTTPConnection):
 
 
 class Daemon:
-    def __init__(self, *extra, workdir=None, wrapper=()):
-        """@wrapper: a command the daemon runs under (setpriv dropping capabilities)."""
+    def __init__(self, *extra, workdir=None, wrapper=(), start_timeout=20):
+        """@wrapper: a command the daemon runs under (setpriv dropping capabilities);
+        @start_timeout: seconds it may take to listen (a big database's migration takes more)."""
         self.wrapper = list(wrapper)
+        self.start_timeout = start_timeout
         self.dir = workdir or tempfile.mkdtemp(prefix='probed-test-')
         os.chmod(self.dir, 0o755)
         self.socket = os.path.join(self.dir, 'probed.sock')
@@ -44,7 +46,7 @@ class Daemon:
         self.proc = subprocess.Popen(self.wrapper + [PROBED, '--foreground', '--socket', self.socket,
                                       '--db', self.db] + self.extra,
                                      stdout=self.log, stderr=self.log)
-        deadline = time.time() + 20
+        deadline = time.time() + self.start_timeout
         while time.time() < deadline:
             if self.listening():
                 return
