@@ -40,15 +40,21 @@ os.environ.setdefault('PROBED_BUILD', os.path.join(ROOT, 'build'))
 from daemon import Daemon  # noqa: E402
 from procstat import cpu_seconds, rss_mib, thread_cpu_seconds  # noqa: E402
 
-def sample_load(n_targets, rate, window):
+def idle_targets(n):
+    """@n bench/targets/idle_deep.py processes, each ready."""
     targets = [subprocess.Popen([sys.executable, os.path.join(ROOT, 'bench', 'targets',
                                                               'idle_deep.py')],
                                 stdout=subprocess.PIPE, universal_newlines=True)
-               for _ in range(n_targets)]
+               for _ in range(n)]
+    for t in targets:
+        t.stdout.readline()
+    return targets
+
+
+def sample_load(n_targets, rate, window):
+    targets = idle_targets(n_targets)
     d = Daemon()
     try:
-        for t in targets:
-            t.stdout.readline()
         for t in targets:
             d.ctl('attach', t.pid, '--rate', str(rate), check=True)
         time.sleep(2)
@@ -230,14 +236,9 @@ def many_threads(n_threads, rate, rounds=4, window=3.0):
 def attach_many(n_targets):
     """N idle targets attached one after the other (the API's serial lane) while the ones
     attached before are sampled at 100 Hz: the whole, and each attach's median and longest."""
-    targets = [subprocess.Popen([sys.executable, os.path.join(ROOT, 'bench', 'targets',
-                                                              'idle_deep.py')],
-                                stdout=subprocess.PIPE, universal_newlines=True)
-               for _ in range(n_targets)]
+    targets = idle_targets(n_targets)
     d = Daemon()
     try:
-        for t in targets:
-            t.stdout.readline()
         took = []
         t0 = time.time()
         for t in targets:

@@ -76,6 +76,17 @@ class Term:
         raise AssertionError('probectl did not end: %r' % self.seen)
 
 
+def close_all(term, target, d):
+    """The end of a case: the terminal (if still open), then the target and the daemon, these
+    two even when the terminal does not end."""
+    try:
+        if term:
+            term.close()
+    finally:
+        target.close()
+        d.close()
+
+
 def steps(path):
     try:
         with open(path) as f:
@@ -144,12 +155,7 @@ def test_pause_debug_through_a_terminal(python, tmp_path):
         codes = [a[0] for a in audit]
         assert codes[0] == 'pause --thread 0' and 'where' in codes and 'continue' in codes, codes
     finally:
-        try:
-            if term:
-                term.close()
-        finally:
-            t.close()
-            d.close()
+        close_all(term, t, d)
 
 
 @pytest.mark.parametrize('name', ['pyenv-3.9', 'debian-python3', 'pyenv-3.13'])
@@ -369,12 +375,7 @@ def test_catch_postmortem_waits_for_the_user(tmp_path):
         assert t.proc.wait(timeout=20) == 1
         assert 'ValueError: step' in t.proc.stderr.read()
     finally:
-        try:
-            if term:
-                term.close()
-        finally:
-            t.close()
-            d.close()
+        close_all(term, t, d)
 
 
 def test_a_stranger_cannot_pause_or_debug(tmp_path):
