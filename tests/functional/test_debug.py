@@ -62,6 +62,18 @@ class Term:
     def send(self, data):
         os.write(self.fd, data.encode())
 
+    def leave(self, ended):
+        """Ctrl-D, until @ended comes. A Ctrl-D that reaches the terminal before probectl's
+        line editor has it in raw mode (while the last reply is printed) is the line
+        discipline's end-of-file, which the switch to raw mode does not keep (CI: 2 of 17
+        cases waited for good): a user presses it again, and so does this, once, after 5 s."""
+        self.send('\x04')
+        try:
+            return self.expect(ended, timeout=5)
+        except AssertionError:
+            self.send('\x04')
+            return self.expect(ended)
+
     def close(self, timeout=20):
         end = time.time() + timeout
         while time.time() < end:
@@ -69,7 +81,14 @@ class Term:
             if pid:
                 os.close(self.fd)
                 return os.waitstatus_to_exitcode(status)
-            time.sleep(0.1)
+            # read on, as a terminal does: a program that restores its terminal as it exits
+            # (TCSADRAIN) waits until what it wrote last has been read
+            r, _, _ = select.select([self.fd], [], [], 0.1)
+            if r:
+                try:
+                    self.seen += os.read(self.fd, 65536).decode('utf-8', 'replace')
+                except OSError:
+                    pass
         os.kill(self.pid, signal.SIGKILL)
         os.waitpid(self.pid, 0)
         os.close(self.fd)
@@ -145,8 +164,7 @@ def test_pause_debug_through_a_terminal(python, tmp_path):
         term.send('where\n')
         out = term.expect(r'\(Pdb\) ')
         assert 'debuggee.py' in out and 'main()' in out, out
-        term.send('\x04')  # Ctrl-D: leave
-        term.expect('the debugger session ended \\(detached\\)')
+        term.leave('the debugger session ended \\(detached\\)')
         assert term.close() == 0
         term = None
         wait_for(lambda: going(count, 0.3), 10, 'the target going on after leaving')
@@ -175,8 +193,7 @@ def test_another_thread_and_its_version(name, tmp_path):
         out = term.expect(r'\(Pdb\) ')
         assert 'side_loop()' in out, out  # it stopped, in a loop that calls no Python
         assert going(count), 'the main thread never stopped'
-        term.send('\x04')
-        term.expect('session ended')
+        term.leave('session ended')
         assert term.close() == 0
         assert left_behind(d, t.pid) == ['0', '0']
         r = d.ctl('pause', old.pid, '--thread', old.info['side'])
@@ -364,9 +381,8 @@ def test_catch_postmortem_waits_for_the_user(tmp_path):
         term.send('p ratio\n')
         out = term.expect(r'\(Pdb\) ')
         assert re.search(r'\n\d+\.0\r?\n', out), out
-        term.send('\x04')
         try:
-            term.expect('session ended')
+            term.leave('session ended')
         except AssertionError as e:
             raise AssertionError('%s\nthe target: %s\nlog:\n%s' % (
                 e, t.proc.poll(), d.read_log()))

@@ -60,8 +60,13 @@ static const char rows[] =
     "INSERT INTO stack_frames (stack_id, depth, frame_id) VALUES (1001, 0, 101), (2001, 0, 201);"
     "INSERT INTO threads (target_id, tid, name) VALUES (1, 100, 'MainThread'),"
     " (2, 200, '%1$s');"
-    "INSERT INTO samples (target_id, ts_ns, tid, stack_id, state) VALUES (1, 1, 100, 1001, 3),"
-    " (1, 2, 100, 1001, 1), (2, 1, 200, 2001, 3);"
+    /* samples (1, 1 ns, tid 100, stack 1001, state 3), (1, 1 ms later, 100, 1001, 1) and
+     * (2, 1, 200, 2001, 3) packed as store/blocks.h says, and counted */
+    "INSERT INTO sample_blocks (target_id, first_ns, tid, last_ns, n, data) VALUES"
+    " (1, 1, 100, 1000001, 2, X'01E907030001D00F'), (2, 1, 200, 1, 1, X'01D10F0300');"
+    "INSERT INTO stack_counts (target_id, span_s, bucket, tid, stack_id, state, n) VALUES"
+    " (1, 60, 0, 100, 1001, 3, 1), (1, 60, 0, 100, 1001, 1, 1), (1, 3600, 0, 100, 1001, 3, 1),"
+    " (1, 3600, 0, 100, 1001, 1, 1), (2, 60, 0, 200, 2001, 3, 1), (2, 3600, 0, 200, 2001, 3, 1);"
     "INSERT INTO evals (ts_ns, uid, pid, start_time, target_uid, mode, code, status,"
     " output_bytes, elapsed_ms, injected) VALUES (1, 2000, 200, 2, 2000, 'eval', '%1$s',"
     " 'ok', 0, 1, 1);";
