@@ -171,8 +171,9 @@ def test_pause_debug_through_a_terminal(python, tmp_path):
         term.send('continue\n')
         wait_for(lambda: going(count, 0.3), 10, 'the target going on after continue')
         term.send('\x03')  # Ctrl-C: stopped again, at the next line the main thread runs:
-        out = term.expect(r'\(Pdb\) ')  # its own, or one of the stdlib's it calls (open())
-        assert re.search(r'> \S+\.py\(\d+\)[\w<>]+\(\)', out), out
+        out = term.expect(r'\(Pdb\) ')  # its own, or the stdlib's it calls (under open())
+        # pdb's stop line: the file may be a frozen module's ('> <frozen codecs>(197)__init__()')
+        assert re.search(r'> .+?\(\d+\)[\w<>]+\(\)', out), out
         assert not going(count)
         term.leave('the debugger session ended \\(detached\\)')
         assert term.close() == 0
