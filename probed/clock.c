@@ -26,3 +26,10 @@ double mono_ms(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
+
+int64_t clock_tick_at_or_after(int64_t t_ns, int64_t period_ns)
+{
+    int64_t r = t_ns % period_ns;
+
+    return r == 0 ? t_ns : t_ns - r + period_ns;
+}

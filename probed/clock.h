@@ -12,5 +12,9 @@ int64_t mono_ns(void);
 int64_t real_ns(void);
 /* CLOCK_MONOTONIC in milliseconds, for timing a call. */
 double mono_ms(void);
+/* The first multiple of @period_ns at or after @t_ns: every target sampled at one rate (or at
+ * rates that divide each other) is due at the same instants, so that one wake-up of the
+ * sampler serves them all, and each one's samples are evenly spaced (store/blocks.h). */
+int64_t clock_tick_at_or_after(int64_t t_ns, int64_t period_ns);
 
 #endif

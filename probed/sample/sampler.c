@@ -22,6 +22,10 @@
 #define CATCH_UP_PERIODS 3
 #define CATCH_UP_NS 20000000LL
 
+/* How far CLOCK_REALTIME may move against CLOCK_MONOTONIC (NTP's slewing, a step) before the
+ * offset between them that stamps the samples (tick_time()) is taken again. */
+#define REAL_OFFSET_SLACK_NS 100000LL
+
 /* True when @id was marked sent. The memory is lossy: a collision only costs a
  * definition sent twice. */
 static bool already_sent(int64_t *slots, int64_t id)
@@ -405,6 +409,24 @@ static void read_deep_threads(struct target *t, size_t n)
     }
 }
 
+/*
+ * The time stored with the samples of @t's tick, read from @now: the instant the tick was
+ * due, on CLOCK_REALTIME, when the read began within a period of it (a tick late by more, one
+ * caught up after the sampler was held up, keeps the time it was read). So a thread's samples
+ * are evenly spaced, and a run of the same stack costs a few bytes (store/blocks.h). The
+ * offset between the two clocks is kept to the microsecond and taken again only when it
+ * moved by more than REAL_OFFSET_SLACK_NS: a sample's time is within that of the clock's.
+ */
+static int64_t tick_time(struct sampler *s, const struct target *t, int64_t now)
+{
+    int64_t offset = real_ns() - mono_ns();
+
+    if (offset - s->real_offset_ns > REAL_OFFSET_SLACK_NS ||
+        s->real_offset_ns - offset > REAL_OFFSET_SLACK_NS)
+        s->real_offset_ns = offset / 1000 * 1000;
+    return (now - t->next_ns < t->period_ns ? t->next_ns : now) + s->real_offset_ns;
+}
+
 static void sample_target(struct sampler *s, struct target *t, int64_t now)
 {
     const char *changed;
@@ -449,7 +471,7 @@ static void sample_target(struct sampler *s, struct target *t, int64_t now)
     if (t->native) /* the eBPF sampler copies these threads' Python frames from now on */
         native__track(t->native, t->threads, n);
     name_new_threads(s, t, n, mono_ns());
-    record(s, t, n, real_ns(), mono_ns());
+    record(s, t, n, tick_time(s, t, now), mono_ns());
     if (n == TARGET_THREADS_MAX) /* at the maximum, the threads past it are left out */
         t->stats.threads_cut++;
 }
@@ -522,10 +544,11 @@ static void *sampler_main(void *arg)
         count_tick(s, mono_ns() - now);
         t->next_ns += t->period_ns;
         /* A hiccup (the thread was descheduled for a while) is caught up on the same
-         * schedule; falling further behind (catch_up_ns) skips ahead rather than burst. */
+         * schedule; falling further behind (catch_up_ns) skips ahead rather than burst, to
+         * the next instant of the schedule that every target at this rate shares. */
         if (t->next_ns < now - catch_up_ns(t)) {
             t->stats.late++;
-            t->next_ns = now + t->period_ns;
+            t->next_ns = clock_tick_at_or_after(now + 1, t->period_ns);
         }
         /* last: while the lock is let go, a detach may free t (ASan caught t->next_ns written
          * after a detach in that window) */

@@ -41,6 +41,7 @@ struct sampler {
     atomic_uint_fast64_t tick_hist[SAMPLER_HIST_N + 1], tick_ns_sum;
 
     /* sampler thread only */
+    int64_t real_offset_ns; /* CLOCK_REALTIME - CLOCK_MONOTONIC, as the samples are stamped */
     int64_t sent_strings[SENT_SLOTS], sent_frames[SENT_SLOTS], sent_stacks[SENT_SLOTS];
     int64_t frame_ids[TARGET_DEPTH_MAX + NATIVE_DEPTH_MAX]; /* a stack's, Python and native */
     int64_t native_ids[NATIVE_DEPTH_MAX];

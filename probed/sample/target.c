@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "log.h"
 #include "native/native.h"
 #include "common/procfs.h"
@@ -119,7 +120,6 @@ int target_new(pid_t pid, uint32_t rate_hz, struct target **ret, struct pyf_err 
     struct target *t = calloc(1, sizeof(*t));
     int64_t start_time;
     uint64_t start_stack;
-    struct timespec now;
     struct stat st;
     char path[64];
     int r;
@@ -165,10 +165,8 @@ int target_new(pid_t pid, uint32_t rate_hz, struct target **ret, struct pyf_err 
     read_ranks(t);
     t->rate_hz = rate_hz;
     t->period_ns = 1000000000LL / rate_hz;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    t->next_ns = now.tv_sec * 1000000000LL + now.tv_nsec;
-    clock_gettime(CLOCK_REALTIME, &now);
-    t->attached_ns = now.tv_sec * 1000000000LL + now.tv_nsec;
+    t->next_ns = clock_tick_at_or_after(mono_ns(), t->period_ns);
+    t->attached_ns = real_ns();
     *ret = t;
     return 0;
 fail:

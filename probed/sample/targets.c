@@ -409,7 +409,7 @@ void targets__default_rate(struct targets *reg, uint32_t hz)
         t->period_ns = 1000000000LL / hz;
         if (t->native)
             native__set_rate(t->native, hz);
-        t->next_ns = mono_ns() + t->period_ns;
+        t->next_ns = clock_tick_at_or_after(mono_ns(), t->period_ns);
     }
     pthread_cond_signal(&reg->wake);
     targets__unlock(reg);
