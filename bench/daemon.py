@@ -19,6 +19,13 @@ usage: PROBED_BUILD=DIR bench/daemon.py [--load 1x10000,1x100,16x100,64x100] [--
    beside the noise floor (unsampled windows against each other).
 4. Attaching many: N idle targets (128) attached one after the other through the API while
    those before are sampled: the whole, and each attach's median and longest.
+6. A week in storage (--week): N ranks (bench/targets/rank_like.py: 10 threads each, the
+   main one stepping through three phases, the rest waiting) sampled at 100 Hz for a while;
+   the daemon is stopped, the blocks moved 4 minutes back, and a daemon started on the
+   database merges those minutes (store__compact); then the database is vacuumed and its
+   bytes per sample, whole and in sample_blocks and stack_counts (dbstat), give a week of an
+   8-rank job (8 x 10 threads x 100 Hz x 604,800 s = 4.84 G samples). Baseline in the same
+   run: the same samples as the writer left them, before merging.
 5. The API while attaching: N torch processes (tests/targets/native_torch.py, Debian's python3
    with python3-torch) attached --native one after the other while another client asks
    GET /v1/status back to back: each attach's time, and the status replies' median and
@@ -295,6 +302,75 @@ def attach_latency(n_targets):
             t.wait()
 
 
+def db_bytes(path):
+    """A vacuumed copy's size, and its sample_blocks' and stack_counts' bytes (dbstat)."""
+    copy = path + '.vacuumed'
+    if os.path.exists(copy):
+        os.unlink(copy)
+    db = sqlite3.connect(path)
+    db.execute("VACUUM INTO ?", (copy,))
+    db.close()
+    db = sqlite3.connect(copy)
+    n = db.execute('SELECT sum(n) FROM sample_blocks').fetchone()[0] or 0
+    blocks = db.execute('SELECT count(*) FROM sample_blocks').fetchone()[0]
+    per_table = dict(db.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name").fetchall())
+    db.close()
+    size = os.path.getsize(copy)
+    os.unlink(copy)
+    return n, blocks, size, per_table
+
+
+def week_storage(n_ranks, window):
+    targets = [subprocess.Popen([sys.executable, os.path.join(ROOT, 'bench', 'targets',
+                                                              'rank_like.py')],
+                                stdout=subprocess.PIPE, universal_newlines=True)
+               for _ in range(n_ranks)]
+    for t in targets:
+        t.stdout.readline()
+    d = Daemon()
+    try:
+        for t in targets:
+            d.ctl('attach', t.pid, '--rate', '100', check=True)
+        time.sleep(window)
+        for t in targets:
+            d.ctl('detach', t.pid, check=True)
+        time.sleep(1.5)
+        d.kill()
+        db = sqlite3.connect(d.db)
+        shift = 240 * 10 ** 9  # within the 10 minutes a start merges
+        db.execute('UPDATE sample_blocks SET first_ns = first_ns - ?, last_ns = last_ns - ?',
+                   (shift, shift))
+        db.execute('UPDATE stack_counts SET bucket = bucket - 4 WHERE span_s = 60')
+        db.commit()
+        db.close()
+        rows = [('as written (a block per thread per second)', db_bytes(d.db))]
+        d.start()
+        deadline = time.time() + 60
+        while time.time() < deadline:  # every minute merged: at most 2 blocks per thread
+            time.sleep(2)
+            if d.rows('SELECT max(c) FROM (SELECT count(*) c FROM sample_blocks'
+                      ' GROUP BY target_id, tid)')[0][0] <= 2:
+                break
+        d.kill()
+        rows.append(('merged per minute', db_bytes(d.db)))
+        week = n_ranks and 8 * 10 * 100 * 604800
+        for what, (n, blocks, size, per_table) in rows:
+            print('a week in storage, %d ranks x 10 threads x 100 Hz for %ds, %s: %d samples in'
+                  ' %d blocks; %.2f bytes per sample in all (%.2f in sample_blocks, %.2f in'
+                  ' stack_counts): a week of 8 ranks = %.2f GB'
+                  % (n_ranks, window, what, n, blocks, size / max(n, 1),
+                     per_table.get('sample_blocks', 0) / max(n, 1),
+                     per_table.get('stack_counts', 0) / max(n, 1), week * size / max(n, 1) / 1e9))
+            print('    by table, bytes per sample: ' + ', '.join(
+                '%s %.3f' % (name, b / max(n, 1)) for name, b in
+                sorted(per_table.items(), key=lambda x: -x[1]) if b > size / 100))
+    finally:
+        d.close()
+        for t in targets:
+            t.kill()
+            t.wait()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--load', default='1x10000,1x100,16x100,64x100',
@@ -305,6 +381,8 @@ def main():
                     help='a target of N threads sampled at RATE: its slowdown')
     ap.add_argument('--attach', type=int, default=128)
     ap.add_argument('--attach-torch', type=int, default=3)
+    ap.add_argument('--week', default='8x60',
+                    help='RANKS x SECONDS sampled: the bytes a week of samples takes')
     args = ap.parse_args()
     for load in [x for x in args.load.split(',') if x]:
         n, rate = load.split('x')
@@ -318,6 +396,9 @@ def main():
         attach_many(args.attach)
     if args.attach_torch:
         attach_latency(args.attach_torch)
+    if args.week:
+        n, window = args.week.split('x')
+        week_storage(int(n), int(window))
 
 
 if __name__ == '__main__':

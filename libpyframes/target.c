@@ -499,8 +499,7 @@ void pyf_target_free(struct pyf_target *t)
     if (!t)
         return;
     for (int i = 0; i < STATFD_SLOTS; i++)
-        if (t->statfds[i].tid)
-            close(t->statfds[i].fd);
+        threads__forget_statfd(&t->statfds[i]);
     core_free((struct pyf_core *)t->mem.core);
     codecache_free(t->codes);
     nsmap_free(&t->ns);

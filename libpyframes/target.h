@@ -50,9 +50,12 @@ struct raw_frame {
 #define THREAD_SPANS_MAX 4096 /* threads one call reads (pyf_target__threads, __sample) */
 #define THREAD_ROOM_MIN 64    /* per-thread scratch at first; it grows to a call's cap */
 
+/* A thread's /proc stat and schedstat files, kept open, and what they last said. */
 struct statfd {
-    pid_t tid; /* 0: free */
-    int fd;
+    pid_t tid;          /* 0: free */
+    int fd, sched_fd;   /* sched_fd -1: no schedstat (a kernel without CONFIG_SCHED_INFO) */
+    uint64_t sched[3];  /* run time, run-queue wait, times run: at the last stat read */
+    bool on_cpu, known; /* what stat said then; known: sched was read with it */
 };
 
 struct pyf_target {
@@ -114,6 +117,7 @@ struct threads_guess {
     int ts_span[GUESS_THREADS_MAX];
     int tid_span[GUESS_THREADS_MAX]; /* <= 3.10: the tid word of the guessed pthread_t */
 };
+void threads__forget_statfd(struct statfd *sf); /* closes its files; a free slot is a no-op */
 size_t threads__guess_begin(struct pyf_target *t, struct threads_guess *g, size_t cap);
 int threads__guess_add(struct pyf_target *t, struct threads_guess *g, size_t i);
 int threads__guess_check(struct pyf_target *t, const struct threads_guess *g, struct pyf_thread *th,

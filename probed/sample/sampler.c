@@ -410,21 +410,22 @@ static void read_deep_threads(struct target *t, size_t n)
 }
 
 /*
- * The time stored with the samples of @t's tick, read from @now: the instant the tick was
- * due, on CLOCK_REALTIME, when the read began within a period of it (a tick late by more, one
- * caught up after the sampler was held up, keeps the time it was read). So a thread's samples
- * are evenly spaced, and a run of the same stack costs a few bytes (store/blocks.h). The
- * offset between the two clocks is kept to the microsecond and taken again only when it
- * moved by more than REAL_OFFSET_SLACK_NS: a sample's time is within that of the clock's.
+ * The time stored with the samples of @t's tick: the instant it was due, on CLOCK_REALTIME.
+ * So a thread's samples are evenly spaced, and a run of the same stack costs a few bytes
+ * (store/blocks.h). A tick is read at most catch_up_ns() after it was due (the sampler skips
+ * ahead past that): a tick caught up after the sampler was held up stands for its own
+ * period, in time order, not for the instant it was read. The offset between the two clocks
+ * is kept to the microsecond and taken again only when it moved by more than
+ * REAL_OFFSET_SLACK_NS: a sample's time is within that of the clock's.
  */
-static int64_t tick_time(struct sampler *s, const struct target *t, int64_t now)
+static int64_t tick_time(struct sampler *s, const struct target *t)
 {
     int64_t offset = real_ns() - mono_ns();
 
     if (offset - s->real_offset_ns > REAL_OFFSET_SLACK_NS ||
         s->real_offset_ns - offset > REAL_OFFSET_SLACK_NS)
         s->real_offset_ns = offset / 1000 * 1000;
-    return (now - t->next_ns < t->period_ns ? t->next_ns : now) + s->real_offset_ns;
+    return t->next_ns + s->real_offset_ns;
 }
 
 static void sample_target(struct sampler *s, struct target *t, int64_t now)
@@ -471,7 +472,7 @@ static void sample_target(struct sampler *s, struct target *t, int64_t now)
     if (t->native) /* the eBPF sampler copies these threads' Python frames from now on */
         native__track(t->native, t->threads, n);
     name_new_threads(s, t, n, mono_ns());
-    record(s, t, n, tick_time(s, t, now), mono_ns());
+    record(s, t, n, tick_time(s, t), mono_ns());
     if (n == TARGET_THREADS_MAX) /* at the maximum, the threads past it are left out */
         t->stats.threads_cut++;
 }
@@ -540,16 +541,16 @@ static void *sampler_main(void *arg)
             wait_until(s, t->next_ns);
             continue; /* the list may have changed meanwhile */
         }
+        /* A hiccup (the thread was descheduled for a while) is caught up on the same
+         * schedule; falling further behind (catch_up_ns) skips ahead rather than burst, to
+         * the last instant of the schedule that every target at this rate shares. */
+        if (now - t->next_ns > catch_up_ns(t)) {
+            t->stats.late++;
+            t->next_ns = now - now % t->period_ns;
+        }
         sample_target(s, t, now);
         count_tick(s, mono_ns() - now);
         t->next_ns += t->period_ns;
-        /* A hiccup (the thread was descheduled for a while) is caught up on the same
-         * schedule; falling further behind (catch_up_ns) skips ahead rather than burst, to
-         * the next instant of the schedule that every target at this rate shares. */
-        if (t->next_ns < now - catch_up_ns(t)) {
-            t->stats.late++;
-            t->next_ns = clock_tick_at_or_after(now + 1, t->period_ns);
-        }
         /* last: while the lock is let go, a detach may free t (ASan caught t->next_ns written
          * after a detach in that window) */
         targets__let_others_in(s->reg);

@@ -45,7 +45,7 @@ static int64_t unzigzag(uint64_t v)
 
 size_t blocks_encode_max(size_t n, size_t k)
 {
-    return VARINT_MAX * (1 + k + 2 * n);
+    return VARINT_MAX * (3 + k + 3 * n);
 }
 
 /* Microseconds from @first_ns to @ts_ns, rounded to the nearest. */
@@ -56,21 +56,42 @@ static int64_t offset_us(int64_t ts_ns, int64_t first_ns)
     return d >= 0 ? (d + 500) / 1000 : -((-d + 500) / 1000);
 }
 
+/* The code of sample @i: its stack's place and state bits. */
+static uint64_t code_of(const struct block_sample *s, const uint32_t *idx, size_t i)
+{
+    return (uint64_t)idx[i] << 3 | ((uint64_t)s[i].state & 7);
+}
+
 size_t blocks_encode(const struct block_sample *s, const uint32_t *idx, size_t n,
                      const int64_t *stacks, size_t k, int64_t first_ns, uint8_t *out,
                      int64_t *ret_last_ns)
 {
-    uint8_t *p = put_varint(out, k);
+    uint8_t *p = out;
     int64_t prev_us = 0, d_prev = 0;
 
+    *p++ = 0; /* no stacks, as version 1 would read it: the mark of a later version */
+    p = put_varint(p, BLOCKS_VERSION);
+    p = put_varint(p, k);
     for (size_t i = 0; i < k; i++)
         p = put_varint(p, (uint64_t)stacks[i]);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n;) {
         int64_t us = offset_us(s[i].ts_ns, first_ns), d = us - prev_us;
-        p = put_varint(p, (uint64_t)idx[i] << 3 | ((uint64_t)s[i].state & 7));
-        p = put_varint(p, zigzag(d - d_prev));
+        uint64_t code = code_of(s, idx, i);
+        size_t more = 0;
+
         prev_us = us;
+        /* the samples after it with its code, each as far from the one before as it is */
+        while (i + 1 + more < n && code_of(s, idx, i + 1 + more) == code &&
+               offset_us(s[i + 1 + more].ts_ns, first_ns) - prev_us == d) {
+            prev_us += d;
+            more++;
+        }
+        p = put_varint(p, code << 1 | (more > 0));
+        p = put_varint(p, zigzag(d - d_prev));
+        if (more)
+            p = put_varint(p, more);
         d_prev = d;
+        i += 1 + more;
     }
     *ret_last_ns = first_ns + prev_us * 1000;
     return (size_t)(p - out);
@@ -78,13 +99,17 @@ size_t blocks_encode(const struct block_sample *s, const uint32_t *idx, size_t n
 
 int blocks_reader_init(struct block_reader *r, const uint8_t *data, size_t len, int64_t first_ns)
 {
-    uint64_t k, id;
+    uint64_t k, id, version = 1;
 
-    r->p = data;
-    r->end = data + len;
-    r->first_ns = first_ns;
-    r->offset_us = r->d_prev = 0;
-    if (!get_varint(&r->p, r->end, &k) || k > BLOCK_STACKS_MAX)
+    *r = (struct block_reader){.p = data, .end = data + len, .first_ns = first_ns};
+    if (!get_varint(&r->p, r->end, &k))
+        return -EBADMSG;
+    if (k == 0 && r->p < r->end) { /* version 1 with no stacks has no samples either */
+        if (!get_varint(&r->p, r->end, &version) || version != BLOCKS_VERSION ||
+            !get_varint(&r->p, r->end, &k))
+            return -EBADMSG;
+    }
+    if (k > BLOCK_STACKS_MAX)
         return -EBADMSG;
     for (uint64_t i = 0; i < k; i++) {
         if (!get_varint(&r->p, r->end, &id))
@@ -92,26 +117,47 @@ int blocks_reader_init(struct block_reader *r, const uint8_t *data, size_t len, 
         r->ids[i] = (int64_t)id;
     }
     r->k = (uint32_t)k;
+    r->version = (uint32_t)version;
+    return 0;
+}
+
+/* The next entry of the block into the reader: its code, and the samples it repeats. */
+static int next_entry(struct block_reader *r)
+{
+    uint64_t code, dd, more = 0;
+
+    if (!get_varint(&r->p, r->end, &code) || !get_varint(&r->p, r->end, &dd))
+        return -EBADMSG;
+    if (r->version > 1) {
+        if ((code & 1) && (!get_varint(&r->p, r->end, &more) || more == 0))
+            return -EBADMSG;
+        code >>= 1;
+    }
+    /* a damaged count could ask for any number of samples: a block holds no more than this */
+    if ((code >> 3) >= r->k || more > BLOCK_SAMPLES_MAX - r->n || r->n == BLOCK_SAMPLES_MAX)
+        return -EBADMSG;
+    /* unsigned: a damaged block wraps around instead of overflowing */
+    r->d_prev += (uint64_t)unzigzag(dd);
+    r->code = code;
+    r->repeat = (uint32_t)more;
     return 0;
 }
 
 int blocks_next(struct block_reader *r, struct block_sample *ret)
 {
-    uint64_t code, dd;
-
-    if (r->p == r->end)
+    if (r->repeat)
+        r->repeat--;
+    else if (r->p == r->end)
         return 0;
-    if (!get_varint(&r->p, r->end, &code) || !get_varint(&r->p, r->end, &dd) ||
-        (code >> 3) >= r->k) {
+    else if (next_entry(r) < 0) {
         r->p = r->end; /* nothing past the damage */
         return -EBADMSG;
     }
-    /* unsigned: a damaged block wraps around instead of overflowing */
-    r->d_prev += (uint64_t)unzigzag(dd);
+    r->n++;
     r->offset_us += r->d_prev;
     ret->ts_ns = (int64_t)((uint64_t)r->first_ns + r->offset_us * 1000);
-    ret->stack_id = r->ids[code >> 3];
-    ret->state = (int32_t)(code & 7);
+    ret->stack_id = r->ids[r->code >> 3];
+    ret->state = (int32_t)(r->code & 7);
     return 1;
 }
 
@@ -234,8 +280,11 @@ int block_builder_add(struct block_builder *b, int64_t target_id, int32_t tid,
     int64_t i;
     int r;
 
-    if (b->n && (target_id != b->target_id || tid != b->tid ||
-                 s->ts_ns - b->s[0].ts_ns > BLOCK_SPAN_NS || b->n == BLOCK_SAMPLES_MAX)) {
+    /* (a sample before the last one, which only blocks that overlap could give, starts a
+     * block too: a block's last_ns is its latest) */
+    if (b->n &&
+        (target_id != b->target_id || tid != b->tid || s->ts_ns - b->s[0].ts_ns > BLOCK_SPAN_NS ||
+         s->ts_ns < b->s[b->n - 1].ts_ns || b->n == BLOCK_SAMPLES_MAX)) {
         if ((r = block_builder_flush(b, emit, ctx)) < 0)
             return r;
     }

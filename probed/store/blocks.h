@@ -2,17 +2,24 @@
  * blocks.h - one thread's samples over one write, packed into one row of sample_blocks
  * (schema/0013_sample_blocks.sql): about 2 bytes a sample instead of the ~34 of a row each.
  *
- * The encoding, every integer an unsigned LEB128 varint:
+ * The encoding, version 2, every integer an unsigned LEB128 varint:
+ *   0, 2                   the version's mark (version 1 began with k, never 0)
  *   k                      the distinct stacks of the block
  *   k stack ids            as unsigned 64-bit values (hashes: 9-10 bytes each)
- *   per sample, in time order:
- *     idx << 3 | state     the stack's place in that list, and the sample's 3 state bits
+ *   per run of samples, in time order:
+ *     code << 1 | more?    code = idx << 3 | state: the stack's place in that list, and the
+ *                          sample's 3 state bits
  *     zigzag(d - d_prev)   d: the microseconds from the previous sample (the first's from
  *                          first_ns: 0), d_prev the previous d: a steady rate is one byte
+ *     more                 (when flagged) how many samples follow with the same code, each
+ *                          d after the one before: a thread that waits where it waited, on
+ *                          the sampler's even ticks (sampler.c: tick_time()), costs 3 bytes a
+ *                          run however long
  * A sample's time is first_ns + 1000 x (the sum of its d's): kept to the microsecond, the
  * row's first_ns to the nanosecond (rounding never drifts: each d is taken from the rounded
- * offsets from first_ns, not from the previous sample's time).
- *
+ * offsets from first_ns, not from the previous sample's time). Version 1 (schema 0013's
+ * first blocks) is the same without the mark and the runs: code, then zigzag(d - d_prev),
+ * per sample; both are read.
  * The writer (store.c) encodes; the `samples` virtual table (query/samplestab.c) and
  * retention (store.c) decode.
  * Threads: any; a builder is one thread's at a time. Memory: the encoder's buffer is the
@@ -27,11 +34,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* A block spans at most this much (the writer splits a longer stretch): a query for a time
+/* A block spans at most this much: the writer's span one write (a second), and the store
+ * merges a thread's blocks of each minute into one (store.c: compaction). A query for a time
  * range looks for blocks that start at most this much before it. */
-#define BLOCK_SPAN_NS 2000000000LL
-#define BLOCK_SPAN_SQL "2000000000" /* the same, in SQL text */
-#define BLOCK_STACKS_MAX 4096       /* distinct stacks of one block (the writer starts a new one) */
+#define BLOCK_SPAN_NS 64000000000LL
+#define BLOCK_SPAN_SQL "64000000000" /* the same, in SQL text */
+#define BLOCK_STACKS_MAX 4096 /* distinct stacks of one block (the writer starts a new one) */
+#define BLOCKS_VERSION 2      /* what blocks_encode() writes */
 
 struct block_sample {
     int64_t ts_ns;
@@ -78,9 +87,11 @@ void block_builder_drop(struct block_builder *b);
 struct block_reader {
     const uint8_t *p, *end;
     int64_t ids[BLOCK_STACKS_MAX]; /* the block's stacks, read from its header */
-    uint32_t k;
+    uint32_t k, version;
     int64_t first_ns;
     uint64_t offset_us, d_prev; /* the running sums (unsigned: damage wraps, never overflows) */
+    uint64_t code;              /* the current run's */
+    uint32_t repeat, n;         /* samples left in the run; samples read */
 };
 
 /* Starts reading @len bytes of @data of a block starting at @first_ns; -EBADMSG if its

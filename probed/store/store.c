@@ -670,6 +670,135 @@ static int64_t delete_before(struct store *st, int64_t before_ns, struct errbuf 
     return exec(st, "COMMIT", err, "retention") < 0 ? -EIO : n;
 }
 
+/* The blocks a compaction writes, kept until the ones they replace are deleted. */
+struct merged {
+    struct block_out *out;
+    uint8_t *bytes;
+    size_t n, cap, len, bytes_cap;
+};
+
+/* block_emit_fn: a merged block, copied into @ctx (a struct merged). */
+static int keep_merged(void *ctx, const struct block_out *blk)
+{
+    struct merged *m = ctx;
+
+    if (m->n == m->cap) {
+        size_t cap = m->cap ? 2 * m->cap : 8;
+        struct block_out *out = realloc(m->out, cap * sizeof(*out));
+        if (!out)
+            return -ENOMEM;
+        m->out = out;
+        m->cap = cap;
+    }
+    if (m->len + blk->len > m->bytes_cap) {
+        size_t cap = m->bytes_cap ? 2 * m->bytes_cap : 4096;
+        uint8_t *bytes;
+        while (cap < m->len + blk->len)
+            cap *= 2;
+        if (!(bytes = realloc(m->bytes, cap)))
+            return -ENOMEM;
+        m->bytes = bytes;
+        m->bytes_cap = cap;
+    }
+    memcpy(m->bytes + m->len, blk->data, blk->len);
+    m->out[m->n] = *blk;
+    m->out[m->n++].data = (const uint8_t *)(uintptr_t)m->len; /* an offset until written */
+    m->len += blk->len;
+    return 0;
+}
+
+/* One thread's blocks that start in [@from_ns, @to_ns), read and packed again into @m. */
+static int merge_thread(struct store *st, sqlite3_stmt *q, struct block_reader *rd,
+                        int64_t target_id, int32_t tid, struct merged *m)
+{
+    int r = 0, rc, got = 0;
+
+    while (r == 0 && (rc = sqlite3_step(q)) == SQLITE_ROW) {
+        struct block_sample bs;
+        r = blocks_reader_init(rd, sqlite3_column_blob(q, 1), (size_t)sqlite3_column_bytes(q, 1),
+                               sqlite3_column_int64(q, 0));
+        while (r == 0 && (got = blocks_next(rd, &bs)) > 0)
+            r = block_builder_add(st->blocks, target_id, tid, &bs, keep_merged, m);
+        if (r == 0 && got < 0)
+            r = got;
+    }
+    if (r == 0 && rc != SQLITE_DONE)
+        r = -EIO;
+    if (r == 0)
+        r = block_builder_flush(st->blocks, keep_merged, m);
+    block_builder_drop(st->blocks);
+    return r;
+}
+
+int64_t store__compact(struct store *st, int64_t from_ns, int64_t to_ns, struct errbuf *err)
+{
+    static const char *const range = " FROM sample_blocks WHERE target_id = ?1 AND first_ns >= ?2"
+                                     " AND first_ns < ?3 AND tid = ?4";
+    struct block_reader *rd = malloc(sizeof(*rd));
+    struct merged m = {0};
+    sqlite3_stmt *groups = NULL, *blocks = NULL, *del = NULL;
+    char sql[192];
+    int64_t merged = 0;
+    int r = rd ? exec(st, "BEGIN", err, "compaction") : -ENOMEM, rc = SQLITE_DONE;
+
+    if (r == 0 &&
+        (sqlite3_prepare_v2(st->db,
+                            "SELECT target_id, tid FROM sample_blocks WHERE target_id IN"
+                            " (SELECT id FROM targets) AND first_ns >= ?1 AND first_ns < ?2"
+                            " GROUP BY target_id, tid HAVING count(*) > 1",
+                            -1, &groups, NULL) != SQLITE_OK ||
+         snprintf(sql, sizeof(sql), "SELECT first_ns, data%s ORDER BY first_ns", range) < 0 ||
+         sqlite3_prepare_v2(st->db, sql, -1, &blocks, NULL) != SQLITE_OK ||
+         snprintf(sql, sizeof(sql), "DELETE%s", range) < 0 ||
+         sqlite3_prepare_v2(st->db, sql, -1, &del, NULL) != SQLITE_OK))
+        r = -EIO;
+    if (groups) {
+        sqlite3_bind_int64(groups, 1, from_ns);
+        sqlite3_bind_int64(groups, 2, to_ns);
+    }
+    /* (the groups are all read before any block changes: GROUP BY sorts them first) */
+    while (r == 0 && (rc = sqlite3_step(groups)) == SQLITE_ROW) {
+        int64_t target_id = sqlite3_column_int64(groups, 0);
+        int32_t tid = sqlite3_column_int(groups, 1);
+        sqlite3_stmt *both[] = {blocks, del};
+
+        for (int i = 0; i < 2; i++) {
+            sqlite3_reset(both[i]);
+            sqlite3_bind_int64(both[i], 1, target_id);
+            sqlite3_bind_int64(both[i], 2, from_ns);
+            sqlite3_bind_int64(both[i], 3, to_ns);
+            sqlite3_bind_int64(both[i], 4, tid);
+        }
+        m.n = m.len = 0;
+        r = merge_thread(st, blocks, rd, target_id, tid, &m);
+        sqlite3_reset(blocks);
+        if (r == 0 && sqlite3_step(del) != SQLITE_DONE)
+            r = -EIO;
+        merged += r == 0 ? sqlite3_changes64(st->db) - (int64_t)m.n : 0;
+        for (size_t i = 0; r == 0 && i < m.n; i++) {
+            m.out[i].data = m.bytes + (uintptr_t)m.out[i].data;
+            r = insert_block(st->stmt[INS_BLOCK], &m.out[i]);
+        }
+    }
+    if (r == 0 && rc != SQLITE_DONE)
+        r = -EIO;
+    sqlite3_finalize(groups);
+    sqlite3_finalize(blocks);
+    sqlite3_finalize(del);
+    free(m.out);
+    free(m.bytes);
+    free(rd);
+    if (r == 0)
+        r = exec(st, "COMMIT", err, "compaction");
+    else
+        errbuf_set(err, r, "compacting the sample blocks of [%lld, %lld): %s", (long long)from_ns,
+                   (long long)to_ns, r == -EIO ? sqlite3_errmsg(st->db) : strerror(-r));
+    if (r == 0)
+        return merged;
+    sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+    return r;
+}
+
 int64_t store__retain(struct store *st, int64_t before_ns, int64_t max_bytes, struct errbuf *err)
 {
     int64_t total = delete_before(st, before_ns, err);

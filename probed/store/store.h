@@ -51,6 +51,13 @@ int store__live_targets(struct store *st, store_target_fn fn, void *ctx, struct 
  * @max_bytes (0: no limit). Returns the number of samples deleted, or < 0. */
 int64_t store__retain(struct store *st, int64_t before_ns, int64_t max_bytes, struct errbuf *err);
 
+/* Merges each thread's sample blocks that start in [@from_ns, @to_ns) (a minute: the writer
+ * calls it for each one past) into as few as hold them (blocks.h: a block spans at most
+ * BLOCK_SPAN_NS): a row, its key and its stack list per minute instead of per write, and a
+ * run of one stack longer than a write. The samples and stack_counts stay as they were. One
+ * transaction. Returns the blocks merged away. */
+int64_t store__compact(struct store *st, int64_t from_ns, int64_t to_ns, struct errbuf *err);
+
 /* Bytes of live data (pages in use x page size). */
 int64_t store__size(struct store *st);
 

@@ -10,6 +10,12 @@
 #define RETAIN_EVERY 10      /* flushes between retention passes */
 #define LOST_TARGETS_MAX 256 /* targets whose lost samples are told apart in one batch */
 #define RETRY_MAX_NS (32 * 1000000000LL) /* the longest wait before the backlog is tried again */
+#define MINUTE_NS 60000000000LL
+/* A minute's blocks are merged (store__compact) once this long past its end: every write of
+ * it is in by then (one a second), but for a backlog's, which stays as written. */
+#define COMPACT_AFTER_NS 5000000000LL
+/* At the start, the minutes this far back are merged too: the last run's, left as written. */
+#define COMPACT_FROM_NS (10 * MINUTE_NS)
 
 /* A batch the database would not take is lost: counted where users look (the dropped total,
  * each target's lost samples and its gap in list), never silently. */
@@ -106,6 +112,25 @@ static void retain(struct writer *w)
     w->db_bytes = store__size(w->store);
 }
 
+/* The next minute whose blocks were not merged yet, if it is over: one a pass, so that a
+ * start's catching up (COMPACT_FROM_NS) never holds the writes up for long. */
+static void compact(struct writer *w)
+{
+    struct errbuf err;
+    int64_t now = real_ns(), n;
+
+    if (!w->compacted_to_ns)
+        w->compacted_to_ns = now / MINUTE_NS * MINUTE_NS - COMPACT_FROM_NS;
+    if (now < w->compacted_to_ns + MINUTE_NS + COMPACT_AFTER_NS || w->backlog.h.n_samples)
+        return;
+    n = store__compact(w->store, w->compacted_to_ns, w->compacted_to_ns + MINUTE_NS, &err);
+    if (n < 0 && w->compact_errors++ == 0)
+        log_msg(LOG_WARN, "%s (its blocks stay as written; further failures are counted)", err.msg);
+    w->compacted_to_ns += MINUTE_NS; /* on, either way: a minute that fails stays readable */
+    if (n > 0)
+        w->blocks_merged += (uint64_t)n;
+}
+
 static void *writer_main(void *arg)
 {
     struct writer *w = arg;
@@ -121,6 +146,7 @@ static void *writer_main(void *arg)
         flush(w);
         if (n++ % RETAIN_EVERY == 0)
             retain(w);
+        compact(w);
         pthread_mutex_lock(&w->bg.lock);
     }
     pthread_mutex_unlock(&w->bg.lock);

@@ -1,7 +1,8 @@
 /*
  * writer.h - the writer thread: once a second, the outbox's filled half into the store.
  *
- * Also enforces retention (age and size) every few seconds. A batch the database will not
+ * Also enforces retention (age and size) every few seconds, and merges each minute's sample
+ * blocks into one per thread once it is over (store__compact). A batch the database will not
  * take (a full disk) is logged once and kept in the backlog (outbox.h), up to write_backlog
  * bytes, and written again, with all that follows, when it takes them (tried after 1, 2, 4 ...
  * 32 s). Past the bound a batch is lost and counted: its samples in samples_dropped, and in
@@ -36,6 +37,9 @@ struct writer {
     struct ob_backlog backlog;
     int64_t retry_ns; /* CLOCK_MONOTONIC of the next try of the backlog */
     int64_t retry_wait_ns;
+    int64_t compacted_to_ns; /* CLOCK_REALTIME: the minutes before it were merged */
+    uint64_t compact_errors;
+    atomic_uint_fast64_t blocks_merged;
     atomic_int_fast64_t db_bytes;
 };
 

@@ -343,6 +343,54 @@ def test_flamegraph_sums_the_counts_and_equals_counting_samples(tmp_path):
         d.close()
 
 
+def test_samples_on_the_tick_grid_and_minutes_merged_into_one_block_per_thread(tmp_path):
+    """A tick's samples carry the instant it was due (sampler.c: tick_time()), so an idle
+    thread's are 10 ms apart at 100 Hz, and the store merges each past minute's blocks (one
+    per write, a second each) into one per thread, its samples and counts unchanged."""
+    work = str(tmp_path)
+    d = Daemon(workdir=work)
+    t = Target('/usr/bin/python3', 'names.py')
+    try:
+        d.ctl('attach', t.pid, '--rate', '100', check=True)
+        wait_for(lambda: d.rows('SELECT count(DISTINCT first_ns) FROM sample_blocks'
+                                ' WHERE tid = %d' % t.pid)[0][0] >= 4, what='four writes')
+        d.ctl('detach', t.pid, check=True)
+        time.sleep(1.5)  # the last write
+        before = sorted((tid, ts - 180 * 10 ** 9, stack, state) for tid, ts, stack, state in
+                        d.rows('SELECT tid, ts_ns, stack_id, state FROM samples'))
+        d.kill()
+        db = sqlite3.connect(d.db)
+        assert db.execute('SELECT sum(n) FROM sample_blocks').fetchone()[0] == len(before)
+        per_thread = {}
+        for tid, n in db.execute('SELECT tid, count(*) FROM sample_blocks GROUP BY tid'):
+            per_thread[tid] = n
+        assert len(per_thread) == 4 and min(per_thread.values()) >= 4, per_thread
+        # three minutes back: the next daemon's writer merges the minutes past when it starts
+        db.execute('UPDATE sample_blocks SET first_ns = first_ns - 180000000000,'
+                   ' last_ns = last_ns - 180000000000')
+        db.execute('UPDATE stack_counts SET bucket = bucket - 3 WHERE span_s = 60')
+        db.commit()
+        db.close()
+        d.start()
+        minutes = {(tid, ts // (60 * 10 ** 9)) for tid, ts, _, _ in before}
+        assert len(minutes) < sum(per_thread.values())
+        wait_for(lambda: d.rows('SELECT count(*) FROM sample_blocks')[0][0] <= len(minutes),
+                 what='the blocks merged')
+        after = sorted(tuple(r) for r in d.rows('SELECT tid, ts_ns, stack_id, state'
+                                                 ' FROM samples'))
+        assert after == before
+        for tid in per_thread:
+            ts = [x[1] for x in after if x[0] == tid]
+            steps = [b - a for a, b in zip(ts, ts[1:])]
+            assert min(steps) > 0, "a thread's samples in time order, one per tick"
+            assert steps.count(10 ** 7) >= 0.8 * len(steps), (tid, steps)
+        assert d.rows(counts_mismatch())[0][0] == 0
+        assert d.rows('SELECT sum(n) FROM sample_blocks')[0][0] == len(after)
+    finally:
+        t.close()
+        d.close()
+
+
 def test_flamegraph_names_holding_separators_stay_whole(daemon):
     """A script under a directory named 'a;b (c:1)': every flame graph format keeps each frame
     whole. The renderers used to re-split folded text, and this one path became bogus frames

@@ -99,6 +99,71 @@ int test_blocks_round_trip(void)
     return 0;
 }
 
+/* A thread at 100 Hz on the sampler's even ticks for 60 s, waiting in one stack but for a
+ * stretch in another and one sample off the even ticks: runs of one code cost a few bytes however
+ * long, and read back exactly. */
+int test_blocks_runs(void)
+{
+    static struct block_sample in[6000];
+    static struct got g;
+    struct block_builder *b;
+    struct block_reader *rd = malloc(sizeof(*rd));
+    struct block_sample s;
+    size_t i = 0;
+    int got;
+
+    CHECK(rd && block_builder_new(&b) == 0);
+    for (int k = 0; k < 6000; k++)
+        in[k] = (struct block_sample){.ts_ns = 1795000000123456789LL + k * 10000000LL,
+                                      .stack_id = k >= 3000 && k < 3100 ? 42 : -7,
+                                      .state = k >= 3000 && k < 3100 ? 3 : 0};
+    in[4000].ts_ns += 5000000; /* off the even ticks */
+    for (int k = 0; k < 6000; k++)
+        CHECK(block_builder_add(b, 1, 9, &in[k], keep, &g) == 0);
+    CHECK(block_builder_flush(b, keep, &g) == 0);
+    CHECK(g.n == 1 && g.out[0].n == 6000);
+    CHECK(g.bytes < 64); /* the header with its two ids (~22 bytes), then 3-5 bytes a run */
+    CHECK(blocks_reader_init(rd, g.out[0].data, g.out[0].len, g.out[0].first_ns) == 0);
+    while ((got = blocks_next(rd, &s)) > 0) {
+        CHECK(i < 6000 && s.ts_ns == in[i].ts_ns);
+        CHECK(s.stack_id == in[i].stack_id && s.state == in[i].state);
+        i++;
+    }
+    CHECK(got == 0 && i == 6000 && g.out[0].last_ns == in[5999].ts_ns);
+    release(&g);
+    block_builder_free(b);
+    free(rd);
+    return 0;
+}
+
+/* Version 1 blocks (no mark, no runs), as schema 0013 first wrote them, still read; a run
+ * whose count is damaged asks for no more than a block holds. */
+int test_blocks_version_1_and_bad_runs(void)
+{
+    struct block_reader *rd = malloc(sizeof(*rd));
+    struct block_sample s;
+    /* stacks 5 and 9; samples at +0, +10 ms, +20 ms, +35 ms */
+    const uint8_t v1[] = {2,    5,    9,      0 << 3 | 1, 0,      1 << 3 | 2, 0xa0,
+                          0x9c, 0x01, 0 << 3, 0,          1 << 3, 0x90,       0x4e};
+    const int64_t want_us[] = {0, 10000, 20000, 35000}, want_stack[] = {5, 9, 5, 9};
+    /* version 2: one stack, a run whose count says 2^62 */
+    const uint8_t huge[] = {0, 2, 1, 5, 1, 0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x40};
+    size_t n = 0;
+    int got;
+
+    CHECK(rd);
+    CHECK(blocks_reader_init(rd, v1, sizeof(v1), 1000) == 0);
+    while ((got = blocks_next(rd, &s)) > 0) {
+        CHECK(n < 4 && s.ts_ns == 1000 + want_us[n] * 1000 && s.stack_id == want_stack[n]);
+        n++;
+    }
+    CHECK(got == 0 && n == 4);
+    CHECK(blocks_reader_init(rd, huge, sizeof(huge), 0) == 0);
+    CHECK(blocks_next(rd, &s) == -EBADMSG && blocks_next(rd, &s) == 0);
+    free(rd);
+    return 0;
+}
+
 /* A thread with more distinct stacks than a block holds: blocks of BLOCK_STACKS_MAX each. */
 int test_blocks_split_at_the_stacks_limit(void)
 {

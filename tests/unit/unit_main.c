@@ -28,6 +28,8 @@
     X(test_sqlmem_budgets)                                                                         \
     X(test_blocks_round_trip)                                                                      \
     X(test_blocks_split_at_the_stacks_limit)                                                       \
+    X(test_blocks_runs)                                                                            \
+    X(test_blocks_version_1_and_bad_runs)                                                          \
     X(test_blocks_damaged)                                                                         \
     X(test_nodes_slurm_ranges)                                                                     \
     X(test_findproc_job_names)                                                                     \
