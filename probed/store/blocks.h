@@ -1,6 +1,7 @@
 /*
- * blocks.h - one thread's samples over one write, packed into one row of sample_blocks
- * (schema/0013_sample_blocks.sql): about 2 bytes a sample instead of the ~34 of a row each.
+ * blocks.h - one thread's samples over one write (or a minute, once merged: store__compact),
+ * packed into one row of sample_blocks (schema/0013_sample_blocks.sql): a few bytes a run of
+ * one stack, about 2 a sample of a changing one, instead of the ~34 of a row each.
  *
  * The encoding, version 2, every integer an unsigned LEB128 varint:
  *   0, 2                   the version's mark (version 1 began with k, never 0)
