@@ -402,6 +402,8 @@ static void render(struct metrics *m, struct evbuffer *out)
         (double)w->samples_dropped);
     one(out, "probed_write_errors_total", "counter", "Batches that could not be stored",
         (double)w->write_errors);
+    one(out, "probed_blocks_merged_total", "counter",
+        "Sample blocks merged away: each minute's into one per thread", (double)w->blocks_merged);
     tick_histogram(m, out);
     one(out, "probed_db_size_bytes", "gauge", "Database file and its write-ahead log",
         (double)(file_size(m->src.db_path, "") + file_size(m->src.db_path, "-wal")));
