@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <inttypes.h>
 #include <sys/ptrace.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -54,6 +56,7 @@ struct pyf_native {
     } * core_stacks;
     size_t n_core_stacks;
     bool core_unwound;
+    uint8_t *blocked_stack; /* pyf_native__unwind_blocked's copy (PYF_BLOCKED_STACK_BYTES) */
 };
 
 /* A module of this process and its functions (a table shared with every process that maps
@@ -336,6 +339,7 @@ void pyf_native_free(struct pyf_native *n)
     for (size_t i = 0; i < n->n_core_stacks; i++)
         free(n->core_stacks[i].pcs);
     free(n->core_stacks);
+    free(n->blocked_stack);
     if (n->core_elf)
         elf_end(n->core_elf);
     if (n->core_elf || n->core_fd > 0)
@@ -507,7 +511,13 @@ static bool copy_set_registers(Dwfl_Thread *thread, void *thread_arg)
 
     for (int i = 0; i < PYF_DWARF_REGS; i++)
         regs[i] = c->regs[i];
-    return dwfl_thread_state_registers(thread, 0, PYF_DWARF_REGS, regs);
+    if (!c->regs_known)
+        return dwfl_thread_state_registers(thread, 0, PYF_DWARF_REGS, regs);
+    /* only those known: libdw leaves the others unset, and an unwind that needs one stops */
+    for (int i = 0; i < PYF_DWARF_REGS; i++)
+        if ((c->regs_known & (1u << i)) && !dwfl_thread_state_registers(thread, i, 1, &regs[i]))
+            return false;
+    return true;
 }
 
 static const Dwfl_Thread_Callbacks copy_callbacks = {
@@ -539,6 +549,113 @@ int pyf_native__unwind_copy(struct pyf_native *n, const struct pyf_stack_copy *c
     *ret_n = c.n_pcs;
     *ret_truncated = c.truncated;
     return 0;
+}
+
+/* The three numbers of /proc/PID/task/TID/schedstat into @ret. */
+static int read_schedstat(pid_t pid, pid_t tid, uint64_t ret[3])
+{
+    char path[64], buf[96];
+    ssize_t len;
+    int fd;
+
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", (int)pid, (int)tid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    len = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (len <= 0)
+        return len < 0 ? -errno : -ENODATA;
+    buf[len] = '\0';
+    return sscanf(buf, "%" SCNu64 " %" SCNu64 " %" SCNu64, &ret[0], &ret[1], &ret[2]) == 3
+               ? 0
+               : -EBADMSG;
+}
+
+/* Where blocked thread @tid entered the kernel: its user sp and pc. -EAGAIN: it runs. */
+static int blocked_sp_pc(pid_t pid, pid_t tid, uint64_t *ret_sp, uint64_t *ret_pc)
+{
+    char path[64], buf[256];
+    unsigned long long v[9] = {0};
+    long long nr = 0;
+    ssize_t len;
+    int fd, got;
+
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", (int)pid, (int)tid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    len = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (len <= 0)
+        return len < 0 ? -errno : -ENODATA;
+    buf[len] = '\0';
+    if (strncmp(buf, "running", 7) == 0)
+        return -EAGAIN;
+    /* "nr a0 .. a5 sp pc" in a syscall; "-1 sp pc" blocked outside one (a page fault) */
+    got = sscanf(buf, "%lld %llx %llx %llx %llx %llx %llx %llx %llx", &nr, &v[0], &v[1], &v[2],
+                 &v[3], &v[4], &v[5], &v[6], &v[7]);
+    if (nr == -1 && got >= 3) {
+        *ret_sp = v[0];
+        *ret_pc = v[1];
+        return 0;
+    }
+    if (got != 9)
+        return -EBADMSG;
+    *ret_sp = v[6];
+    *ret_pc = v[7];
+    return 0;
+}
+
+/* Up to @cap bytes of the stack from @sp, page by page: a read stops at the mapping's end. */
+static size_t read_stack(pid_t pid, uint64_t sp, uint8_t *buf, size_t cap)
+{
+    struct iovec local[PYF_BLOCKED_STACK_BYTES / 4096 + 1],
+        remote[PYF_BLOCKED_STACK_BYTES / 4096 + 1];
+    size_t n = 0, off = 0;
+    ssize_t got;
+
+    while (off < cap && n < sizeof(local) / sizeof(local[0])) {
+        size_t len = 4096 - ((sp + off) & 4095);
+        if (len > cap - off)
+            len = cap - off;
+        local[n] = (struct iovec){.iov_base = buf + off, .iov_len = len};
+        remote[n++] = (struct iovec){.iov_base = (void *)(uintptr_t)(sp + off), .iov_len = len};
+        off += len;
+    }
+    got = process_vm_readv(pid, local, n, remote, n, 0);
+    return got > 0 ? (size_t)got : 0;
+}
+
+int pyf_native__unwind_blocked(struct pyf_native *n, pid_t tid, uint64_t *ret_pcs, size_t cap,
+                               size_t *ret_n, uint64_t ret_sched[3], struct pyf_err *reterr)
+{
+    struct pyf_stack_copy copy = {.tid = tid,
+                                  .regs_known = 1u << PYF_DWARF_SP | 1u << PYF_DWARF_IP};
+    uint64_t after[3];
+    bool truncated;
+    int r;
+
+    if (!n->blocked_stack && !(n->blocked_stack = malloc(PYF_BLOCKED_STACK_BYTES)))
+        return pyf_fail(reterr, PYF_INVALID, ENOMEM, 0, "pid %d: out of memory", (int)n->pid);
+    if ((r = read_schedstat(n->pid, tid, ret_sched)) < 0 ||
+        (r = blocked_sp_pc(n->pid, tid, &copy.regs[PYF_DWARF_SP], &copy.regs[PYF_DWARF_IP])) < 0)
+        return pyf_fail(reterr,
+                        r == -EAGAIN                  ? PYF_TORN
+                        : r == -ENOENT || r == -ESRCH ? PYF_GONE
+                                                      : PYF_INVALID,
+                        -r, 0, "pid %d thread %d: where it waits: %s", (int)n->pid, (int)tid,
+                        r == -EAGAIN ? "it runs" : strerror(-r));
+    copy.stack = n->blocked_stack;
+    copy.size =
+        read_stack(n->pid, copy.regs[PYF_DWARF_SP], n->blocked_stack, PYF_BLOCKED_STACK_BYTES);
+    if (copy.size == 0)
+        return pyf_fail(reterr, PYF_TORN, EFAULT, copy.regs[PYF_DWARF_SP],
+                        "pid %d thread %d: its stack: %s", (int)n->pid, (int)tid, strerror(errno));
+    if (read_schedstat(n->pid, tid, after) < 0 || memcmp(after, ret_sched, sizeof(after)) != 0)
+        return pyf_fail(reterr, PYF_TORN, EAGAIN, 0,
+                        "pid %d thread %d ran while its stack was read", (int)n->pid, (int)tid);
+    return pyf_native__unwind_copy(n, &copy, ret_pcs, cap, ret_n, &truncated, reterr);
 }
 
 static bool is_eval_loop(const char *function)

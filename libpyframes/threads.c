@@ -189,7 +189,7 @@ static bool read_schedstat(int fd, uint64_t ret[3])
  * since stat was last read: its state is what stat said then. So a waiting thread, most of a
  * training job's, costs the cheap read; one that ran, both.
  */
-static bool thread_on_cpu(struct pyf_target *t, pid_t tid)
+static bool thread_on_cpu(struct pyf_target *t, pid_t tid, uint64_t ret_sched[3])
 {
     struct statfd *sf = tid > 0 && !t->mem.core ? stat_slot(t, tid) : NULL;
     uint64_t sched[3];
@@ -201,6 +201,8 @@ static bool thread_on_cpu(struct pyf_target *t, pid_t tid)
     if (!sf)
         return false;
     have_sched = sf->sched_fd >= 0 && read_schedstat(sf->sched_fd, sched);
+    if (have_sched)
+        memcpy(ret_sched, sched, sizeof(sched));
     if (have_sched && sf->known && memcmp(sched, sf->sched, sizeof(sched)) == 0)
         return sf->on_cpu;
     n = pread(sf->fd, buf, sizeof(buf) - 1, 0);
@@ -401,7 +403,8 @@ static void threads_complete(struct pyf_target *t, struct pyf_thread *th, size_t
     nsmap_thread_count(&t->ns, n);
     for (size_t i = 0; i < n; i++) {
         th[i].tid = nsmap_host_tid(&t->ns, t->info.pid, th[i].tid);
-        th[i].on_cpu = thread_on_cpu(t, th[i].tid);
+        memset(th[i].sched, 0, sizeof(th[i].sched));
+        th[i].on_cpu = thread_on_cpu(t, th[i].tid, th[i].sched);
         if (i < GUESS_THREADS_MAX)
             t->guess_pthreads[i] = t->pthread_u64[i];
     }

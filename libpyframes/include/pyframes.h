@@ -94,6 +94,10 @@ struct pyf_thread {
      * weakref callback it called, in whichever thread); false where the version does not
      * say (3.6) */
     bool gc_collecting;
+    /* /proc/PID/task/TID/schedstat as this read saw it (run time ns, run-queue wait ns, times
+     * run; all 0 where unknown): the same numbers again mean the thread was not switched in
+     * or out in between */
+    uint64_t sched[3];
 };
 
 /* Every thread of every interpreter, newest first within an interpreter. Writes at most

@@ -101,6 +101,9 @@ struct pyf_stack_copy {
     uint64_t regs[PYF_DWARF_REGS];
     const uint8_t *stack; /* @size bytes from regs[PYF_DWARF_SP] up */
     size_t size;
+    /* bit i: regs[i] is known; 0: all are. An unknown register the unwind needs ends it there
+     * (never a guessed value: a wrong frame is worse than a stack cut short). */
+    uint32_t regs_known;
 };
 
 /* The return addresses of a sampled thread, unwound from @copy alone: the process is neither
@@ -109,6 +112,20 @@ struct pyf_stack_copy {
 int pyf_native__unwind_copy(struct pyf_native *n, const struct pyf_stack_copy *copy,
                             uint64_t *ret_pcs, size_t cap, size_t *ret_n, bool *ret_truncated,
                             struct pyf_err *reterr);
+
+/*
+ * The return addresses of thread @tid while it waits (blocked in a syscall, or asleep): read
+ * from the process without stopping it. Its user sp and pc where it entered the kernel come
+ * from /proc/PID/task/TID/syscall, the top of its stack (PYF_BLOCKED_STACK_BYTES) from its
+ * memory, and the unwind needs no other register (the CFI of code built without frame
+ * pointers finds every frame from sp). The thread is proven to have waited throughout: its
+ * schedstat (run time, wait, times run) is the same before and after the reads, so it was not
+ * switched in; *ret_sched gets those numbers, by which a caller knows the stack still holds
+ * while they stay the same (pyf_thread.sched). -EAGAIN (PYF_TORN): it ran meanwhile, or runs.
+ */
+#define PYF_BLOCKED_STACK_BYTES 32768
+int pyf_native__unwind_blocked(struct pyf_native *n, pid_t tid, uint64_t *ret_pcs, size_t cap,
+                               size_t *ret_n, uint64_t ret_sched[3], struct pyf_err *reterr);
 
 /* Loads every module's unwind tables and symbols now rather than at the first samples, whose
  * unwinding would otherwise take milliseconds each while samples pile up. */

@@ -266,6 +266,16 @@ static double r_native_same_instant(const struct row *r)
     return (double)r->native_stats.same_instant;
 }
 
+static double r_native_waiting(const struct row *r)
+{
+    return (double)r->native_stats.waiting;
+}
+
+static double r_native_waiting_unread(const struct row *r)
+{
+    return (double)r->native_stats.waiting_unread;
+}
+
 /* Which rows have a value: a series not known yet is absent rather than a false 0. */
 enum needs {
     ALWAYS,
@@ -495,6 +505,13 @@ static void render(struct metrics *m, struct evbuffer *out)
     per_target(m, out, "probed_native_same_instant_total", "counter",
                "Merged samples whose Python frames the eBPF sampler copied in the same instant",
                r_native_same_instant, NEEDS_NATIVE);
+    per_target(m, out, "probed_native_waiting_total", "counter",
+               "Samples of waiting Python threads given the native stack where they wait",
+               r_native_waiting, NEEDS_NATIVE);
+    per_target(m, out, "probed_native_waiting_unread_total", "counter",
+               "Samples of waiting Python threads left without a native stack: the thread ran"
+               " while it was read, or the unwind failed",
+               r_native_waiting_unread, NEEDS_NATIVE);
     samples_by_state(m, out);
 }
 

@@ -43,6 +43,9 @@ static json_t *native_json(const struct target_info *t)
         n->merged ? (double)n->lag_ns / 1e6 / (double)n->merged : 0.0, "name_cache_hit_rate",
         n->name_lookups ? (double)n->name_hits / (double)n->name_lookups : 0.0);
 
+    json_object_update_new(j, json_pack("{s:I, s:I, s:I}", "waiting", (json_int_t)n->waiting,
+                                        "waiting_reads", (json_int_t)n->waiting_reads,
+                                        "waiting_unread", (json_int_t)n->waiting_unread));
     if (t->native_ebpf_error[0]) /* why perf: the fallback from the eBPF sampler */
         json_object_set_new(j, "ebpf_error", json_string(t->native_ebpf_error));
     else if (strcmp(t->native_backend, "ebpf") == 0)

@@ -11,9 +11,10 @@
 #include "native/bpfstack.h"
 #include "native/perfstack.h"
 
-#define SLOTS 1024      /* thread stacks of one tick, by tid (open addressing) */
-#define NAME_SLOTS 8192 /* direct-mapped: pc -> frame id */
-#define PY_COPIES 64    /* threads per tick whose Python frame copies are kept (eBPF) */
+#define SLOTS 1024        /* thread stacks of one tick, by tid (open addressing) */
+#define NAME_SLOTS 8192   /* direct-mapped: pc -> frame id */
+#define PY_COPIES 64      /* threads per tick whose Python frame copies are kept (eBPF) */
+#define WAITING_SLOTS 256 /* waiting threads' stacks kept, by tid (direct-mapped) */
 
 /* One thread's Python frames as the eBPF sampler copied them. */
 struct py_copy {
@@ -44,6 +45,12 @@ struct native {
     struct py_copy *py_copies; /* PY_COPIES, handed out in this tick's order */
     size_t n_py_copies;
     uint64_t kernel_lost; /* the eBPF sampler's lost count when last read */
+    /* where waiting threads wait, each with the schedstat it was read at (allocated at the
+     * first one) */
+    struct waiting {
+        uint64_t sched[3];
+        struct native_stack stack;
+    } * waiting;
     struct name_slot names[NAME_SLOTS];
 };
 
@@ -103,6 +110,7 @@ void native_free(struct native *n)
     pyf_native_free(n->nat);
     free(n->slots);
     free(n->py_copies);
+    free(n->waiting);
     free(n);
 }
 
@@ -266,6 +274,35 @@ struct native_stack *native__take(struct native *n, pid_t tid)
         }
     }
     return NULL;
+}
+
+struct native_stack *native__waiting(struct native *n, pid_t tid, const uint64_t sched[3])
+{
+    struct waiting *w;
+    struct pyf_err e;
+
+    if (!sched[2] || (!n->waiting && !(n->waiting = calloc(WAITING_SLOTS, sizeof(*n->waiting)))))
+        return NULL; /* no schedstat: no proof that a stack read earlier still holds */
+    w = &n->waiting[(size_t)tid % WAITING_SLOTS];
+    if (w->stack.tid != tid || memcmp(w->sched, sched, sizeof(w->sched)) != 0) {
+        uint64_t t0 = now_ns();
+        n->stats.waiting_reads++;
+        w->stack = (struct native_stack){.tid = tid, .mono_ns = (int64_t)t0};
+        if (pyf_native__unwind_blocked(n->nat, tid, w->stack.pcs, NATIVE_DEPTH_MAX, &w->stack.n_pcs,
+                                       w->sched, &e) < 0)
+            w->stack.n_pcs = 0;
+        n->stats.unwind_ns += now_ns() - t0;
+        /* read since the tick's look: the same wait only if schedstat still says so */
+        if (memcmp(w->sched, sched, sizeof(w->sched)) != 0)
+            w->stack.n_pcs = 0;
+        if (w->stack.n_pcs == 0)
+            w->stack.tid = 0; /* read again at the next tick */
+    }
+    if (w->stack.tid != tid || w->stack.n_pcs == 0) {
+        n->stats.waiting_unread++;
+        return NULL;
+    }
+    return &w->stack;
 }
 
 struct native_stack *native__next_unclaimed(struct native *n)

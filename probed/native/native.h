@@ -11,6 +11,10 @@
  * else with those it read (sampler.c). native__track() tells the eBPF sampler which threads
  * are Python's. native__take() hands a thread's stack over once; native__next_unclaimed()
  * gives those of threads the Python read did not see (native-only threads: OpenMP, NCCL).
+ * A thread that waits is never sampled by the kernel (its CPU clock stands still): for one the
+ * tick read as waiting, native__waiting() reads where it waits once per wait, from the process
+ * without stopping it (pyf_native__unwind_blocked), and gives the same stack at each tick
+ * while its schedstat says it was not switched in since.
  * Names come from pyf_native__symbol() through a cache by address that the sampler fills.
  *
  * Threads: the sampler thread, after the attaching thread opened it; others only under the
@@ -52,6 +56,10 @@ struct native_stats {
      * a failed read) or did not decode or merge: those fall back to the frames read */
     uint64_t same_instant, py_uncopied, py_undecoded;
     uint64_t bpf_run_ns, bpf_runs; /* the program's time in the kernel (kernel.bpf_stats_enabled) */
+    /* samples of waiting Python threads given the native stack where they wait (the sampler
+     * counts them; not in merged), the reads of those stacks (once per wait), and the samples
+     * left without one (it woke while it was read, or the unwind failed) */
+    uint64_t waiting, waiting_reads, waiting_unread;
 };
 
 /* Which kernel sampler (ebpf first, perf where it cannot load) or only perf. */
@@ -86,6 +94,10 @@ void native_free(struct native *n); /* NULL is a no-op */
 void native__collect(struct native *n, bool refresh_threads);
 /* Thread @tid's stack from the last collect, once (NULL: none, or taken already). */
 struct native_stack *native__take(struct native *n, pid_t tid);
+/* Where Python thread @tid waits, the tick having read it off CPU with schedstat @sched
+ * (pyf_thread.sched): the stack read at an earlier tick of the same wait, or read now. NULL:
+ * none (it ran while it was read, the unwind failed); counted either way. */
+struct native_stack *native__waiting(struct native *n, pid_t tid, const uint64_t sched[3]);
 /* The stacks no native__take() claimed, one by one (NULL: no more). */
 struct native_stack *native__next_unclaimed(struct native *n);
 

@@ -306,10 +306,25 @@ static size_t merge_same_instant(struct sampler *s, struct ob_half *h, struct ta
 static int64_t thread_stack_id(struct sampler *s, struct ob_half *h, struct target *t, size_t i,
                                int64_t mono)
 {
-    struct native_stack *ns = t->native ? native__take(t->native, t->threads[i].tid) : NULL;
+    const struct pyf_thread *th = &t->threads[i];
+    struct native_stack *ns = t->native ? native__take(t->native, th->tid) : NULL;
     struct native_stats *stats = t->native ? native__stats(t->native) : NULL;
     size_t n;
 
+    if (!ns && t->native && !th->on_cpu && th->tid > 0 &&
+        t->stacks[i].n_frames <= TARGET_DEPTH_MAX) {
+        /* waiting: where, read from the process once per wait; merged with the frames read
+         * now, which the wait keeps still (their agreement is checked as any merge's) */
+        ns = native__waiting(t->native, th->tid, th->sched);
+        n = ns ? merge_native(s, h, t->native, &t->stacks[i], ns) : 0;
+        if (ns && n == 0)
+            stats->mismatched++;
+        if (n > 0) {
+            stats->waiting++;
+            return stack_id_of_frames(s, h, n);
+        }
+        return stack_id(s, h, &t->stacks[i]);
+    }
     if (!ns)
         return stack_id(s, h, &t->stacks[i]);
     if (t->stacks[i].n_frames > TARGET_DEPTH_MAX) { /* deep: its Python frames, both ends */

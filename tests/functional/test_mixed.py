@@ -11,6 +11,7 @@ after the attach)."""
 import json
 import os
 import re
+import time
 
 import pytest
 
@@ -114,6 +115,57 @@ def test_qsort_callback_in_continuous_samples(python_path, target_factory, tmp_p
     assert daemon.rows("SELECT native FROM targets WHERE pid = %d" % t.pid) == [[1]]
     detach(daemon, t.pid)
     assert t.proc.poll() is None and set(sorts(log)) == {'ok'}
+
+
+WAITS = {'main': (r'nanosleep|select|poll', '<module>'),
+         'event': (r'futex|sem_|pthread_cond', 'on_event'),
+         'queue': (r'futex|sem_|pthread_cond', 'on_queue'),
+         'lock': (r'futex|sem_|pthread_cond', 'on_lock')}
+
+
+@pytest.mark.parametrize('python_path', interpreter_params())
+def test_waiting_threads_have_native_stacks(python_path, target_factory, daemon):
+    """A process whose threads all wait (tests/targets/waiting.py: a hung rank's picture),
+    attached after they began: the kernel never samples a thread that does not run, so each
+    one's native stack is read from the process where it waits (its sp and pc from
+    /proc/PID/task/TID/syscall, its stack from its memory), once per wait, and merged with its
+    Python frames at every tick: the libc call it waits in, innermost, under the Python
+    function that waits, down to the thread's first frame."""
+    require(python_path)
+    t = target_factory(python_path, 'waiting.py')
+    time.sleep(0.2)  # each thread in its wait before the attach
+    daemon.ctl('attach', t.pid, '--native', check=True)
+    count = ("SELECT count(*) FROM samples s JOIN targets t ON t.id = s.target_id"
+             " WHERE t.pid = %d AND s.tid = %d")
+    for tid in t.info.values():
+        wait_for(lambda: daemon.rows(count % (t.pid, tid))[0][0] >= 30, timeout=40,
+                 what='30 samples of thread %d' % tid)
+    for name, tid in t.info.items():
+        innermost, waiter = WAITS[name]
+        per_stack = daemon.rows("SELECT s.stack_id, count(*) FROM samples s JOIN targets t"
+                                " ON t.id = s.target_id WHERE t.pid = %d AND s.tid = %d"
+                                " GROUP BY 1" % (t.pid, tid))
+        all_stacks = stacks(daemon, t.pid, 's.tid = %d' % tid)
+        with_native = 0
+        for stack_id, n in per_stack:
+            s = all_stacks.get(stack_id, [])
+            if not any(f[0] == 'native' for f in s):
+                continue
+            with_native += n
+            assert nat(innermost)(s[0]), (name, s)  # where it waits
+            i = first(s, py(waiter))  # under the Python function that waits
+            assert any(f[0] == 'native' for f in s[1:i]), (name, s)
+            assert not any(EVAL.search(f[1]) for f in s), s  # every eval loop merged
+            assert re.search(r'_start|clone|start_thread', s[-1][1]), (name, s)
+        total = sum(n for _, n in per_stack)
+        assert with_native >= 0.9 * total, (name, with_native, total)
+    n = listed(daemon, t.pid)['native']
+    # read once per wait, not per tick: three threads wait for good, one renews every 0.3 s
+    assert n['waiting'] >= 120 and n['waiting_reads'] <= n['waiting'] / 3, n
+    assert n['mismatched'] <= 0.05 * n['waiting'], n
+    with open('/proc/%d/stat' % t.pid) as f:  # never stopped
+        assert f.read().rsplit(')', 1)[1].split()[0] not in ('t', 'T')
+    detach(daemon, t.pid)
 
 
 def test_threads_without_python_frames(target_factory, daemon):
