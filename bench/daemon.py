@@ -19,7 +19,9 @@ usage: PROBED_BUILD=DIR bench/daemon.py [--load 1x10000,1x100,16x100,64x100] [--
    beside the noise floor (unsampled windows against each other).
 4. Attaching many: N idle targets (128) attached one after the other through the API while
    those before are sampled: the whole, and each attach's median and longest.
-6. A week in storage (--week): N ranks (bench/targets/rank_like.py: 10 threads each, the
+6. Attach and detach cycles (--cycles): the daemon's RSS every tenth of N cycles of the same
+   targets attached and detached.
+7. A week in storage (--week): N ranks (bench/targets/rank_like.py: 10 threads each, the
    main one stepping through three phases, the rest waiting) sampled at 100 Hz for a while;
    the daemon is stopped, the blocks moved 4 minutes back, and a daemon started on the
    database merges those minutes (store__compact); then the database is vacuumed and its
@@ -302,6 +304,36 @@ def attach_latency(n_targets):
             t.wait()
 
 
+def attach_cycles(n_targets, cycles):
+    """The daemon's RSS over @cycles attaches and detaches of the same @n_targets idle targets
+    (sampled at 100 Hz while attached): it should stay flat, the first cycles' growth (caches
+    filling to their caps) aside."""
+    targets = idle_targets(n_targets)
+    d = Daemon()
+    try:
+        marks = []
+        t0 = time.time()
+        for i in range(cycles + 1):
+            if i % max(cycles // 10, 1) == 0:
+                marks.append((i, rss_mib(d.proc.pid)))
+            if i == cycles:
+                break
+            for t in targets:
+                status, reply = d.api('POST', '/v1/targets', {'pid': t.pid, 'rate': 100})
+                assert status == 200, reply
+            for t in targets:
+                status, reply = d.api('DELETE', '/v1/targets/%d' % t.pid)
+                assert status == 200, reply
+        print('%d targets attached and detached %d times (%.0f s): daemon RSS %s MiB'
+              % (n_targets, cycles, time.time() - t0,
+                 ' '.join('%.1f@%d' % (r, i) for i, r in marks)))
+    finally:
+        d.close()
+        for t in targets:
+            t.kill()
+            t.wait()
+
+
 def db_bytes(path):
     """A vacuumed copy's size, and its sample_blocks' and stack_counts' bytes (dbstat)."""
     copy = path + '.vacuumed'
@@ -381,6 +413,8 @@ def main():
                     help='a target of N threads sampled at RATE: its slowdown')
     ap.add_argument('--attach', type=int, default=128)
     ap.add_argument('--attach-torch', type=int, default=3)
+    ap.add_argument('--cycles', default='1x10000,16x600',
+                    help='TARGETS x CYCLES of attach and detach: the daemon RSS along them')
     ap.add_argument('--week', default='8x60',
                     help='RANKS x SECONDS sampled: the bytes a week of samples takes')
     args = ap.parse_args()
@@ -396,6 +430,9 @@ def main():
         attach_many(args.attach)
     if args.attach_torch:
         attach_latency(args.attach_torch)
+    for load in [x for x in args.cycles.split(',') if x]:
+        n, cycles = load.split('x')
+        attach_cycles(int(n), int(cycles))
     if args.week:
         n, window = args.week.split('x')
         week_storage(int(n), int(window))

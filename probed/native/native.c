@@ -2,11 +2,15 @@
 #define _GNU_SOURCE
 #include "native/native.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "native/bpfstack.h"
 #include "native/perfstack.h"
@@ -14,7 +18,8 @@
 #define SLOTS 1024        /* thread stacks of one tick, by tid (open addressing) */
 #define NAME_SLOTS 8192   /* direct-mapped: pc -> frame id */
 #define PY_COPIES 64      /* threads per tick whose Python frame copies are kept (eBPF) */
-#define WAITING_SLOTS 256 /* waiting threads' stacks kept, by tid (direct-mapped) */
+#define WAITING_SLOTS 512 /* waiting threads' stacks kept, by tid (direct-mapped) */
+#define TIDS_MAX 1024     /* the process's threads a tick looks at for waiting ones */
 
 /* One thread's Python frames as the eBPF sampler copied them. */
 struct py_copy {
@@ -51,6 +56,8 @@ struct native {
         uint64_t sched[3];
         struct native_stack stack;
     } * waiting;
+    pid_t *tids; /* the process's threads at the last refresh (TIDS_MAX) */
+    size_t n_tids, next_tid;
     struct name_slot names[NAME_SLOTS];
 };
 
@@ -111,6 +118,7 @@ void native_free(struct native *n)
     free(n->slots);
     free(n->py_copies);
     free(n->waiting);
+    free(n->tids);
     free(n);
 }
 
@@ -235,16 +243,38 @@ static int refresh(struct native *n, struct errbuf *err)
     return perfstack__refresh(n->ps, err);
 }
 
+/* The process's threads, for those that wait without Python state (native__next_waiting). */
+static void list_threads(struct native *n)
+{
+    struct dirent *e;
+    char path[64];
+    DIR *dir;
+
+    if (!n->tids && !(n->tids = calloc(TIDS_MAX, sizeof(*n->tids))))
+        return;
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)n->pid);
+    if (!(dir = opendir(path)))
+        return;
+    n->n_tids = 0;
+    while ((e = readdir(dir)) != NULL && n->n_tids < TIDS_MAX) {
+        pid_t tid = (pid_t)atoi(e->d_name);
+        if (tid > 0)
+            n->tids[n->n_tids++] = tid;
+    }
+    closedir(dir);
+}
+
 void native__collect(struct native *n, bool refresh_threads)
 {
     struct errbuf err;
 
     for (size_t i = 0; i < n->n_used; i++) /* the previous tick's table goes */
         n->slots[n->used[i]] = (struct native_stack){0};
-    n->n_used = n->next_unclaimed = n->n_py_copies = 0;
+    n->n_used = n->next_unclaimed = n->n_py_copies = n->next_tid = 0;
     drain(n);
     if (!refresh_threads)
         return;
+    list_threads(n);
     refresh(n, &err); /* fails only once the process is gone */
     /* at most once a second: JIT code stays in no object however often they are read */
     if (n->maps_stale && now_ns() - n->maps_reread_ns > 1000000000u) {
@@ -303,6 +333,90 @@ struct native_stack *native__waiting(struct native *n, pid_t tid, const uint64_t
         return NULL;
     }
     return &w->stack;
+}
+
+/* The numbers of /proc/PID/task/TID/schedstat. */
+static int thread_sched(pid_t pid, pid_t tid, uint64_t sched[3])
+{
+    char path[64], buf[96];
+    ssize_t len;
+    int fd;
+
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", (int)pid, (int)tid);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return -errno;
+    len = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (len <= 0)
+        return -EIO;
+    buf[len] = '\0';
+    return sscanf(buf, "%" SCNu64 " %" SCNu64 " %" SCNu64, &sched[0], &sched[1], &sched[2]) == 3
+               ? 0
+               : -EBADMSG;
+}
+
+/* The state letter of /proc/PID/task/TID/stat; 0 when it cannot be read. */
+static char thread_state(pid_t pid, pid_t tid)
+{
+    char path[64], buf[512];
+    const char *paren;
+    ssize_t len;
+    int fd;
+
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)pid, (int)tid);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return 0;
+    len = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (len <= 0)
+        return 0;
+    buf[len] = '\0';
+    paren = strrchr(buf, ')'); /* comm may hold spaces and parentheses */
+    return paren && paren[1] == ' ' ? paren[2] : 0;
+}
+
+static bool is_python(const struct pyf_thread *py, size_t n_py, pid_t tid)
+{
+    for (size_t i = 0; i < n_py; i++)
+        if (py[i].tid == tid)
+            return true;
+    return false;
+}
+
+/* Whether the kernel sampled @tid on CPU in this tick. */
+static bool sampled(struct native *n, pid_t tid)
+{
+    size_t i = (size_t)tid % SLOTS;
+
+    for (size_t probes = 0; probes < SLOTS; probes++, i = (i + 1) % SLOTS) {
+        if (n->slots[i].tid == 0)
+            return false;
+        if (n->slots[i].tid == tid)
+            return n->slots[i].n_pcs > 0;
+    }
+    return false;
+}
+
+struct native_stack *native__next_waiting(struct native *n, const struct pyf_thread *py,
+                                          size_t n_py)
+{
+    while (n->next_tid < n->n_tids) {
+        pid_t tid = n->tids[n->next_tid++];
+        const struct waiting *w;
+        uint64_t sched[3];
+        struct native_stack *s;
+
+        if (is_python(py, n_py, tid) || sampled(n, tid) || thread_sched(n->pid, tid, sched) < 0)
+            continue;
+        w = n->waiting ? &n->waiting[(size_t)tid % WAITING_SLOTS] : NULL;
+        /* the same wait as a tick before (schedstat unmoved), or a new one: not running */
+        if (!(w && w->stack.tid == tid && memcmp(w->sched, sched, sizeof(sched)) == 0) &&
+            strchr("RXZ", thread_state(n->pid, tid)))
+            continue;
+        if ((s = native__waiting(n, tid, sched)) != NULL)
+            return s;
+    }
+    return NULL;
 }
 
 struct native_stack *native__next_unclaimed(struct native *n)

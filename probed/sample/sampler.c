@@ -347,21 +347,31 @@ static int64_t thread_stack_id(struct sampler *s, struct ob_half *h, struct targ
     return stack_id_of_frames(s, h, n);
 }
 
-/* Samples of the threads perf saw running that have no Python thread state (OpenMP, NCCL,
- * a library's own threads): native frames only, on CPU. */
-static void record_native_only(struct sampler *s, struct ob_half *h, struct target *t, int64_t ts)
+static void add_native_only(struct sampler *s, struct ob_half *h, struct target *t, int64_t ts,
+                            const struct native_stack *ns, int32_t state)
+{
+    struct ob_sample smp = {.ts_ns = ts, .target_id = t->id, .tid = ns->tid, .state = state};
+    bool eval_loop;
+
+    for (size_t i = 0; i < ns->n_pcs; i++)
+        s->frame_ids[i] = native_frame_id(s, h, t->native, ns->pcs[i], i == 0, &eval_loop);
+    smp.stack_id = stack_id_of_frames(s, h, ns->n_pcs);
+    native__stats(t->native)->native_only++;
+    add_sample(s, h, t, &smp);
+}
+
+/* Samples of the threads with no Python thread state (OpenMP, NCCL, a library's own): native
+ * frames only, of those perf saw running (on CPU), and of those that wait, where they wait. */
+static void record_native_only(struct sampler *s, struct ob_half *h, struct target *t, size_t n,
+                               int64_t ts)
 {
     struct native_stack *ns;
 
-    while ((ns = native__next_unclaimed(t->native)) != NULL) {
-        struct ob_sample smp = {.ts_ns = ts, .target_id = t->id, .tid = ns->tid, .state = 1};
-        bool eval_loop;
-
-        for (size_t i = 0; i < ns->n_pcs; i++)
-            s->frame_ids[i] = native_frame_id(s, h, t->native, ns->pcs[i], i == 0, &eval_loop);
-        smp.stack_id = stack_id_of_frames(s, h, ns->n_pcs);
-        native__stats(t->native)->native_only++;
-        add_sample(s, h, t, &smp);
+    while ((ns = native__next_unclaimed(t->native)) != NULL)
+        add_native_only(s, h, t, ts, ns, 1);
+    while ((ns = native__next_waiting(t->native, t->threads, n)) != NULL) {
+        native__stats(t->native)->waiting++;
+        add_native_only(s, h, t, ts, ns, 0);
     }
 }
 
@@ -388,7 +398,7 @@ static void record(struct sampler *s, struct target *t, size_t n, int64_t ts, in
         add_sample(s, h, t, &smp);
     }
     if (t->native)
-        record_native_only(s, h, t, ts);
+        record_native_only(s, h, t, n, ts);
     outbox__unlock(s->ob);
 }
 

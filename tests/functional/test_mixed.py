@@ -130,7 +130,8 @@ def test_waiting_threads_have_native_stacks(python_path, target_factory, daemon)
     one's native stack is read from the process where it waits (its sp and pc from
     /proc/PID/task/TID/syscall, its stack from its memory), once per wait, and merged with its
     Python frames at every tick: the libc call it waits in, innermost, under the Python
-    function that waits, down to the thread's first frame."""
+    function that waits, down to the thread's first frame. A thread with no Python state
+    (faulthandler's watchdog, as NCCL's are) gets native-only samples of where it waits."""
     require(python_path)
     t = target_factory(python_path, 'waiting.py')
     time.sleep(0.2)  # each thread in its wait before the attach
@@ -159,8 +160,19 @@ def test_waiting_threads_have_native_stacks(python_path, target_factory, daemon)
             assert re.search(r'_start|clone|start_thread', s[-1][1]), (name, s)
         total = sum(n for _, n in per_stack)
         assert with_native >= 0.9 * total, (name, with_native, total)
+    # faulthandler's watchdog: no Python state, so native frames only, where it waits
+    others = daemon.rows("SELECT s.tid, s.stack_id, count(*) FROM samples s JOIN targets t"
+                         " ON t.id = s.target_id WHERE t.pid = %d AND s.tid NOT IN (%s)"
+                         " GROUP BY 1, 2" % (t.pid, ','.join(str(x) for x in t.info.values())))
+    assert len({tid for tid, _, _ in others}) == 1, others
+    native_only = stacks(daemon, t.pid, 's.tid = %d' % others[0][0])
+    for s in native_only.values():
+        assert {f[0] for f in s} == {'native'}, s
+        assert nat(r'futex|sem_|pthread_cond')(s[0]), s
+        assert re.search(r'clone|start_thread', s[-1][1]), s
+    assert sum(n for _, _, n in others) >= 20
     n = listed(daemon, t.pid)['native']
-    # read once per wait, not per tick: three threads wait for good, one renews every 0.3 s
+    # read once per wait, not per tick: four threads wait for good, one renews every 0.3 s
     assert n['waiting'] >= 120 and n['waiting_reads'] <= n['waiting'] / 3, n
     assert n['mismatched'] <= 0.05 * n['waiting'], n
     with open('/proc/%d/stat' % t.pid) as f:  # never stopped
@@ -170,17 +182,25 @@ def test_waiting_threads_have_native_stacks(python_path, target_factory, daemon)
 
 def test_threads_without_python_frames(target_factory, daemon):
     """torch's intra-op OpenMP threads have no Python thread state: a Python-only profile
-    never sees them; with --native their samples are native frames only, in libtorch/gomp."""
+    never sees them; with --native their samples are native frames only, in libtorch/gomp
+    while they run, and where they wait while they wait."""
     t = target_factory('/usr/bin/python3', 'native_torch.py', '2')
     daemon.ctl('attach', t.pid, '--native', check=True)
     def in_torch():  # OpenMP's worker running torch's kernel (it also waits, in libgomp)
-        others = stacks(daemon, t.pid, 's.tid <> %d' % t.pid)
+        others = stacks(daemon, t.pid, 's.tid <> %d AND s.state & 1' % t.pid)
         return others if any(any('libtorch_cpu' in f[2] for f in s)
                              for s in others.values()) else None
     others = wait_for(in_torch, timeout=40, what="native-only samples in torch's kernel")
     for s in others.values():  # from the thread's first frame, native only, under OpenMP
         assert {f[0] for f in s} == {'native'}, s
         assert any('libgomp' in f[2] for f in s), s
+        assert re.search(r'clone|start_thread', s[-1][1]), s
+    # the threads without Python state that wait (torch's pools, OpenMP's between kernels):
+    # where they wait, native frames only, from the thread's first frame
+    waiting = stacks(daemon, t.pid, 's.tid <> %d AND s.state & 1 = 0' % t.pid)
+    assert waiting
+    for s in waiting.values():
+        assert {f[0] for f in s} == {'native'}, s
         assert re.search(r'clone|start_thread', s[-1][1]), s
     # the Python thread's own samples are merged: torch.mm's C++ under matmul_forever
     main = [s for s in stored_mixed(daemon, t.pid, 10).values()

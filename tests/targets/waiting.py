@@ -1,7 +1,10 @@
 """A process whose every thread waits, as a hung rank's do (tests/functional/test_mixed.py):
-one on an Event, one on a Queue, one in a lock's acquire with a timeout it renews, and the
-main thread asleep. Prints READY with {name: tid} once each thread is about to wait."""
+one on an Event, one on a Queue, one in a lock's acquire with a timeout it renews, the main
+thread asleep, and faulthandler's watchdog, a thread with no Python state (as NCCL's and
+CUDA's are), on its lock. Prints READY with {name: tid} once each Python thread is about to
+wait."""
 import ctypes
+import faulthandler
 import json
 import os
 import queue
@@ -36,6 +39,7 @@ def on_lock(lock):
         lock.acquire(timeout=0.3)
 
 
+faulthandler.dump_traceback_later(3600)
 held = threading.Lock()
 held.acquire()
 for fn, arg in ((on_event, threading.Event()), (on_queue, queue.Queue()), (on_lock, held)):
