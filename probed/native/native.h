@@ -18,8 +18,9 @@
  * Names come from pyf_native__symbol() through a cache by address that the sampler fills.
  *
  * Threads: the sampler thread, after the attaching thread opened it; others only under the
- * registry's lock (native__stats for list and /metrics, native__set_rate). Memory: sized at open; a
- * tick allocates only in libdw (tables loaded ahead by pyf_native__prepare at open, and again when
+ * registry's lock (native__stats for list and /metrics, native__set_rate). Memory: sized at open
+ * (the waiting threads' stacks, ~0.5 MiB, and the thread list at their first use); a tick
+ * allocates only in libdw (tables loaded ahead by pyf_native__prepare at open, and again when
  * the mappings are read anew).
  * Failure: native_open() returns -errno and a message (no perf: paranoid level, CAP_PERFMON).
  */
