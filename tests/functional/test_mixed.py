@@ -87,7 +87,10 @@ def test_qsort_callback_in_continuous_samples(python_path, target_factory, tmp_p
     t = target_factory(python_path, 'native_qsort.py', log)
     out = daemon.ctl('attach', t.pid, '--native', check=True).stdout
     assert 'native-ebpf' in out, out
-    merged = stored_mixed(daemon, t.pid, 50)
+    # enough that the bounds on rates below are not decided by a few samples (3.13's copies
+    # that did not decode: 1 of 1,460 here on an idle machine, 3 of 131 in a loaded CI run,
+    # which failed the 2 % bound)
+    merged = stored_mixed(daemon, t.pid, 300)
     in_callback = [s for s in merged.values()
                    if any(SORT.search(f[1]) for f in s) and py('compare')(s[0])
                    or any(py('compare')(f) for f in s[:8])]
