@@ -35,7 +35,7 @@ static const struct key_def keys[CFG_N] = {
     [CFG_STUB] = {"stub", K_PATH, false, "", 0, 0, true,
                   "the library eval loads into targets (empty: next to probed, else the"
                   " installed one)"},
-    [CFG_SAMPLE_RATE] = {"sample_rate", K_RATE, true, "100", 1, 10000, false,
+    [CFG_SAMPLE_RATE] = {"sample_rate", K_RATE, true, "100", 1, CONFIG_RATE_MAX_HZ, false,
                          "samples per second of an attach that does not ask for a rate; targets"
                          " attached at the default rate follow a change"},
     [CFG_RETENTION] = {"retention", K_DURATION, true, "7d", NS, 3650 * 86400 * NS, true,
@@ -140,7 +140,8 @@ static int check_number(const struct key_def *d, const char *v, int64_t *num, st
     }
     if (n < d->min || n > d->max) {
         if (d->kind == K_RATE)
-            return errbuf_set(err, -EINVAL, "%s: %s Hz is outside 1..10000", d->name, v);
+            return errbuf_set(err, -EINVAL, "%s: %s Hz is outside 1.." CONFIG_RATE_MAX_TEXT,
+                              d->name, v);
         return errbuf_set(err, -EINVAL, "%s: '%s' is %s (0 %s)", d->name, v,
                           n < d->min ? "too small" : "too large",
                           d->zero_ok ? "turns it off" : "is not allowed");

@@ -278,7 +278,7 @@ static int start(struct daemon *d, struct options *o)
         .stub_path = o->cfg.text[CFG_STUB][0] ? o->cfg.text[CFG_STUB]
                                               : default_stub_path(o->stub_buf, sizeof(o->stub_buf)),
         .query_max_rows = 1000000,
-        .max_rate_hz = 10000,
+        .max_rate_hz = CONFIG_RATE_MAX_HZ,
         .config = &o->cfg};
     struct errbuf err;
     struct group *gr = getgrnam(o->cfg.text[CFG_GROUP]);

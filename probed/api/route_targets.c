@@ -421,6 +421,13 @@ struct job *targets_attach(struct api *a, const struct request *rq)
         reply_error(rq->req, 400, "\"native\" must be true, false or \"perf\"");
         return NULL;
     }
+    if (native && rate > CONFIG_NATIVE_RATE_MAX_HZ) {
+        reply_error(rq->req, 400,
+                    "with native stacks the rate is at most %d Hz: the kernel copies a stack at "
+                    "each sample, in the target's own time",
+                    CONFIG_NATIVE_RATE_MAX_HZ);
+        return NULL;
+    }
     if (dur_ns < 0) {
         reply_error(rq->req, 400, "\"duration\" must be seconds or a duration like \"30s\"");
         return NULL;

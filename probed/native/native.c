@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "native/bpfstack.h"
 #include "native/perfstack.h"
 
@@ -72,6 +73,13 @@ static int open_ebpf(struct native *n, uint32_t rate_hz, const struct pyf_chain 
     return bpfstack_open(n->pid, rate_hz, chain, &n->bs, &n->ebpf_error);
 }
 
+/* The kernel's rate: the target's, up to CONFIG_NATIVE_RATE_MAX_HZ (a faster tick merges
+ * the latest stack; the API refuses more with --native, a default rate may be more). */
+static uint32_t kernel_rate(uint32_t rate_hz)
+{
+    return rate_hz < CONFIG_NATIVE_RATE_MAX_HZ ? rate_hz : CONFIG_NATIVE_RATE_MAX_HZ;
+}
+
 int native_open(pid_t pid, uint32_t rate_hz, const struct pyf_chain *chain,
                 enum native_backend backend, struct pyf_symcache *symbols, struct native **ret,
                 struct errbuf *err)
@@ -95,6 +103,7 @@ int native_open(pid_t pid, uint32_t rate_hz, const struct pyf_chain *chain,
     /* every object's CFI and symbols now: the first ticks would otherwise take long enough
      * to let the rings overflow */
     pyf_native__prepare(n->nat);
+    rate_hz = kernel_rate(rate_hz);
     if (backend == NATIVE_ANY && chain && open_ebpf(n, rate_hz, chain) == 0) {
         *ret = n;
         return 0;
@@ -458,6 +467,7 @@ void native__name(struct native *n, uint64_t pc, bool innermost, struct pyf_nati
 
 void native__set_rate(struct native *n, uint32_t rate_hz)
 {
+    rate_hz = kernel_rate(rate_hz);
     if (n->bs) {
         bpfstack__set_rate(n->bs, rate_hz);
         return;

@@ -150,6 +150,13 @@ def test_bad_requests_get_clear_errors(daemon):
     assert r.returncode == 1 and 'no such process' in r.stderr
     r = daemon.ctl('detach', 4242424)
     assert r.returncode == 1 and 'not attached' in r.stderr
+    # rates: up to 100 kHz (the machine's limit is below: ticks kept say it); with native
+    # stacks 10 kHz, which the kernel's copies cost the target
+    assert 'from 1 to 100000 Hz' in call('-X', 'POST', '-d', '{"pid": 1, "rate": 100001}',
+                                         'http://p/v1/targets')['error']
+    assert 'at most 10000 Hz' in call('-X', 'POST', '-d',
+                                      '{"pid": 1, "rate": 10001, "native": true}',
+                                      'http://p/v1/targets')['error']
     # A huge body is refused, not buffered.
     big = daemon.curl('-o', '/dev/null', '-w', '%{http_code}', '-X', 'POST', '--data-binary',
                       '@-', 'http://p/v1/query')

@@ -17,8 +17,8 @@ int test_config_checks_values(void)
 
     CHECK(config_check(CFG_SAMPLE_RATE, "250", &v, &err) == 0 && v == 250);
     CHECK(config_check(CFG_SAMPLE_RATE, "0", &v, &err) < 0);
-    CHECK_STR(err.msg, "sample_rate: 0 Hz is outside 1..10000");
-    CHECK(config_check(CFG_SAMPLE_RATE, "10001", &v, &err) < 0);
+    CHECK_STR(err.msg, "sample_rate: 0 Hz is outside 1..100000");
+    CHECK(config_check(CFG_SAMPLE_RATE, "100001", &v, &err) < 0);
     CHECK(config_check(CFG_SAMPLE_RATE, "12x", &v, &err) < 0);
     CHECK(config_check(CFG_RETENTION, "0", &v, &err) == 0 && v == 0);
     CHECK(config_check(CFG_RETENTION, "2d", &v, &err) == 0 && v == 172800e9);

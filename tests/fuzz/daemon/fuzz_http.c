@@ -83,7 +83,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
                                .db_path = db,
                                .stub_path = "/nonexistent/libprobed-stub.so",
                                .query_max_rows = 1000,
-                               .max_rate_hz = 10000,
+                               .max_rate_hz = CONFIG_RATE_MAX_HZ,
                                .config = &d.cfg};
     if (!base || sampler_start(d.sampler) < 0 || writer_start(&d.writer) < 0 ||
         meter_start(&d.meter) < 0 || follower_start(d.follower) < 0 ||
