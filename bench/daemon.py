@@ -2,10 +2,12 @@
 """Daemon benchmark; prints figures, asserts nothing.
 
 usage: PROBED_BUILD=DIR bench/daemon.py [--load 1x10000,1x100,16x100,64x100] [--window S]
+                       [--python all|PATH,...]
                        [--flame 1000000,10000000] [--attach-torch N]
 
 1. One probed sampling N targets (bench/targets/idle_deep.py: two threads 20+ frames deep)
-   at a rate, for each NxRATE of --load: ticks kept vs expected and late ones, the sampler
+   at a rate, for each NxRATE of --load and each interpreter of --python (all: one after the
+   other, each pyenv minor and Debian's): ticks kept vs expected and late ones, the sampler
    thread's CPU per tick (schedstat), the daemon's CPU (% of one core, from /proc/PID/stat
    over the window), its RSS, dropped and torn samples, and the database's bytes per stored
    sample (pages in use / samples).
@@ -49,9 +51,20 @@ os.environ.setdefault('PROBED_BUILD', os.path.join(ROOT, 'build'))
 from daemon import Daemon  # noqa: E402
 from procstat import cpu_seconds, rss_mib, thread_cpu_seconds  # noqa: E402
 
+PYTHON = sys.executable  # the targets' interpreter: --python sets it, in turn
+
+
+def interpreters(spec):
+    """--python: 'all' (tests/functional's list: each pyenv minor, then Debian's python3; a
+    missing one is said, never skipped silently), or paths, comma-separated."""
+    if spec != 'all':
+        return [(p, p) for p in spec.split(',') if p]
+    from conftest import INTERPRETERS
+    return INTERPRETERS
+
 def idle_targets(n):
     """@n bench/targets/idle_deep.py processes, each ready."""
-    targets = [subprocess.Popen([sys.executable, os.path.join(ROOT, 'bench', 'targets',
+    targets = [subprocess.Popen([PYTHON, os.path.join(ROOT, 'bench', 'targets',
                                                               'idle_deep.py')],
                                 stdout=subprocess.PIPE, universal_newlines=True)
                for _ in range(n)]
@@ -201,7 +214,7 @@ def many_threads(n_threads, rate, rounds=4, window=3.0):
     parked) in windows of @window s, unsampled and sampled at @rate in turn: its work rate
     sampled / unsampled, and unsampled / the unsampled window before (the noise floor)."""
     import threading
-    t = subprocess.Popen([sys.executable, os.path.join(ROOT, 'bench', 'targets',
+    t = subprocess.Popen([PYTHON, os.path.join(ROOT, 'bench', 'targets',
                                                        'many_threads.py'), str(n_threads)],
                          stdout=subprocess.PIPE, universal_newlines=True)
     latest = [None]
@@ -353,7 +366,7 @@ def db_bytes(path):
 
 
 def week_storage(n_ranks, window):
-    targets = [subprocess.Popen([sys.executable, os.path.join(ROOT, 'bench', 'targets',
+    targets = [subprocess.Popen([PYTHON, os.path.join(ROOT, 'bench', 'targets',
                                                               'rank_like.py')],
                                 stdout=subprocess.PIPE, universal_newlines=True)
                for _ in range(n_ranks)]
@@ -407,6 +420,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--load', default='1x10000,1x100,16x100,64x100',
                     help='targets x rate (Hz), comma-separated')
+    ap.add_argument('--python', default=sys.executable,
+                    help="the targets' interpreters for --load: paths, comma-separated, or"
+                         " 'all' (every pyenv minor and Debian's python3)")
     ap.add_argument('--window', type=float, default=10)
     ap.add_argument('--flame', default='1000000,10000000')
     ap.add_argument('--threads', default='150x100,150x1000',
@@ -418,9 +434,18 @@ def main():
     ap.add_argument('--week', default='8x60',
                     help='RANKS x SECONDS sampled: the bytes a week of samples takes')
     args = ap.parse_args()
-    for load in [x for x in args.load.split(',') if x]:
-        n, rate = load.split('x')
-        sample_load(int(n), int(rate), args.window)
+    global PYTHON
+    for name, path in interpreters(args.python):
+        if not path:
+            print('%s: not installed on this machine: no figures' % name)
+            continue
+        PYTHON = path
+        if args.python != sys.executable:
+            print('targets run by %s (%s):' % (name, path))
+        for load in [x for x in args.load.split(',') if x]:
+            n, rate = load.split('x')
+            sample_load(int(n), int(rate), args.window)
+    PYTHON = sys.executable
     for n in [int(x) for x in args.flame.split(',') if x]:
         flame_time(n)
     for load in [x for x in args.threads.split(',') if x]:
