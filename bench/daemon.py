@@ -62,15 +62,18 @@ def interpreters(spec):
     from conftest import INTERPRETERS
     return INTERPRETERS
 
-def idle_targets(n):
-    """@n bench/targets/idle_deep.py processes, each ready."""
-    targets = [subprocess.Popen([PYTHON, os.path.join(ROOT, 'bench', 'targets',
-                                                              'idle_deep.py')],
+def ready_targets(script, n):
+    """@n bench/targets/@script processes, each ready."""
+    targets = [subprocess.Popen([PYTHON, os.path.join(ROOT, 'bench', 'targets', script)],
                                 stdout=subprocess.PIPE, universal_newlines=True)
                for _ in range(n)]
     for t in targets:
         t.stdout.readline()
     return targets
+
+
+def idle_targets(n):
+    return ready_targets('idle_deep.py', n)
 
 
 def sample_load(n_targets, rate, window):
@@ -366,12 +369,7 @@ def db_bytes(path):
 
 
 def week_storage(n_ranks, window):
-    targets = [subprocess.Popen([PYTHON, os.path.join(ROOT, 'bench', 'targets',
-                                                              'rank_like.py')],
-                                stdout=subprocess.PIPE, universal_newlines=True)
-               for _ in range(n_ranks)]
-    for t in targets:
-        t.stdout.readline()
+    targets = ready_targets('rank_like.py', n_ranks)
     d = Daemon()
     try:
         for t in targets:

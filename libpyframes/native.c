@@ -551,22 +551,32 @@ int pyf_native__unwind_copy(struct pyf_native *n, const struct pyf_stack_copy *c
     return 0;
 }
 
-/* The three numbers of /proc/PID/task/TID/schedstat into @ret. */
-static int read_schedstat(pid_t pid, pid_t tid, uint64_t ret[3])
+/* /proc/PID/task/TID/@name into @buf, NUL-terminated: its length, or -errno. */
+static ssize_t read_task_file(pid_t pid, pid_t tid, const char *name, char *buf, size_t size)
 {
-    char path[64], buf[96];
+    char path[64];
     ssize_t len;
     int fd;
 
-    snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", (int)pid, (int)tid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/%s", (int)pid, (int)tid, name);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
         return -errno;
-    len = read(fd, buf, sizeof(buf) - 1);
+    len = read(fd, buf, size - 1);
     close(fd);
     if (len <= 0)
         return len < 0 ? -errno : -ENODATA;
     buf[len] = '\0';
+    return len;
+}
+
+/* The three numbers of /proc/PID/task/TID/schedstat into @ret. */
+static int read_schedstat(pid_t pid, pid_t tid, uint64_t ret[3])
+{
+    char buf[96];
+    ssize_t len = read_task_file(pid, tid, "schedstat", buf, sizeof(buf));
+
+    if (len < 0)
+        return (int)len;
     return sscanf(buf, "%" SCNu64 " %" SCNu64 " %" SCNu64, &ret[0], &ret[1], &ret[2]) == 3
                ? 0
                : -EBADMSG;
@@ -575,21 +585,14 @@ static int read_schedstat(pid_t pid, pid_t tid, uint64_t ret[3])
 /* Where blocked thread @tid entered the kernel: its user sp and pc. -EAGAIN: it runs. */
 static int blocked_sp_pc(pid_t pid, pid_t tid, uint64_t *ret_sp, uint64_t *ret_pc)
 {
-    char path[64], buf[256];
+    char buf[256];
     unsigned long long v[9] = {0};
     long long nr = 0;
-    ssize_t len;
-    int fd, got;
+    ssize_t len = read_task_file(pid, tid, "syscall", buf, sizeof(buf));
+    int got;
 
-    snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", (int)pid, (int)tid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    len = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (len <= 0)
-        return len < 0 ? -errno : -ENODATA;
-    buf[len] = '\0';
+    if (len < 0)
+        return (int)len;
     if (strncmp(buf, "running", 7) == 0)
         return -EAGAIN;
     /* "nr a0 .. a5 sp pc" in a syscall; "-1 sp pc" blocked outside one (a page fault) */

@@ -4,14 +4,13 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "common/procfs.h"
 #include "config.h"
 #include "native/bpfstack.h"
 #include "native/perfstack.h"
@@ -344,46 +343,6 @@ struct native_stack *native__waiting(struct native *n, pid_t tid, const uint64_t
     return &w->stack;
 }
 
-/* The numbers of /proc/PID/task/TID/schedstat. */
-static int thread_sched(pid_t pid, pid_t tid, uint64_t sched[3])
-{
-    char path[64], buf[96];
-    ssize_t len;
-    int fd;
-
-    snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", (int)pid, (int)tid);
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-        return -errno;
-    len = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (len <= 0)
-        return -EIO;
-    buf[len] = '\0';
-    return sscanf(buf, "%" SCNu64 " %" SCNu64 " %" SCNu64, &sched[0], &sched[1], &sched[2]) == 3
-               ? 0
-               : -EBADMSG;
-}
-
-/* The state letter of /proc/PID/task/TID/stat; 0 when it cannot be read. */
-static char thread_state(pid_t pid, pid_t tid)
-{
-    char path[64], buf[512];
-    const char *paren;
-    ssize_t len;
-    int fd;
-
-    snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)pid, (int)tid);
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-        return 0;
-    len = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (len <= 0)
-        return 0;
-    buf[len] = '\0';
-    paren = strrchr(buf, ')'); /* comm may hold spaces and parentheses */
-    return paren && paren[1] == ' ' ? paren[2] : 0;
-}
-
 static bool is_python(const struct pyf_thread *py, size_t n_py, pid_t tid)
 {
     for (size_t i = 0; i < n_py; i++)
@@ -415,12 +374,13 @@ struct native_stack *native__next_waiting(struct native *n, const struct pyf_thr
         uint64_t sched[3];
         struct native_stack *s;
 
-        if (is_python(py, n_py, tid) || sampled(n, tid) || thread_sched(n->pid, tid, sched) < 0)
+        if (is_python(py, n_py, tid) || sampled(n, tid) ||
+            procfs_thread_schedstat(n->pid, tid, sched) < 0)
             continue;
         w = n->waiting ? &n->waiting[(size_t)tid % WAITING_SLOTS] : NULL;
         /* the same wait as a tick before (schedstat unmoved), or a new one: not running */
         if (!(w && w->stack.tid == tid && memcmp(w->sched, sched, sizeof(sched)) == 0) &&
-            strchr("RXZ", thread_state(n->pid, tid)))
+            strchr("RXZ", procfs_thread_state(n->pid, tid)))
             continue;
         if ((s = native__waiting(n, tid, sched)) != NULL)
             return s;
