@@ -441,10 +441,13 @@ def test_torch_panels_of_the_grafana_dashboard_in_prometheus():
             panels = [p for p in json.load(f)['panels'] if p['title'].startswith('Torch')]
         assert [p['title'] for p in panels] == ['Torch step time', 'Torch memory']
         exprs = {}
+        # the panel over all of the job so far (a range longer than it ran), as the daemon's
+        # own average is: over the last 5 s a busy machine made the steps 3x slower than on
+        # average (CI: 0.132 s against 0.042 s)
         for panel in panels:
             for target in panel['targets']:
                 exprs[(panel['title'], target['refId'])] = (
-                    target['expr'].replace('$__rate_interval', '5s')
+                    target['expr'].replace('$__rate_interval', '10m')
                     .replace('$instance', '.+').replace('$pid', '.+'))
         step = exprs[('Torch step time', 'A')]
 
