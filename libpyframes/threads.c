@@ -143,25 +143,29 @@ void threads__forget_statfd(struct statfd *sf)
 }
 
 /* /proc/PID/task/TID/stat and schedstat stay open per thread: a pread() per sample, not
- * three calls. NULL when the thread is gone. */
+ * three calls. A thread holds one of the STATFD_PROBES slots from tid % STATFD_SLOTS, so a
+ * look is bounded whatever the number of threads; with all of them taken, the first is
+ * recycled. NULL when the thread is gone. */
 static struct statfd *stat_slot(struct pyf_target *t, pid_t tid)
 {
     struct statfd *free_slot = NULL;
+    size_t first = (size_t)tid % STATFD_SLOTS;
     char path[64];
     int fd;
 
-    for (int i = 0; i < STATFD_SLOTS; i++) {
-        if (t->statfds[i].tid == tid)
-            return &t->statfds[i];
-        if (!t->statfds[i].tid && !free_slot)
-            free_slot = &t->statfds[i];
+    for (size_t k = 0; k < STATFD_PROBES; k++) {
+        struct statfd *sf = &t->statfds[(first + k) % STATFD_SLOTS];
+        if (sf->tid == tid)
+            return sf;
+        if (!sf->tid && !free_slot)
+            free_slot = sf;
     }
     snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)t->info.pid, (int)tid);
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return NULL;
-    if (!free_slot) { /* full: recycle a slot (cheap enough, and bounded) */
-        free_slot = &t->statfds[tid % STATFD_SLOTS];
+    if (!free_slot) { /* all taken: recycle one (cheap enough, and bounded) */
+        free_slot = &t->statfds[first];
         threads__forget_statfd(free_slot);
     }
     snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", (int)t->info.pid, (int)tid);
@@ -189,7 +193,7 @@ static bool read_schedstat(int fd, uint64_t ret[3])
  * since stat was last read: its state is what stat said then. So a waiting thread, most of a
  * training job's, costs the cheap read; one that ran, both.
  */
-static bool thread_on_cpu(struct pyf_target *t, pid_t tid, uint64_t ret_sched[3])
+int pyf_target__thread_running(struct pyf_target *t, pid_t tid, uint64_t ret_sched[3])
 {
     struct statfd *sf = tid > 0 && !t->mem.core ? stat_slot(t, tid) : NULL;
     uint64_t sched[3];
@@ -198,8 +202,9 @@ static bool thread_on_cpu(struct pyf_target *t, pid_t tid, uint64_t ret_sched[3]
     const char *paren;
     ssize_t n;
 
+    memset(ret_sched, 0, 3 * sizeof(*ret_sched));
     if (!sf)
-        return false;
+        return t->mem.core ? 0 : -ESRCH;
     have_sched = sf->sched_fd >= 0 && read_schedstat(sf->sched_fd, sched);
     if (have_sched)
         memcpy(ret_sched, sched, sizeof(sched));
@@ -208,7 +213,8 @@ static bool thread_on_cpu(struct pyf_target *t, pid_t tid, uint64_t ret_sched[3]
     n = pread(sf->fd, buf, sizeof(buf) - 1, 0);
     if (n <= 0) { /* the thread ended: forget its files */
         threads__forget_statfd(sf);
-        return false;
+        memset(ret_sched, 0, 3 * sizeof(*ret_sched));
+        return -ESRCH;
     }
     buf[n] = '\0';
     paren = strrchr(buf, ')'); /* comm may contain spaces and parentheses */
@@ -403,8 +409,7 @@ static void threads_complete(struct pyf_target *t, struct pyf_thread *th, size_t
     nsmap_thread_count(&t->ns, n);
     for (size_t i = 0; i < n; i++) {
         th[i].tid = nsmap_host_tid(&t->ns, t->info.pid, th[i].tid);
-        memset(th[i].sched, 0, sizeof(th[i].sched));
-        th[i].on_cpu = thread_on_cpu(t, th[i].tid, th[i].sched);
+        th[i].on_cpu = pyf_target__thread_running(t, th[i].tid, th[i].sched) == 1;
         if (i < GUESS_THREADS_MAX)
             t->guess_pthreads[i] = t->pthread_u64[i];
     }

@@ -100,6 +100,13 @@ struct pyf_thread {
     uint64_t sched[3];
 };
 
+/* Whether thread @tid of the target (a host tid) runs or is runnable (1: state R) or waits
+ * (0), with its schedstat numbers in @ret_sched (all 0 where unknown): what
+ * pyf_target__threads() fills on_cpu and sched with, for any thread of the process (one with
+ * no Python state too). stat is read only when schedstat moved; both files stay open for up
+ * to 128 threads, recycled beyond. -ESRCH: the thread is gone. 0 for a core. */
+int pyf_target__thread_running(struct pyf_target *t, pid_t tid, uint64_t ret_sched[3]);
+
 /* Every thread of every interpreter, newest first within an interpreter. Writes at most
  * @cap threads; *ret_n is the number written. */
 int pyf_target__threads(struct pyf_target *t, struct pyf_thread *ret_threads, size_t cap,

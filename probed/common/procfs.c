@@ -111,31 +111,6 @@ int procfs_thread_cpu(pid_t pid, pid_t tid, int64_t *cpu_ns)
     return r;
 }
 
-int procfs_thread_schedstat(pid_t pid, pid_t tid, uint64_t ret[3])
-{
-    char name[48], buf[96];
-    ssize_t n;
-
-    snprintf(name, sizeof(name), "task/%d/schedstat", (int)tid);
-    if ((n = procfs_read(pid, name, buf, sizeof(buf))) <= 0)
-        return n < 0 ? (int)n : -EIO;
-    return sscanf(buf, "%" SCNu64 " %" SCNu64 " %" SCNu64, &ret[0], &ret[1], &ret[2]) == 3
-               ? 0
-               : -EBADMSG;
-}
-
-char procfs_thread_state(pid_t pid, pid_t tid)
-{
-    char name[48], buf[512];
-    const char *paren;
-
-    snprintf(name, sizeof(name), "task/%d/stat", (int)tid);
-    if (procfs_read(pid, name, buf, sizeof(buf)) <= 0)
-        return 0;
-    paren = strrchr(buf, ')'); /* comm may hold spaces and parentheses */
-    return paren && paren[1] == ' ' ? paren[2] : 0;
-}
-
 /* The value of "@key:   123 kB" lines, in bytes (0 when absent). */
 static int64_t rollup_field(const char *text, const char *key)
 {

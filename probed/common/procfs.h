@@ -29,13 +29,6 @@ int procfs_usage(pid_t pid, struct proc_usage *u);
 /* User + system time of thread @tid of @pid, in nanoseconds. */
 int procfs_thread_cpu(pid_t pid, pid_t tid, int64_t *cpu_ns);
 
-/* /proc/PID/task/TID/schedstat: run time (ns), run-queue wait (ns), times run. The same
- * numbers twice mean the thread was not switched in or out in between. */
-int procfs_thread_schedstat(pid_t pid, pid_t tid, uint64_t ret[3]);
-/* The state letter of /proc/PID/task/TID/stat (R running or runnable, S, D, ...); 0 when it
- * cannot be read. */
-char procfs_thread_state(pid_t pid, pid_t tid);
-
 /* /proc/PID/stat starttime (field 22, clock ticks after boot). */
 int procfs_start_time(pid_t pid, int64_t *ret);
 /* starttime, and startstack (field 28): where its stack begins, chosen anew at each exec

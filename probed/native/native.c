@@ -10,7 +10,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/procfs.h"
 #include "config.h"
 #include "native/bpfstack.h"
 #include "native/perfstack.h"
@@ -56,8 +55,10 @@ struct native {
         uint64_t sched[3];
         struct native_stack stack;
     } * waiting;
-    pid_t *tids; /* the process's threads at the last refresh (TIDS_MAX) */
+    pid_t *tids;         /* the process's threads at the last refresh, ascending (TIDS_MAX) */
+    bool *tid_is_python; /* tids[i] has Python state, marked at this tick's first look */
     size_t n_tids, next_tid;
+    bool python_marked;
     struct name_slot names[NAME_SLOTS];
 };
 
@@ -127,7 +128,22 @@ void native_free(struct native *n)
     free(n->py_copies);
     free(n->waiting);
     free(n->tids);
+    free(n->tid_is_python);
     free(n);
+}
+
+/* The slot of @tid in this tick's table; NULL when it has none. */
+static struct native_stack *find_slot(struct native *n, pid_t tid)
+{
+    size_t i = (size_t)tid % SLOTS;
+
+    for (size_t probes = 0; probes < SLOTS; probes++, i = (i + 1) % SLOTS) {
+        if (n->slots[i].tid == 0)
+            return NULL; /* one slot is always kept free, so a search ends */
+        if (n->slots[i].tid == tid)
+            return &n->slots[i];
+    }
+    return NULL;
 }
 
 /* The slot of @tid in this tick's table: found, or claimed (NULL when full). */
@@ -252,6 +268,13 @@ static int refresh(struct native *n, struct errbuf *err)
 }
 
 /* The process's threads, for those that wait without Python state (native__next_waiting). */
+static int tid_cmp(const void *a, const void *b)
+{
+    pid_t x = *(const pid_t *)a, y = *(const pid_t *)b;
+
+    return (x > y) - (x < y);
+}
+
 static void list_threads(struct native *n)
 {
     struct dirent *e;
@@ -259,6 +282,8 @@ static void list_threads(struct native *n)
     DIR *dir;
 
     if (!n->tids && !(n->tids = calloc(TIDS_MAX, sizeof(*n->tids))))
+        return;
+    if (!n->tid_is_python && !(n->tid_is_python = calloc(TIDS_MAX, sizeof(bool))))
         return;
     snprintf(path, sizeof(path), "/proc/%d/task", (int)n->pid);
     if (!(dir = opendir(path)))
@@ -270,6 +295,7 @@ static void list_threads(struct native *n)
             n->tids[n->n_tids++] = tid;
     }
     closedir(dir);
+    qsort(n->tids, n->n_tids, sizeof(*n->tids), tid_cmp); /* for mark_python's searches */
 }
 
 void native__collect(struct native *n, bool refresh_threads)
@@ -279,6 +305,7 @@ void native__collect(struct native *n, bool refresh_threads)
     for (size_t i = 0; i < n->n_used; i++) /* the previous tick's table goes */
         n->slots[n->used[i]] = (struct native_stack){0};
     n->n_used = n->next_unclaimed = n->n_py_copies = n->next_tid = 0;
+    n->python_marked = false;
     drain(n);
     if (!refresh_threads)
         return;
@@ -298,20 +325,12 @@ void native__collect(struct native *n, bool refresh_threads)
 
 struct native_stack *native__take(struct native *n, pid_t tid)
 {
-    size_t i = (size_t)tid % SLOTS;
+    struct native_stack *s = find_slot(n, tid);
 
-    for (size_t probes = 0; probes < SLOTS; probes++, i = (i + 1) % SLOTS) {
-        struct native_stack *s = &n->slots[i];
-        if (s->tid == 0)
-            return NULL;
-        if (s->tid == tid) {
-            if (s->taken || s->n_pcs == 0)
-                return NULL;
-            s->taken = true;
-            return s;
-        }
-    }
-    return NULL;
+    if (!s || s->taken || s->n_pcs == 0)
+        return NULL;
+    s->taken = true;
+    return s;
 }
 
 struct native_stack *native__waiting(struct native *n, pid_t tid, const uint64_t sched[3])
@@ -343,46 +362,42 @@ struct native_stack *native__waiting(struct native *n, pid_t tid, const uint64_t
     return &w->stack;
 }
 
-static bool is_python(const struct pyf_thread *py, size_t n_py, pid_t tid)
+/* Marks which of the listed threads are @py's: a binary search each, the list being sorted. */
+static void mark_python(struct native *n, const struct pyf_thread *py, size_t n_py)
 {
-    for (size_t i = 0; i < n_py; i++)
-        if (py[i].tid == tid)
-            return true;
-    return false;
-}
-
-/* Whether the kernel sampled @tid on CPU in this tick. */
-static bool sampled(struct native *n, pid_t tid)
-{
-    size_t i = (size_t)tid % SLOTS;
-
-    for (size_t probes = 0; probes < SLOTS; probes++, i = (i + 1) % SLOTS) {
-        if (n->slots[i].tid == 0)
-            return false;
-        if (n->slots[i].tid == tid)
-            return n->slots[i].n_pcs > 0;
+    n->python_marked = true;
+    if (n->n_tids == 0)
+        return;
+    memset(n->tid_is_python, 0, n->n_tids * sizeof(*n->tid_is_python));
+    for (size_t i = 0; i < n_py; i++) {
+        const pid_t *at = bsearch(&py[i].tid, n->tids, n->n_tids, sizeof(*n->tids), tid_cmp);
+        if (at)
+            n->tid_is_python[at - n->tids] = true;
     }
-    return false;
 }
 
-struct native_stack *native__next_waiting(struct native *n, const struct pyf_thread *py,
-                                          size_t n_py)
+struct native_stack *native__next_waiting(struct native *n, struct pyf_target *pyf,
+                                          const struct pyf_thread *py, size_t n_py)
 {
+    if (!n->python_marked)
+        mark_python(n, py, n_py);
     while (n->next_tid < n->n_tids) {
-        pid_t tid = n->tids[n->next_tid++];
+        size_t k = n->next_tid++;
+        pid_t tid = n->tids[k];
+        const struct native_stack *sampled = find_slot(n, tid);
         const struct waiting *w;
         uint64_t sched[3];
-        struct native_stack *s;
 
-        if (is_python(py, n_py, tid) || sampled(n, tid) ||
-            procfs_thread_schedstat(n->pid, tid, sched) < 0)
-            continue;
+        if (n->tid_is_python[k] || (sampled && sampled->n_pcs > 0))
+            continue; /* Python's, or the kernel saw it on CPU this tick */
         w = n->waiting ? &n->waiting[(size_t)tid % WAITING_SLOTS] : NULL;
-        /* the same wait as a tick before (schedstat unmoved), or a new one: not running */
-        if (!(w && w->stack.tid == tid && memcmp(w->sched, sched, sizeof(sched)) == 0) &&
-            strchr("RXZ", procfs_thread_state(n->pid, tid)))
+        /* a new wait, or running (or gone): no stack read; the same wait as a tick before
+         * (schedstat unmoved) costs schedstat alone */
+        if (pyf_target__thread_running(pyf, tid, sched) != 0 &&
+            !(w && w->stack.tid == tid && memcmp(w->sched, sched, sizeof(sched)) == 0))
             continue;
-        if ((s = native__waiting(n, tid, sched)) != NULL)
+        struct native_stack *s = native__waiting(n, tid, sched);
+        if (s)
             return s;
     }
     return NULL;

@@ -102,9 +102,10 @@ struct native_stack *native__waiting(struct native *n, pid_t tid, const uint64_t
 /* The process's threads without Python state (not in @py) that wait, the kernel not having
  * sampled them this tick, one by one with the native stack where they wait (as
  * native__waiting reads it; NULL: no more): a hung rank's NCCL, CUDA and OpenMP threads.
- * The threads are those /proc listed at the last refresh (TIDS_MAX at most). */
-struct native_stack *native__next_waiting(struct native *n, const struct pyf_thread *py,
-                                          size_t n_py);
+ * The threads are those /proc listed at the last refresh (TIDS_MAX at most); whether one
+ * waits comes from @pyf (pyf_target__thread_running), which keeps their files open. */
+struct native_stack *native__next_waiting(struct native *n, struct pyf_target *pyf,
+                                          const struct pyf_thread *py, size_t n_py);
 /* The stacks no native__take() claimed, one by one (NULL: no more). */
 struct native_stack *native__next_unclaimed(struct native *n);
 

@@ -369,7 +369,7 @@ static void record_native_only(struct sampler *s, struct ob_half *h, struct targ
 
     while ((ns = native__next_unclaimed(t->native)) != NULL)
         add_native_only(s, h, t, ts, ns, 1);
-    while ((ns = native__next_waiting(t->native, t->threads, n)) != NULL) {
+    while ((ns = native__next_waiting(t->native, t->pyf, t->threads, n)) != NULL) {
         native__stats(t->native)->waiting++;
         add_native_only(s, h, t, ts, ns, 0);
     }
