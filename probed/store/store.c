@@ -772,6 +772,10 @@ int64_t store__compact(struct store *st, int64_t from_ns, int64_t to_ns, struct 
         m.n = m.len = 0;
         r = merge_thread(st, blocks, rd, target_id, tid, &m);
         sqlite3_reset(blocks);
+        if (r == -EBADMSG) { /* a damaged block: this thread's minute stays as written */
+            r = 0;
+            continue;
+        }
         if (r == 0 && sqlite3_step(del) != SQLITE_DONE)
             r = -EIO;
         merged += r == 0 ? sqlite3_changes64(st->db) - (int64_t)m.n : 0;

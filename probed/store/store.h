@@ -54,8 +54,9 @@ int64_t store__retain(struct store *st, int64_t before_ns, int64_t max_bytes, st
 /* Merges each thread's sample blocks that start in [@from_ns, @to_ns) (a minute: the writer
  * calls it for each one past) into as few as hold them (blocks.h: a block spans at most
  * BLOCK_SPAN_NS): a row, its key and its stack list per minute instead of per write, and a
- * run of one stack longer than a write. The samples and stack_counts stay as they were. One
- * transaction. Returns the blocks merged away. */
+ * run of one stack longer than a write. The samples and stack_counts stay as they were. A
+ * thread whose blocks of the range do not all decode keeps them as written; the others are
+ * merged. One transaction. Returns the blocks merged away. */
 int64_t store__compact(struct store *st, int64_t from_ns, int64_t to_ns, struct errbuf *err);
 
 /* Bytes of live data (pages in use x page size). */

@@ -259,15 +259,17 @@ def test_flamegraph_svg_and_folded(daemon):
         t.close()
 
 
-def counts_mismatch():
+def counts_mismatch(tids=None):
     """The rows of stack_counts that counting the samples does not give, and the other way
-    round, for both bucket lengths, as one statement (one snapshot while the writer goes on)."""
+    round, for both bucket lengths, as one statement (one snapshot while the writer goes on);
+    of threads @tids only, when given."""
     parts = []
+    only = ' AND tid IN (%s)' % ','.join(map(str, tids)) if tids else ''
     for span in (60, 3600):
         counts = ('SELECT target_id, bucket, tid, stack_id, state, n FROM stack_counts'
-                  ' WHERE span_s = %d' % span)
+                  ' WHERE span_s = %d%s' % (span, only))
         counted = ('SELECT target_id, ts_ns / %d, tid, stack_id, state, count(*) FROM samples'
-                   ' GROUP BY 1, 2, 3, 4, 5' % (span * 10 ** 9))
+                   ' WHERE 1%s GROUP BY 1, 2, 3, 4, 5' % (span * 10 ** 9, only))
         parts += ['SELECT * FROM (%s EXCEPT %s)' % (counts, counted),
                   'SELECT * FROM (%s EXCEPT %s)' % (counted, counts)]
     return 'SELECT count(*) FROM (%s)' % ' UNION ALL '.join(parts)
@@ -376,23 +378,36 @@ def test_samples_on_the_tick_grid_and_minutes_merged_into_one_block_per_thread(t
         db.execute('UPDATE sample_blocks SET first_ns = first_ns - 180000000000,'
                    ' last_ns = last_ns - 180000000000')
         db.execute('UPDATE stack_counts SET bucket = bucket - 3 WHERE span_s = 60')
+        # one thread's second block cut short: its blocks stay as written, the others merge
+        damaged = min(tid for tid in per_thread if tid != t.pid)
+        db.execute('UPDATE sample_blocks SET data = substr(data, 1, length(data) / 2) WHERE'
+                   ' tid = ?1 AND first_ns = (SELECT first_ns FROM sample_blocks WHERE tid = ?1'
+                   ' ORDER BY first_ns LIMIT 1 OFFSET 1)', (damaged,))
+        kept = db.execute('SELECT first_ns, n, hex(data) FROM sample_blocks WHERE tid = ?'
+                          ' ORDER BY first_ns', (damaged,)).fetchall()
         db.commit()
         db.close()
         d.start()
+        before = [x for x in before if x[0] != damaged]
         minutes = {(tid, ts // (60 * 10 ** 9)) for tid, ts, _, _ in before}
-        assert len(minutes) < sum(per_thread.values())
-        wait_for(lambda: d.rows('SELECT count(*) FROM sample_blocks')[0][0] <= len(minutes),
-                 what='the blocks merged')
-        after = sorted(tuple(r) for r in d.rows('SELECT tid, ts_ns, stack_id, state'
-                                                 ' FROM samples'))
+        assert len(minutes) < sum(n for tid, n in per_thread.items() if tid != damaged)
+        wait_for(lambda: d.rows('SELECT count(*) FROM sample_blocks WHERE tid != %d'
+                                % damaged)[0][0] <= len(minutes), what='the blocks merged')
+        assert [tuple(r) for r in d.rows('SELECT first_ns, n, hex(data) FROM sample_blocks'
+                                         ' WHERE tid = %d ORDER BY first_ns' % damaged)] == kept
+        # (a query that reads the damaged block fails: a thread's samples are read by its tid)
+        whole = [tid for tid in per_thread if tid != damaged]
+        after = sorted(tuple(r) for r in d.rows('SELECT tid, ts_ns, stack_id, state FROM samples'
+                                                 ' WHERE tid IN (%s)' % ','.join(map(str, whole))))
         assert after == before
-        for tid in per_thread:
+        for tid in whole:
             ts = [x[1] for x in after if x[0] == tid]
             steps = [b - a for a, b in zip(ts, ts[1:])]
             assert min(steps) > 0, "a thread's samples in time order, one per tick"
             assert steps.count(10 ** 7) >= 0.8 * len(steps), (tid, steps)
-        assert d.rows(counts_mismatch())[0][0] == 0
-        assert d.rows('SELECT sum(n) FROM sample_blocks')[0][0] == len(after)
+        assert d.rows(counts_mismatch(whole))[0][0] == 0
+        assert d.rows('SELECT sum(n) FROM sample_blocks WHERE tid != %d'
+                      % damaged)[0][0] == len(after)
     finally:
         t.close()
         d.close()
