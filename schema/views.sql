@@ -68,7 +68,9 @@ JOIN targets t ON t.id = m.target_id
 LEFT JOIN memory p ON p.target_id = m.target_id
      AND p.ts_ns = (SELECT max(ts_ns) FROM memory WHERE target_id = m.target_id AND ts_ns < m.ts_ns);
 
--- Each thread's CPU use between two readings (100 = one core), with its name.
+-- Each thread's CPU use since its previous reading (100 = one core), with its name. Readings
+-- are a second apart for the last hour, a minute apart before (store.h: store__thin); the
+-- previous one is the thread's own, found by key (target_id, ts_ns) back from this one.
 CREATE TEMP VIEW thread_cpu_usage AS
 SELECT strftime('%Y-%m-%d %H:%M:%f', c.ts_ns / 1e9, 'unixepoch') AS timestamp, t.pid, c.tid,
        th.name AS thread, round(c.cpu_ns / 1e9, 3) AS cpu_seconds,
@@ -78,7 +80,8 @@ FROM thread_cpu c
 JOIN targets t ON t.id = c.target_id
 LEFT JOIN threads th ON th.target_id = c.target_id AND th.tid = c.tid
 LEFT JOIN thread_cpu p ON p.target_id = c.target_id AND p.tid = c.tid
-     AND p.ts_ns = (SELECT max(ts_ns) FROM memory WHERE target_id = c.target_id AND ts_ns < c.ts_ns);
+     AND p.ts_ns = (SELECT max(ts_ns) FROM thread_cpu WHERE target_id = c.target_id
+                    AND ts_ns < c.ts_ns AND tid = c.tid);
 
 -- Allocation tracking (probectl memory PID --allocations on): per snapshot, the source lines
 -- whose memory grew or shrank most since the previous one. The seeds' leak query reads as

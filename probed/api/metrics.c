@@ -414,6 +414,9 @@ static void render(struct metrics *m, struct evbuffer *out)
         (double)w->write_errors);
     one(out, "probed_blocks_merged_total", "counter",
         "Sample blocks merged away: each minute's into one per thread", (double)w->blocks_merged);
+    one(out, "probed_cpu_readings_thinned_total", "counter",
+        "Per-thread CPU readings deleted an hour on: one a minute per thread is kept",
+        (double)w->readings_thinned);
     tick_histogram(m, out);
     one(out, "probed_db_size_bytes", "gauge", "Database file and its write-ahead log",
         (double)(file_size(m->src.db_path, "") + file_size(m->src.db_path, "-wal")));

@@ -670,6 +670,46 @@ static int64_t delete_before(struct store *st, int64_t before_ns, struct errbuf 
     return exec(st, "COMMIT", err, "retention") < 0 ? -EIO : n;
 }
 
+int64_t store__thin(struct store *st, int64_t from_ns, int64_t to_ns, struct errbuf *err)
+{
+    /* per target, so that the key (target_id, ts_ns, tid) bounds each scan to the minute; a
+     * thread's last reading in it is the one kept */
+    static const char *const sql =
+        "DELETE FROM thread_cpu WHERE (target_id, ts_ns, tid) IN"
+        " (SELECT target_id, ts_ns, tid FROM (SELECT target_id, ts_ns, tid, row_number() OVER"
+        " (PARTITION BY tid ORDER BY ts_ns DESC) AS newest FROM thread_cpu"
+        " WHERE target_id = ?1 AND ts_ns >= ?2 AND ts_ns < ?3) WHERE newest > 1)";
+    sqlite3_stmt *ids = NULL, *del = NULL;
+    int64_t deleted = 0;
+    int r = exec(st, "BEGIN", err, "thinning the CPU readings"), rc = SQLITE_DONE;
+
+    if (r == 0 &&
+        (sqlite3_prepare_v2(st->db, "SELECT id FROM targets", -1, &ids, NULL) != SQLITE_OK ||
+         sqlite3_prepare_v2(st->db, sql, -1, &del, NULL) != SQLITE_OK))
+        r = -EIO;
+    while (r == 0 && (rc = sqlite3_step(ids)) == SQLITE_ROW) {
+        sqlite3_reset(del);
+        sqlite3_bind_int64(del, 1, sqlite3_column_int64(ids, 0));
+        sqlite3_bind_int64(del, 2, from_ns);
+        sqlite3_bind_int64(del, 3, to_ns);
+        if (sqlite3_step(del) != SQLITE_DONE)
+            r = -EIO;
+        else
+            deleted += sqlite3_changes64(st->db);
+    }
+    if (r == 0 && rc != SQLITE_DONE)
+        r = -EIO;
+    if (r < 0)
+        errbuf_set(err, r, "thinning the CPU readings of [%lld, %lld): %s", (long long)from_ns,
+                   (long long)to_ns, sqlite3_errmsg(st->db));
+    sqlite3_finalize(ids);
+    sqlite3_finalize(del);
+    if (r == 0 && (r = exec(st, "COMMIT", err, "thinning the CPU readings")) == 0)
+        return deleted;
+    sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+    return r;
+}
+
 /* The blocks a compaction writes, kept until the ones they replace are deleted. */
 struct merged {
     struct block_out *out;

@@ -59,6 +59,12 @@ int64_t store__retain(struct store *st, int64_t before_ns, int64_t max_bytes, st
  * merged. One transaction. Returns the blocks merged away. */
 int64_t store__compact(struct store *st, int64_t from_ns, int64_t to_ns, struct errbuf *err);
 
+/* Keeps, of each thread's CPU readings (thread_cpu) in [@from_ns, @to_ns), the last: the
+ * writer thins each minute an hour old to one reading per thread, as a week of a reading per
+ * thread a second would outweigh the samples. Deltas between the readings kept still give
+ * each thread's CPU use (view thread_cpu_usage). One transaction. Returns the rows deleted. */
+int64_t store__thin(struct store *st, int64_t from_ns, int64_t to_ns, struct errbuf *err);
+
 /* Bytes of live data (pages in use x page size). */
 int64_t store__size(struct store *st);
 

@@ -16,6 +16,8 @@
 #define COMPACT_AFTER_NS 5000000000LL
 /* At the start, the minutes this far back are merged too: the last run's, left as written. */
 #define COMPACT_FROM_NS (10 * MINUTE_NS)
+/* Each thread's CPU readings (one a second) are thinned to one a minute this long after. */
+#define THIN_AFTER_NS (60 * MINUTE_NS)
 
 /* A batch the database would not take is lost: counted where users look (the dropped total,
  * each target's lost samples and its gap in list), never silently. */
@@ -131,6 +133,25 @@ static void compact(struct writer *w)
         w->blocks_merged += (uint64_t)n;
 }
 
+/* The next minute an hour old whose CPU readings were not thinned (store__thin), one a pass
+ * like compact(); at the start, from COMPACT_FROM_NS before that. */
+static void thin(struct writer *w)
+{
+    struct errbuf err;
+    int64_t now = real_ns(), n;
+
+    if (!w->thinned_to_ns)
+        w->thinned_to_ns = (now - THIN_AFTER_NS) / MINUTE_NS * MINUTE_NS - COMPACT_FROM_NS;
+    if (now < w->thinned_to_ns + MINUTE_NS + THIN_AFTER_NS)
+        return;
+    n = store__thin(w->store, w->thinned_to_ns, w->thinned_to_ns + MINUTE_NS, &err);
+    if (n < 0 && w->thin_errors++ == 0)
+        log_msg(LOG_WARN, "%s (they stay; further failures are counted)", err.msg);
+    w->thinned_to_ns += MINUTE_NS;
+    if (n > 0)
+        w->readings_thinned += (uint64_t)n;
+}
+
 static void *writer_main(void *arg)
 {
     struct writer *w = arg;
@@ -147,6 +168,7 @@ static void *writer_main(void *arg)
         if (n++ % RETAIN_EVERY == 0)
             retain(w);
         compact(w);
+        thin(w);
         pthread_mutex_lock(&w->bg.lock);
     }
     pthread_mutex_unlock(&w->bg.lock);

@@ -40,6 +40,9 @@ struct writer {
     int64_t compacted_to_ns; /* CLOCK_REALTIME: the minutes before it were merged */
     uint64_t compact_errors;
     atomic_uint_fast64_t blocks_merged;
+    int64_t thinned_to_ns; /* CLOCK_REALTIME: the CPU readings before it were thinned */
+    uint64_t thin_errors;
+    atomic_uint_fast64_t readings_thinned;
     atomic_int_fast64_t db_bytes;
 };
 

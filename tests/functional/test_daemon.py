@@ -413,6 +413,63 @@ def test_samples_on_the_tick_grid_and_minutes_merged_into_one_block_per_thread(t
         d.close()
 
 
+def test_cpu_readings_an_hour_old_thinned_to_one_a_minute_per_thread(tmp_path):
+    """Each thread's CPU reading a second (thread_cpu) would outweigh a week's samples: a
+    minute an hour old keeps each thread's last reading of it (store__thin), what is younger
+    stays whole, and thread_cpu_usage gives a thread's use since its own previous reading."""
+    from conftest import free_port
+    port = free_port()
+    d = Daemon('--metrics', '127.0.0.1:%d' % port, workdir=str(tmp_path))
+    t = Target('/usr/bin/python3', 'busy.py')
+    minute = 60 * 10 ** 9
+    try:
+        d.ctl('attach', t.pid, '--rate', '10', check=True)
+        wait_for(lambda: d.rows('SELECT count(DISTINCT ts_ns) FROM thread_cpu')[0][0] >= 5,
+                 what='five CPU readings')
+        d.ctl('detach', t.pid, check=True)
+        time.sleep(1.5)
+        d.kill()
+        db = sqlite3.connect(d.db)
+        rows = db.execute('SELECT target_id, ts_ns, tid, cpu_ns FROM thread_cpu').fetchall()
+        # the readings 62 minutes back, and a copy of them 30 minutes back
+        old = sorted((tg, ts - 62 * minute, tid, cpu) for tg, ts, tid, cpu in rows)
+        young = sorted((tg, ts - 30 * minute, tid, cpu) for tg, ts, tid, cpu in rows)
+        db.execute('DELETE FROM thread_cpu')
+        db.executemany('INSERT INTO thread_cpu VALUES (?, ?, ?, ?)', old + young)
+        db.commit()
+        db.close()
+        last = {}
+        for tg, ts, tid, cpu in old:
+            key = (tg, tid, ts // minute)
+            last[key] = max(last.get(key, (0, 0, 0, 0)), (tg, ts, tid, cpu))
+        kept = sorted(last.values())
+        assert len(kept) < len(old)
+        d.start()
+        wait_for(lambda: d.rows('SELECT count(*) FROM thread_cpu')[0][0] == len(kept) + len(young),
+                 what='the old minutes thinned')
+        assert sorted(tuple(r) for r in d.rows('SELECT target_id, ts_ns, tid, cpu_ns'
+                                                ' FROM thread_cpu')) == sorted(kept + young)
+        usage = {(tid, ts): pct for tid, ts, pct in
+                 d.rows('SELECT tid, ts_ns, cpu_pct FROM thread_cpu_usage')}
+        for rows_of in (kept, young):
+            prev = {}
+            for tg, ts, tid, cpu in rows_of:
+                p = prev.get(tid)
+                want = round(100.0 * (cpu - p[1]) / (ts - p[0]), 1) if p else None
+                if rows_of is young and not p:  # the previous reading is the thinned one's
+                    p = [x for x in kept if x[2] == tid][-1]
+                    want = round(100.0 * (cpu - p[3]) / (ts - p[1]), 1)
+                assert usage[(tid, ts)] == want, (tid, ts, usage[(tid, ts)], want)
+                prev[tid] = (ts, cpu)
+        assert max(usage.values(), key=lambda x: x or 0) > 50  # busy.py's main thread
+        metrics = subprocess.run(['curl', '-s', 'http://127.0.0.1:%d/metrics' % port],
+                                 stdout=subprocess.PIPE, universal_newlines=True).stdout
+        assert 'probed_cpu_readings_thinned_total %d' % (len(old) - len(kept)) in metrics
+    finally:
+        t.close()
+        d.close()
+
+
 def test_flamegraph_names_holding_separators_stay_whole(daemon):
     """A script under a directory named 'a;b (c:1)': every flame graph format keeps each frame
     whole. The renderers used to re-split folded text, and this one path became bogus frames
