@@ -25,11 +25,13 @@ usage: PROBED_BUILD=DIR bench/daemon.py [--load 1x10000,1x100,16x100,64x100] [--
    targets attached and detached.
 7. A week in storage (--week): N ranks (bench/targets/rank_like.py: 10 threads each, the
    main one stepping through three phases, the rest waiting) sampled at 100 Hz for a while;
-   the daemon is stopped, the blocks moved 4 minutes back, and a daemon started on the
-   database merges those minutes (store__compact); then the database is vacuumed and its
-   bytes per sample, whole and in sample_blocks and stack_counts (dbstat), give a week of an
-   8-rank job (8 x 10 threads x 100 Hz x 604,800 s = 4.84 G samples). Baseline in the same
-   run: the same samples as the writer left them, before merging.
+   the daemon is stopped, the blocks moved 4 minutes back and the CPU readings 65, and a
+   daemon started on the database merges those minutes (store__compact) and thins those
+   readings to one a minute per thread (store__thin); then the database is vacuumed and its
+   bytes per sample, whole and in sample_blocks, stack_counts and thread_cpu (dbstat), give
+   a week of an 8-rank job (8 x 10 threads x 100 Hz x 604,800 s = 4.84 G samples; the last
+   hour's CPU readings a second apart). Baseline in the same run: the same samples and
+   readings as the writer left them.
 5. The API while attaching: N torch processes (tests/targets/native_torch.py, Debian's python3
    with python3-torch) attached --native one after the other while another client asks
    GET /v1/status back to back: each attach's time, and the status replies' median and
@@ -368,6 +370,9 @@ def db_bytes(path):
     return n, blocks, size, per_table
 
 
+GROWING = ('sample_blocks', 'stack_counts', 'memory', 'thread_cpu')
+
+
 def week_storage(n_ranks, window):
     targets = ready_targets('rank_like.py', n_ranks)
     d = Daemon()
@@ -384,29 +389,46 @@ def week_storage(n_ranks, window):
         db.execute('UPDATE sample_blocks SET first_ns = first_ns - ?, last_ns = last_ns - ?',
                    (shift, shift))
         db.execute('UPDATE stack_counts SET bucket = bucket - 4 WHERE span_s = 60')
+        # the CPU readings 65 minutes back: past the hour after which they are thinned, within
+        # the 10 minutes before it that a start thins
+        shift = 65 * 60 * 10 ** 9
+        db.execute('UPDATE thread_cpu SET ts_ns = ts_ns - ?', (shift,))
         db.commit()
         db.close()
-        rows = [('as written (a block per thread per second)', db_bytes(d.db))]
+        rows = [('as written (a block per thread per second, a CPU reading per thread a'
+                 ' second)', db_bytes(d.db))]
         d.start()
         deadline = time.time() + 60
         while time.time() < deadline:  # every minute merged: at most 2 blocks per thread
             time.sleep(2)
             if d.rows('SELECT max(c) FROM (SELECT count(*) c FROM sample_blocks'
-                      ' GROUP BY target_id, tid)')[0][0] <= 2:
+                      ' GROUP BY target_id, tid)')[0][0] <= 2 and \
+                    d.rows('SELECT max(c) FROM (SELECT count(*) c FROM thread_cpu'
+                           ' GROUP BY target_id, tid)')[0][0] <= 2:
                 break
         d.kill()
-        rows.append(('merged per minute', db_bytes(d.db)))
+        rows.append(('merged per minute, CPU readings thinned', db_bytes(d.db)))
         week = n_ranks and 8 * 10 * 100 * 604800
+        hour = week / 168
+        cpu_written = rows[0][1][3].get('thread_cpu', 0) / max(rows[0][1][0], 1)
         for what, (n, blocks, size, per_table) in rows:
+            # what grows with time scales to a week: the samples, their counts, the memory
+            # timeline and the CPU readings (the last hour's a second apart, the rest as
+            # measured); the rest (the schema, stacks and frames, targets, empty tables) is
+            # there once
+            growing = sum(per_table.get(x, 0) for x in GROWING) / max(n, 1)
+            cpu = per_table.get('thread_cpu', 0) / max(n, 1)
+            week_bytes = (week * (growing - cpu) + hour * cpu_written + (week - hour) * cpu
+                          + size - n * growing)
             print('a week in storage, %d ranks x 10 threads x 100 Hz for %ds, %s: %d samples in'
                   ' %d blocks; %.2f bytes per sample in all (%.2f in sample_blocks, %.2f in'
-                  ' stack_counts): a week of 8 ranks = %.2f GB'
+                  ' stack_counts, %.3f in thread_cpu): a week of 8 ranks = %.2f GB'
                   % (n_ranks, window, what, n, blocks, size / max(n, 1),
                      per_table.get('sample_blocks', 0) / max(n, 1),
-                     per_table.get('stack_counts', 0) / max(n, 1), week * size / max(n, 1) / 1e9))
+                     per_table.get('stack_counts', 0) / max(n, 1), cpu, week_bytes / 1e9))
             print('    by table, bytes per sample: ' + ', '.join(
                 '%s %.3f' % (name, b / max(n, 1)) for name, b in
-                sorted(per_table.items(), key=lambda x: -x[1]) if b > size / 100))
+                sorted(per_table.items(), key=lambda x: -x[1]) if b > 4096))  # past one page
     finally:
         d.close()
         for t in targets:
