@@ -22,7 +22,8 @@ usage: PROBED_BUILD=DIR bench/daemon.py [--load 1x10000,1x100,16x100,64x100] [--
 4. Attaching many: N idle targets (128) attached one after the other through the API while
    those before are sampled: the whole, and each attach's median and longest.
 6. Attach and detach cycles (--cycles): the daemon's RSS every tenth of N cycles of the same
-   targets attached and detached.
+   targets attached and detached, and that less the writer's SQLite page cache (GET
+   /v1/status db_cache_bytes), which fills to its bound (2 MB) as the database grows.
 7. A week in storage (--week): N ranks (bench/targets/rank_like.py: 10 threads each, the
    main one stepping through three phases, the rest waiting) sampled at 100 Hz for a while;
    the daemon is stopped, the blocks moved 4 minutes back and the CPU readings 65, and a
@@ -333,7 +334,8 @@ def attach_cycles(n_targets, cycles):
         t0 = time.time()
         for i in range(cycles + 1):
             if i % max(cycles // 10, 1) == 0:
-                marks.append((i, rss_mib(d.proc.pid)))
+                cache = d.api('GET', '/v1/status')[1]['db_cache_bytes'] / 2 ** 20
+                marks.append((i, rss_mib(d.proc.pid), cache))
             if i == cycles:
                 break
             for t in targets:
@@ -342,9 +344,13 @@ def attach_cycles(n_targets, cycles):
             for t in targets:
                 status, reply = d.api('DELETE', '/v1/targets/%d' % t.pid)
                 assert status == 200, reply
-        print('%d targets attached and detached %d times (%.0f s): daemon RSS %s MiB'
+        print('%d targets attached and detached %d times (%.0f s): daemon RSS %s MiB;'
+              ' less the page cache of the database (bounded, filling as it grows: %s MiB)'
+              ' %s MiB'
               % (n_targets, cycles, time.time() - t0,
-                 ' '.join('%.1f@%d' % (r, i) for i, r in marks)))
+                 ' '.join('%.1f@%d' % (r, i) for i, r, _ in marks),
+                 ' '.join('%.1f' % c for _, _, c in marks),
+                 ' '.join('%.1f' % (r - c) for _, r, c in marks)))
     finally:
         d.close()
         for t in targets:

@@ -422,6 +422,9 @@ static void render(struct metrics *m, struct evbuffer *out)
         (double)(file_size(m->src.db_path, "") + file_size(m->src.db_path, "-wal")));
     one(out, "probed_db_used_bytes", "gauge", "Database pages in use (retention's measure)",
         (double)w->db_bytes);
+    one(out, "probed_db_cache_bytes", "gauge",
+        "The writer's SQLite page cache (part of the RSS; bounded, it fills as the database grows)",
+        (double)w->db_cache_bytes);
     one(out, "probed_requests_total", "counter", "API requests", (double)*m->src.requests);
     one(out, "probed_queries_total", "counter", "SQL queries run", (double)*m->src.queries);
     one(out, "probed_query_errors_total", "counter", "SQL queries that failed or were refused",

@@ -68,4 +68,8 @@ int64_t store__thin(struct store *st, int64_t from_ns, int64_t to_ns, struct err
 /* Bytes of live data (pages in use x page size). */
 int64_t store__size(struct store *st);
 
+/* The writer's page cache: bytes it holds now (at most about STORE_CACHE_KIB KiB), or -1. */
+#define STORE_CACHE_KIB "2000"
+int64_t store__cache_bytes(struct store *st);
+
 #endif

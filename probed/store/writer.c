@@ -165,6 +165,7 @@ static void *writer_main(void *arg)
             bgthread_wait_until(&w->bg, due);
         pthread_mutex_unlock(&w->bg.lock);
         flush(w);
+        w->db_cache_bytes = store__cache_bytes(w->store);
         if (n++ % RETAIN_EVERY == 0)
             retain(w);
         compact(w);

@@ -44,6 +44,7 @@ struct writer {
     uint64_t thin_errors;
     atomic_uint_fast64_t readings_thinned;
     atomic_int_fast64_t db_bytes;
+    atomic_int_fast64_t db_cache_bytes; /* store__cache_bytes, after each flush */
 };
 
 int writer_start(struct writer *w);

@@ -2,6 +2,7 @@
 every interpreter, probectl and curl as clients."""
 import json
 import os
+import re
 import signal
 import socket
 import sqlite3
@@ -465,6 +466,10 @@ def test_cpu_readings_an_hour_old_thinned_to_one_a_minute_per_thread(tmp_path):
         metrics = subprocess.run(['curl', '-s', 'http://127.0.0.1:%d/metrics' % port],
                                  stdout=subprocess.PIPE, universal_newlines=True).stdout
         assert 'probed_cpu_readings_thinned_total %d' % (len(old) - len(kept)) in metrics
+        # the writer's page cache, part of the RSS, held to SQLite's default size
+        cache = d.api('GET', '/v1/status')[1]['db_cache_bytes']
+        assert 0 < cache <= 2000 * 1024, cache
+        assert re.search(r'^probed_db_cache_bytes \d+$', metrics, re.M), metrics
     finally:
         t.close()
         d.close()
