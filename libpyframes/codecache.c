@@ -21,6 +21,7 @@ static void entry_clear(struct code_info *e)
     free(e->file);
     free(e->lines);
     free(e->code);
+    free(e->sites);
     memset(e, 0, sizeof(*e));
 }
 

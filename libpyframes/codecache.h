@@ -25,8 +25,10 @@ struct code_info {
     char *func, *file; /* owned, UTF-8 */
     uint8_t *lines;    /* owned copy of the line table */
     size_t n_lines;
-    uint8_t *code; /* 3.11: owned copy of the bytecode as first read (NULL: not kept) */
+    uint8_t *code;  /* 3.11-3.13: owned copy of the bytecode (NULL: not kept) */
+    uint8_t *sites; /* owned: per code unit of it, where a caller may stand (stack.c) */
     size_t n_code;
+    uint32_t code_stamp; /* the walk that copied the bytecode */
     int32_t first_line;
     int64_t memo_addr; /* last (offset -> line) answer: a sleeping frame asks the same */
     int32_t memo_line;

@@ -64,6 +64,10 @@ enum pyf_attrs_model {
 };
 
 /* Offsets in bytes; -1 where the version has no such field. */
+#define PYF_OP_UNITS 0x0f
+#define PYF_OP_INLINE_CALL 0x10
+#define PYF_OP_GENERIC 0x20
+
 struct pyf_layout {
     uint32_t version; /* PYF_VER(3, minor) */
     uint8_t frame_model, line_format, long_format, gil_model, fr_state_model, dict_keys_model;
@@ -89,10 +93,13 @@ struct pyf_layout {
     int32_t fr_is_entry;      /* 3.11: bool, the frame was entered from C (not an inline call) */
     int32_t fr_running;       /* <= 3.10: the char saying the frame runs (f_executing, f_state) */
     int32_t fr_running_value; /* ... and its value then; -1 fr_running: no such field */
-    /* 3.11, 3.12: per opcode, 1 + its cache units when it pushes an inline frame, 255 when
-     * it hides the real one (instrumented), else 0 (NULL elsewhere); while the callee runs,
-     * the caller's prev_instr points at that instruction or at its last cache unit. */
-    const uint8_t *inline_call_caches;
+    /* 3.11 to 3.13: per opcode, PYF_OP_UNITS: the code units it takes with its caches (0:
+     * unknown, an instrumented opcode hiding the real one: a walk of the bytecode stops),
+     * PYF_OP_INLINE_CALL: it pushes an inline frame (while the callee runs, the caller's
+     * prev_instr, 3.13's instr_ptr, points at that instruction or at its last cache unit),
+     * PYF_OP_GENERIC: the generic form of a family some of whose specialised forms do not.
+     * NULL elsewhere. */
+    const uint8_t *ops;
     /* PyCodeObject */
     int32_t co_argcount, co_nlocals, co_nlocalsplus, co_firstlineno;
     int32_t co_filename, co_name, co_qualname, co_linetable, co_code, co_code_adaptive;

@@ -39,7 +39,7 @@
 #include "target.h"
 
 #define LINETABLE_MAX (1u << 20)
-/* 3.11/3.12 bytecode kept for the call-site check; a larger code object is not checked */
+/* 3.11-3.13 bytecode kept for the call-site check; a larger code object is not checked */
 #define BYTECODE_MAX (1u << 16)
 #define SNAPSHOT_ATTEMPTS 6
 
@@ -454,11 +454,40 @@ static void code_key(const struct pyf_target *t, const uint8_t *head, uint64_t *
     key[4] = (uint64_t)(uint32_t)field_i32(head, l->co_firstlineno);
 }
 
-/* 3.11/3.12: a copy of the bytecode of the code object at @raddr (whose head is @head), for
- * at_inline_call(). Specialisation rewrites opcodes later, but only within their family,
- * which is all the check looks at. Too large, or no memory: *ret_code stays NULL. */
+/* Where in a code object's bytecode a caller may stand while its callee runs: per code unit,
+ * SITE_CALL on an instruction that pushes an inline frame and on its last cache unit (3.13's
+ * instr_ptr points at the one, 3.11's and 3.12's prev_instr at the other), SITE_GENERIC for
+ * such an instruction still in the generic form of a family some of whose specialised forms
+ * call C, SITE_UNKNOWN from the first instruction whose length is not known (an instrumented
+ * one), SITE_NONE elsewhere. The bytecode is walked from its start, instruction by
+ * instruction: a cache unit holds counters and versions, whose bytes look like any opcode. */
+enum { SITE_NONE, SITE_CALL, SITE_GENERIC, SITE_UNKNOWN };
+
+static void map_sites(const uint8_t *ops, const uint8_t *code, size_t n_units, uint8_t *sites)
+{
+    size_t u = 0;
+
+    memset(sites, SITE_NONE, n_units);
+    while (u < n_units) {
+        uint8_t op = ops[code[u * 2]]; /* the opcode is a unit's low byte */
+        size_t len = op & PYF_OP_UNITS;
+        if (len == 0) {
+            memset(sites + u, SITE_UNKNOWN, n_units - u);
+            return;
+        }
+        if (op & PYF_OP_INLINE_CALL) {
+            sites[u] = op & PYF_OP_GENERIC ? SITE_GENERIC : SITE_CALL;
+            if (u + len - 1 < n_units)
+                sites[u + len - 1] = sites[u];
+        }
+        u += len;
+    }
+}
+
+/* 3.11-3.13: a copy of the bytecode of the code object at @raddr (whose head is @head) and
+ * its call sites, for at_inline_call(). Too large, or no memory: *ret_code stays NULL. */
 static int read_bytecode(struct pyf_target *t, uint64_t raddr, const uint8_t *head,
-                         uint8_t **ret_code, size_t *ret_n, struct pyf_err *e)
+                         uint8_t **ret_code, uint8_t **ret_sites, size_t *ret_n, struct pyf_err *e)
 {
     int64_t units = (int64_t)field_u64(head, t->lay.var_size);
     size_t n = units > 0 ? (size_t)units * 2 : 0;
@@ -466,12 +495,19 @@ static int read_bytecode(struct pyf_target *t, uint64_t raddr, const uint8_t *he
 
     if (n == 0 || n > BYTECODE_MAX || !(*ret_code = malloc(n)))
         return 0;
+    if (!(*ret_sites = malloc(n / 2))) {
+        free(*ret_code);
+        *ret_code = NULL;
+        return 0;
+    }
     r = remote_read(&t->mem, raddr + (uint64_t)t->lay.co_code_adaptive, *ret_code, n);
     if (r < 0) {
         free(*ret_code);
-        *ret_code = NULL;
+        free(*ret_sites);
+        *ret_code = *ret_sites = NULL;
         return target_fail_read(t, e, r, raddr, "bytecode");
     }
+    map_sites(t->lay.ops, *ret_code, n / 2, *ret_sites);
     *ret_n = n;
     return 0;
 }
@@ -482,7 +518,7 @@ static int load_code(struct pyf_target *t, uint64_t raddr, const uint8_t *head, 
 {
     struct code_info *ci;
     char *func = NULL, *file = NULL;
-    uint8_t *lines = NULL, *code = NULL;
+    uint8_t *lines = NULL, *code = NULL, *sites = NULL;
     size_t n_lines = 0, n_code = 0;
     int r;
 
@@ -493,18 +529,21 @@ static int load_code(struct pyf_target *t, uint64_t raddr, const uint8_t *head, 
         r = pyobj_bytes(t, key[3], LINETABLE_MAX, &lines, &n_lines, e);
     if (r == 0 && n_lines > LINETABLE_MAX)
         n_lines = LINETABLE_MAX; /* lines past 1 MiB of table are reported as -1 */
-    if (r == 0 && t->lay.inline_call_caches)
-        r = read_bytecode(t, raddr, head, &code, &n_code, e);
+    if (r == 0 && t->lay.ops)
+        r = read_bytecode(t, raddr, head, &code, &sites, &n_code, e);
     ci = r == 0 ? codecache__insert(t->codes, raddr, key) : NULL;
     if (!ci) {
         free(func);
         free(file);
         free(lines);
         free(code);
+        free(sites);
         return r < 0 ? r : pyf_fail(e, PYF_INVALID, ENOMEM, 0, "code cache");
     }
     ci->code = code;
+    ci->sites = sites;
     ci->n_code = n_code;
+    ci->code_stamp = ci->stamp;
     ci->func = func;
     ci->file = file;
     ci->lines = lines;
@@ -524,42 +563,41 @@ static int32_t code_line(const struct pyf_target *t, struct code_info *ci, int64
     return ci->memo_line;
 }
 
-/* Whether the instruction at or just before code unit @unit (its last cache unit) is one
- * that pushes an inline frame, per the layout's inline_call_caches. */
-static bool calls_inline_at(const uint8_t *caches, const uint8_t *code, size_t unit)
-{
-    for (size_t c = 0; c <= 16 && c <= unit; c++) {
-        uint8_t v = caches[code[(unit - c) * 2]]; /* the opcode is a unit's low byte */
-        if (v == 255 || (v && (c == 0 || c == (size_t)v - 1)))
-            return true;
-    }
-    return false;
-}
+/* A generic call site's copy is taken again after this many walks: the interpreter
+ * specialises an instruction after its first runs, often after the code was first met. */
+#define SITES_STALE_WALKS 100
 
 /*
- * 3.11/3.12: whether a caller, at byte @lasti of @ci's bytecode, is at an instruction that
+ * 3.11-3.13: whether a caller, at byte @lasti of @ci's bytecode, is at an instruction that
  * pushes an inline frame. A leaf that returned and was called again at the same address
  * between the reads that check a copy is otherwise invisible (3.11 has no mark of the
- * executing frame; 3.12 has one, but a copy that spans the return holds none): the copy then
- * holds the returned leaf under a caller already past the call (at its loop head, or
- * returning too). The bytecode kept was read when the code object was first met, before
- * the interpreter specialised some of its instructions, so a caller that fails the check
- * is checked again against a fresh copy. Unknown bytecode passes.
+ * executing frame; 3.12 and 3.13 have one, but a copy that spans the return holds none): the
+ * copy then holds the returned leaf under a caller already past the call (at its loop head,
+ * or returning too). The bytecode kept may predate the interpreter's specialising, which
+ * changes instructions only within their family: a caller that fails the check is checked
+ * again against a fresh copy, and so is one at a generic instruction (CALL, which its
+ * CALL_BUILTIN_O form turns into a call of C) whose copy is older than SITES_STALE_WALKS.
+ * Unknown bytecode passes.
  */
 static bool at_inline_call(struct pyf_target *t, struct code_info *ci, int64_t lasti)
 {
     size_t unit = lasti >= 0 ? (size_t)lasti / 2 : 0;
+    uint8_t site;
 
     if (lasti < 0) /* not started: it has called nothing yet */
         return false;
     if (!ci->code || unit * 2 >= ci->n_code)
         return true;
-    if (calls_inline_at(t->lay.inline_call_caches, ci->code, unit))
+    site = ci->sites[unit];
+    if (site == SITE_CALL || site == SITE_UNKNOWN ||
+        (site == SITE_GENERIC && ci->stamp - ci->code_stamp < SITES_STALE_WALKS))
         return true;
     if (remote_read(&t->mem, ci->raddr + (uint64_t)t->lay.co_code_adaptive, ci->code, ci->n_code) <
         0)
         return true;
-    return calls_inline_at(t->lay.inline_call_caches, ci->code, unit);
+    map_sites(t->lay.ops, ci->code, ci->n_code / 2, ci->sites);
+    ci->code_stamp = ci->stamp;
+    return ci->sites[unit] != SITE_NONE;
 }
 
 /* 3.12+: the interpreter pushes a shim frame before the first frame it runs for a call from
@@ -606,7 +644,7 @@ static int resolve_frames(struct pyf_target *t, size_t n, struct pyf_stack *st, 
             if (r < 0)
                 return r;
         }
-        if (t->lay.inline_call_caches && i > 0 && !raw[-1].entry && !raw[-1].skip &&
+        if (t->lay.ops && i > 0 && !raw[-1].entry && !raw[-1].skip &&
             !at_inline_call(t, ci, raw->lasti))
             return pyf_fail(e, PYF_TORN, EAGAIN, raw->raddr,
                             "pid %d: frame 0x%" PRIx64 " is past the call of its callee",

@@ -38,6 +38,11 @@
 #define HAS_INLINE_CALL_CACHES 1
 #endif
 
+/* layout.h */
+#define PYF_OP_UNITS 0x0f
+#define PYF_OP_INLINE_CALL 0x10
+#define PYF_OP_GENERIC 0x20
+
 #define F(name, value) printf("    .%s = %ld,\n", name, (long)(value))
 #define FS(name, sym) printf("    .%s = %s,\n", name, sym)
 
@@ -65,29 +70,44 @@ static const int inline_call_ops[] = {
 #endif
 
 /*
- * 3.11 to 3.13: per opcode, 1 + the cache units after it when it pushes an inline frame,
- * 255 for an instrumented opcode (3.12 monitoring hides the real one), else 0. While the
- * callee runs, the caller's prev_instr points at that instruction or at its last cache unit
- * (see stack.c).
+ * 3.11 to 3.13: per opcode, how the bytecode is walked (layout.h: PYF_OP_*): how many code
+ * units the instruction takes with its caches (0: not known, so a walk stops there: an
+ * instrumented opcode, 3.12+, hides the real one and its caches, and so does 3.13's
+ * ENTER_EXECUTOR; an undefined one is no instruction), whether it pushes an inline frame,
+ * and whether it is the generic form of a family whose specialised forms do not all push
+ * one (CALL, whose CALL_BUILTIN_O calls C). See stack.c: at_inline_call().
  */
-static void print_inline_call_caches(void)
+#ifdef HAS_INLINE_CALL_CACHES
+static int in_list(int op)
+{
+    for (size_t i = 0; i < sizeof(inline_call_ops) / sizeof(inline_call_ops[0]); i++)
+        if (inline_call_ops[i] == op)
+            return 1;
+    return 0;
+}
+#endif
+
+static void print_ops(void)
 {
 #ifdef HAS_INLINE_CALL_CACHES
     printf("/* clang-format off */\n");
-    printf("static const uint8_t inline_call_caches[256] = {\n");
+    printf("static const uint8_t ops[256] = {\n");
     for (int op = 0; op < 256; op++) {
-        int value = 0;
+        int deopt = _PyOpcode_Deopt[op], value = deopt ? 1 + _PyOpcode_Caches[deopt] : 0;
 #if PY_VERSION_HEX >= 0x030c0000
         if (op >= MIN_INSTRUMENTED_OPCODE)
-            value = 255;
+            value = 0;
 #endif
 #if PY_VERSION_HEX >= 0x030d0000
         if (op == ENTER_EXECUTOR) /* tier 2 replaced the instruction */
-            value = 255;
+            value = 0;
 #endif
-        for (size_t i = 0; i < sizeof(inline_call_ops) / sizeof(inline_call_ops[0]); i++)
-            if (inline_call_ops[i] == op)
-                value = 1 + _PyOpcode_Caches[_PyOpcode_Deopt[op]];
+        if (value && in_list(op)) {
+            value |= PYF_OP_INLINE_CALL;
+            for (int other = 0; other < 256 && deopt == op; other++)
+                if (other != op && _PyOpcode_Deopt[other] == op && !in_list(other))
+                    value |= PYF_OP_GENERIC;
+        }
         if (value)
             printf("    [%d] = %d,\n", op, value);
     }
@@ -103,7 +123,7 @@ int main(void)
            "Do not edit. */\n",
            PY_VERSION);
     printf("#include \"../layout.h\"\n\n");
-    print_inline_call_caches();
+    print_ops();
     printf("const struct pyf_layout pyf_layout_3%02d = {\n", minor);
     printf("    .version = PYF_VER(3, %d),\n", minor);
 
@@ -249,14 +269,14 @@ int main(void)
     F("fr_state", -1); /* 3.11 leaves stacktop as last saved: no executing marker */
     FS("fr_state_model", "PYF_STATE_NONE");
     F("fr_is_entry", offsetof(_PyInterpreterFrame, is_entry));
-    FS("inline_call_caches", "inline_call_caches");
+    FS("ops", "ops");
 #else
     F("fr_owner_cstack", FRAME_OWNED_BY_CSTACK);
     F("fr_state", offsetof(_PyInterpreterFrame, stacktop)); /* -1: executing */
     FS("fr_state_model", "PYF_STATE_STACKTOP");
     F("fr_is_entry", -1); /* entry frames are marked by a shim frame instead */
 #ifdef HAS_INLINE_CALL_CACHES
-    FS("inline_call_caches", "inline_call_caches");
+    FS("ops", "ops");
 #endif
 #endif
 #endif
