@@ -20,10 +20,10 @@ austin (`austin -i 1e6/RATE -p PID`, stopped with SIGINT). Per profiler:
   - CPU per tick, in microseconds: probed's sampler thread (schedstat) and the whole daemon
     (writer, meter, API included); austin is one thread, so both are its process's CPU (its
     rusage, from wait4);
-  - consistent: the share of main-thread samples whose stack deep.py really had (lvl_0 ..
-    lvl_k under main, each caller at its call line, the innermost in its own body), of all
-    the main thread's samples (austin writes a sample whose stack it could not read as a
-    thread with no frames; probed drops a torn read, counted as `torn`, and stores nothing);
+  - consistent: the share of the main thread's samples kept (probed: stored; austin:
+    written) whose stack deep.py really had (lvl_0 .. lvl_k under main, each caller at its
+    call line, the innermost in its own body); beside it, probed's reads dropped as torn
+    (counted as `torn`, nothing stored), of all its reads (austin drops none);
   - the target's work rate in the window over the mean of the two windows without a
     profiler around it (1.000: no slowdown), the median over rounds; the noise floor beside
     it is the same ratio between windows that both had none.
@@ -209,8 +209,9 @@ def compare(python, austin, rates, window, rounds):
                 noise.append(base[1] / base[0])
                 good = sum(c for st, c in stacks.items() if t.consistent(st))
                 rows['probed'].append((n / (b - a), sampler / max(n, 1), whole / max(n, 1),
-                                       good / max(n + torn, 1),
-                                       t.rate_between(a, b) / statistics.mean(base)))
+                                       good / max(n, 1),
+                                       t.rate_between(a, b) / statistics.mean(base),
+                                       torn / max(n + torn, 1)))
                 if austin and not why_not:
                     r, why_not = austin_window(austin, t, rate, window)
                     off2 = (time.time(), None)
@@ -222,7 +223,7 @@ def compare(python, austin, rates, window, rounds):
                         base = [t.rate_between(*off1), t.rate_between(*off2)]
                         rows['austin'].append((n / ran, cpu / max(n, 1), cpu / max(n, 1),
                                                good / max(n, 1),
-                                               t.rate_between(a, b) / statistics.mean(base)))
+                                               t.rate_between(a, b) / statistics.mean(base), 0))
             for tool, rs in rows.items():
                 if not rs:
                     print('  %6d Hz  %-7s no figures: %s' % (
@@ -230,11 +231,13 @@ def compare(python, austin, rates, window, rounds):
                         if not austin else 'it reads no stack of this interpreter (%s)'
                         % ' '.join(why_not or [])))
                     continue
-                med = [median([r[i] for r in rs]) for i in range(5)]
+                med = [median([r[i] for r in rs]) for i in range(6)]
                 print('  %6d Hz  %-7s %8.0f ticks/s  %6.1f us CPU/tick (%6.1f whole process)'
-                      '  %6.2f%% consistent  target work %.3f (noise floor %.3f)'
-                      % (rate, tool, med[0], 1e6 * med[1], 1e6 * med[2], 100 * med[3], med[4],
-                         median(noise)))
+                      '  %6.2f%% of stacks kept consistent%s  target work %.3f (noise floor'
+                      ' %.3f)'
+                      % (rate, tool, med[0], 1e6 * med[1], 1e6 * med[2], 100 * med[3],
+                         ' (%.2f%% dropped as torn)' % (100 * med[5]) if tool == 'probed' else
+                         ' (none dropped)', med[4], median(noise)))
             if rows['probed'] and rows['austin']:
                 p = [median([r[i] for r in rows['probed']]) for i in range(5)]
                 q = [median([r[i] for r in rows['austin']]) for i in range(5)]

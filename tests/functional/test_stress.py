@@ -115,6 +115,47 @@ def test_stored_stacks_of_a_recursion_are_true(python, target_factory, daemon):
 
 
 @pytest.mark.parametrize('python', interpreter_params())
+def test_callers_of_a_leaf_called_again_and_again_stand_at_their_calls(python, target_factory,
+                                                                       daemon):
+    """loops.py's leaves return and are called again at the same address every microsecond:
+    a copy that spans a return and the next call holds the new leaf under a caller copied at
+    its loop head, and passes every check of the chain. Each stored stack of its main thread,
+    sampled at 10 kHz, is one it had: lvl_0 .. lvl_k under main, each caller at its call line.
+    3.11+ checks that a caller stands at an instruction that pushes a frame, found by walking
+    the bytecode (looking back for a byte that looked like a call let 1 in 3,000 through on
+    3.13). <= 3.10 has no such check yet: there it is an expected failure (see the notes)."""
+    require(python)
+    t = target_factory(python, 'loops.py')
+    first, call = t.info['first'], t.info['call']
+    by_target = stored_samples(daemon, t.pid, 10000, 20000)
+    counts = dict(daemon.rows('SELECT stack_id, count(*) FROM samples s WHERE %s AND s.tid = %d'
+                              ' GROUP BY stack_id' % (by_target, t.pid)))
+    frames = {}
+    for sid, func, file, line in daemon.rows(
+            'SELECT stack_id, func, file, lineno FROM stacks WHERE stack_id IN (%s)'
+            ' ORDER BY stack_id, depth' % ','.join(map(str, counts))):
+        frames.setdefault(sid, []).append((func, file, line))
+
+    def wrong(stack):  # innermost first
+        levels = [f for f in stack if f[1] == t.info['file']]
+        names = ['lvl_%d' % k for k in range(len(levels) - 1, -1, -1)]
+        if [f[0] for f in levels] != names or stack[len(levels)][0] != 'main':
+            return True
+        leaf = levels[0]
+        return not first[leaf[0]] <= leaf[2] <= first[leaf[0]] + 3 or \
+            any(f[2] != call[f[0]] for f in levels[1:])
+
+    bad = {sid: n for sid, n in counts.items() if wrong(frames.get(sid, [('?', '', 0)]))}
+    total = sum(counts.values())
+    assert total >= 18000, total
+    if bad and tuple(t.info['version']) < (3, 11):
+        pytest.xfail('<= 3.10: %d of %d stacks had a caller past its call'
+                     % (sum(bad.values()), total))
+    assert not bad, ['%d x %s' % (n, ' < '.join('%s:%d' % (f[0], f[2]) for f in frames[sid][:5]))
+                     for sid, n in list(bad.items())[:5]]
+
+
+@pytest.mark.parametrize('python', interpreter_params())
 def test_deep_stack_keeps_its_root(python, target_factory, daemon):
     """A stack deeper than the daemon stores (256 frames) keeps both ends, its innermost
     frames and its root, with a marker for those left out; one deeper than it reads (1024)
