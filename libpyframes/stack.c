@@ -296,12 +296,16 @@ static int innermost(struct pyf_target *t, uint64_t cframe_guess, const struct t
     return 0;
 }
 
-/* Follows the chain through the batch; frames it lacks are read one by one (and leave the
- * snapshot unsettled). */
+/* Follows the chain through the batch; frames it lacks are read as it goes (and leave the
+ * snapshot unsettled: the chain read is the next attempt's guess). 3.11+ keeps a thread's
+ * frames on a data stack, each one's callers below it: a frame the batch lacks is read with
+ * the rest of its page below it, so a stack deeper than guessed costs a syscall a page, not
+ * one a frame (a 30-deep one was 30). */
 static int chain(struct pyf_target *t, struct batch_window w, uint64_t f, size_t limit,
                  struct snapshot *s, struct pyf_err *e)
 {
-    uint8_t one[512];
+    uint8_t one[512], page[4096 + sizeof(one)];
+    uint64_t page_lo = 0, page_hi = 0; /* what page[] holds */
     int r;
 
     s->n = 0;
@@ -315,6 +319,18 @@ static int chain(struct pyf_target *t, struct batch_window w, uint64_t f, size_t
             return 0;
         }
         buf = batch_find_in(&t->batch, w, f, t->fr_read);
+        if (!buf && f >= page_lo && f + t->fr_read <= page_hi)
+            buf = page + (f - page_lo);
+        if (!buf && t->lay.frame_model == PYF_FRAME_INTERP && t->fr_read <= sizeof(one)) {
+            uint64_t lo = f & ~(uint64_t)4095; /* mapped, as f is */
+            size_t len = (size_t)(f - lo) + t->fr_read;
+            if (remote_read(&t->mem, lo, page, len) == 0) {
+                page_lo = lo;
+                page_hi = lo + len;
+                buf = page + (f - lo);
+                s->settled = false;
+            }
+        }
         if (!buf) {
             if (t->fr_read > sizeof(one))
                 return pyf_fail(e, PYF_INVALID, ENOBUFS, f, "frame larger than expected");
