@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "err.h"
+#include "procmaps.h"
 #include "symtab.h"
 
 #define TASK_PASSES 8 /* reads of /proc/PID/task until no thread is new (threads being born) */
@@ -577,9 +578,7 @@ static int read_schedstat(pid_t pid, pid_t tid, uint64_t ret[3])
 
     if (len < 0)
         return (int)len;
-    return sscanf(buf, "%" SCNu64 " %" SCNu64 " %" SCNu64, &ret[0], &ret[1], &ret[2]) == 3
-               ? 0
-               : -EBADMSG;
+    return procmaps_schedstat(buf, ret) ? 0 : -EBADMSG;
 }
 
 /* Where blocked thread @tid entered the kernel: its user sp and pc. -EAGAIN: it runs. */

@@ -103,3 +103,22 @@ uint64_t procmaps__addr_of_offset(const struct procmaps *pm, const char *path, u
     }
     return 0;
 }
+
+bool procmaps_schedstat(const char *text, uint64_t ret[3])
+{
+    const char *p = text;
+
+    for (int i = 0; i < 3; i++) {
+        char *end;
+        while (*p == ' ')
+            p++;
+        if (*p < '0' || *p > '9')
+            return false;
+        errno = 0;
+        ret[i] = strtoull(p, &end, 10);
+        if (errno)
+            return false;
+        p = end;
+    }
+    return true;
+}

@@ -22,6 +22,7 @@
 #include "err.h"
 #include "core.h"
 #include "remote.h"
+#include "procmaps.h"
 #include "target.h"
 
 #define INTERPS_MAX 256
@@ -183,7 +184,7 @@ static bool read_schedstat(int fd, uint64_t ret[3])
     if (n <= 0)
         return false;
     buf[n] = '\0';
-    return sscanf(buf, "%" SCNu64 " %" SCNu64 " %" SCNu64, &ret[0], &ret[1], &ret[2]) == 3;
+    return procmaps_schedstat(buf, ret);
 }
 
 /*

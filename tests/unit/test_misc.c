@@ -5,6 +5,7 @@
 #include "codecache.h"
 #include "elfimg.h"
 #include "layout.h"
+#include "procmaps.h"
 #include "unit.h"
 
 int test_codecache_pins_entries_of_the_walk(void);
@@ -111,5 +112,20 @@ int test_debug_offsets(void)
     CHECK(layout_from_debug_offsets(w, sizeof(w), PYF_VER(3, 13), &got) < 0);
     w[2] = 0, w[0] = 0; /* no cookie */
     CHECK(layout_from_debug_offsets(w, sizeof(w), PYF_VER(3, 13), &got) < 0);
+    return 0;
+}
+
+int test_schedstat_line(void)
+{
+    uint64_t v[3] = {0};
+
+    CHECK(procmaps_schedstat("123456789 42 7\n", v));
+    CHECK(v[0] == 123456789 && v[1] == 42 && v[2] == 7);
+    CHECK(procmaps_schedstat("18446744073709551615 0 1", v) && v[0] == UINT64_MAX);
+    CHECK(!procmaps_schedstat("1 2", v));
+    CHECK(!procmaps_schedstat("", v));
+    CHECK(!procmaps_schedstat("1 -2 3", v));
+    CHECK(!procmaps_schedstat("1 x 3", v));
+    CHECK(!procmaps_schedstat("18446744073709551616 0 1", v)); /* past 64 bits */
     return 0;
 }

@@ -14,6 +14,7 @@
     X(test_codecache_pins_entries_of_the_walk)                                                     \
     X(test_version_scan)                                                                           \
     X(test_layout_tables)                                                                          \
+    X(test_schedstat_line)                                                                         \
     X(test_debug_offsets)                                                                          \
     X(test_batch_merges_and_finds)                                                                 \
     X(test_batch_capacity_and_faults)                                                              \
