@@ -26,6 +26,7 @@ struct thread_spans {
     int ts, before, after;
     struct batch_window frames;
     struct batch_window reread; /* <= 3.10: callers' instruction words, read again last */
+    struct batch_window alive;  /* <= 3.10: the innermost frames' refcounts, read again last */
 };
 
 /* Addresses of the type objects (and None) in the target; 0 when not exported. */
