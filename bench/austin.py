@@ -37,7 +37,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..'))
@@ -46,35 +45,15 @@ os.environ.setdefault('PROBED_BUILD', os.path.join(ROOT, 'build'))
 from daemon import Daemon  # noqa: E402
 from procstat import cpu_seconds, thread_cpu_seconds  # noqa: E402
 
-PIN = True
+import run  # noqa: E402  bench/run.py: deep.py as a target, and the pinning
 
 
 def pinned(cpu, argv):
-    return ['taskset', '-c', str(cpu)] + argv if PIN and os.cpu_count() >= 2 else argv
+    return run.pinned(cpu, argv)
 
 
-class Target:
-    """bench/targets/deep.py, and its work count over time."""
-
-    def __init__(self, python):
-        self.proc = subprocess.Popen(
-            pinned(0, [python, os.path.join(ROOT, 'bench', 'targets', 'deep.py')]),
-            stdout=subprocess.PIPE, universal_newlines=True)
-        ready = self.proc.stdout.readline().split()
-        self.file, self.base = ready[1], int(ready[2])
-        self.points = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            ts, count = line.split()
-            self.points.append((float(ts), int(count)))
-
-    def rate_between(self, t0, t1):
-        pts = [p for p in self.points if t0 <= p[0] <= t1]
-        if len(pts) < 2:
-            return float('nan')
-        return (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])
+class Target(run.Target):
+    """bench/targets/deep.py, its work count over time, and its shape."""
 
     def consistent(self, frames):
         """@frames outermost first, each (func, file, line): a stack deep.py really has."""
@@ -90,7 +69,7 @@ class Target:
                 return False
             if k is not None and j != k + 1:
                 return False
-            first = self.base + 6 * j
+            first = int(self.base) + 6 * j
             innermost = i == len(frames) - 1
             if innermost and not first <= line <= first + 3:
                 return False
@@ -261,8 +240,7 @@ def main():
     ap.add_argument('--austin', default='/usr/bin/austin')
     ap.add_argument('--no-pin', action='store_true')
     args = ap.parse_args()
-    global PIN
-    PIN = not args.no_pin
+    run.PIN = not args.no_pin
     austin = args.austin if os.access(args.austin, os.X_OK) else None
     if austin:
         version = subprocess.run([austin, '--version'], stdout=subprocess.PIPE,
