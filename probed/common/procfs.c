@@ -46,6 +46,7 @@ void procfs_cmdline(pid_t pid, char *buf, size_t size)
 
 /* Fields of a stat file (/proc/PID/stat or /proc/PID/task/TID/stat) that probed uses. */
 struct stat_fields {
+    char state;                      /* R, S, D, ... Z a zombie, X dead */
     unsigned long long utime, stime; /* clock ticks */
     long long threads, start_time;
     unsigned long long start_stack;
@@ -61,10 +62,11 @@ static int read_stat(const char *name, pid_t pid, struct stat_fields *f)
     /* The command name can hold spaces and parentheses: fields start after the last ')'.
      * From field 3 (state): 14 utime, 15 stime, 20 num_threads, 22 starttime, 28 startstack. */
     p = strrchr(buf, ')');
-    if (!p || sscanf(p + 2,
-                     "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d "
-                     "%*d %lld %*d %lld %*u %*d %*u %*u %*u %llu",
-                     &f->utime, &f->stime, &f->threads, &f->start_time, &f->start_stack) != 5)
+    if (!p ||
+        sscanf(p + 2,
+               "%c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d "
+               "%*d %lld %*d %lld %*u %*d %*u %*u %*u %llu",
+               &f->state, &f->utime, &f->stime, &f->threads, &f->start_time, &f->start_stack) != 6)
         return -EPROTO;
     return 0;
 }
@@ -91,6 +93,11 @@ int procfs_identity(pid_t pid, int64_t *ret_start_time, uint64_t *ret_start_stac
     struct stat_fields f;
     int r = read_stat("stat", pid, &f);
 
+    /* A zombie whose threads are all gone has exited: only its status waits for its parent.
+     * Its startstack reads 0 (no memory left), which must not look like another program.
+     * (A zombie leader with live threads is a running process: it is not gone.) */
+    if (r == 0 && (f.state == 'Z' || f.state == 'X') && f.threads <= 1)
+        return -ESRCH;
     if (r == 0) {
         *ret_start_time = f.start_time;
         *ret_start_stack = f.start_stack;

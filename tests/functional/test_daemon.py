@@ -523,10 +523,12 @@ def test_target_exit_and_duration(daemon):
     t = busy('/usr/bin/python3')
     t2 = busy('/usr/bin/python3')
     try:
-        daemon.ctl('attach', t.pid, check=True)
+        daemon.ctl('attach', t.pid, '--rate', '1', check=True)
         daemon.ctl('attach', t2.pid, '--duration', '1s', check=True)
+        # Killed and left unreaped: a zombie (as `probectl run`'s target is until it is waited
+        # for) has exited, though its pid and start time remain; its stack start reads 0, which
+        # once ended it as "exec'd another program" (at 1 Hz, every tick checks who it is).
         t.proc.kill()
-        t.proc.wait()
 
         def states():
             return {x['pid']: x for x in json.loads(
@@ -534,7 +536,10 @@ def test_target_exit_and_duration(daemon):
         wait_for(lambda: states()[t.pid]['state'] == 'exited', what='exited')
         wait_for(lambda: states()[t2.pid]['state'] == 'detached', what='duration')
         wait_for(lambda: daemon.rows('SELECT end_reason FROM targets WHERE pid = %d' % t.pid)
-                 == [['exited']], what='exit recorded')
+                 != [[None]], what='exit recorded')
+        assert open('/proc/%d/stat' % t.pid).read().rsplit(') ', 1)[1][0] == 'Z'
+        t.proc.wait()
+        assert daemon.rows('SELECT end_reason FROM targets WHERE pid = %d' % t.pid) == [['exited']]
         time.sleep(1.5)  # the last flush of what was sampled before the end
         n = main_thread_samples(daemon, t2.pid)
         assert 90 <= n <= 110  # 1 s at 100 Hz

@@ -1,18 +1,24 @@
 /* test_daemon_parts.c - the daemon's small pure parts: units, outbox, content-hash ids. */
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "sample/hashid.h"
 #include "sample/outbox.h"
 #include "sample/targets.h"
 #include "unit.h"
+#include "common/procfs.h"
 #include "common/units.h"
 
 int test_units(void);
 int test_outbox_fills_drops_and_swaps(void);
 int test_hashid_stable(void);
 int test_targets_make_room(void);
+int test_identity_of_an_exited_child(void);
 
 int test_units(void)
 {
@@ -133,5 +139,42 @@ int test_targets_make_room(void)
         reg->list[i]->state = TARGET_EXITED;
     targets_free(reg);
     outbox_free(ob);
+    return 0;
+}
+
+/* A child that exited but is not yet reaped (a zombie: `probectl run` waits on its target) has
+ * exited, though its pid and start time are still there: its startstack reads 0 then, which
+ * once ended such targets as "exec'd another program" (CI, test_run_attaches_from_the_start). */
+int test_identity_of_an_exited_child(void)
+{
+    int pipefd[2];
+    int64_t start, start2;
+    uint64_t stack, stack2;
+    char c;
+    pid_t pid;
+    int r = -1;
+
+    CHECK(pipe(pipefd) == 0);
+    pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        close(pipefd[1]);
+        (void)!read(pipefd[0], &c, 1); /* lives until the parent closes its end */
+        _exit(0);
+    }
+    close(pipefd[0]);
+    CHECK(procfs_identity(pid, &start, &stack) == 0);
+    CHECK(start > 0 && stack != 0);
+    close(pipefd[1]);
+    for (int i = 0; i < 2000; i++) { /* until it is a zombie: up to 2 s */
+        r = procfs_identity(pid, &start2, &stack2);
+        if (r < 0)
+            break;
+        CHECK(start2 == start && stack2 == stack); /* still itself until it is gone */
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+    CHECK(r == -ESRCH);
+    CHECK(waitpid(pid, NULL, 0) == pid);
+    CHECK(procfs_identity(pid, &start2, &stack2) == -ENOENT);
     return 0;
 }

@@ -23,6 +23,7 @@
     X(test_outbox_fills_drops_and_swaps)                                                           \
     X(test_hashid_stable)                                                                          \
     X(test_targets_make_room)                                                                      \
+    X(test_identity_of_an_exited_child)                                                            \
     X(test_config_checks_values)                                                                   \
     X(test_config_file_and_reload)                                                                 \
     X(test_mixed_order)                                                                            \
