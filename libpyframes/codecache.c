@@ -102,6 +102,21 @@ struct code_info *codecache__find(struct codecache *cc, uint64_t raddr, const ui
     return NULL;
 }
 
+struct code_info *codecache__pin(struct codecache *cc, uint64_t raddr, const char *func,
+                                 const char *file)
+{
+    struct code_info *set = set_of(cc, raddr);
+
+    for (int i = 0; i < WAYS; i++) {
+        struct code_info *e = &set[i];
+        if (e->raddr == raddr && e->func == func && e->file == file) {
+            e->stamp = cc->stamp;
+            return e;
+        }
+    }
+    return NULL;
+}
+
 static struct code_info *overflow_add(struct codecache *cc)
 {
     struct code_info *e;

@@ -44,6 +44,11 @@ void codecache_free(struct codecache *cc);
 void codecache__begin(struct codecache *cc);
 /* Borrowed: the entry for @raddr whose key matches, pinned for this walk, or NULL. */
 struct code_info *codecache__find(struct codecache *cc, uint64_t raddr, const uint64_t *key);
+/* The set entry for @raddr whose strings are @func and @file (a stack resolved by an earlier
+ * walk borrows them), pinned for this walk; NULL when it was evicted since (or lives in the
+ * overflow list, freed when this walk began): then those strings may be gone. */
+struct code_info *codecache__pin(struct codecache *cc, uint64_t raddr, const char *func,
+                                 const char *file);
 /* Borrowed: an empty entry for @raddr, pinned for this walk; NULL on allocation failure.
  * The caller fills func/file/lines with malloc'd memory that the cache then owns. */
 struct code_info *codecache__insert(struct codecache *cc, uint64_t raddr, const uint64_t *key);

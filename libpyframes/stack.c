@@ -196,13 +196,16 @@ static void add_thread(struct pyf_target *t, uint64_t tstate, int ts, const stru
     }
 }
 
-/* Adds the heads of the guessed code objects of @n stacks (immutable: read last). */
-static void add_codes(struct pyf_target *t, const struct pyf_stack *guesses, size_t n)
+/* Adds the heads of the guessed code objects of @n stacks (immutable: read last), but for
+ * the kept ones (@sp: NULL when none is). */
+static void add_codes(struct pyf_target *t, const struct pyf_stack *guesses,
+                      const struct thread_spans *sp, size_t n)
 {
     size_t n_codes = 0;
 
     for (size_t k = 0; k < n; k++)
-        for (size_t i = 0; i < guesses[k].n_frames && n_codes < SCRATCH_SLOTS; i++)
+        for (size_t i = 0;
+             i < guesses[k].n_frames && n_codes < SCRATCH_SLOTS && !(sp && sp[k].kept); i++)
             if (guesses[k].frames[i].code_raddr)
                 t->guess_u64[n_codes++] = guesses[k].frames[i].code_raddr;
     t->code_window = add_sorted(t, t->guess_u64, n_codes, t->co_read, 0, 0);
@@ -218,7 +221,7 @@ static int read_one(struct pyf_target *t, uint64_t tstate, const struct pyf_stac
     batch_reset(b);
     t->code_window = (struct batch_window){0, 0};
     add_thread(t, tstate, -1, guess, sp);
-    add_codes(t, guess, 1);
+    add_codes(t, guess, NULL, 1);
     r = batch_read(b, &t->mem);
     if (r == -EFAULT && b->n > 1) { /* a guessed struct was freed and unmapped */
         batch_reset(b);
@@ -834,8 +837,40 @@ static int stack_of(struct pyf_target *t, const struct pyf_thread *th, struct py
 int pyf_target__stack(struct pyf_target *t, const struct pyf_thread *th, struct pyf_stack *st,
                       struct pyf_err *reterr)
 {
+    st->kept_tid = 0; /* read without its state read first: not known to stay */
     codecache__begin(t->codes);
     return stack_of(t, th, st, reterr);
+}
+
+/*
+ * Whether @st, read by an earlier sample of thread @tid, still is its stack: the thread's
+ * schedstat, read before that read and again now (@sched, before this batch), is the same and
+ * the thread is not running (@running). Its run time grows when it is switched out and its
+ * count of runs when it is switched in, so it has run no instruction since (a running thread
+ * switched out after the first read adds to its run time; one still running reads as
+ * running): a thread's frames are its own to change. A waiting thread, most of a training
+ * job's, costs no frame read then. The code entries its frames borrow strings from are pinned
+ * for this walk; one evicted since means a read.
+ */
+static bool still_asleep(struct pyf_target *t, const struct pyf_stack *st, pid_t tid, int running,
+                         const uint64_t sched[3])
+{
+    if (running != 0 || tid <= 0 || st->kept_tid != tid || sched[2] == 0 ||
+        memcmp(sched, st->kept_sched, sizeof(st->kept_sched)) != 0 || st->truncated || st->torn)
+        return false;
+    for (size_t i = 0; i < st->n_frames; i++)
+        if (!codecache__pin(t->codes, st->frames[i].code_raddr, st->frames[i].func,
+                            st->frames[i].file))
+            return false;
+    return true;
+}
+
+/* After @st was read whole for thread @tid: its frames may be kept while it sleeps, when its
+ * state was read before them (@sp->pre_tid). */
+static void keep_if_known(struct pyf_stack *st, const struct thread_spans *sp, pid_t tid)
+{
+    st->kept_tid = sp->pre_tid > 0 && sp->pre_tid == tid && !st->truncated ? tid : 0;
+    memcpy(st->kept_sched, sp->pre_sched, sizeof(st->kept_sched));
 }
 
 /*
@@ -859,10 +894,20 @@ static int sample_as_guessed(struct pyf_target *t, struct pyf_thread *ret_thread
         int ts = threads__guess_add(t, &g, i);
 
         sp[i] = (struct thread_spans){-1, -1, -1, {0, 0}, {0, 0}, {0, 0}};
-        if (ts >= 0 && begin(tstate, &stacks[i], e) == 0)
+        if (ts < 0)
+            continue;
+        if (still_asleep(t, &stacks[i], g.pre_tid[i], g.pre_running[i], g.pre_sched[i])) {
+            sp[i].ts = ts; /* its thread state only, to check the list */
+            sp[i].kept = true;
+        } else if (begin(tstate, &stacks[i], e) == 0) {
             add_thread(t, tstate, ts, &stacks[i], &sp[i]);
+        }
+        if (g.pre_running[i] >= 0) { /* after add_thread(), which sets the rest */
+            sp[i].pre_tid = g.pre_tid[i];
+            memcpy(sp[i].pre_sched, g.pre_sched[i], sizeof(sp[i].pre_sched));
+        }
     }
-    add_codes(t, stacks, g.n);
+    add_codes(t, stacks, sp, g.n);
     r = batch_read(&t->batch, &t->mem);
     if (r == -EFAULT)
         return 0; /* something guessed was freed */
@@ -890,7 +935,7 @@ static int sample_walked(struct pyf_target *t, struct pyf_thread *ret_threads,
         if (begin(ret_threads[i].tstate_raddr, &stacks[i], e) == 0)
             add_thread(t, ret_threads[i].tstate_raddr, -1, &stacks[i], &sp[i]);
     }
-    add_codes(t, stacks, n);
+    add_codes(t, stacks, NULL, n);
     r = batch_read(&t->batch, &t->mem);
     if (r < 0 && r != -EFAULT)
         return target_fail_read(t, e, r, 0, "thread states and frames");
@@ -919,13 +964,20 @@ int pyf_target__sample(struct pyf_target *t, struct pyf_thread *ret_threads,
         struct snapshot s = {0};
         struct pyf_err e;
 
+        if (sp[i].kept && ret_threads[i].tid == sp[i].pre_tid)
+            continue; /* asleep since it was read (still_asleep()): the same frames */
+        stacks[i].kept_tid = 0;
         /* A thread read on its own reuses the batch: the threads after it do too. */
-        if (r == 0 && sp[i].ts >= 0 &&
+        if (r == 0 && sp[i].ts >= 0 && !sp[i].kept &&
             take_snapshot(t, &stacks[i], &sp[i], stack_limit(&stacks[i]), &s, &e) == 0 &&
-            s.settled && finish(t, ret_threads[i].tstate_raddr, &s, &stacks[i], &e) == 0)
+            s.settled && finish(t, ret_threads[i].tstate_raddr, &s, &stacks[i], &e) == 0) {
+            keep_if_known(&stacks[i], &sp[i], ret_threads[i].tid);
             continue;
+        }
         r = -EAGAIN;
-        if (stack_of(t, &ret_threads[i], &stacks[i], &e) < 0 && e.kind != PYF_TORN) {
+        if (stack_of(t, &ret_threads[i], &stacks[i], &e) == 0)
+            keep_if_known(&stacks[i], &sp[i], ret_threads[i].tid);
+        else if (e.kind != PYF_TORN) {
             *reterr = e;
             return -(e.sys ? e.sys : EIO);
         }
@@ -954,6 +1006,7 @@ int pyf_target__stack_of_copy(struct pyf_target *t, const struct pyf_frames_copy
     st->n_hidden = 0;
     st->torn = false;
     st->truncated = n < c->n;
+    st->kept_tid = 0;
     if (c->stride < t->fr_copy_read)
         return pyf_fail(reterr, PYF_INVALID, EINVAL, 0,
                         "pid %d: copied frames hold %zu bytes, %zu needed", t->info.pid, c->stride,

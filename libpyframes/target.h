@@ -27,6 +27,9 @@ struct thread_spans {
     struct batch_window frames;
     struct batch_window reread; /* <= 3.10: callers' instruction words, read again last */
     struct batch_window alive;  /* <= 3.10: the innermost frames' refcounts, read again last */
+    pid_t pre_tid;              /* whose schedstat was read before the batch (0: none) */
+    uint64_t pre_sched[3];      /* what it said */
+    bool kept;                  /* asleep since its frames were read: they are not read again */
 };
 
 /* Addresses of the type objects (and None) in the target; 0 when not exported. */
@@ -92,6 +95,7 @@ struct pyf_target {
     uint64_t guess_interp, guess_gil;
     uint64_t guess_tstates[GUESS_THREADS_MAX];
     uint64_t guess_pthreads[GUESS_THREADS_MAX]; /* <= 3.10: their pthread_t */
+    pid_t guess_tids[GUESS_THREADS_MAX];        /* their tids (ours), as that call found them */
     size_t n_guess_tstates;                     /* 0: no guess */
 
     struct codecache *codes;
@@ -118,6 +122,12 @@ struct threads_guess {
     int head_span, gil_span;
     int ts_span[GUESS_THREADS_MAX];
     int tid_span[GUESS_THREADS_MAX]; /* <= 3.10: the tid word of the guessed pthread_t */
+    /* Each guessed thread's state, read by begin() before the batch (pre_running: 1/0, or
+     * -ESRCH: not read), for its tid as the last call found it: a thread asleep since its
+     * frames were read need not be read again (stack.c). */
+    pid_t pre_tid[GUESS_THREADS_MAX];
+    int pre_running[GUESS_THREADS_MAX];
+    uint64_t pre_sched[GUESS_THREADS_MAX][3];
 };
 void threads__forget_statfd(struct statfd *sf); /* closes its files; a free slot is a no-op */
 size_t threads__guess_begin(struct pyf_target *t, struct threads_guess *g, size_t cap);

@@ -376,6 +376,13 @@ size_t threads__guess_begin(struct pyf_target *t, struct threads_guess *g, size_
     g->n = t->n_guess_tstates;
     if (g->n == 0 || g->n > cap || !t->interp_head_raddr)
         return g->n = 0;
+    /* first, so the frames the batch reads are read after it (stack.c: kept frames) */
+    for (size_t i = 0; i < g->n; i++) {
+        g->pre_tid[i] = t->guess_tids[i];
+        g->pre_running[i] = g->pre_tid[i] > 0
+                                ? pyf_target__thread_running(t, g->pre_tid[i], g->pre_sched[i])
+                                : -ESRCH;
+    }
     g->head_span = batch_add_alone(b, t->interp_head_raddr, sizeof(uint64_t));
     for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); i++)
         if (offs[i] >= 0)
@@ -403,16 +410,25 @@ int threads__guess_add(struct pyf_target *t, struct threads_guess *g, size_t i)
 /* The last step of either path: the tids a thread state lacks, our ids of them (a target in
  * a container knows its threads by other ids), each thread's on-CPU state, and the
  * pthread_ts as the guess of the next call. */
-static void threads_complete(struct pyf_target *t, struct pyf_thread *th, size_t n, bool tids_known)
+static void threads_complete(struct pyf_target *t, const struct threads_guess *g,
+                             struct pyf_thread *th, size_t n, bool tids_known)
 {
     if (t->lay.ts_native_thread_id < 0 && !tids_known)
         tids_from_pthreads(t, th, t->pthread_u64, n);
     nsmap_thread_count(&t->ns, n);
     for (size_t i = 0; i < n; i++) {
         th[i].tid = nsmap_host_tid(&t->ns, t->info.pid, th[i].tid);
-        th[i].on_cpu = pyf_target__thread_running(t, th[i].tid, th[i].sched) == 1;
-        if (i < GUESS_THREADS_MAX)
+        if (g && i < g->n && g->pre_tid[i] > 0 && g->pre_tid[i] == th[i].tid &&
+            g->pre_running[i] >= 0) { /* read before the batch: the same thread */
+            th[i].on_cpu = g->pre_running[i] == 1;
+            memcpy(th[i].sched, g->pre_sched[i], sizeof(th[i].sched));
+        } else {
+            th[i].on_cpu = pyf_target__thread_running(t, th[i].tid, th[i].sched) == 1;
+        }
+        if (i < GUESS_THREADS_MAX) {
             t->guess_pthreads[i] = t->pthread_u64[i];
+            t->guess_tids[i] = th[i].tid;
+        }
     }
 }
 
@@ -458,7 +474,7 @@ int threads__guess_check(struct pyf_target *t, const struct threads_guess *g, st
         else if (l->ts_native_thread_id < 0)
             tids_known = false;
     }
-    threads_complete(t, th, g->n, tids_known);
+    threads_complete(t, g, th, g->n, tids_known);
     *ret_n = g->n;
     return 1;
 }
@@ -552,7 +568,7 @@ int pyf_target__threads(struct pyf_target *t, struct pyf_thread *ret_threads, si
     if (r == 0) {
         r = threads_walked(t, ret_threads, cap, &n, reterr);
         if (r == 0)
-            threads_complete(t, ret_threads, n, false);
+            threads_complete(t, NULL, ret_threads, n, false);
     }
     if (r < 0)
         return r;

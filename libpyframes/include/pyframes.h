@@ -143,6 +143,11 @@ struct pyf_stack {
     uint64_t hidden[PYF_HIDDEN_MAX];
     size_t n_hidden;
     uint64_t cframe_hint;
+    /* The thread these frames were read from by pyf_target__sample() (0: none) and its
+     * schedstat read just before: while it still reads the same and the thread is not
+     * running, the thread has not run since, and the frames are kept, not read again. */
+    pid_t kept_tid;
+    uint64_t kept_sched[3];
 };
 
 /* The frames of @th, innermost first. On error @st is left empty. */

@@ -156,6 +156,50 @@ def test_callers_of_a_leaf_called_again_and_again_stand_at_their_calls(python, t
 
 
 @pytest.mark.parametrize('python', interpreter_params())
+def test_a_sleeping_thread_is_not_read_again_and_never_shown_where_it_was(python, target_factory,
+                                                                          daemon):
+    """A thread that has not run since its frames were read (the same schedstat, and not
+    running) keeps them, unread. naps.py's napper sleeps 80 ms in nap_a, then in nap_b, and logs
+    the instants it was inside each; sampled at 1 kHz, each stored stack of it read inside such
+    an interval holds that nap innermost, never the other one: a tick is read within
+    catch-up (20 ms) of its time. Its parked threads and main thread, kept nearly always, are
+    sampled as often as the napper."""
+    require(python)
+    t = target_factory(python, 'naps.py')
+    by_target = stored_samples(daemon, t.pid, 1000, 20000)
+    naps = []
+    with open(t.info['log']) as f:
+        for line in f:
+            func, entered, left = line.split()
+            naps.append((func, int(float(entered) * 1e9), int(float(left) * 1e9)))
+    inner = {}
+    for sid, func in daemon.rows(
+            "SELECT stack_id, func FROM stacks WHERE depth = 0 AND stack_id IN (SELECT stack_id"
+            " FROM samples s WHERE %s)" % by_target):
+        inner[sid] = func
+    napper = set(sid for sid, in daemon.rows(
+        "SELECT DISTINCT stack_id FROM stacks WHERE func = 'napper' AND stack_id IN (SELECT"
+        " stack_id FROM samples s WHERE %s)" % by_target))
+    samples = daemon.rows('SELECT ts_ns, stack_id FROM samples s WHERE %s AND stack_id IN (%s)'
+                          ' ORDER BY ts_ns' % (by_target, ','.join(map(str, napper))))
+    checked, wrong, k = 0, [], 0
+    for ts, sid in samples:
+        while k < len(naps) and naps[k][2] < ts:
+            k += 1
+        if k == len(naps) or not naps[k][1] <= ts - 10 ** 6 <= ts + 25 * 10 ** 6 <= naps[k][2]:
+            continue  # not read surely inside one nap
+        checked += 1
+        if inner[sid] != naps[k][0]:
+            wrong.append((ts, inner[sid], naps[k]))
+    assert checked >= 1000, (checked, len(samples), len(naps))
+    assert not wrong, wrong[:5]
+    # every thread sampled, the 8 parked ones and the main thread as often as the napper
+    per_tid = daemon.rows('SELECT tid, count(*) FROM samples s WHERE %s GROUP BY tid' % by_target)
+    assert len(per_tid) == 10, per_tid
+    assert min(n for _, n in per_tid) >= 0.9 * max(n for _, n in per_tid), per_tid
+
+
+@pytest.mark.parametrize('python', interpreter_params())
 def test_deep_stack_keeps_its_root(python, target_factory, daemon):
     """A stack deeper than the daemon stores (256 frames) keeps both ends, its innermost
     frames and its root, with a marker for those left out; one deeper than it reads (1024)
