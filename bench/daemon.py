@@ -242,19 +242,27 @@ def many_threads(n_threads, rate, rounds=4, window=3.0):
             return (b[1] - a[1]) / (b[0] - a[0])
         on, off, noise = [], [], []
         c0 = cpu_seconds(d.proc.pid)
+        sc0 = thread_cpu_seconds(d.proc.pid, 'probed-sampler')
+        ticks = 0
         for _ in range(rounds):
             off.append(work_rate())
             d.ctl('attach', t.pid, '--rate', str(rate), check=True)
             on.append(work_rate())
+            ticks += [x['stats']['ticks'] for x in json.loads(
+                d.ctl('list', '--json', check=True).stdout)['targets']
+                if x['pid'] == t.pid and x['state'] == 'sampling'][0]
             d.ctl('detach', t.pid, check=True)
         off.append(work_rate())
         c1 = cpu_seconds(d.proc.pid)
+        sc1 = thread_cpu_seconds(d.proc.pid, 'probed-sampler')
         noise = [abs(off[i + 1] / off[i] - 1) for i in range(len(off) - 1)]
         ratio = [on[i] / ((off[i] + off[i + 1]) / 2) for i in range(rounds)]
         print('%d threads x %4d Hz: target work rate sampled / unsampled %.3f (windows: %s);'
-              ' noise floor (unsampled / unsampled) +-%.3f; daemon CPU %.2f s over the run'
+              ' noise floor (unsampled / unsampled) +-%.3f; daemon CPU %.2f s over the run;'
+              ' sampler thread %.1f us CPU per tick, %.2f us per thread sampled'
               % (n_threads, rate, sum(ratio) / rounds, ' '.join('%.3f' % r for r in ratio),
-                 max(noise), c1 - c0))
+                 max(noise), c1 - c0, 1e6 * (sc1 - sc0) / max(ticks, 1),
+                 1e6 * (sc1 - sc0) / max(ticks * n_threads, 1)))
     finally:
         d.close()
         t.kill()

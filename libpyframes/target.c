@@ -339,7 +339,7 @@ static int alloc_scratch(struct pyf_target *t)
     size_t n = SCRATCH_SLOTS;
 
     /* Frames, code heads and thread states of one sample, with room for merged gaps. */
-    if (batch_init(&t->batch, BATCH_BYTES, 2 * n + GUESS_THREADS_MAX + 8) < 0)
+    if (batch_init(&t->batch, BATCH_BYTES, 2 * n + 2 * GUESS_THREADS_MAX + 8) < 0)
         return -ENOMEM;
     t->guess_u64 = calloc(n, sizeof(*t->guess_u64));
     t->scratch_u64 = calloc(n, sizeof(*t->scratch_u64));

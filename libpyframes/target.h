@@ -48,9 +48,9 @@ struct raw_frame {
     bool running;  /* <= 3.10: marked as running (always true where there is no such mark) */
 };
 
-#define STATFD_SLOTS 128     /* threads whose /proc stat files we keep open, by tid */
-#define STATFD_PROBES 8      /* slots from tid % STATFD_SLOTS a thread may hold */
-#define GUESS_THREADS_MAX 64 /* thread lists up to this long are read in one syscall */
+#define STATFD_SLOTS 1024     /* threads whose /proc stat files we keep open, by tid */
+#define STATFD_PROBES 8       /* slots from tid % STATFD_SLOTS a thread may hold */
+#define GUESS_THREADS_MAX 256 /* thread lists up to this long are read in one syscall */
 #define SCRATCH_SLOTS (PYF_DEPTH_MAX + PYF_HIDDEN_MAX + 1)
 #define THREAD_SPANS_MAX 4096 /* threads one call reads (pyf_target__threads, __sample) */
 #define THREAD_ROOM_MIN 64    /* per-thread scratch at first; it grows to a call's cap */
