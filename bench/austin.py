@@ -246,12 +246,7 @@ def main():
         version = subprocess.run([austin, '--version'], stdout=subprocess.PIPE,
                                  universal_newlines=True).stdout.strip()
         print('baseline: %s (%s)' % (version, austin))
-    if args.python == 'all':
-        from conftest import INTERPRETERS
-        pythons = INTERPRETERS
-    else:
-        pythons = [(p, p) for p in args.python.split(',') if p]
-    for name, path in pythons:
+    for name, path in run.interpreters(args.python):
         if not path:
             print('%s: not installed on this machine: no figures' % name)
             continue

@@ -53,17 +53,10 @@ sys.path.insert(0, os.path.join(ROOT, 'tests', 'functional'))
 os.environ.setdefault('PROBED_BUILD', os.path.join(ROOT, 'build'))
 from daemon import Daemon  # noqa: E402
 from procstat import cpu_seconds, rss_mib, thread_cpu_seconds  # noqa: E402
+from run import interpreters  # noqa: E402  bench/run.py
 
 PYTHON = sys.executable  # the targets' interpreter: --python sets it, in turn
 
-
-def interpreters(spec):
-    """--python: 'all' (tests/functional's list: each pyenv minor, then Debian's python3; a
-    missing one is said, never skipped silently), or paths, comma-separated."""
-    if spec != 'all':
-        return [(p, p) for p in spec.split(',') if p]
-    from conftest import INTERPRETERS
-    return INTERPRETERS
 
 def ready_targets(script, n):
     """@n bench/targets/@script processes, each ready."""

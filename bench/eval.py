@@ -13,7 +13,6 @@ through the daemon's HTTP API (POST /v1/eval, timed here, client to reply):
     the CPU the sleeping target uses with the stub loaded.
 """
 import argparse
-import glob
 import http.client
 import json
 import os
@@ -26,9 +25,10 @@ import threading
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..'))
-PYENV = os.environ.get('PYENV_ROOT', os.path.expanduser('~/.pyenv'))
 EVALTARGET = os.path.join(ROOT, 'tests', 'targets', 'evaltarget.py')
 DEEP = os.path.join(ROOT, 'bench', 'targets', 'deep.py')
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import run  # noqa: E402  bench/run.py: the interpreters
 
 
 class UnixHTTP(http.client.HTTPConnection):
@@ -53,15 +53,6 @@ def post_eval(sock, pid, code):
     if r.status != 200 or body.get('status') != 'ok':
         raise RuntimeError('eval failed: %s' % body)
     return ms
-
-
-def interpreters():
-    out = []
-    for minor in ('3.6', '3.7', '3.8', '3.9', '3.10', '3.11', '3.12', '3.13'):
-        b = sorted(glob.glob(os.path.join(PYENV, 'versions', minor + '.*', 'bin', 'python' + minor)))
-        out.append((minor, b[-1] if b else None))
-    out.append(('deb3.11', '/usr/bin/python3'))
-    return out
 
 
 def start(argv):
@@ -163,7 +154,7 @@ def main():
         time.sleep(0.05)
     print('%-8s %-5s %21s %21s' % ('python', 'state', 'first eval ms p50/p90', 'next eval ms p50/p90'))
     try:
-        for name, python in interpreters():
+        for name, python in run.interpreters('all'):
             if not python or not os.path.exists(python):
                 print('%-8s not installed' % name)
                 continue

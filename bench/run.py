@@ -33,6 +33,17 @@ PYENV = os.environ.get('PYENV_ROOT', os.path.expanduser('~/.pyenv'))
 PIN = True
 
 
+def interpreters(spec):
+    """A bench's --python: 'all' (tests/functional's list: each pyenv minor, then Debian's
+    python3, a missing one as (name, None), to be said, never skipped silently), or paths,
+    comma-separated: [(name, path)]."""
+    if spec != 'all':
+        return [(p, p) for p in spec.split(',') if p]
+    sys.path.insert(0, os.path.join(ROOT, 'tests', 'functional'))
+    from conftest import INTERPRETERS
+    return INTERPRETERS
+
+
 def pinned(cpu, argv):
     return ['taskset', '-c', str(cpu)] + argv if PIN and os.cpu_count() >= 2 else argv
 

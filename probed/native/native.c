@@ -391,8 +391,9 @@ struct native_stack *native__next_waiting(struct native *n, struct pyf_target *p
         if (n->tid_is_python[k] || (sampled && sampled->n_pcs > 0))
             continue; /* Python's, or the kernel saw it on CPU this tick */
         w = n->waiting ? &n->waiting[(size_t)tid % WAITING_SLOTS] : NULL;
-        /* a new wait, or running (or gone): no stack read; the same wait as a tick before
-         * (schedstat unmoved) costs schedstat alone */
+        /* waiting: its stack, read once per wait (native__waiting() keeps it while schedstat
+         * stays unmoved); running or gone: skipped, unless schedstat is still that of the wait
+         * read before (it has not run since: runnable, not yet back on a CPU) */
         if (pyf_target__thread_running(pyf, tid, sched) != 0 &&
             !(w && w->stack.tid == tid && memcmp(w->sched, sched, sizeof(sched)) == 0))
             continue;

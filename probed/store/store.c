@@ -687,7 +687,8 @@ static int64_t delete_before(struct store *st, int64_t before_ns, struct errbuf 
 int64_t store__thin(struct store *st, int64_t from_ns, int64_t to_ns, struct errbuf *err)
 {
     /* per target, so that the key (target_id, ts_ns, tid) bounds each scan to the minute; a
-     * thread's last reading in it is the one kept */
+     * thread's last reading in it is the one kept. Only targets not ended before the minute
+     * can have readings in it: long-detached ones cost a row of the scan, not a probe. */
     static const char *const sql =
         "DELETE FROM thread_cpu WHERE (target_id, ts_ns, tid) IN"
         " (SELECT target_id, ts_ns, tid FROM (SELECT target_id, ts_ns, tid, row_number() OVER"
@@ -697,10 +698,13 @@ int64_t store__thin(struct store *st, int64_t from_ns, int64_t to_ns, struct err
     int64_t deleted = 0;
     int r = exec(st, "BEGIN", err, "thinning the CPU readings"), rc = SQLITE_DONE;
 
-    if (r == 0 &&
-        (sqlite3_prepare_v2(st->db, "SELECT id FROM targets", -1, &ids, NULL) != SQLITE_OK ||
-         sqlite3_prepare_v2(st->db, sql, -1, &del, NULL) != SQLITE_OK))
+    if (r == 0 && (sqlite3_prepare_v2(
+                       st->db, "SELECT id FROM targets WHERE ended_ns IS NULL OR ended_ns >= ?1",
+                       -1, &ids, NULL) != SQLITE_OK ||
+                   sqlite3_prepare_v2(st->db, sql, -1, &del, NULL) != SQLITE_OK))
         r = -EIO;
+    if (r == 0)
+        sqlite3_bind_int64(ids, 1, from_ns);
     while (r == 0 && (rc = sqlite3_step(ids)) == SQLITE_ROW) {
         sqlite3_reset(del);
         sqlite3_bind_int64(del, 1, sqlite3_column_int64(ids, 0));

@@ -114,16 +114,23 @@ static void retain(struct writer *w)
     w->db_bytes = store__size(w->store);
 }
 
-/* The next minute whose blocks were not merged yet, if it is over: one a pass, so that a
- * start's catching up (COMPACT_FROM_NS) never holds the writes up for long. */
+/* compact() and thin() work through minutes one a pass, so that a start's catching up
+ * (COMPACT_FROM_NS before the minute @age_ns ago) never holds the writes up for long: true
+ * when the minute at *@next_ns ended @age_ns ago or more. */
+static bool minute_due(int64_t *next_ns, int64_t now, int64_t age_ns)
+{
+    if (!*next_ns)
+        *next_ns = (now - age_ns) / MINUTE_NS * MINUTE_NS - COMPACT_FROM_NS;
+    return now >= *next_ns + MINUTE_NS + age_ns;
+}
+
+/* The next minute whose blocks were not merged yet, once it is over (and its last ticks in). */
 static void compact(struct writer *w)
 {
     struct errbuf err;
     int64_t now = real_ns(), n;
 
-    if (!w->compacted_to_ns)
-        w->compacted_to_ns = now / MINUTE_NS * MINUTE_NS - COMPACT_FROM_NS;
-    if (now < w->compacted_to_ns + MINUTE_NS + COMPACT_AFTER_NS || w->backlog.h.n_samples)
+    if (!minute_due(&w->compacted_to_ns, now, COMPACT_AFTER_NS) || w->backlog.h.n_samples)
         return;
     n = store__compact(w->store, w->compacted_to_ns, w->compacted_to_ns + MINUTE_NS, &err);
     if (n < 0 && w->compact_errors++ == 0)
@@ -133,16 +140,13 @@ static void compact(struct writer *w)
         w->blocks_merged += (uint64_t)n;
 }
 
-/* The next minute an hour old whose CPU readings were not thinned (store__thin), one a pass
- * like compact(); at the start, from COMPACT_FROM_NS before that. */
+/* The next minute an hour old whose CPU readings were not thinned (store__thin). */
 static void thin(struct writer *w)
 {
     struct errbuf err;
     int64_t now = real_ns(), n;
 
-    if (!w->thinned_to_ns)
-        w->thinned_to_ns = (now - THIN_AFTER_NS) / MINUTE_NS * MINUTE_NS - COMPACT_FROM_NS;
-    if (now < w->thinned_to_ns + MINUTE_NS + THIN_AFTER_NS)
+    if (!minute_due(&w->thinned_to_ns, now, THIN_AFTER_NS))
         return;
     n = store__thin(w->store, w->thinned_to_ns, w->thinned_to_ns + MINUTE_NS, &err);
     if (n < 0 && w->thin_errors++ == 0)
