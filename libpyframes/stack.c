@@ -157,6 +157,9 @@ static size_t frame_guesses(struct pyf_target *t, const struct pyf_stack *guess)
  * no fewer torn copies stored (3.8). */
 #define REREAD_ALIVE 2
 
+/* A thread's spans before anything of it is added: none read. */
+static const struct thread_spans NO_SPANS = {.ts = -1, .before = -1, .after = -1, .root = -1};
+
 static size_t lasti_bytes(const struct pyf_target *t)
 {
     return t->lay.frame_model == PYF_FRAME_OBJECT ? sizeof(int32_t) : sizeof(uint64_t);
@@ -170,8 +173,8 @@ static void add_thread(struct pyf_target *t, uint64_t tstate, int ts, const stru
     struct batch *b = &t->batch;
     uint64_t word = current_word(t, tstate, guess->cframe_hint);
 
-    *sp = (struct thread_spans){
-        ts >= 0 ? ts : batch_add_alone(b, tstate, t->ts_read), -1, -1, {0, 0}, {0, 0}, {0, 0}};
+    *sp = NO_SPANS;
+    sp->ts = ts >= 0 ? ts : batch_add_alone(b, tstate, t->ts_read);
     if (sp->ts < 0)
         return;
     if (word && t->lay.ts_cframe_frame >= 0)
@@ -194,6 +197,11 @@ static void add_thread(struct pyf_target *t, uint64_t tstate, int ts, const stru
             t->guess_u64[n++] = guess->frames[i].frame_raddr + (uint64_t)t->lay.fr_state;
         sp->alive = add_sorted(t, t->guess_u64, n, sizeof(uint64_t), 0, 0);
     }
+    /* <= 3.10: and the outermost guessed frame's f_back (outermost_settled()) */
+    if (t->lay.fr_state_model == PYF_STATE_REFCNT && guess->n_frames > 0)
+        sp->root = batch_add_alone(
+            b, guess->frames[guess->n_frames - 1].frame_raddr + (uint64_t)t->lay.fr_back,
+            sizeof(uint64_t));
 }
 
 /* Adds the heads of the guessed code objects of @n stacks (immutable: read last), but for
@@ -225,8 +233,8 @@ static int read_one(struct pyf_target *t, uint64_t tstate, const struct pyf_stac
     r = batch_read(b, &t->mem);
     if (r == -EFAULT && b->n > 1) { /* a guessed struct was freed and unmapped */
         batch_reset(b);
-        *sp = (struct thread_spans){
-            .ts = batch_add_alone(b, tstate, t->ts_read), -1, -1, {0, 0}, {0, 0}, {0, 0}};
+        *sp = NO_SPANS;
+        sp->ts = batch_add_alone(b, tstate, t->ts_read);
         t->code_window = (struct batch_window){0, 0};
         r = batch_read(b, &t->mem);
     }
@@ -739,6 +747,25 @@ static bool callers_moved(struct pyf_target *t, const struct thread_spans *sp, s
     return false;
 }
 
+/*
+ * <= 3.10: whether a chain that ends (its outermost frame's f_back NULL) ends at a thread's
+ * real outermost frame: the guessed outermost, whose f_back, read again after the copy, is
+ * still NULL. A frame taken from the free list is referenced, with the list's NULL as f_back,
+ * until its caller is set; a copy of it stalled in the middle (its head copied then, its
+ * running mark and instruction after it started) passes every other check as a stack of one
+ * frame (CI, 3.7: `recurse` alone, once in 23,000 reads). A chain ending elsewhere is read
+ * again with itself as the guess: a thread's outermost frame stays, a torn one does not.
+ */
+static bool outermost_settled(struct pyf_target *t, const struct thread_spans *sp, size_t n)
+{
+    const struct raw_frame *last = n ? &t->raw[n - 1] : NULL;
+
+    if (t->lay.fr_state_model != PYF_STATE_REFCNT || !last || last->back != 0)
+        return true;
+    return sp->root >= 0 && t->batch.spans[sp->root].lo == last->raddr + (uint64_t)t->lay.fr_back &&
+           field_u64(batch_span_data(&t->batch, sp->root), 0) == 0;
+}
+
 /* One attempt, from what the batch read for this thread. */
 static int take_snapshot(struct pyf_target *t, const struct pyf_stack *st,
                          const struct thread_spans *sp, size_t limit, struct snapshot *s,
@@ -750,6 +777,8 @@ static int take_snapshot(struct pyf_target *t, const struct pyf_stack *st,
     if (r == 0)
         r = chain(t, sp->frames, f, limit, s, e);
     if (r == 0 && s->settled && sp->reread.hi > sp->reread.lo && callers_moved(t, sp, s->n))
+        s->settled = false;
+    if (r == 0 && s->settled && !s->more && !outermost_settled(t, sp, s->n))
         s->settled = false;
     return r;
 }
@@ -893,7 +922,7 @@ static int sample_as_guessed(struct pyf_target *t, struct pyf_thread *ret_thread
         uint64_t tstate = t->guess_tstates[i];
         int ts = threads__guess_add(t, &g, i);
 
-        sp[i] = (struct thread_spans){-1, -1, -1, {0, 0}, {0, 0}, {0, 0}};
+        sp[i] = NO_SPANS;
         if (ts < 0)
             continue;
         if (still_asleep(t, &stacks[i], g.pre_tid[i], g.pre_running[i], g.pre_sched[i])) {
@@ -931,7 +960,7 @@ static int sample_walked(struct pyf_target *t, struct pyf_thread *ret_threads,
     batch_reset(&t->batch);
     t->code_window = (struct batch_window){0, 0};
     for (size_t i = 0; i < n; i++) {
-        sp[i] = (struct thread_spans){-1, -1, -1, {0, 0}, {0, 0}, {0, 0}};
+        sp[i] = NO_SPANS;
         if (begin(ret_threads[i].tstate_raddr, &stacks[i], e) == 0)
             add_thread(t, ret_threads[i].tstate_raddr, -1, &stacks[i], &sp[i]);
     }

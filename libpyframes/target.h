@@ -27,6 +27,7 @@ struct thread_spans {
     struct batch_window frames;
     struct batch_window reread; /* <= 3.10: callers' instruction words, read again last */
     struct batch_window alive;  /* <= 3.10: the innermost frames' refcounts, read again last */
+    int root;                   /* <= 3.10: the guessed outermost frame's f_back, read again */
     pid_t pre_tid;              /* whose schedstat was read before the batch (0: none) */
     uint64_t pre_sched[3];      /* what it said */
     bool kept;                  /* asleep since its frames were read: they are not read again */
