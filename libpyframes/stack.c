@@ -753,8 +753,9 @@ static bool callers_moved(struct pyf_target *t, const struct thread_spans *sp, s
  * still NULL. A frame taken from the free list is referenced, with the list's NULL as f_back,
  * until its caller is set; a copy of it stalled in the middle (its head copied then, its
  * running mark and instruction after it started) passes every other check as a stack of one
- * frame (CI, 3.7: `recurse` alone, once in 23,000 reads). A chain ending elsewhere is read
- * again with itself as the guess: a thread's outermost frame stays, a torn one does not.
+ * frame (3.7, the recursion stress test: `recurse` alone, once in 23,000 reads). A chain
+ * ending elsewhere is read again with itself as the guess: a thread's outermost frame stays,
+ * a torn one does not.
  */
 static bool outermost_settled(struct pyf_target *t, const struct thread_spans *sp, size_t n)
 {
