@@ -820,6 +820,7 @@ static int begin(uint64_t tstate, struct pyf_stack *st, struct pyf_err *e)
 {
     st->truncated = false;
     st->torn = false;
+    st->unchanged = false;
     if (!remote_plausible(tstate)) {
         st->n_frames = 0;
         return pyf_fail(e, PYF_INVALID, EINVAL, tstate, "bad thread state");
@@ -928,7 +929,7 @@ static int sample_as_guessed(struct pyf_target *t, struct pyf_thread *ret_thread
             continue;
         if (still_asleep(t, &stacks[i], g.pre_tid[i], g.pre_running[i], g.pre_sched[i])) {
             sp[i].ts = ts; /* its thread state only, to check the list */
-            sp[i].kept = true;
+            sp[i].kept = stacks[i].unchanged = true;
         } else if (begin(tstate, &stacks[i], e) == 0) {
             add_thread(t, tstate, ts, &stacks[i], &sp[i]);
         }
@@ -1037,6 +1038,7 @@ int pyf_target__stack_of_copy(struct pyf_target *t, const struct pyf_frames_copy
     st->torn = false;
     st->truncated = n < c->n;
     st->kept_tid = 0;
+    st->unchanged = false;
     if (c->stride < t->fr_copy_read)
         return pyf_fail(reterr, PYF_INVALID, EINVAL, 0,
                         "pid %d: copied frames hold %zu bytes, %zu needed", t->info.pid, c->stride,

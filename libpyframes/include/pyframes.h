@@ -136,6 +136,8 @@ struct pyf_stack {
     size_t n_frames;
     bool truncated; /* deeper than cap (or PYF_DEPTH_MAX): the outermost frames are missing */
     bool torn;      /* pyf_target__sample() could not read this thread consistently: empty */
+    bool unchanged; /* pyf_target__sample(): the thread has not run since the last call, whose
+                     * frames these are, not read again */
 
     /* Private to libpyframes: what the next call on this stack guesses it will find (the
      * frames above, the interpreter's shim frames that are not shown, the 3.11/3.12 cframe).

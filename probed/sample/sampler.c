@@ -389,7 +389,14 @@ static void record(struct sampler *s, struct target *t, size_t n, int64_t ts, in
                 native__take(t->native, th->tid);
             continue;
         }
-        smp.stack_id = thread_stack_id(s, h, t, i, mono);
+        /* a thread that has not run since the last tick has the same stack: its id again,
+         * while the definition is known sent (the memory is lossy, and reset after a loss) */
+        if (t->stacks[i].unchanged && !t->native && t->stack_ids[i] &&
+            already_sent(s->sent_stacks, t->stack_ids[i]))
+            smp.stack_id = t->stack_ids[i];
+        else
+            smp.stack_id = thread_stack_id(s, h, t, i, mono);
+        t->stack_ids[i] = smp.stack_id;
         if (th->tid == t->pid && (smp.stack_id != t->main_stack_id || !t->main_stack_since_ns)) {
             t->main_stack_id = smp.stack_id;
             t->main_stack_since_ns = ts;
@@ -491,6 +498,9 @@ static void sample_target(struct sampler *s, struct target *t, int64_t now)
     }
     if (r < 0) {
         t->stats.errors++;
+        /* stacks read in part are not stored: the ids of the last tick stored may be of
+         * other frames than those a thread unchanged next tick has */
+        memset(t->stack_ids, 0, t->threads_cap * sizeof(*t->stack_ids));
         return;
     }
     read_deep_threads(t, n);

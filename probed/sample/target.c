@@ -49,6 +49,8 @@ static void free_buffers(struct target *t)
         free(t->deep[i]);
     free(t->deep);
     t->deep = NULL;
+    free(t->stack_ids);
+    t->stack_ids = NULL;
     free(t->threads);
     free(t->stacks);
     free(t->frame_pool);
@@ -66,12 +68,14 @@ static int alloc_buffers(struct target *t, size_t cap)
     struct pyf_stack *stacks = calloc(cap, sizeof(*stacks));
     struct pyf_frame *pool = calloc(cap * TARGET_DEPTH_MAX, sizeof(*pool));
     struct pyf_frame **deep = calloc(cap, sizeof(*deep));
+    int64_t *stack_ids = calloc(cap, sizeof(*stack_ids));
 
-    if (!threads || !stacks || !pool || !deep) {
+    if (!threads || !stacks || !pool || !deep || !stack_ids) {
         free(threads);
         free(stacks);
         free(pool);
         free(deep);
+        free(stack_ids);
         return -ENOMEM;
     }
     for (size_t i = 0; i < cap; i++) {
@@ -83,6 +87,7 @@ static int alloc_buffers(struct target *t, size_t cap)
     t->stacks = stacks;
     t->frame_pool = pool;
     t->deep = deep;
+    t->stack_ids = stack_ids;
     t->threads_cap = cap;
     return 0;
 }

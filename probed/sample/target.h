@@ -105,6 +105,8 @@ struct target {
     struct pyf_stack *stacks;
     struct pyf_frame *frame_pool; /* TARGET_DEPTH_MAX frames per thread */
     struct pyf_frame **deep;      /* threads_cap: a deep thread's own TARGET_READ_DEPTH frames */
+    int64_t *stack_ids;           /* threads_cap: each thread's stack id at the last tick stored
+                                   * (sampler.c; 0: none, or not to be reused) */
     size_t threads_cap;
     pid_t *known_tids; /* tids whose name was sent to the store (sampler.c), sorted */
     size_t n_known_tids, known_tids_cap;
