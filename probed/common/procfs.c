@@ -93,10 +93,9 @@ int procfs_identity(pid_t pid, int64_t *ret_start_time, uint64_t *ret_start_stac
     struct stat_fields f;
     int r = read_stat("stat", pid, &f);
 
-    /* A zombie whose threads are all gone has exited: only its status waits for its parent.
-     * Its startstack reads 0 (no memory left), which must not look like another program.
-     * (A zombie leader with live threads is a running process: it is not gone.) */
-    if (r == 0 && (f.state == 'Z' || f.state == 'X') && f.threads <= 1)
+    /* A zombie has exited: only its status waits for its parent (or, its leader a zombie, its
+     * other threads are being torn down: what its pid reaches has no memory left either). */
+    if (r == 0 && (f.state == 'Z' || f.state == 'X'))
         return -ESRCH;
     if (r == 0) {
         *ret_start_time = f.start_time;

@@ -33,8 +33,8 @@ int procfs_thread_cpu(pid_t pid, pid_t tid, int64_t *cpu_ns);
 int procfs_start_time(pid_t pid, int64_t *ret);
 /* starttime, and startstack (field 28): where its stack begins, chosen anew at each exec
  * (ASLR), so a process that exec'd another program since (a fork of a launcher that became a
- * rank) is told apart from what it was; 0 where we may not read its memory, or no ASLR.
- * -ESRCH for a process that has exited, a zombie included (its startstack reads 0 then). */
+ * rank) is told apart from what it was; 0 where it has no memory any more (exiting) or we
+ * may not read it. -ESRCH for a process that has exited, a zombie included. */
 int procfs_identity(pid_t pid, int64_t *ret_start_time, uint64_t *ret_start_stack);
 
 #endif

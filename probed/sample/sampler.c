@@ -423,6 +423,9 @@ static const char *process_changed(const struct target *t)
         return "exited";
     if (r < 0)
         return NULL;
+    /* No memory: it is exiting (exec swaps one memory for another, never leaves none) */
+    if (stack == 0 && t->start_stack != 0)
+        return "exited";
     return stack == t->start_stack ? NULL : "exec'd another program";
 }
 

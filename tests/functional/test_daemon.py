@@ -550,6 +550,31 @@ def test_target_exit_and_duration(daemon):
         t2.close()
 
 
+def test_a_process_whose_memory_is_gone_has_exited(daemon):
+    """Its main thread gone (pthread_exit) while another runs on, or the whole process tearing
+    its memory down on its way out (CI: `probectl run`'s target, under ASan), a process's
+    stack start reads 0: it has exited, not exec'd another program (at 1 Hz every tick checks
+    who it is before reading it)."""
+    t = subprocess.Popen(['/usr/bin/python3', os.path.join(TARGETS, 'leader_exits.py')],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, universal_newlines=True)
+    try:
+        assert t.stdout.readline().startswith('READY')
+        daemon.ctl('attach', t.pid, '--rate', '1', check=True)
+        wait_for(lambda: main_thread_samples(daemon, t.pid) > 0, what='a sample')
+        t.stdin.write('\n')
+        t.stdin.flush()
+        wait_for(lambda: daemon.rows('SELECT end_reason FROM targets WHERE pid = %d' % t.pid)
+                 != [[None]], what='the end recorded')
+        with open('/proc/%d/stat' % t.pid) as f:
+            state = f.read().rsplit(') ', 1)[1].split()
+        assert state[0] == 'Z' and int(state[17]) == 2, state[:20]  # a zombie leader, alive
+        assert daemon.rows('SELECT end_reason FROM targets WHERE pid = %d' % t.pid) == \
+            [['exited']]
+    finally:
+        t.kill()
+        t.wait()
+
+
 def test_kill_9_keeps_committed_data_and_resumes():
     d = Daemon()
     t = busy('/usr/bin/python3')
