@@ -211,6 +211,10 @@ static double r_torn(const struct row *r)
 {
     return (double)r->stats.torn;
 }
+static double r_unchanged(const struct row *r)
+{
+    return (double)r->stats.unchanged;
+}
 static double r_threads_cut(const struct row *r)
 {
     return (double)r->stats.threads_cut;
@@ -477,6 +481,10 @@ static void render(struct metrics *m, struct evbuffer *out)
                "Stacks that kept changing while read and were dropped", r_torn, ALWAYS);
     per_target(m, out, "probed_target_dropped_total", "counter",
                "Samples the outbox had no room for", r_dropped, ALWAYS);
+    per_target(m, out, "probed_target_stacks_unchanged_total", "counter",
+               "Stacks stored without reading them again: the thread had not run since its last"
+               " sample",
+               r_unchanged, ALWAYS);
     per_target(m, out, "probed_target_threads_cut_total", "counter",
                "Ticks that found 4096 threads or more: the threads past them were not sampled",
                r_threads_cut, ALWAYS);

@@ -397,6 +397,7 @@ static void record(struct sampler *s, struct target *t, size_t n, int64_t ts, in
         else
             smp.stack_id = thread_stack_id(s, h, t, i, mono);
         t->stack_ids[i] = smp.stack_id;
+        t->stats.unchanged += t->stacks[i].unchanged;
         if (th->tid == t->pid && (smp.stack_id != t->main_stack_id || !t->main_stack_since_ns)) {
             t->main_stack_id = smp.stack_id;
             t->main_stack_since_ns = ts;

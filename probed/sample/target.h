@@ -32,6 +32,7 @@ struct target_stats {
     uint64_t ticks;       /* times the process was sampled */
     uint64_t samples;     /* thread stacks recorded */
     uint64_t torn;        /* thread stacks that kept changing while read: dropped */
+    uint64_t unchanged;   /* of samples: stacks not read again, the thread asleep since */
     uint64_t errors;      /* ticks that failed as a whole (not fatal) */
     uint64_t late;        /* times sampling fell too far behind (sampler.c) and skipped ahead */
     uint64_t dropped;     /* samples the outbox had no room for */
