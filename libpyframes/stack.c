@@ -205,15 +205,14 @@ static void add_thread(struct pyf_target *t, uint64_t tstate, int ts, const stru
 }
 
 /* Adds the heads of the guessed code objects of @n stacks (immutable: read last), but for
- * the kept ones (@sp: NULL when none is). */
-static void add_codes(struct pyf_target *t, const struct pyf_stack *guesses,
-                      const struct thread_spans *sp, size_t n)
+ * those kept unread (unchanged). */
+static void add_codes(struct pyf_target *t, const struct pyf_stack *guesses, size_t n)
 {
     size_t n_codes = 0;
 
     for (size_t k = 0; k < n; k++)
         for (size_t i = 0;
-             i < guesses[k].n_frames && n_codes < SCRATCH_SLOTS && !(sp && sp[k].kept); i++)
+             i < guesses[k].n_frames && n_codes < SCRATCH_SLOTS && !guesses[k].unchanged; i++)
             if (guesses[k].frames[i].code_raddr)
                 t->guess_u64[n_codes++] = guesses[k].frames[i].code_raddr;
     t->code_window = add_sorted(t, t->guess_u64, n_codes, t->co_read, 0, 0);
@@ -229,7 +228,7 @@ static int read_one(struct pyf_target *t, uint64_t tstate, const struct pyf_stac
     batch_reset(b);
     t->code_window = (struct batch_window){0, 0};
     add_thread(t, tstate, -1, guess, sp);
-    add_codes(t, guess, NULL, 1);
+    add_codes(t, guess, 1);
     r = batch_read(b, &t->mem);
     if (r == -EFAULT && b->n > 1) { /* a guessed struct was freed and unmapped */
         batch_reset(b);
@@ -887,8 +886,8 @@ static bool still_asleep(struct pyf_target *t, const struct pyf_stack *st, pid_t
                          const uint64_t sched[3])
 {
     if (running != 0 || tid <= 0 || st->kept_tid != tid || sched[2] == 0 ||
-        memcmp(sched, st->kept_sched, sizeof(st->kept_sched)) != 0 || st->truncated || st->torn)
-        return false;
+        memcmp(sched, st->kept_sched, sizeof(st->kept_sched)) != 0)
+        return false; /* (kept_tid is set only on a whole read: keep_if_known()) */
     for (size_t i = 0; i < st->n_frames; i++)
         if (!codecache__pin(t->codes, st->frames[i].code_raddr, st->frames[i].func,
                             st->frames[i].file))
@@ -925,11 +924,12 @@ static int sample_as_guessed(struct pyf_target *t, struct pyf_thread *ret_thread
         int ts = threads__guess_add(t, &g, i);
 
         sp[i] = NO_SPANS;
+        stacks[i].unchanged = false;
         if (ts < 0)
             continue;
         if (still_asleep(t, &stacks[i], g.pre_tid[i], g.pre_running[i], g.pre_sched[i])) {
             sp[i].ts = ts; /* its thread state only, to check the list */
-            sp[i].kept = stacks[i].unchanged = true;
+            stacks[i].unchanged = true;
         } else if (begin(tstate, &stacks[i], e) == 0) {
             add_thread(t, tstate, ts, &stacks[i], &sp[i]);
         }
@@ -938,7 +938,7 @@ static int sample_as_guessed(struct pyf_target *t, struct pyf_thread *ret_thread
             memcpy(sp[i].pre_sched, g.pre_sched[i], sizeof(sp[i].pre_sched));
         }
     }
-    add_codes(t, stacks, sp, g.n);
+    add_codes(t, stacks, g.n);
     r = batch_read(&t->batch, &t->mem);
     if (r == -EFAULT)
         return 0; /* something guessed was freed */
@@ -966,7 +966,7 @@ static int sample_walked(struct pyf_target *t, struct pyf_thread *ret_threads,
         if (begin(ret_threads[i].tstate_raddr, &stacks[i], e) == 0)
             add_thread(t, ret_threads[i].tstate_raddr, -1, &stacks[i], &sp[i]);
     }
-    add_codes(t, stacks, NULL, n);
+    add_codes(t, stacks, n);
     r = batch_read(&t->batch, &t->mem);
     if (r < 0 && r != -EFAULT)
         return target_fail_read(t, e, r, 0, "thread states and frames");
@@ -995,11 +995,11 @@ int pyf_target__sample(struct pyf_target *t, struct pyf_thread *ret_threads,
         struct snapshot s = {0};
         struct pyf_err e;
 
-        if (sp[i].kept && ret_threads[i].tid == sp[i].pre_tid)
+        if (stacks[i].unchanged && ret_threads[i].tid == sp[i].pre_tid)
             continue; /* asleep since it was read (still_asleep()): the same frames */
         stacks[i].kept_tid = 0;
         /* A thread read on its own reuses the batch: the threads after it do too. */
-        if (r == 0 && sp[i].ts >= 0 && !sp[i].kept &&
+        if (r == 0 && sp[i].ts >= 0 && !stacks[i].unchanged &&
             take_snapshot(t, &stacks[i], &sp[i], stack_limit(&stacks[i]), &s, &e) == 0 &&
             s.settled && finish(t, ret_threads[i].tstate_raddr, &s, &stacks[i], &e) == 0) {
             keep_if_known(&stacks[i], &sp[i], ret_threads[i].tid);

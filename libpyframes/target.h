@@ -30,7 +30,6 @@ struct thread_spans {
     int root;                   /* <= 3.10: the guessed outermost frame's f_back, read again */
     pid_t pre_tid;              /* whose schedstat was read before the batch (0: none) */
     uint64_t pre_sched[3];      /* what it said */
-    bool kept;                  /* asleep since its frames were read: they are not read again */
 };
 
 /* Addresses of the type objects (and None) in the target; 0 when not exported. */
