@@ -48,7 +48,10 @@ struct raw_frame {
     bool running;  /* <= 3.10: marked as running (always true where there is no such mark) */
 };
 
-#define STATFD_SLOTS 1024     /* threads whose /proc stat files we keep open, by tid */
+/* Threads whose /proc stat files we keep open, by tid: 512 fds a target at most (a 150-thread
+ * torch process fits; 128 slots thrashed there), as many as systemd's LimitNOFILE at 1,024
+ * targets: the daemon has no global fd budget yet. */
+#define STATFD_SLOTS 256
 #define STATFD_PROBES 8       /* slots from tid % STATFD_SLOTS a thread may hold */
 #define GUESS_THREADS_MAX 256 /* thread lists up to this long are read in one syscall */
 #define SCRATCH_SLOTS (PYF_DEPTH_MAX + PYF_HIDDEN_MAX + 1)
