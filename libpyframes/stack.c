@@ -49,6 +49,8 @@ struct snapshot {
     bool more;       /* the chain goes on past the depth limit */
     bool settled;    /* read in one copy, and the current frame did not change meanwhile */
     uint64_t cframe; /* 3.11/3.12: the _PyCFrame the thread state pointed at */
+    uint64_t missed[PYF_RECENT_MAX]; /* frames of the chain the copy lacked (the first ones) */
+    size_t n_missed;
 };
 
 /* @buf holds @len bytes of the frame (a copy made in one instant may lack the running mark:
@@ -137,7 +139,8 @@ static uint64_t current_word(const struct pyf_target *t, uint64_t tstate, uint64
     return tstate + (uint64_t)t->lay.ts_frame;
 }
 
-/* The guessed frames: the stack's frames, then its hidden shim frames. */
+/* The guessed frames: the stack's frames, its hidden shim frames, and the frames recent
+ * reads found outside their guess. */
 static size_t frame_guesses(struct pyf_target *t, const struct pyf_stack *guess)
 {
     size_t n = 0;
@@ -146,7 +149,65 @@ static size_t frame_guesses(struct pyf_target *t, const struct pyf_stack *guess)
         t->guess_u64[n++] = guess->frames[i].frame_raddr;
     for (size_t i = 0; i < guess->n_hidden && i < PYF_HIDDEN_MAX; i++)
         t->guess_u64[n++] = guess->hidden[i];
+    for (size_t i = 0; i < guess->n_recent && i < PYF_RECENT_MAX; i++)
+        t->guess_u64[n++] = guess->recent[i];
     return n;
+}
+
+/*
+ * A busy thread often flips between a few stacks faster than one read and the next: a loop
+ * that drives a generator (whose frame lives in the generator object, not on the data
+ * stack), calls Python through C (3.12's shim frame on the C stack), or alternates two
+ * callees. The previous read's chain alone then misses whatever the other stacks hold, and
+ * every attempt of a read can miss (a copy must hold the whole chain to settle): 2 % of the
+ * reads of tests/targets/constructs.py under ASan and load were torn. So the frames a chain
+ * found outside its copy are remembered for a while and read with every guess: then one
+ * copy holds every stack the thread flips between. A frame not met for RECENT_READS reads
+ * is forgotten (one freed since costs a failed copy, and then all are: read_one()).
+ */
+#define RECENT_READS 256
+
+static void recent_drop(struct pyf_stack *st, size_t i)
+{
+    st->n_recent--;
+    st->recent[i] = st->recent[st->n_recent];
+    st->recent_at[i] = st->recent_at[st->n_recent];
+}
+
+/* Forgets the frames not met for RECENT_READS reads (at the start of a read). */
+static void recent_age(struct pyf_stack *st)
+{
+    st->reads++;
+    for (size_t i = st->n_recent; i-- > 0;)
+        if (st->reads - st->recent_at[i] > RECENT_READS)
+            recent_drop(st, i);
+}
+
+/* After an attempt: the frames its copy lacked are remembered (replacing the least recently
+ * met), and those the chain went through are met again. */
+static void recent_note(struct pyf_target *t, const struct snapshot *s, struct pyf_stack *st)
+{
+    for (size_t i = 0; i < st->n_recent; i++)
+        for (size_t k = 0; k < s->n; k++)
+            if (t->raw[k].raddr == st->recent[i]) {
+                st->recent_at[i] = st->reads;
+                break;
+            }
+    for (size_t m = 0; m < s->n_missed; m++) {
+        size_t slot = 0, i = 0;
+
+        while (i < st->n_recent && st->recent[i] != s->missed[m])
+            i++;
+        if (i < st->n_recent)
+            continue; /* remembered already */
+        if (st->n_recent < PYF_RECENT_MAX)
+            slot = st->n_recent++;
+        else
+            for (i = 1; i < st->n_recent; i++)
+                slot = st->reads - st->recent_at[i] > st->reads - st->recent_at[slot] ? i : slot;
+        st->recent[slot] = s->missed[m];
+        st->recent_at[slot] = st->reads;
+    }
 }
 
 /* Callers whose instruction word is read again after the copy: the innermost ones, which
@@ -158,7 +219,8 @@ static size_t frame_guesses(struct pyf_target *t, const struct pyf_stack *guess)
 #define REREAD_ALIVE 2
 
 /* A thread's spans before anything of it is added: none read. */
-static const struct thread_spans NO_SPANS = {.ts = -1, .before = -1, .after = -1, .root = -1};
+static const struct thread_spans NO_SPANS = {
+    .ts = -1, .before = -1, .after = -1, .alt_before = -1, .alt_after = -1, .root = -1};
 
 static size_t lasti_bytes(const struct pyf_target *t)
 {
@@ -172,6 +234,9 @@ static void add_thread(struct pyf_target *t, uint64_t tstate, int ts, const stru
 {
     struct batch *b = &t->batch;
     uint64_t word = current_word(t, tstate, guess->cframe_hint);
+    uint64_t alt = guess->cframe_alt != guess->cframe_hint && t->lay.ts_cframe_frame >= 0
+                       ? current_word(t, tstate, guess->cframe_alt)
+                       : 0;
 
     *sp = NO_SPANS;
     sp->ts = ts >= 0 ? ts : batch_add_alone(b, tstate, t->ts_read);
@@ -179,11 +244,15 @@ static void add_thread(struct pyf_target *t, uint64_t tstate, int ts, const stru
         return;
     if (word && t->lay.ts_cframe_frame >= 0)
         sp->before = batch_add_alone(b, word, sizeof(uint64_t));
+    if (alt)
+        sp->alt_before = batch_add_alone(b, alt, sizeof(uint64_t));
     sp->frames = add_sorted(t, t->guess_u64, frame_guesses(t, guess), t->fr_read,
                             guess->n_frames ? guess->frames[0].frame_raddr : 0,
                             guess->n_frames ? grow_len(guess->frames[0].frame_raddr) : 0);
     if (word)
         sp->after = batch_add_alone(b, word, sizeof(uint64_t));
+    if (alt)
+        sp->alt_after = batch_add_alone(b, alt, sizeof(uint64_t));
     /* <= 3.10 only: 3.11 and 3.12 check their callers' instructions instead (at_inline_call();
      * a re-read there measurably tore more), and 3.13 marks the executing frame (stacktop). */
     if (t->lay.fr_state_model == PYF_STATE_REFCNT && guess->n_frames > 1) {
@@ -219,7 +288,7 @@ static void add_codes(struct pyf_target *t, const struct pyf_stack *guesses, siz
 }
 
 /* The one syscall of an attempt for one thread. */
-static int read_one(struct pyf_target *t, uint64_t tstate, const struct pyf_stack *guess,
+static int read_one(struct pyf_target *t, uint64_t tstate, struct pyf_stack *guess,
                     struct thread_spans *sp, struct pyf_err *e)
 {
     struct batch *b = &t->batch;
@@ -231,6 +300,7 @@ static int read_one(struct pyf_target *t, uint64_t tstate, const struct pyf_stac
     add_codes(t, guess, 1);
     r = batch_read(b, &t->mem);
     if (r == -EFAULT && b->n > 1) { /* a guessed struct was freed and unmapped */
+        guess->n_recent = 0;        /* (which one is not known) */
         batch_reset(b);
         *sp = NO_SPANS;
         sp->ts = batch_add_alone(b, tstate, t->ts_read);
@@ -273,8 +343,9 @@ static uint64_t common_frame(struct pyf_target *t, struct batch_window w, uint64
     return 0;
 }
 
-static int innermost(struct pyf_target *t, uint64_t cframe_guess, const struct thread_spans *sp,
-                     uint64_t *ret_frame, struct snapshot *s, struct pyf_err *e)
+static int innermost(struct pyf_target *t, const struct pyf_stack *guess,
+                     const struct thread_spans *sp, uint64_t *ret_frame, struct snapshot *s,
+                     struct pyf_err *e)
 {
     const struct pyf_layout *l = &t->lay;
     uint64_t f = field_u64(batch_span_data(&t->batch, sp->ts), l->ts_frame), later;
@@ -285,7 +356,11 @@ static int innermost(struct pyf_target *t, uint64_t cframe_guess, const struct t
     s->settled = true;
     if (l->ts_cframe_frame >= 0 && f) { /* 3.11/3.12: f is the cframe */
         s->cframe = f;
-        if (f == cframe_guess && before >= 0) {
+        if (f != guess->cframe_hint && f == guess->cframe_alt && sp->alt_before >= 0) {
+            before = sp->alt_before;
+            after = sp->alt_after;
+        }
+        if ((f == guess->cframe_hint || f == guess->cframe_alt) && before >= 0) {
             f = field_u64(batch_span_data(&t->batch, before), 0);
         } else {
             r = target_read_u64(t, f + (uint64_t)l->ts_cframe_frame, &f, e, "cframe");
@@ -328,6 +403,7 @@ static int chain(struct pyf_target *t, struct batch_window w, uint64_t f, size_t
     int r;
 
     s->n = 0;
+    s->n_missed = 0;
     while (f && s->n < limit) {
         struct raw_frame *raw = &t->raw[s->n];
         const uint8_t *buf;
@@ -338,6 +414,8 @@ static int chain(struct pyf_target *t, struct batch_window w, uint64_t f, size_t
             return 0;
         }
         buf = batch_find_in(&t->batch, w, f, t->fr_read);
+        if (!buf && s->n_missed < PYF_RECENT_MAX)
+            s->missed[s->n_missed++] = f;
         if (!buf && f >= page_lo && f + t->fr_read <= page_hi)
             buf = page + (f - page_lo);
         if (!buf && t->lay.frame_model == PYF_FRAME_INTERP && t->fr_read <= sizeof(one)) {
@@ -698,6 +776,14 @@ static int resolve_frames(struct pyf_target *t, size_t n, struct pyf_stack *st, 
     return 0;
 }
 
+/* 3.11/3.12: the cframe the next read guesses, the one before kept as the other guess. */
+static void set_cframe(struct pyf_stack *st, uint64_t cframe)
+{
+    if (cframe != st->cframe_hint)
+        st->cframe_alt = st->cframe_hint;
+    st->cframe_hint = cframe;
+}
+
 /* The chain of this attempt becomes the guess of the next: frames and code pointers. */
 static void guess_from_chain(struct pyf_target *t, const struct snapshot *s, struct pyf_stack *st)
 {
@@ -708,7 +794,7 @@ static void guess_from_chain(struct pyf_target *t, const struct snapshot *s, str
                                            .code_raddr = t->raw[i].skip ? 0 : t->raw[i].code};
     st->n_frames = n;
     st->n_hidden = 0;
-    st->cframe_hint = s->cframe;
+    set_cframe(st, s->cframe);
 }
 
 /* True when a caller's instruction word, read again after the copy, is not what the copy
@@ -772,7 +858,7 @@ static int take_snapshot(struct pyf_target *t, const struct pyf_stack *st,
                          struct pyf_err *e)
 {
     uint64_t f = 0;
-    int r = innermost(t, st->cframe_hint, sp, &f, s, e);
+    int r = innermost(t, st, sp, &f, s, e);
 
     if (r == 0)
         r = chain(t, sp->frames, f, limit, s, e);
@@ -803,7 +889,7 @@ static int finish(struct pyf_target *t, uint64_t tstate, struct snapshot *s, str
         r = returned_frame_below(t, tstate, s->n, e);
     st->n_frames = 0;
     st->n_hidden = 0;
-    st->cframe_hint = s->cframe;
+    set_cframe(st, s->cframe);
     if (r == 0)
         r = resolve_frames(t, s->n, st, e);
     if (r < 0) {
@@ -820,6 +906,7 @@ static int begin(uint64_t tstate, struct pyf_stack *st, struct pyf_err *e)
     st->truncated = false;
     st->torn = false;
     st->unchanged = false;
+    recent_age(st);
     if (!remote_plausible(tstate)) {
         st->n_frames = 0;
         return pyf_fail(e, PYF_INVALID, EINVAL, tstate, "bad thread state");
@@ -843,9 +930,13 @@ static int stack_of(struct pyf_target *t, const struct pyf_thread *th, struct py
         r = read_one(t, th->tstate_raddr, st, &sp, e);
         if (r == 0)
             r = take_snapshot(t, st, &sp, stack_limit(st), &s, e);
+        if (r == 0)
+            recent_note(t, &s, st);
         if (r == 0 && s.settled) {
             r = finish(t, th->tstate_raddr, &s, st, e);
-            if (r != -EAGAIN) /* done, or failed; -EAGAIN: a caller past its call */
+            /* done, or failed; torn (a caller past its call, a frame freed meanwhile): read
+             * again while attempts remain */
+            if (r == 0 || e->kind != PYF_TORN || attempt + 1 == SNAPSHOT_ATTEMPTS)
                 break;
             r = 0;
             s.settled = false;
@@ -1000,10 +1091,12 @@ int pyf_target__sample(struct pyf_target *t, struct pyf_thread *ret_threads,
         stacks[i].kept_tid = 0;
         /* A thread read on its own reuses the batch: the threads after it do too. */
         if (r == 0 && sp[i].ts >= 0 && !stacks[i].unchanged &&
-            take_snapshot(t, &stacks[i], &sp[i], stack_limit(&stacks[i]), &s, &e) == 0 &&
-            s.settled && finish(t, ret_threads[i].tstate_raddr, &s, &stacks[i], &e) == 0) {
-            keep_if_known(&stacks[i], &sp[i], ret_threads[i].tid);
-            continue;
+            take_snapshot(t, &stacks[i], &sp[i], stack_limit(&stacks[i]), &s, &e) == 0) {
+            recent_note(t, &s, &stacks[i]);
+            if (s.settled && finish(t, ret_threads[i].tstate_raddr, &s, &stacks[i], &e) == 0) {
+                keep_if_known(&stacks[i], &sp[i], ret_threads[i].tid);
+                continue;
+            }
         }
         r = -EAGAIN;
         if (stack_of(t, &ret_threads[i], &stacks[i], &e) == 0)

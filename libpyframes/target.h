@@ -24,6 +24,7 @@
  * spans holding its frames. */
 struct thread_spans {
     int ts, before, after;
+    int alt_before, alt_after; /* 3.11/3.12: the same words of the other cframe (cframe_alt) */
     struct batch_window frames;
     struct batch_window reread; /* <= 3.10: callers' instruction words, read again last */
     struct batch_window alive;  /* <= 3.10: the innermost frames' refcounts, read again last */
@@ -54,7 +55,7 @@ struct raw_frame {
 #define STATFD_SLOTS 256
 #define STATFD_PROBES 8       /* slots from tid % STATFD_SLOTS a thread may hold */
 #define GUESS_THREADS_MAX 256 /* thread lists up to this long are read in one syscall */
-#define SCRATCH_SLOTS (PYF_DEPTH_MAX + PYF_HIDDEN_MAX + 1)
+#define SCRATCH_SLOTS (PYF_DEPTH_MAX + PYF_HIDDEN_MAX + PYF_RECENT_MAX + 1)
 #define THREAD_SPANS_MAX 4096 /* threads one call reads (pyf_target__threads, __sample) */
 #define THREAD_ROOM_MIN 64    /* per-thread scratch at first; it grows to a call's cap */
 

@@ -53,6 +53,7 @@ const char *pyf_err_kind_name(enum pyf_err_kind kind);
 #define PYF_VERSION_MINOR(v) ((v)&0xff)
 #define PYF_DEPTH_MAX 1024 /* deepest stack pyf_target__stack() reads; deeper is truncated */
 #define PYF_HIDDEN_MAX 16  /* interpreter shim frames remembered per stack */
+#define PYF_RECENT_MAX 16  /* frames outside the guess remembered per stack (stack.c) */
 
 struct pyf_target_info {
     pid_t pid;
@@ -145,6 +146,14 @@ struct pyf_stack {
     uint64_t hidden[PYF_HIDDEN_MAX];
     size_t n_hidden;
     uint64_t cframe_hint;
+    uint64_t cframe_alt; /* the one before (a thread calling Python through C flips between) */
+    /* Frames recent reads of this stack found outside their guess, read with it too: a thread
+     * that flips between a few stacks (a generator's frame, a call through C) has them all in
+     * one copy. recent_at[i]: the read (reads) that last met recent[i]. */
+    uint64_t recent[PYF_RECENT_MAX];
+    uint32_t recent_at[PYF_RECENT_MAX];
+    size_t n_recent;
+    uint32_t reads;
     /* The thread these frames were read from by pyf_target__sample() (0: none) and its
      * schedstat read just before: while it still reads the same and the thread is not
      * running, the thread has not run since, and the frames are kept, not read again. */

@@ -14,8 +14,9 @@ from conftest import BUILD, interpreter_params, require, wait_for
 HAMMER = os.path.join(BUILD, 'tests', 'hammer')
 
 
-def hammer(pid, iterations):
-    r = subprocess.run([HAMMER, str(pid), str(iterations)], stdout=subprocess.PIPE,
+def hammer(pid, iterations, pause_us=0):
+    r = subprocess.run([HAMMER, '-p', str(pause_us), str(pid), str(iterations)],
+                       stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
     assert r.returncode in (0, 3), r.stdout + r.stderr  # 3: gone before the first read
     return json.loads(r.stdout) if r.returncode == 0 else None
@@ -39,7 +40,9 @@ def test_every_way_of_calling_python_reads_as_a_stack(python, target_factory):
     of them for a torn copy would drop every sample taken there, so torn reads must stay rare."""
     require(python)
     t = target_factory(python, 'constructs.py')
-    stats = hammer(t.pid, 5000)
+    # Paced as a sampler is (see hammer.c): back to back, one preemption of the target in an
+    # instant no read can make sense of counted as 100-330 torn reads (CI, ASan: 2.3 %).
+    stats = hammer(t.pid, 5000, pause_us=250)
     assert stats['other'] == 0, stats
     assert stats['stacks'] > 4000, stats
     assert stats['torn'] < stats['ok'] / 50, stats  # measured: 0.05-0.3 %
