@@ -65,6 +65,7 @@ struct statfd {
     int fd, sched_fd;   /* sched_fd -1: no schedstat (a kernel without CONFIG_SCHED_INFO) */
     uint64_t sched[3];  /* run time, run-queue wait, times run: at the last stat read */
     bool on_cpu, known; /* what stat said then; known: sched was read with it */
+    bool kept;          /* counted in the process's budget of kept files (pyf_keep_files_max) */
 };
 
 struct pyf_target {

@@ -13,11 +13,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/resource.h>
 
 #include "err.h"
 #include "core.h"
@@ -133,6 +135,38 @@ static void tids_from_pthreads(struct pyf_target *t, struct pyf_thread *th, cons
             th[i].tid = 0;
 }
 
+/*
+ * The files kept open by every target of this process, and how many may be: 2 a thread, up
+ * to 2 * STATFD_SLOTS a target, adds up to every descriptor a daemon has (a 300-thread target
+ * under a limit of 256 left it none to accept a client with). 0: not set yet.
+ */
+static atomic_size_t kept_files, kept_files_max;
+
+void pyf_keep_files_max(size_t max)
+{
+    atomic_store(&kept_files_max, max);
+}
+
+/* Whether two more files may be kept open; if so they are counted. */
+static bool keep_two_files(void)
+{
+    size_t max = atomic_load(&kept_files_max), n;
+    struct rlimit rl;
+
+    if (max == 0) {
+        max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
+                  ? (size_t)rl.rlim_cur / 4
+                  : 256;
+        atomic_store(&kept_files_max, max);
+    }
+    n = atomic_load(&kept_files);
+    do {
+        if (n + 2 > max)
+            return false;
+    } while (!atomic_compare_exchange_weak(&kept_files, &n, n + 2));
+    return true;
+}
+
 void threads__forget_statfd(struct statfd *sf)
 {
     if (!sf->tid)
@@ -140,14 +174,18 @@ void threads__forget_statfd(struct statfd *sf)
     close(sf->fd);
     if (sf->sched_fd >= 0)
         close(sf->sched_fd);
+    if (sf->kept)
+        atomic_fetch_sub(&kept_files, 2);
     sf->tid = 0;
+    sf->kept = false;
 }
 
 /* /proc/PID/task/TID/stat and schedstat stay open per thread: a pread() per sample, not
  * three calls. A thread holds one of the STATFD_PROBES slots from tid % STATFD_SLOTS, so a
  * look is bounded whatever the number of threads; with all of them taken, the first is
- * recycled. NULL when the thread is gone. */
-static struct statfd *stat_slot(struct pyf_target *t, pid_t tid)
+ * recycled. Past the process's budget of kept files they are opened into @once, which the
+ * caller forgets after the read. NULL when the thread is gone. */
+static struct statfd *stat_slot(struct pyf_target *t, pid_t tid, struct statfd *once)
 {
     struct statfd *free_slot = NULL;
     size_t first = (size_t)tid % STATFD_SLOTS;
@@ -169,9 +207,13 @@ static struct statfd *stat_slot(struct pyf_target *t, pid_t tid)
         free_slot = &t->statfds[first];
         threads__forget_statfd(free_slot);
     }
+    if (!keep_two_files())
+        free_slot = once;
     snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", (int)t->info.pid, (int)tid);
-    *free_slot =
-        (struct statfd){.tid = tid, .fd = fd, .sched_fd = open(path, O_RDONLY | O_CLOEXEC)};
+    *free_slot = (struct statfd){.tid = tid,
+                                 .fd = fd,
+                                 .sched_fd = open(path, O_RDONLY | O_CLOEXEC),
+                                 .kept = free_slot != once};
     return free_slot;
 }
 
@@ -188,15 +230,14 @@ static bool read_schedstat(int fd, uint64_t ret[3])
 }
 
 /*
- * Whether thread @tid is running or runnable (state R). stat says so, but formats 52 fields
+ * Whether the thread of @sf is running or runnable (state R). stat says so, but formats 52 fields
  * to (4.5 us a read here); schedstat's three numbers cost 1 us, and while none of them moved
  * the thread was neither switched out (that adds to its run time) nor in (to its count)
  * since stat was last read: its state is what stat said then. So a waiting thread, most of a
  * training job's, costs the cheap read; one that ran, both.
  */
-int pyf_target__thread_running(struct pyf_target *t, pid_t tid, uint64_t ret_sched[3])
+static int thread_running(struct statfd *sf, uint64_t ret_sched[3])
 {
-    struct statfd *sf = tid > 0 && !t->mem.core ? stat_slot(t, tid) : NULL;
     uint64_t sched[3];
     bool have_sched;
     char buf[512];
@@ -204,8 +245,6 @@ int pyf_target__thread_running(struct pyf_target *t, pid_t tid, uint64_t ret_sch
     ssize_t n;
 
     memset(ret_sched, 0, 3 * sizeof(*ret_sched));
-    if (!sf)
-        return t->mem.core ? 0 : -ESRCH;
     have_sched = sf->sched_fd >= 0 && read_schedstat(sf->sched_fd, sched);
     if (have_sched)
         memcpy(ret_sched, sched, sizeof(sched));
@@ -223,6 +262,21 @@ int pyf_target__thread_running(struct pyf_target *t, pid_t tid, uint64_t ret_sch
     if ((sf->known = have_sched))
         memcpy(sf->sched, sched, sizeof(sched));
     return sf->on_cpu;
+}
+
+int pyf_target__thread_running(struct pyf_target *t, pid_t tid, uint64_t ret_sched[3])
+{
+    struct statfd once = {0};
+    struct statfd *sf = tid > 0 && !t->mem.core ? stat_slot(t, tid, &once) : NULL;
+    int r;
+
+    if (!sf) {
+        memset(ret_sched, 0, 3 * sizeof(*ret_sched));
+        return t->mem.core ? 0 : -ESRCH;
+    }
+    r = thread_running(sf, ret_sched);
+    threads__forget_statfd(&once);
+    return r;
 }
 
 /* Where the words naming the GIL holder live: the current-thread-state word, or (3.12+)

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "api/api.h"
+#include "pyframes.h"
 #include "clock.h"
 #include "config.h"
 #include "sample/exits.h"
@@ -351,17 +352,25 @@ static void stop(struct daemon *d)
 
 /* The soft open-files limit up to the hard one: each target holds fds (its threads' stat
  * files, perf events, its binaries), and so does each client. 1024, the usual soft limit, ran
- * out with 18 targets of 70 threads. */
+ * out with 18 targets of 70 threads. Threads' /proc files kept open may take half of it (past
+ * that they are opened at each read): the rest is for clients, perf events and the database
+ * (a 300-thread target under a limit of 256 took every fd, and no client could connect). */
 static void raise_fd_limit(void)
 {
     struct rlimit rl;
 
-    if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= rl.rlim_max)
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
         return;
-    rl.rlim_cur = rl.rlim_max;
-    if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
-        log_errno(LOG_WARN, -errno, "raising the open-files limit to %llu",
-                  (unsigned long long)rl.rlim_max);
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t soft = rl.rlim_cur;
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0) {
+            log_errno(LOG_WARN, -errno, "raising the open-files limit to %llu",
+                      (unsigned long long)rl.rlim_max);
+            rl.rlim_cur = soft;
+        }
+    }
+    pyf_keep_files_max(rl.rlim_cur == RLIM_INFINITY ? (size_t)1 << 20 : (size_t)rl.rlim_cur / 2);
 }
 
 int main(int argc, char **argv)

@@ -105,8 +105,15 @@ struct pyf_thread {
  * (0), with its schedstat numbers in @ret_sched (all 0 where unknown): what
  * pyf_target__threads() fills on_cpu and sched with, for any thread of the process (one with
  * no Python state too). stat is read only when schedstat moved; both files stay open for up
- * to 128 threads, recycled beyond. -ESRCH: the thread is gone. 0 for a core. */
+ * to 256 threads a target, recycled beyond, within pyf_keep_files_max(). -ESRCH: the thread
+ * is gone. 0 for a core. */
 int pyf_target__thread_running(struct pyf_target *t, pid_t tid, uint64_t ret_sched[3]);
+
+/* At most @max of those /proc files kept open by all the targets of this process together
+ * (they save an open and a close a read); past it a thread's files are opened, read and
+ * closed each time. Until set: a quarter of the open-files soft limit at the first open. A
+ * program with many targets sets it, or their threads take every descriptor it has. */
+void pyf_keep_files_max(size_t max);
 
 /* Every thread of every interpreter, newest first within an interpreter. Writes at most
  * @cap threads; *ret_n is the number written. */
