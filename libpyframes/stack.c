@@ -301,6 +301,7 @@ static int read_one(struct pyf_target *t, uint64_t tstate, struct pyf_stack *gue
     r = batch_read(b, &t->mem);
     if (r == -EFAULT && b->n > 1) { /* a guessed struct was freed and unmapped */
         guess->n_recent = 0;        /* (which one is not known) */
+        guess->cframe_alt = guess->cframe_hint;
         batch_reset(b);
         *sp = NO_SPANS;
         sp->ts = batch_add_alone(b, tstate, t->ts_read);
@@ -356,11 +357,11 @@ static int innermost(struct pyf_target *t, const struct pyf_stack *guess,
     s->settled = true;
     if (l->ts_cframe_frame >= 0 && f) { /* 3.11/3.12: f is the cframe */
         s->cframe = f;
-        if (f != guess->cframe_hint && f == guess->cframe_alt && sp->alt_before >= 0) {
-            before = sp->alt_before;
-            after = sp->alt_after;
+        if (f != guess->cframe_hint) { /* the other cframe's words, or none */
+            before = f == guess->cframe_alt ? sp->alt_before : -1;
+            after = f == guess->cframe_alt ? sp->alt_after : -1;
         }
-        if ((f == guess->cframe_hint || f == guess->cframe_alt) && before >= 0) {
+        if (before >= 0) {
             f = field_u64(batch_span_data(&t->batch, before), 0);
         } else {
             r = target_read_u64(t, f + (uint64_t)l->ts_cframe_frame, &f, e, "cframe");
