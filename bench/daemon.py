@@ -10,7 +10,10 @@ usage: PROBED_BUILD=DIR bench/daemon.py [--load 1x10000,1x100,16x100,64x100] [--
    other, each pyenv minor and Debian's): ticks kept vs expected and late ones, the sampler
    thread's CPU per tick (schedstat), the daemon's CPU (% of one core, from /proc/PID/stat
    over the window), its RSS, dropped and torn samples, and the database's bytes per stored
-   sample (pages in use / samples).
+   sample (pages in use / samples). Beside it, the machine's floor measured in the same
+   window: a bare thread's CPU per timed wait at that rate (bench/wake_floor.c; again in the
+   3 s after it: the noise), and the sampler's CPU less one such wake a period, per tick and
+   per sample.
 2. Flame graph build time: a database holding 1 M and 10 M samples (a realistic mix: 2,000
    distinct stacks 30 frames deep, Zipf-like counts), `probectl flamegraph --format folded`
    and `--format svg` timed end to end through the daemon, twice (the difference is the
@@ -72,6 +75,18 @@ def idle_targets(n):
     return ready_targets('idle_deep.py', n)
 
 
+def wake_floor(rate, seconds):
+    """A bare thread waking at @rate for @seconds (bench/wake_floor.c), started: the floor
+    under the sampler's CPU per tick on this machine. floor_us() reads its answer."""
+    return subprocess.Popen([os.path.join(os.environ['PROBED_BUILD'], 'bench', 'wake_floor'),
+                             str(rate), str(seconds)], stdout=subprocess.PIPE,
+                            universal_newlines=True)
+
+
+def floor_us(p):
+    return json.loads(p.communicate()[0])['us_per_wake']
+
+
 def sample_load(n_targets, rate, window):
     targets = idle_targets(n_targets)
     d = Daemon()
@@ -83,12 +98,17 @@ def sample_load(n_targets, rate, window):
         sc0 = thread_cpu_seconds(d.proc.pid, 'probed-sampler')
         s0 = {x['pid']: x['stats'] for x in
               json.loads(d.ctl('list', '--json', check=True).stdout)['targets']}
-        time.sleep(window)
+        # the floor in the same window (a machine this size varies 3x from minute to minute),
+        # and again in the next one: the difference is its noise
+        floor = [floor_us(wake_floor(rate, window))]
+        time.sleep(max(0, window - (time.time() - t0)))
         c1, t1 = cpu_seconds(d.proc.pid), time.time()
         sc1 = thread_cpu_seconds(d.proc.pid, 'probed-sampler')
         s1 = {x['pid']: x['stats'] for x in
               json.loads(d.ctl('list', '--json', check=True).stdout)['targets']}
+        floor.append(floor_us(wake_floor(rate, min(window, 3))))
         ticks = sum(s1[p]['ticks'] - s0[p]['ticks'] for p in s1)
+        samples = sum(s1[p]['samples'] - s0[p]['samples'] for p in s1)
         dropped = sum(s1[p]['dropped'] for p in s1)
         torn = sum(s1[p]['torn'] for p in s1)
         late = sum(s1[p]['late'] - s0[p]['late'] for p in s1)
@@ -113,6 +133,13 @@ def sample_load(n_targets, rate, window):
                  torn, size / max(n, 1), n, size / 2 ** 20,
                  per_table.get('sample_blocks', 0) / max(n, 1),
                  per_table.get('stack_counts', 0) / max(n, 1)))
+        # targets at one rate share the schedule: one wake-up a period serves them all
+        work_us = 1e6 * (sc1 - sc0) - floor[0] * rate * (t1 - t0)
+        print('%28s sampler %.1f us per sample (%.2f samples a tick); the floor, a bare timed'
+              ' wait at %d Hz: %.1f us per wake (again: %.1f, the noise); the sampler less one'
+              ' such wake a period: %.1f us per tick, %.1f per sample'
+              % ('', 1e6 * (sc1 - sc0) / max(samples, 1), samples / max(ticks, 1), rate,
+                 floor[0], floor[1], work_us / max(ticks, 1), work_us / max(samples, 1)))
     finally:
         d.close()
         for t in targets:
