@@ -96,7 +96,12 @@ static int open_event(struct perfstack *ps, pid_t tid, struct errbuf *err)
     if (fd < 0) {
         int e = errno;
         if (e == ESRCH)
-            return -ESRCH; /* the thread exited meanwhile */
+            return -ESRCH;              /* the thread exited meanwhile */
+        if (e == EMFILE || e == ENFILE) /* an event is a file: not a matter of rights */
+            return errbuf_set(err, -e,
+                              "pid %d: perf_event_open for thread %d: %s (an event a thread; "
+                              "raise the daemon's open-files limit, LimitNOFILE)",
+                              (int)ps->pid, (int)tid, strerror(e));
         return errbuf_set(
             err, -e,
             "pid %d: perf_event_open for thread %d: %s (root or CAP_PERFMON needed, or "

@@ -270,7 +270,8 @@ def test_a_daemon_short_of_files_still_samples_every_thread_and_answers(target_f
     """Each thread's /proc stat and schedstat stay open (a pread a sample, not an open, a read
     and a close), 2 files a thread: a 300-thread target under a limit of 256 files took every
     descriptor the daemon had, and no client could connect. The files kept open are bounded
-    across targets (half the limit); past it they are opened at each read."""
+    across targets (half the limit); past it they are opened at each read. Native stacks want
+    a perf event a thread: short of files, the attach is Python-only and says why."""
     from daemon import Daemon
     t = target_factory('/usr/bin/python3', 'manythreads.py', '300')
     d = Daemon(wrapper=['prlimit', '--nofile=256:256', '--'])
@@ -285,6 +286,17 @@ def test_a_daemon_short_of_files_still_samples_every_thread_and_answers(target_f
         stats = [x for x in json.loads(d.ctl('list', '--json', check=True).stdout)['targets']
                  if x['pid'] == t.pid][-1]['stats']
         assert stats['errors'] == 0 and stats['ticks'] > 0, stats
+        d.ctl('detach', t.pid, check=True)
+        # --native wants a perf event (a file) a thread: short of them, the attach stays
+        # Python-only, says why, and gives back the events it had opened
+        d.ctl('attach', t.pid, '--rate', '20', '--native', check=True)
+        x = [x for x in json.loads(d.ctl('list', '--json', check=True).stdout)['targets']
+             if x['pid'] == t.pid][-1]
+        assert x['mode'] == 'python' and 'open-files limit' in x['native_error'], x
+        n0 = d.rows("SELECT count(*) FROM samples s WHERE %s" % by_target)[0][0]
+        wait_for(lambda: d.rows("SELECT count(*) FROM samples s WHERE %s" % by_target)[0][0]
+                 > n0 + 301, timeout=60, what='samples after the --native attach')
+        assert len(os.listdir('/proc/%d/fd' % d.proc.pid)) <= 128 + 64
         d.ctl('detach', t.pid, check=True)
     finally:
         d.close()
