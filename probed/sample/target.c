@@ -150,9 +150,12 @@ int target_new(pid_t pid, uint32_t rate_hz, struct target **ret, struct pyf_err 
         goto fail;
     /* A process that exec'd while it was opened (a launcher's fork, or probectl run's, turning
      * into the program) has the new program's layout read under the old one's identity: its
-     * first tick would end it as "exec'd another program". Torn: the caller tries again. */
+     * first tick would end it as "exec'd another program". So does one opened in the last
+     * moments of its exec: the program and its loader are mapped, but the kernel sets the start
+     * of its stack only after (load_elf_binary()), and it reads 0 until then (CI: probectl
+     * run's child ended as "exec'd" 4.5 ms after its attach). Torn: the caller tries again. */
     if (procfs_identity(pid, &start_time, &start_stack) < 0 || start_time != t->start_time ||
-        start_stack != t->start_stack) {
+        start_stack != t->start_stack || start_stack == 0) {
         snprintf(err->msg, sizeof(err->msg), "pid %d exec'd while it was being attached: try again",
                  pid);
         err->kind = PYF_TORN;
