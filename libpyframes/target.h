@@ -50,8 +50,8 @@ struct raw_frame {
 };
 
 /* Threads whose /proc stat files we keep open, by tid: 512 fds a target at most (a 150-thread
- * torch process fits; 128 slots thrashed there), as many as systemd's LimitNOFILE at 1,024
- * targets: the daemon has no global fd budget yet. */
+ * torch process fits; 128 slots thrashed there), and all targets together within
+ * pyf_keep_files_max() (threads.c). */
 #define STATFD_SLOTS 256
 #define STATFD_PROBES 8       /* slots from tid % STATFD_SLOTS a thread may hold */
 #define GUESS_THREADS_MAX 256 /* thread lists up to this long are read in one syscall */

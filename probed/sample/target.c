@@ -156,8 +156,8 @@ int target_new(pid_t pid, uint32_t rate_hz, struct target **ret, struct pyf_err 
      * run's child ended as "exec'd" 4.5 ms after its attach). Torn: the caller tries again. */
     if (procfs_identity(pid, &start_time, &start_stack) < 0 || start_time != t->start_time ||
         start_stack != t->start_stack || start_stack == 0) {
-        snprintf(err->msg, sizeof(err->msg), "pid %d exec'd while it was being attached: try again",
-                 pid);
+        snprintf(err->msg, sizeof(err->msg),
+                 "pid %d was exec'ing (or exiting) while it was being attached: try again", pid);
         err->kind = PYF_TORN;
         err->sys = EAGAIN;
         r = -EAGAIN;
