@@ -1,17 +1,21 @@
 /*
  * wake_floor.c - the machine's floor under the sampler's CPU per tick: a thread that only
- * waits for its next tick, as the sampler does (pthread_cond_timedwait on CLOCK_MONOTONIC,
- * timer slack 1 ns), and does nothing else. bench/daemon.py runs it beside each load.
+ * waits for its next tick, as the sampler does (a futex wait until an absolute
+ * CLOCK_MONOTONIC time, timer slack 1 ns: probed/sample/targets.c), and does nothing else.
+ * bench/daemon.py runs it beside each load.
  *
  * usage: wake_floor <rate_hz> <seconds>; prints {"wakes": N, "us_per_wake": X}: the thread's
  * CPU (its clock: the switches in and out of the wait included) over the wakes.
  */
 #define _GNU_SOURCE
-#include <pthread.h>
+#include <linux/futex.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 static double thread_cpu_us(void)
 {
@@ -23,9 +27,7 @@ static double thread_cpu_us(void)
 
 int main(int argc, char **argv)
 {
-    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    pthread_condattr_t ca;
-    pthread_cond_t wake;
+    uint32_t word = 0; /* nobody wakes it: only the timeout ends a wait */
     struct timespec due;
     long rate, n;
     double cpu0;
@@ -34,22 +36,16 @@ int main(int argc, char **argv)
         return fprintf(stderr, "usage: wake_floor <rate_hz> <seconds>\n"), 2;
     n = (long)(atof(argv[2]) * (double)rate);
     prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&wake, &ca);
     clock_gettime(CLOCK_MONOTONIC, &due);
     cpu0 = thread_cpu_us();
-    pthread_mutex_lock(&lock);
     for (long i = 0; i < n; i++) {
         due.tv_nsec += 1000000000L / rate;
         while (due.tv_nsec >= 1000000000L) {
             due.tv_nsec -= 1000000000L;
             due.tv_sec++;
         }
-        while (pthread_cond_timedwait(&wake, &lock, &due) == 0)
-            ; /* nobody signals it: only the timeout ends a wait */
+        syscall(SYS_futex, &word, FUTEX_WAIT_BITSET_PRIVATE, 0, &due, NULL, FUTEX_BITSET_MATCH_ANY);
     }
-    pthread_mutex_unlock(&lock);
     printf("{\"wakes\": %ld, \"us_per_wake\": %.2f}\n", n, (thread_cpu_us() - cpu0) / (double)n);
     return 0;
 }

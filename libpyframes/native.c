@@ -19,6 +19,7 @@
 #include "err.h"
 #include "procmaps.h"
 #include "symtab.h"
+#include "target.h"
 
 #define TASK_PASSES 8 /* reads of /proc/PID/task until no thread is new (threads being born) */
 
@@ -581,6 +582,19 @@ static int read_schedstat(pid_t pid, pid_t tid, uint64_t ret[3])
     return procmaps_schedstat(buf, ret) ? 0 : -EBADMSG;
 }
 
+/* Thread @tid's numbers that move when it is switched in or out: the run-state source's where
+ * it knows the thread (-EAGAIN where it says the thread runs), else schedstat's. */
+static int switch_numbers(pid_t pid, pid_t tid, uint64_t ret[3])
+{
+    int r = threads__source_running(pid, tid, ret);
+
+    if (r == 1)
+        return -EAGAIN;
+    if (r == 0 || r == -ESRCH)
+        return r;
+    return read_schedstat(pid, tid, ret);
+}
+
 /* Where blocked thread @tid entered the kernel: its user sp and pc. -EAGAIN: it runs. */
 static int blocked_sp_pc(pid_t pid, pid_t tid, uint64_t *ret_sp, uint64_t *ret_pc)
 {
@@ -640,7 +654,7 @@ int pyf_native__unwind_blocked(struct pyf_native *n, pid_t tid, uint64_t *ret_pc
 
     if (!n->blocked_stack && !(n->blocked_stack = malloc(PYF_BLOCKED_STACK_BYTES)))
         return pyf_fail(reterr, PYF_INVALID, ENOMEM, 0, "pid %d: out of memory", (int)n->pid);
-    if ((r = read_schedstat(n->pid, tid, ret_sched)) < 0 ||
+    if ((r = switch_numbers(n->pid, tid, ret_sched)) < 0 ||
         (r = blocked_sp_pc(n->pid, tid, &copy.regs[PYF_DWARF_SP], &copy.regs[PYF_DWARF_IP])) < 0)
         return pyf_fail(reterr,
                         r == -EAGAIN                  ? PYF_TORN
@@ -654,7 +668,7 @@ int pyf_native__unwind_blocked(struct pyf_native *n, pid_t tid, uint64_t *ret_pc
     if (copy.size == 0)
         return pyf_fail(reterr, PYF_TORN, EFAULT, copy.regs[PYF_DWARF_SP],
                         "pid %d thread %d: its stack: %s", (int)n->pid, (int)tid, strerror(errno));
-    if (read_schedstat(n->pid, tid, after) < 0 || memcmp(after, ret_sched, sizeof(after)) != 0)
+    if (switch_numbers(n->pid, tid, after) < 0 || memcmp(after, ret_sched, sizeof(after)) != 0)
         return pyf_fail(reterr, PYF_TORN, EAGAIN, 0,
                         "pid %d thread %d ran while its stack was read", (int)n->pid, (int)tid);
     return pyf_native__unwind_copy(n, &copy, ret_pcs, cap, ret_n, &truncated, reterr);

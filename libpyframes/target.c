@@ -500,6 +500,8 @@ void pyf_target_free(struct pyf_target *t)
         return;
     for (int i = 0; i < STATFD_SLOTS; i++)
         threads__forget_statfd(&t->statfds[i]);
+    if (!t->mem.core)
+        threads__source_forget(t->info.pid);
     core_free((struct pyf_core *)t->mem.core);
     codecache_free(t->codes);
     nsmap_free(&t->ns);

@@ -135,6 +135,10 @@ struct threads_guess {
     uint64_t pre_sched[GUESS_THREADS_MAX][3];
 };
 void threads__forget_statfd(struct statfd *sf); /* closes its files; a free slot is a no-op */
+/* What the run-state source (pyf_runstate_source) says of thread @tid of @pid: 1 runs, 0 waits,
+ * -ESRCH gone, other negative errno: it does not know (or there is none). */
+int threads__source_running(pid_t pid, pid_t tid, uint64_t ret_sched[3]);
+void threads__source_forget(pid_t pid); /* a target of @pid is freed (not a core's) */
 size_t threads__guess_begin(struct pyf_target *t, struct threads_guess *g, size_t cap);
 int threads__guess_add(struct pyf_target *t, struct threads_guess *g, size_t i);
 int threads__guess_check(struct pyf_target *t, const struct threads_guess *g, struct pyf_thread *th,

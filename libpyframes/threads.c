@@ -264,12 +264,39 @@ static int thread_running(struct statfd *sf, uint64_t ret_sched[3])
     return sf->on_cpu;
 }
 
+/* The run-state source (pyf_runstate_source), set once before any read. */
+static struct pyf_runstate_source runstate;
+
+void pyf_runstate_source(const struct pyf_runstate_source *src)
+{
+    runstate = src ? *src : (struct pyf_runstate_source){0};
+}
+
+int threads__source_running(pid_t pid, pid_t tid, uint64_t ret_sched[3])
+{
+    return runstate.running && pid > 0 && tid > 0
+               ? runstate.running(runstate.ctx, pid, tid, ret_sched)
+               : -ENOENT;
+}
+
+void threads__source_forget(pid_t pid)
+{
+    if (runstate.forget && pid > 0)
+        runstate.forget(runstate.ctx, pid);
+}
+
 int pyf_target__thread_running(struct pyf_target *t, pid_t tid, uint64_t ret_sched[3])
 {
     struct statfd once = {0};
-    struct statfd *sf = tid > 0 && !t->mem.core ? stat_slot(t, tid, &once) : NULL;
+    struct statfd *sf;
     int r;
 
+    if (!t->mem.core) { /* the source, where it knows the thread; else /proc */
+        r = threads__source_running(t->info.pid, tid, ret_sched);
+        if (r >= 0 || r == -ESRCH)
+            return r;
+    }
+    sf = tid > 0 && !t->mem.core ? stat_slot(t, tid, &once) : NULL;
     if (!sf) {
         memset(ret_sched, 0, 3 * sizeof(*ret_sched));
         return t->mem.core ? 0 : -ESRCH;

@@ -39,6 +39,7 @@
 #include "query/sqlmem.h"
 #include "common/procfs.h"
 #include "sample/outbox.h"
+#include "sample/runstate.h"
 #include "sample/sampler.h"
 #include "store/store.h"
 #include "store/writer.h"
@@ -377,6 +378,7 @@ int main(int argc, char **argv)
 {
     struct daemon d = {0};
     struct options o;
+    struct errbuf err;
     int r;
 
     if (parse_args(argc, argv, &o) < 0)
@@ -402,6 +404,8 @@ int main(int argc, char **argv)
         return 1;
     }
     raise_fd_limit();
+    if (runstate_start(&err) < 0) /* before any target is read */
+        log_msg(LOG_WARN, "threads' run state comes from /proc: %s", err.msg);
     r = start(&d, &o);
     if (r == 0) {
         log_msg(LOG_INFO, "serving on %s, database %s", o.cfg.text[CFG_SOCKET],
@@ -409,6 +413,7 @@ int main(int argc, char **argv)
         event_base_dispatch(d.base);
     }
     stop(&d);
+    runstate_stop(); /* after the last target is freed */
     config_destroy(&o.cfg);
     return r < 0 ? 1 : 0;
 }

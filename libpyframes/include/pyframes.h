@@ -96,17 +96,18 @@ struct pyf_thread {
      * say (3.6) */
     bool gc_collecting;
     /* /proc/PID/task/TID/schedstat as this read saw it (run time ns, run-queue wait ns, times
-     * run; all 0 where unknown): the same numbers again mean the thread was not switched in
-     * or out in between */
+     * run; all 0 where unknown), or the run-state source's numbers (pyf_runstate_source): the
+     * same numbers again mean the thread was not switched in or out in between */
     uint64_t sched[3];
 };
 
 /* Whether thread @tid of the target (a host tid) runs or is runnable (1: state R) or waits
  * (0), with its schedstat numbers in @ret_sched (all 0 where unknown): what
  * pyf_target__threads() fills on_cpu and sched with, for any thread of the process (one with
- * no Python state too). stat is read only when schedstat moved; both files stay open for up
- * to 256 threads a target, recycled beyond, within pyf_keep_files_max(). -ESRCH: the thread
- * is gone. 0 for a core. */
+ * no Python state too). The run-state source answers first where one is set and knows the
+ * thread (pyf_runstate_source, below: then @ret_sched holds its numbers). Else stat is read
+ * only when schedstat moved; both files stay open for up to 256 threads a target, recycled
+ * beyond, within pyf_keep_files_max(). -ESRCH: the thread is gone. 0 for a core. */
 int pyf_target__thread_running(struct pyf_target *t, pid_t tid, uint64_t ret_sched[3]);
 
 /* At most @max of those /proc files kept open by all the targets of this process together
@@ -114,6 +115,26 @@ int pyf_target__thread_running(struct pyf_target *t, pid_t tid, uint64_t ret_sch
  * closed each time. Until set: a quarter of the open-files soft limit at the first open. A
  * program with many targets sets it, or their threads take every descriptor it has. */
 void pyf_keep_files_max(size_t max);
+
+/*
+ * A source of threads' run state cheaper than /proc (the daemon's eBPF board,
+ * probed/sample/runstate.h), asked first by pyf_target__thread_running() and by the waiting
+ * reads of pyframes_native.h. running() answers for thread @tid of process @pid (the caller's
+ * ids) as pyf_target__thread_running() does: 1 running or runnable, 0 waiting, -ESRCH gone,
+ * with @ret_sched numbers that read the same again only if the thread was not switched in or
+ * out in between, and that never equal a schedstat's (ret_sched[1] == PYF_RUNSTATE_MARK). Any
+ * other negative errno: it does not know that thread, and /proc is read. forget() is told
+ * when a pyf_target of @pid is freed: what it keeps for those threads may go. Set it once,
+ * before any target is read (@src is copied; NULL: /proc only); both are called from every
+ * thread that reads or frees a target.
+ */
+#define PYF_RUNSTATE_MARK UINT64_MAX
+struct pyf_runstate_source {
+    int (*running)(void *ctx, pid_t pid, pid_t tid, uint64_t ret_sched[3]);
+    void (*forget)(void *ctx, pid_t pid);
+    void *ctx;
+};
+void pyf_runstate_source(const struct pyf_runstate_source *src);
 
 /* Every thread of every interpreter, newest first within an interpreter. Writes at most
  * @cap threads; *ret_n is the number written. */

@@ -119,9 +119,10 @@ int pyf_native__unwind_copy(struct pyf_native *n, const struct pyf_stack_copy *c
  * from /proc/PID/task/TID/syscall, the top of its stack (PYF_BLOCKED_STACK_BYTES) from its
  * memory, and the unwind needs no other register (the CFI of code built without frame
  * pointers finds every frame from sp). The thread is proven to have waited throughout: its
- * schedstat (run time, wait, times run) is the same before and after the reads, so it was not
- * switched in; *ret_sched gets those numbers, by which a caller knows the stack still holds
- * while they stay the same (pyf_thread.sched). -EAGAIN (PYF_TORN): it ran meanwhile, or runs.
+ * schedstat (run time, wait, times run), or the run-state source's numbers
+ * (pyf_runstate_source), are the same before and after the reads, so it was not switched in;
+ * *ret_sched gets those numbers, by which a caller knows the stack still holds while they stay
+ * the same (pyf_thread.sched). -EAGAIN (PYF_TORN): it ran meanwhile, or runs.
  */
 #define PYF_BLOCKED_STACK_BYTES 32768
 int pyf_native__unwind_blocked(struct pyf_native *n, pid_t tid, uint64_t *ret_pcs, size_t cap,

@@ -7,11 +7,13 @@
 #include "clock.h"
 #include "log.h"
 #include "query/sqlmem.h"
+#include "sample/runstate.h"
 
 int status_get(struct api *a, const struct request *rq)
 {
     struct writer *w = a->parts.writer;
     struct connlimit_stats c;
+    struct runstate_stats rs;
 
     connlimit__stats(a->clients, &c);
     json_t *body = json_pack(
@@ -26,6 +28,13 @@ int status_get(struct api *a, const struct request *rq)
         (json_int_t)sqlmem_queries_bytes(), "connections", "open", c.open, "refused_over",
         (json_int_t)c.refused_over, "cut_slow", (json_int_t)c.cut_slow, "accept_errors",
         (json_int_t)c.accept_errors);
+    /* where the sampler learns whether threads run: the eBPF board, or /proc (and why) */
+    runstate_stats(&rs);
+    json_object_set_new(body, "run_state",
+                        json_pack("{s:s, s:s, s:I, s:I, s:I, s:I}", "source",
+                                  rs.running ? "ebpf" : "proc", "error", rs.error, "threads",
+                                  (json_int_t)rs.watched, "watches", (json_int_t)rs.watches,
+                                  "exited", (json_int_t)rs.exited, "full", (json_int_t)rs.full));
     /* the daemon's wall clock: `probectl hang` aligns its instant on every node with it */
     json_object_set_new(body, "now_ns", json_integer((json_int_t)real_ns()));
     return reply_json(rq->req, 200, body);

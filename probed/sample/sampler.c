@@ -529,12 +529,6 @@ static struct target *next_due(struct sampler *s)
     return best;
 }
 
-static void wait_until(struct sampler *s, int64_t when_ns)
-{
-    struct timespec ts = {.tv_sec = when_ns / 1000000000LL, .tv_nsec = when_ns % 1000000000LL};
-    pthread_cond_timedwait(&s->reg->wake, &s->reg->lock, &ts);
-}
-
 const double sampler_hist_bounds_us[SAMPLER_HIST_N] = {10,  25,   50,   100,   250,
                                                        500, 1000, 2500, 10000, 100000};
 
@@ -573,11 +567,11 @@ static void *sampler_main(void *arg)
             memset(s->sent_stacks, 0, sizeof(s->sent_stacks));
         }
         if (!t) {
-            wait_until(s, now + 1000000000LL);
+            targets__sleep_until(s->reg, now + 1000000000LL);
             continue;
         }
         if (t->next_ns > now) {
-            wait_until(s, t->next_ns);
+            targets__sleep_until(s->reg, t->next_ns);
             continue; /* the list may have changed meanwhile */
         }
         /* A hiccup (the thread was descheduled for a while) is caught up on the same
@@ -627,7 +621,7 @@ void sampler_stop(struct sampler *s)
         return;
     targets__lock(s->reg);
     s->stopping = true;
-    pthread_cond_signal(&s->reg->wake);
+    targets__wake(s->reg);
     targets__unlock(s->reg);
     pthread_join(s->thread, NULL);
     s->started = false;

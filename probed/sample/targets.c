@@ -8,13 +8,15 @@
 #include <stdlib.h>
 #include <sched.h>
 #include <string.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "clock.h"
 
 int targets_new(struct outbox *ob, int64_t next_id, struct targets **ret)
 {
     struct targets *reg = calloc(1, sizeof(*reg));
-    pthread_condattr_t ca;
 
     if (!reg || pyf_symcache_new(&reg->symbols) < 0) {
         free(reg);
@@ -23,10 +25,6 @@ int targets_new(struct outbox *ob, int64_t next_id, struct targets **ret)
     reg->ob = ob;
     reg->next_id = next_id;
     pthread_mutex_init(&reg->lock, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&reg->wake, &ca);
-    pthread_condattr_destroy(&ca);
     *ret = reg;
     return 0;
 }
@@ -38,7 +36,6 @@ void targets_free(struct targets *reg)
     for (size_t i = 0; i < reg->n; i++)
         target_free(reg->list[i]);
     pyf_symcache_free(reg->symbols); /* after every target that used it */
-    pthread_cond_destroy(&reg->wake);
     pthread_mutex_destroy(&reg->lock);
     free(reg);
 }
@@ -57,6 +54,27 @@ void targets__unlock(struct targets *reg)
 
 /* Without this, targets due at the same moment are sampled back to back under the lock for
  * milliseconds, and a mutex is not fair. */
+/* A futex of our own rather than a condition variable: glibc's takes the mutex back marked
+ * contended, so the unlock after every tick made a FUTEX_WAKE syscall that woke nobody. Here
+ * a tick costs the one timed wait. A wake between reading the word and the wait changes the
+ * word, and the wait returns at once. */
+void targets__sleep_until(struct targets *reg, int64_t when_ns)
+{
+    struct timespec ts = {.tv_sec = when_ns / 1000000000LL, .tv_nsec = when_ns % 1000000000LL};
+    uint32_t seq = atomic_load(&reg->wake_seq);
+
+    pthread_mutex_unlock(&reg->lock);
+    syscall(SYS_futex, &reg->wake_seq, FUTEX_WAIT_BITSET_PRIVATE, seq, &ts, NULL,
+            FUTEX_BITSET_MATCH_ANY); /* absolute, on CLOCK_MONOTONIC */
+    pthread_mutex_lock(&reg->lock);
+}
+
+void targets__wake(struct targets *reg)
+{
+    atomic_fetch_add(&reg->wake_seq, 1);
+    syscall(SYS_futex, &reg->wake_seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
 void targets__let_others_in(struct targets *reg)
 {
     if (atomic_load(&reg->lock_waiters) == 0)
@@ -270,7 +288,7 @@ int targets__add(struct targets *reg, struct target *t, const struct attach_opts
             record_attach(reg, t);
         if (ret_info)
             info_of(t, ret_info);
-        pthread_cond_signal(&reg->wake);
+        targets__wake(reg);
     }
     targets__unlock(reg);
     return r;
@@ -411,6 +429,6 @@ void targets__default_rate(struct targets *reg, uint32_t hz)
             native__set_rate(t->native, hz);
         t->next_ns = clock_tick_at_or_after(mono_ns(), t->period_ns);
     }
-    pthread_cond_signal(&reg->wake);
+    targets__wake(reg);
     targets__unlock(reg);
 }

@@ -32,7 +32,8 @@
 
 struct targets {
     pthread_mutex_t lock;
-    pthread_cond_t wake;     /* the sampler sleeps on it: a target added, a rate changed, stop */
+    /* the sampler sleeps on it (a futex): a target added, a rate changed, stop bump it */
+    _Atomic uint32_t wake_seq;
     atomic_int lock_waiters; /* threads other than the sampler waiting for the lock */
     struct outbox *ob;       /* attach and end records */
     /* native function tables shared by the targets attached --native (libtorch's, once for all
@@ -158,6 +159,11 @@ void targets__default_rate(struct targets *reg, uint32_t hz);
 void targets__lock(struct targets *reg);
 void targets__unlock(struct targets *reg);
 /* Sampler thread, holding the lock between two targets: lets waiting threads go first. */
+/* The sampler, holding the lock: lets it go until @when_ns (CLOCK_MONOTONIC) or a wake,
+ * whichever comes first, and takes it back. */
+void targets__sleep_until(struct targets *reg, int64_t when_ns);
+/* Holding the lock: ends the sampler's sleep (its list, a rate or its stop changed). */
+void targets__wake(struct targets *reg);
 void targets__let_others_in(struct targets *reg);
 /* With the lock: @t ended (recorded in the store, its buffers freed, no longer sampled). */
 void targets__end(struct targets *reg, struct target *t, enum target_state state,

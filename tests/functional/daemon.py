@@ -124,6 +124,12 @@ class Daemon:
         self.kill()
 
 
+def daemon_without(*caps):
+    """A daemon whose capabilities lack @caps (setpriv, as a unit without them would)."""
+    dropped = ','.join('-' + c for c in caps)
+    return Daemon(wrapper=['setpriv', '--inh-caps=' + dropped, '--bounding-set=' + dropped])
+
+
 TEST_USER = 'probedtest'
 
 

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from conftest import INTERPRETERS, PROBECTL, interpreter_params, require, Target, TARGETS, wait_for
-from daemon import Daemon, ensure_test_user
+from daemon import Daemon, daemon_without, ensure_test_user
 
 
 @pytest.fixture
@@ -807,3 +807,100 @@ def test_1000_hz(daemon):
         assert 900 <= rate <= 1100, 'sampled at %.1f Hz, asked 1000' % rate
     finally:
         t.close()
+
+
+def run_state(d):
+    return d.api('GET', '/v1/status')[1]['run_state']
+
+
+def on_cpu_by_thread(d, pid):
+    """{tid: (samples on CPU, samples)} of the process's stored samples."""
+    rows = d.rows('SELECT s.tid, sum(s.state & 1), count(*) FROM samples s JOIN targets t'
+                  ' ON t.id = s.target_id WHERE t.pid = %d GROUP BY s.tid' % pid)
+    return {r[0]: (r[1], r[2]) for r in rows}
+
+
+def check_busy_and_sleeper_states(d, t):
+    """busy.py's main thread spins (preempted it is still runnable) and its sleeper never
+    wakes: their samples say so, whichever way the daemon learns it."""
+    d.ctl('attach', t.pid, '--rate', '100', check=True)
+    got = wait_for(lambda: (lambda s: s if len(s) == 2 and min(n for _, n in s.values()) >= 150
+                            else None)(on_cpu_by_thread(d, t.pid)),
+                   what='150 samples of each thread')
+    sleeper = next(tid for tid in got if tid != t.pid)
+    assert got[t.pid][0] >= 0.95 * got[t.pid][1], got
+    assert got[sleeper][0] == 0, got
+
+
+def read_syscalls(pid):
+    """The read syscalls of the daemon's sampler thread so far."""
+    for tid in os.listdir('/proc/%d/task' % pid):
+        with open('/proc/%d/task/%s/comm' % (pid, tid)) as f:
+            if f.read().strip() != 'probed-sampler':
+                continue
+        with open('/proc/%d/task/%s/io' % (pid, tid)) as f:
+            return int(next(line for line in f if line.startswith('syscr')).split()[1])
+    raise AssertionError('no probed-sampler thread in pid %d' % pid)
+
+
+def runboard_links():
+    """How many links attach a program named runstate_switch (the board's) to a tracepoint."""
+    def bpftool(*args):
+        return json.loads(subprocess.run(['bpftool', '-j'] + list(args), stdout=subprocess.PIPE,
+                                         universal_newlines=True, check=True).stdout or '[]')
+    progs = {p['id'] for p in bpftool('prog', 'show') if p.get('name') == 'runstate_switch'}
+    return sum(1 for link in bpftool('link', 'show') if link.get('prog_id') in progs)
+
+
+def test_run_state_comes_from_the_scheduler_not_proc(daemon):
+    """The sampler learns whether each thread runs, and whether it ran since its last look,
+    from the run-state board (bpf/runboard.bpf.c on sched_switch), not from two /proc reads a
+    thread a tick: the states are right, the daemon reads next to nothing per tick, a one-off
+    backtrace and a detach give their threads' slots back, threads that exit free theirs, and
+    with nothing watched the program is not attached at all."""
+    assert run_state(daemon)['source'] == 'ebpf', run_state(daemon)
+    assert run_state(daemon)['threads'] == 0 and runboard_links() == 0
+    t = busy('/usr/bin/python3')
+    other = busy('/usr/bin/python3')
+    churn = Target('/usr/bin/python3', 'churn.py', '0')
+    try:
+        check_busy_and_sleeper_states(daemon, t)
+        rs = run_state(daemon)
+        assert rs['threads'] == 2 and rs['full'] == 0 and runboard_links() == 1, rs
+        # /proc would be a schedstat read a thread and a stat read for the one that ran: 3
+        # reads a tick; the sampler reads none (its process_vm_readv is not a read)
+        before, t0 = read_syscalls(daemon.proc.pid), time.time()
+        time.sleep(3)
+        per_tick = (read_syscalls(daemon.proc.pid) - before) / ((time.time() - t0) * 100)
+        assert per_tick < 0.5, '%.2f read syscalls a tick' % per_tick
+        # a backtrace of a process not attached reads its threads' state once, then lets go
+        out = daemon.ctl('backtrace', other.pid, check=True).stdout
+        assert 'outer_loop' in out, out
+        assert run_state(daemon)['threads'] == 2, run_state(daemon)
+        # threads that come and go: those gone are freed
+        daemon.ctl('attach', churn.pid, '--rate', '100', check=True)
+        wait_for(lambda: run_state(daemon)['exited'] >= 20, what='20 exited threads freed')
+        assert run_state(daemon)['threads'] < 2 + 2 + 2 * 6 + 1, run_state(daemon)
+        for p in (t.pid, churn.pid):
+            daemon.ctl('detach', p, check=True)
+        wait_for(lambda: run_state(daemon)['threads'] == 0, what='every slot given back')
+        assert runboard_links() == 0
+    finally:
+        for x in (t, other, churn):
+            x.close()
+
+
+def test_run_state_from_proc_without_cap_bpf():
+    """Without CAP_BPF the board cannot load: the daemon says why and reads /proc, and the
+    states are just as right."""
+    d = daemon_without('bpf', 'sys_admin')
+    t = busy('/usr/bin/python3')
+    try:
+        rs = run_state(d)
+        assert rs['source'] == 'proc' and 'CAP_BPF' in rs['error'], rs
+        assert "threads' run state comes from /proc" in d.read_log()
+        check_busy_and_sleeper_states(d, t)
+        assert run_state(d)['threads'] == 0
+    finally:
+        t.close()
+        d.close()

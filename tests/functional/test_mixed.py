@@ -16,6 +16,7 @@ import time
 import pytest
 
 from conftest import BUILD, interpreter_params, require, wait_for
+from daemon import daemon_without
 
 EVAL = re.compile(r'^_PyEval_EvalFrameDefault')
 SORT = re.compile(r'^(qsort|msort)')
@@ -289,13 +290,6 @@ def test_flame_graph_colours_native_frames(target_factory, tmp_path, daemon):
     assert all(int(b) >= 200 and int(r) < 130 for r, g, b in native_fills), native_fills
     assert all(int(r) >= 205 and int(b) < 80 for r, g, b in python_fills), python_fills
     detach(daemon, t.pid)
-
-
-def daemon_without(*caps):
-    """A daemon whose capabilities lack @caps (setpriv, as a unit without them would)."""
-    from daemon import Daemon
-    dropped = ','.join('-' + c for c in caps)
-    return Daemon(wrapper=['setpriv', '--inh-caps=' + dropped, '--bounding-set=' + dropped])
 
 
 def test_without_perf_falls_back_to_python(target_factory, tmp_path):
