@@ -3,7 +3,7 @@
 
 usage: PROBED_BUILD=DIR bench/daemon.py [--load 1x10000,1x100,16x100,64x100] [--window S]
                        [--python all|PATH,...]
-                       [--flame 1000000,10000000] [--attach-torch N]
+                       [--flame 1000000,10000000] [--attach-torch N] [--run-state-baseline]
 
 1. One probed sampling N targets (bench/targets/idle_deep.py: two threads 20+ frames deep)
    at a rate, for each NxRATE of --load and each interpreter of --python (all: one after the
@@ -13,7 +13,9 @@ usage: PROBED_BUILD=DIR bench/daemon.py [--load 1x10000,1x100,16x100,64x100] [--
    sample (pages in use / samples). Beside it, the machine's floor measured in the same
    window: a bare thread's CPU per timed wait at that rate (bench/wake_floor.c; again in the
    3 s after it: the noise), and the sampler's CPU less one such wake a period, per tick and
-   per sample.
+   per sample; and the sampler's read syscalls a tick (0 with the run-state board, about 1.5 a
+   thread with /proc). --run-state-baseline: each load also by a daemon without CAP_BPF (its
+   threads' run state from /proc), alternating, twice, with the ratio of CPU per sample.
 2. Flame graph build time: a database holding 1 M and 10 M samples (a realistic mix: 2,000
    distinct stacks 30 frames deep, Zipf-like counts), `probectl flamegraph --format folded`
    and `--format svg` timed end to end through the daemon, twice (the difference is the
@@ -54,8 +56,8 @@ import time
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..'))
 sys.path.insert(0, os.path.join(ROOT, 'tests', 'functional'))
 os.environ.setdefault('PROBED_BUILD', os.path.join(ROOT, 'build'))
-from daemon import Daemon  # noqa: E402
-from procstat import cpu_seconds, rss_mib, thread_cpu_seconds  # noqa: E402
+from daemon import Daemon, daemon_without  # noqa: E402
+from procstat import cpu_seconds, rss_mib, thread_cpu_seconds, thread_syscr  # noqa: E402
 from run import interpreters  # noqa: E402  bench/run.py
 
 PYTHON = sys.executable  # the targets' interpreter: --python sets it, in turn
@@ -87,15 +89,19 @@ def floor_us(p):
     return json.loads(p.communicate()[0])['us_per_wake']
 
 
-def sample_load(n_targets, rate, window):
+def sample_load(n_targets, rate, window, run_state='ebpf'):
+    """@run_state 'proc': the daemon runs without CAP_BPF, so threads' run state comes from
+    /proc (the baseline of the run-state board)."""
     targets = idle_targets(n_targets)
-    d = Daemon()
+    d = Daemon() if run_state == 'ebpf' else daemon_without('bpf', 'sys_admin')
     try:
+        source = d.api('GET', '/v1/status')[1]['run_state']['source']
         for t in targets:
             d.ctl('attach', t.pid, '--rate', str(rate), check=True)
         time.sleep(2)
         c0, t0 = cpu_seconds(d.proc.pid), time.time()
         sc0 = thread_cpu_seconds(d.proc.pid, 'probed-sampler')
+        r0 = thread_syscr(d.proc.pid, 'probed-sampler')
         s0 = {x['pid']: x['stats'] for x in
               json.loads(d.ctl('list', '--json', check=True).stdout)['targets']}
         # the floor in the same window (a machine this size varies 3x from minute to minute),
@@ -104,6 +110,7 @@ def sample_load(n_targets, rate, window):
         time.sleep(max(0, window - (time.time() - t0)))
         c1, t1 = cpu_seconds(d.proc.pid), time.time()
         sc1 = thread_cpu_seconds(d.proc.pid, 'probed-sampler')
+        r1 = thread_syscr(d.proc.pid, 'probed-sampler')
         s1 = {x['pid']: x['stats'] for x in
               json.loads(d.ctl('list', '--json', check=True).stdout)['targets']}
         floor.append(floor_us(wake_floor(rate, min(window, 3))))
@@ -124,12 +131,14 @@ def sample_load(n_targets, rate, window):
                                     " GROUP BY name").fetchall())
         db.close()
         expected = n_targets * rate * (t1 - t0)
-        print('%3d targets x %5d Hz: ticks %d/%d expected (%.1f%%), late %d; sampler thread'
-              ' %.1f us CPU per tick, daemon CPU %5.1f%% of a core, RSS %.1f MiB; dropped %d,'
+        print('%3d targets x %5d Hz, run state from %s: ticks %d/%d expected (%.1f%%), late %d;'
+              ' sampler thread %.1f us CPU per tick (%.2f read syscalls), daemon CPU %5.1f%% of a'
+              ' core, RSS %.1f MiB; dropped %d,'
               ' torn %d; %.1f bytes per sample stored (%d samples, %.1f MiB), of which'
               ' %.2f in sample_blocks and %.2f in stack_counts'
-              % (n_targets, rate, ticks, expected, 100 * ticks / expected, late,
-                 1e6 * (sc1 - sc0) / max(ticks, 1), 100 * (c1 - c0) / (t1 - t0), rss, dropped,
+              % (n_targets, rate, source, ticks, expected, 100 * ticks / expected, late,
+                 1e6 * (sc1 - sc0) / max(ticks, 1), (r1 - r0) / max(ticks, 1),
+                 100 * (c1 - c0) / (t1 - t0), rss, dropped,
                  torn, size / max(n, 1), n, size / 2 ** 20,
                  per_table.get('sample_blocks', 0) / max(n, 1),
                  per_table.get('stack_counts', 0) / max(n, 1)))
@@ -140,6 +149,7 @@ def sample_load(n_targets, rate, window):
               ' such wake a period: %.1f us per tick, %.1f per sample'
               % ('', 1e6 * (sc1 - sc0) / max(samples, 1), samples / max(ticks, 1), rate,
                  floor[0], floor[1], work_us / max(ticks, 1), work_us / max(samples, 1)))
+        return 1e6 * (sc1 - sc0) / max(samples, 1)
     finally:
         d.close()
         for t in targets:
@@ -478,6 +488,9 @@ def main():
                     help="the targets' interpreters for --load: paths, comma-separated, or"
                          " 'all' (every pyenv minor and Debian's python3)")
     ap.add_argument('--window', type=float, default=10)
+    ap.add_argument('--run-state-baseline', action='store_true',
+                    help='each load also by a daemon without CAP_BPF (run state from /proc),'
+                         ' alternating, twice: the ratio of sampler CPU per sample')
     ap.add_argument('--flame', default='1000000,10000000')
     ap.add_argument('--threads', default='150x100,150x1000',
                     help='a target of N threads sampled at RATE: its slowdown')
@@ -498,7 +511,16 @@ def main():
             print('targets run by %s (%s):' % (name, path))
         for load in [x for x in args.load.split(',') if x]:
             n, rate = load.split('x')
-            sample_load(int(n), int(rate), args.window)
+            if args.run_state_baseline:  # alternating, twice: the ratio's spread is the noise
+                ratios = []
+                for _ in range(2):
+                    board = sample_load(int(n), int(rate), args.window)
+                    proc = sample_load(int(n), int(rate), args.window, 'proc')
+                    ratios.append(board / proc)
+                print('%28s sampler CPU per sample, run state from the board / from /proc:'
+                      ' %.2f, %.2f' % ('', ratios[0], ratios[1]))
+            else:
+                sample_load(int(n), int(rate), args.window)
     PYTHON = sys.executable
     for n in [int(x) for x in args.flame.split(',') if x]:
         flame_time(n)

@@ -32,3 +32,17 @@ def thread_cpu_seconds(pid, name):
         except FileNotFoundError:
             continue
     return 0.0
+
+
+def thread_syscr(pid, name):
+    """The read syscalls (/proc/PID/task/TID/io syscr) of @pid's thread named @name; 0 if none."""
+    for tid in os.listdir('/proc/%d/task' % pid):
+        try:
+            with open('/proc/%d/task/%s/comm' % (pid, tid)) as f:
+                if f.read().strip() != name:
+                    continue
+            with open('/proc/%d/task/%s/io' % (pid, tid)) as f:
+                return int(next(x for x in f if x.startswith('syscr')).split()[1])
+        except FileNotFoundError:
+            continue
+    return 0

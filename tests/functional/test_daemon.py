@@ -843,13 +843,21 @@ def read_syscalls(pid):
     raise AssertionError('no probed-sampler thread in pid %d' % pid)
 
 
-def runboard_links():
-    """How many links attach a program named runstate_switch (the board's) to a tracepoint."""
-    def bpftool(*args):
-        return json.loads(subprocess.run(['bpftool', '-j'] + list(args), stdout=subprocess.PIPE,
-                                         universal_newlines=True, check=True).stdout or '[]')
-    progs = {p['id'] for p in bpftool('prog', 'show') if p.get('name') == 'runstate_switch'}
-    return sum(1 for link in bpftool('link', 'show') if link.get('prog_id') in progs)
+def runboard_links(pid):
+    """How many BPF links daemon @pid holds to a program named runstate_switch (the board's
+    sched_switch program): its fds' fdinfo, so other daemons on the machine do not count."""
+    out = subprocess.run(['bpftool', '-j', 'prog', 'show'], stdout=subprocess.PIPE,
+                         universal_newlines=True, check=True).stdout
+    progs = {str(p['id']) for p in json.loads(out or '[]') if p.get('name') == 'runstate_switch'}
+    n = 0
+    for fd in os.listdir('/proc/%d/fdinfo' % pid):
+        try:
+            with open('/proc/%d/fdinfo/%s' % (pid, fd)) as f:
+                info = dict(line.split(':', 1) for line in f.read().splitlines() if ':' in line)
+        except FileNotFoundError:
+            continue
+        n += 'link_type' in info and info.get('prog_id', '').strip() in progs
+    return n
 
 
 def test_run_state_comes_from_the_scheduler_not_proc(daemon):
@@ -859,14 +867,15 @@ def test_run_state_comes_from_the_scheduler_not_proc(daemon):
     backtrace and a detach give their threads' slots back, threads that exit free theirs, and
     with nothing watched the program is not attached at all."""
     assert run_state(daemon)['source'] == 'ebpf', run_state(daemon)
-    assert run_state(daemon)['threads'] == 0 and runboard_links() == 0
+    assert run_state(daemon)['threads'] == 0 and runboard_links(daemon.proc.pid) == 0
     t = busy('/usr/bin/python3')
     other = busy('/usr/bin/python3')
     churn = Target('/usr/bin/python3', 'churn.py', '0')
     try:
         check_busy_and_sleeper_states(daemon, t)
         rs = run_state(daemon)
-        assert rs['threads'] == 2 and rs['full'] == 0 and runboard_links() == 1, rs
+        assert rs['threads'] == 2 and rs['full'] == 0, rs
+        assert runboard_links(daemon.proc.pid) == 1
         # /proc would be a schedstat read a thread and a stat read for the one that ran: 3
         # reads a tick; the sampler reads none (its process_vm_readv is not a read)
         before, t0 = read_syscalls(daemon.proc.pid), time.time()
@@ -884,7 +893,7 @@ def test_run_state_comes_from_the_scheduler_not_proc(daemon):
         for p in (t.pid, churn.pid):
             daemon.ctl('detach', p, check=True)
         wait_for(lambda: run_state(daemon)['threads'] == 0, what='every slot given back')
-        assert runboard_links() == 0
+        assert runboard_links(daemon.proc.pid) == 0
     finally:
         for x in (t, other, churn):
             x.close()
