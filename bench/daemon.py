@@ -4,6 +4,7 @@
 usage: PROBED_BUILD=DIR bench/daemon.py [--load 1x10000,1x100,16x100,64x100] [--window S]
                        [--python all|PATH,...]
                        [--flame 1000000,10000000] [--attach-torch N] [--run-state-baseline]
+                       [--side-by-side BUILD]
 
 1. One probed sampling N targets (bench/targets/idle_deep.py: two threads 20+ frames deep)
    at a rate, for each NxRATE of --load and each interpreter of --python (all: one after the
@@ -16,6 +17,10 @@ usage: PROBED_BUILD=DIR bench/daemon.py [--load 1x10000,1x100,16x100,64x100] [--
    per sample; and the sampler's read syscalls a tick (0 with the run-state board, about 1.5 a
    thread with /proc). --run-state-baseline: each load also by a daemon without CAP_BPF (its
    threads' run state from /proc), alternating, twice, with the ratio of CPU per sample.
+   --side-by-side BUILD: at each rate of --load, this build's daemon and BUILD's (the previous
+   commit's) sample one target each at the same time, in the same windows (the machine's
+   swings cancel), with the ratio of their sampler CPU per tick; then two of this build's at
+   once: that ratio's spread is the noise.
 2. Flame graph build time: a database holding 1 M and 10 M samples (a realistic mix: 2,000
    distinct stacks 30 frames deep, Zipf-like counts), `probectl flamegraph --format folded`
    and `--format svg` timed end to end through the daemon, twice (the difference is the
@@ -155,6 +160,45 @@ def sample_load(n_targets, rate, window, run_state='ebpf'):
         for t in targets:
             t.kill()
             t.wait()
+
+
+def side_by_side(rate, window, baseline, reps=4):
+    """This build's daemon and @baseline's (another build directory: the previous commit's)
+    at once, each sampling its own idle_deep target at @rate, so both meet the same machine
+    in the same windows (on this VM the floor alone moves 3x from minute to minute, which
+    windows one after the other take for a difference); then two of this build's, the noise."""
+    def pair(builds):
+        ds, ts = [], []
+        try:
+            for b in builds:
+                ds.append(Daemon(build=b))
+                ts += idle_targets(1)
+                ds[-1].ctl('attach', ts[-1].pid, '--rate', str(rate), check=True)
+            time.sleep(2)
+            ratios, per_tick = [], []
+            for _ in range(reps):
+                c0 = [thread_cpu_seconds(d.proc.pid, 'probed-sampler') for d in ds]
+                t0 = time.time()
+                time.sleep(window)
+                c1 = [thread_cpu_seconds(d.proc.pid, 'probed-sampler') for d in ds]
+                us = [1e6 * (b - a) / ((time.time() - t0) * rate) for a, b in zip(c0, c1)]
+                per_tick.append('%.1f/%.1f' % (us[0], us[1]))
+                ratios.append(us[0] / us[1])
+            return ratios, per_tick
+        finally:
+            for d in ds:
+                d.close()
+            for t in ts:
+                t.kill()
+                t.wait()
+
+    ratios, per_tick = pair([None, baseline])
+    noise, noise_per_tick = pair([None, None])
+    print('side by side at %d Hz, one target each, %d windows of %g s: sampler CPU per tick,'
+          ' this build / %s: %s us (ratios %s); this / this, the noise: %s us (ratios %s)'
+          % (rate, reps, window, baseline, ' '.join(per_tick),
+             ' '.join('%.2f' % r for r in ratios), ' '.join(noise_per_tick),
+             ' '.join('%.2f' % r for r in noise)))
 
 
 def synth_db(path, n_samples):
@@ -488,6 +532,9 @@ def main():
                     help="the targets' interpreters for --load: paths, comma-separated, or"
                          " 'all' (every pyenv minor and Debian's python3)")
     ap.add_argument('--window', type=float, default=10)
+    ap.add_argument('--side-by-side', metavar='BUILD',
+                    help="another build directory (the previous commit's): its daemon and"
+                         " this one's sample at once, at each rate of --load")
     ap.add_argument('--run-state-baseline', action='store_true',
                     help='each load also by a daemon without CAP_BPF (run state from /proc),'
                          ' alternating, twice: the ratio of sampler CPU per sample')
@@ -519,6 +566,8 @@ def main():
                     ratios.append(board / proc)
                 print('%28s sampler CPU per sample, run state from the board / from /proc:'
                       ' %.2f, %.2f' % ('', ratios[0], ratios[1]))
+            elif args.side_by_side:
+                side_by_side(int(rate), args.window, args.side_by_side)
             else:
                 sample_load(int(n), int(rate), args.window)
     PYTHON = sys.executable

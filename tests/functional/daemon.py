@@ -25,9 +25,12 @@ class _UnixHTTP(http.client.HTTPConnection):
 
 
 class Daemon:
-    def __init__(self, *extra, workdir=None, wrapper=(), start_timeout=20):
+    def __init__(self, *extra, workdir=None, wrapper=(), start_timeout=20, build=None):
         """@wrapper: a command the daemon runs under (setpriv dropping capabilities);
-        @start_timeout: seconds it may take to listen (a big database's migration takes more)."""
+        @start_timeout: seconds it may take to listen (a big database's migration takes more);
+        @build: another build directory's probed and probectl (a bench's baseline)."""
+        self.probed = os.path.join(build, 'probed', 'probed') if build else PROBED
+        self.probectl = os.path.join(build, 'probed', 'probectl') if build else PROBECTL
         self.wrapper = list(wrapper)
         self.start_timeout = start_timeout
         self.dir = workdir or tempfile.mkdtemp(prefix='probed-test-')
@@ -43,9 +46,9 @@ class Daemon:
     def start(self):
         self.stopped = False
         self.log = open(self.log_path, 'a')
-        self.proc = subprocess.Popen(self.wrapper + [PROBED, '--foreground', '--socket', self.socket,
-                                      '--db', self.db] + self.extra,
-                                     stdout=self.log, stderr=self.log)
+        self.proc = subprocess.Popen(self.wrapper + [self.probed, '--foreground',
+                                                     '--socket', self.socket, '--db', self.db]
+                                     + self.extra, stdout=self.log, stderr=self.log)
         deadline = time.time() + self.start_timeout
         while time.time() < deadline:
             if self.listening():
@@ -71,7 +74,7 @@ class Daemon:
             return f.read()
 
     def ctl(self, *args, user=None, check=False, timeout=120):
-        cmd = [PROBECTL] + [str(a) for a in args]
+        cmd = [self.probectl] + [str(a) for a in args]
         if user:
             cmd = ['setpriv', '--reuid=' + user, '--regid=' + user, '--init-groups'] + cmd
         env = dict(os.environ, PROBED_SOCKET=self.socket)
