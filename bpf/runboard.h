@@ -28,8 +28,9 @@ typedef uint64_t runboard_u64;
 #define RUNBOARD_RUNNABLE 1u /* switched in, or out while still runnable (preempted) */
 #define RUNBOARD_DEAD 2u     /* switched out for the last time: the thread exited */
 #define RUNBOARD_STATE_MASK 3u
-#define RUNBOARD_COUNT_SHIFT 2 /* the rest: how many switches, in and out, since the slot was set  \
-                                */
+#define RUNBOARD_COUNT_SHIFT                                                                       \
+    2 /* the rest: how many switches, in and out, since the slot was set                           \
+       */
 
 struct runboard_slot {
     runboard_u32 tid; /* whose slot this is (0: free): the program writes only a match */

@@ -208,18 +208,20 @@ static int look(void *ctx, pid_t pid, pid_t tid, uint64_t ret_sched[3])
         release(k);
         k = -1;
     }
+    if (k >= 0 && (__atomic_load_n(&board->slots[k].word, __ATOMIC_ACQUIRE) &
+                   RUNBOARD_STATE_MASK) == RUNBOARD_DEAD) {
+        /* it exited; the tid may be a new thread's already (ids wrap): watched anew, or gone
+         * when /proc no longer has it */
+        stats.exited++;
+        release(k);
+        k = -1;
+    }
     if (k < 0 && (k = watch(pid, tid)) < 0) {
         pthread_mutex_unlock(&lock);
         return k;
     }
     word = __atomic_load_n(&board->slots[k].word, __ATOMIC_ACQUIRE);
     switches = word >> RUNBOARD_COUNT_SHIFT;
-    if ((word & RUNBOARD_STATE_MASK) == RUNBOARD_DEAD) {
-        stats.exited++;
-        release(k);
-        pthread_mutex_unlock(&lock);
-        return -ESRCH;
-    }
     r = switches ? (word & RUNBOARD_STATE_MASK) == RUNBOARD_RUNNABLE : board->watch[k].stat_running;
     ret_sched[0] = switches;
     ret_sched[1] = PYF_RUNSTATE_MARK;
