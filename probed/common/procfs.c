@@ -152,3 +152,16 @@ int procfs_usage(pid_t pid, struct proc_usage *u)
     };
     return 0;
 }
+
+bool procfs_in_initial_pidns(void)
+{
+    char buf[4096];
+    const char *line;
+
+    if (procfs_read(getpid(), "status", buf, sizeof(buf)) <= 0 || !(line = strstr(buf, "\nNSpid:")))
+        return false;
+    line += strlen("\nNSpid:");
+    line += strspn(line, " \t");
+    line += strspn(line, "0123456789");
+    return *line == '\n' || *line == '\0';
+}

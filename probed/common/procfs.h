@@ -7,6 +7,7 @@
 #ifndef PROBED_PROCFS_H
 #define PROBED_PROCFS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -36,5 +37,9 @@ int procfs_start_time(pid_t pid, int64_t *ret);
  * rank) is told apart from what it was; 0 where it has no memory any more (exiting) or we
  * may not read it. -ESRCH for a process that has exited, a zombie included. */
 int procfs_identity(pid_t pid, int64_t *ret_start_time, uint64_t *ret_start_stack);
+
+/* Whether this process runs in the initial pid namespace (its NSpid line names one id): where
+ * the kernel's global ids, which BPF programs see, are ours. */
+bool procfs_in_initial_pidns(void);
 
 #endif

@@ -5,7 +5,6 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -14,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/procfs.h"
 #include "errbuf.h"
 #include "oncpu.h"
 #include "oncpu.skel.h"
@@ -74,30 +74,6 @@ static int on_event(void *ctx, void *data, size_t size)
     return 0;
 }
 
-/* Whether we run in the initial pid namespace: our NSpid line names one id only. */
-static bool in_initial_pidns(void)
-{
-    char buf[4096];
-    const char *line;
-    ssize_t n;
-    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
-
-    if (fd < 0)
-        return false;
-    n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return false;
-    buf[n] = '\0';
-    line = strstr(buf, "\nNSpid:");
-    if (!line)
-        return false;
-    line += strlen("\nNSpid:");
-    line += strspn(line, " \t");
-    line += strspn(line, "0123456789");
-    return *line == '\n' || *line == '\0';
-}
-
 static int load(struct bpfstack *bs, const struct pyf_chain *chain, struct errbuf *err)
 {
     struct stat ns, target_ns;
@@ -112,7 +88,7 @@ static int load(struct bpfstack *bs, const struct pyf_chain *chain, struct errbu
     /* A target in a container of its own (another pid namespace) is seen by its global ids,
      * which are ours only where we run in the initial namespace. */
     global_ids = ns.st_ino != target_ns.st_ino || ns.st_dev != target_ns.st_dev;
-    if (global_ids && !in_initial_pidns())
+    if (global_ids && !procfs_in_initial_pidns())
         return errbuf_set(err, -EXDEV,
                           "pid %d is in a pid namespace below the daemon's, which is not the "
                           "initial one: the eBPF sampler cannot name its threads",

@@ -3,13 +3,12 @@
 #include "sample/runstate.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
+#include "common/procfs.h"
 #include "pyframes.h"
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -53,30 +52,6 @@ static int quiet(enum libbpf_print_level level, const char *fmt, va_list ap)
 {
     (void)level, (void)fmt, (void)ap;
     return 0;
-}
-
-/* Whether we run in the initial pid namespace: our NSpid line names one id only. */
-static bool in_initial_pidns(void)
-{
-    char buf[4096];
-    const char *line;
-    ssize_t n;
-    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
-
-    if (fd < 0)
-        return false;
-    n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return false;
-    buf[n] = '\0';
-    line = strstr(buf, "\nNSpid:");
-    if (!line)
-        return false;
-    line += strlen("\nNSpid:");
-    line += strspn(line, " \t");
-    line += strspn(line, "0123456789");
-    return *line == '\n' || *line == '\0';
 }
 
 static int32_t find(pid_t tid)
@@ -126,20 +101,14 @@ static void sweep(void)
 /* 1 when /proc/PID/task/TID/stat says state R, 0 another state, -errno unreadable. */
 static int stat_running(pid_t pid, pid_t tid)
 {
-    char path[64], buf[512];
+    char name[32], buf[512];
     const char *paren;
     ssize_t n;
-    int fd;
 
-    snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)pid, (int)tid);
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-        return errno == ENOENT ? -ESRCH : -errno;
-    n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return -ESRCH; /* the thread ended between the open and the read */
-    buf[n] = '\0';
-    paren = strrchr(buf, ')'); /* comm may hold spaces and parentheses */
+    snprintf(name, sizeof(name), "task/%d/stat", (int)tid);
+    if ((n = procfs_read(pid, name, buf, sizeof(buf))) <= 0)
+        return n == 0 || n == -ENOENT ? -ESRCH : (int)n; /* it ended meanwhile */
+    paren = strrchr(buf, ')');                           /* comm may hold spaces and parentheses */
     return paren && paren[1] == ' ' && paren[2] == 'R';
 }
 
@@ -261,7 +230,7 @@ int runstate_start(struct errbuf *err)
     void *mem;
     int r;
 
-    if (!in_initial_pidns()) {
+    if (!procfs_in_initial_pidns()) {
         r = errbuf_set(err, -EXDEV,
                        "the daemon runs in a pid namespace other than the initial one: the "
                        "scheduler's tracepoint names threads by their global ids");
