@@ -80,7 +80,7 @@ const uint8_t *batch_find(const struct batch *b, uint64_t raddr, size_t len)
 {
     for (size_t i = 0; i < b->n; i++) {
         const struct batch_span *s = &b->spans[i];
-        if (raddr >= s->lo && raddr + len <= s->hi)
+        if (raddr >= s->lo && raddr <= s->hi && len <= s->hi - raddr)
             return b->buf + s->off + (raddr - s->lo);
     }
     return NULL;
@@ -101,7 +101,9 @@ const uint8_t *batch_find_in(const struct batch *b, struct batch_window w, uint6
     if (lo == w.lo)
         return NULL;
     const struct batch_span *s = &b->spans[lo - 1];
-    return raddr + len <= s->hi ? b->buf + s->off + (raddr - s->lo) : NULL;
+    /* not raddr + len <= hi: a word from the target near 2^64 would wrap past it (CI: a
+     * frame's f_back read from a dying process pointed the reader outside its buffer) */
+    return raddr <= s->hi && len <= s->hi - raddr ? b->buf + s->off + (raddr - s->lo) : NULL;
 }
 
 const uint8_t *batch_span_data(const struct batch *b, int span)

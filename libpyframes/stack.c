@@ -324,7 +324,7 @@ static uint64_t common_frame(struct pyf_target *t, struct batch_window w, uint64
     uint64_t *later = t->scratch_u64;
     size_t n = 0;
 
-    for (uint64_t f = after; f && n < PYF_DEPTH_MAX; n++) {
+    for (uint64_t f = after; remote_plausible(f) && n < PYF_DEPTH_MAX; n++) {
         const uint8_t *buf = batch_find_in(&t->batch, w, f, t->fr_read);
         if (!buf)
             break;
@@ -332,7 +332,7 @@ static uint64_t common_frame(struct pyf_target *t, struct batch_window w, uint64
         f = field_u64(buf, t->lay.fr_back);
     }
     qsort(later, n, sizeof(*later), cmp_u64);
-    for (size_t depth = 0; before && depth < PYF_DEPTH_MAX; depth++) {
+    for (size_t depth = 0; remote_plausible(before) && depth < PYF_DEPTH_MAX; depth++) {
         const uint8_t *buf;
         if (bsearch(&before, later, n, sizeof(*later), cmp_u64))
             return before;

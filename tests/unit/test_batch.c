@@ -11,6 +11,7 @@
 int test_batch_merges_and_finds(void);
 int test_batch_capacity_and_faults(void);
 int test_batch_window_search(void);
+int test_batch_lookup_of_a_wrapping_range(void);
 
 static uint64_t at(const void *p)
 {
@@ -94,6 +95,30 @@ int test_batch_window_search(void)
     CHECK(batch_find(&b, at(mem + 60000), 8) != NULL);
     CHECK(batch_find_in(&b, w, at(mem + 60000), 8) == NULL);
     CHECK(batch_find_in(&b, (struct batch_window){0, 0}, at(mem + 1000), 8) == NULL);
+    batch_free(&b);
+    return 0;
+}
+
+/* A range from the target that wraps past 2^64 (a freed frame's f_back read from a dying
+ * process: CI's hammer crashed on 3.11 with the pointer batch_find_in() then returned) is
+ * found by neither lookup: raddr + len wrapped to a small number, below the span's end. */
+int test_batch_lookup_of_a_wrapping_range(void)
+{
+    static uint8_t mem[8192];
+    struct batch_window w;
+    struct batch b;
+    uint64_t wraps = UINT64_MAX - 7; /* + 16 wraps to 8 */
+
+    CHECK(batch_init(&b, 16384, 8) == 0);
+    w.lo = (int)b.n;
+    CHECK(batch_add(&b, at(mem), 64) == 0);
+    CHECK(batch_add(&b, at(mem + 4096), 64) == 1);
+    w.hi = (int)b.n;
+    CHECK(batch_read(&b, &(struct remote_src){.pid = getpid()}) == 0);
+    CHECK(batch_find_in(&b, w, wraps, 16) == NULL);
+    CHECK(batch_find(&b, wraps, 16) == NULL);
+    CHECK(batch_find_in(&b, w, at(mem + 4096 + 48), 16) != NULL); /* the span's last bytes */
+    CHECK(batch_find_in(&b, w, at(mem + 4096 + 49), 16) == NULL);
     batch_free(&b);
     return 0;
 }

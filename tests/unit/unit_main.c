@@ -19,6 +19,7 @@
     X(test_batch_merges_and_finds)                                                                 \
     X(test_batch_capacity_and_faults)                                                              \
     X(test_batch_window_search)                                                                    \
+    X(test_batch_lookup_of_a_wrapping_range)                                                       \
     X(test_units)                                                                                  \
     X(test_outbox_fills_drops_and_swaps)                                                           \
     X(test_hashid_stable)                                                                          \
