@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "common/procfs.h"
 #include "pyframes.h"
 
@@ -24,6 +25,9 @@ static struct runstate_stats stats; /* under lock, as everything below */
 #include "runboard.skel.h"
 
 #define BUCKETS 16384 /* tid -> slot chains: 2 slots a bucket when full */
+/* With every slot taken, a look for a new thread sweeps for exited ones at most this often:
+ * a sweep walks every slot, and past the limit each tick has threads that find none free. */
+#define SWEEP_EVERY_NS 1000000000LL
 
 /* The daemon's side of a slot (the shared side is struct runboard_slot). */
 struct watch {
@@ -45,7 +49,8 @@ static struct board {
     int32_t free_ring[RUNBOARD_SLOTS];
     size_t free_head, n_free;
     uint64_t serial;
-    bool broken; /* the program could not be attached: /proc from then on */
+    int64_t swept_ns; /* CLOCK_MONOTONIC of the last sweep (slots full) */
+    bool broken;      /* the program could not be attached: /proc from then on */
 } * board;
 
 static int quiet(enum libbpf_print_level level, const char *fmt, va_list ap)
@@ -119,8 +124,10 @@ static int32_t watch(pid_t pid, pid_t tid)
     int32_t k;
     int r;
 
-    if (board->n_free == 0)
+    if (board->n_free == 0 && mono_ns() - board->swept_ns > SWEEP_EVERY_NS) {
+        board->swept_ns = mono_ns(); /* not at every look of every thread past the limit */
         sweep();
+    }
     if (board->n_free == 0) {
         stats.full++;
         return -ENOSPC;
