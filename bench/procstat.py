@@ -19,30 +19,29 @@ def rss_mib(pid):
     return 0
 
 
-def thread_cpu_seconds(pid, name):
-    """User + system CPU time of @pid's thread named @name (comm), schedstat's nanoseconds
-    (the clock-tick fields of stat are too coarse for a figure per sample); 0 if none."""
+def thread_file(pid, name, file):
+    """/proc/PID/task/TID/@file of @pid's thread named @name (comm), whole; None if none."""
     for tid in os.listdir('/proc/%d/task' % pid):
         try:
             with open('/proc/%d/task/%s/comm' % (pid, tid)) as f:
                 if f.read().strip() != name:
                     continue
-            with open('/proc/%d/task/%s/schedstat' % (pid, tid)) as f:
-                return int(f.read().split()[0]) / 1e9
+            with open('/proc/%d/task/%s/%s' % (pid, tid, file)) as f:
+                return f.read()
         except FileNotFoundError:
             continue
-    return 0.0
+    return None
+
+
+def thread_cpu_seconds(pid, name):
+    """User + system CPU time of @pid's thread named @name (comm), schedstat's nanoseconds
+    (the clock-tick fields of stat are too coarse for a figure per sample); 0 if none."""
+    text = thread_file(pid, name, 'schedstat')
+    return int(text.split()[0]) / 1e9 if text else 0.0
 
 
 def thread_syscr(pid, name):
     """The read syscalls (/proc/PID/task/TID/io syscr) of @pid's thread named @name; 0 if none."""
-    for tid in os.listdir('/proc/%d/task' % pid):
-        try:
-            with open('/proc/%d/task/%s/comm' % (pid, tid)) as f:
-                if f.read().strip() != name:
-                    continue
-            with open('/proc/%d/task/%s/io' % (pid, tid)) as f:
-                return int(next(x for x in f if x.startswith('syscr')).split()[1])
-        except FileNotFoundError:
-            continue
-    return 0
+    text = thread_file(pid, name, 'io')
+    return int(next(x for x in text.splitlines() if x.startswith('syscr')).split()[1]) \
+        if text else 0

@@ -52,8 +52,6 @@ void targets__unlock(struct targets *reg)
     pthread_mutex_unlock(&reg->lock);
 }
 
-/* Without this, targets due at the same moment are sampled back to back under the lock for
- * milliseconds, and a mutex is not fair. */
 /* A futex of our own rather than a condition variable: glibc's takes the mutex back marked
  * contended, so the unlock after every tick made a FUTEX_WAKE syscall that woke nobody. Here
  * a tick costs the one timed wait. A wake between reading the word and the wait changes the
@@ -75,6 +73,8 @@ void targets__wake(struct targets *reg)
     syscall(SYS_futex, &reg->wake_seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
+/* Without this, targets due at the same moment are sampled back to back under the lock for
+ * milliseconds, and a mutex is not fair. */
 void targets__let_others_in(struct targets *reg)
 {
     if (atomic_load(&reg->lock_waiters) == 0)
