@@ -7,11 +7,13 @@
 #include <fcntl.h>
 #include <gelf.h>
 #include <libelf.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "err.h"
@@ -22,10 +24,20 @@ struct elfimg {
     Elf_Scn *symtab, *dynsym; /* NULL when absent */
 };
 
-int elfimg_open(const char *path, struct elfimg **ret_img, struct pyf_err *reterr)
+/* Whether @fd is a file of an overlay mount (a container's): /proc/PID/maps names the layer's
+ * inode, which the overlay may number otherwise (xino). */
+static bool on_overlay(int fd)
+{
+    struct statfs sf;
+
+    return fstatfs(fd, &sf) == 0 && sf.f_type == 0x794c7630; /* OVERLAYFS_SUPER_MAGIC */
+}
+
+int elfimg_open(const char *path, uint64_t inode, struct elfimg **ret_img, struct pyf_err *reterr)
 {
     struct elfimg *img;
     Elf_Scn *scn = NULL;
+    struct stat st;
     int r;
 
     if (elf_version(EV_CURRENT) == EV_NONE)
@@ -33,7 +45,15 @@ int elfimg_open(const char *path, struct elfimg **ret_img, struct pyf_err *reter
     img = calloc(1, sizeof(*img));
     if (!img)
         return pyf_fail(reterr, PYF_INVALID, ENOMEM, 0, "elfimg");
-    img->fd = open(path, O_RDONLY | O_CLOEXEC);
+    img->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (img->fd >= 0 && (fstat(img->fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+                         (inode && (uint64_t)st.st_ino != inode && !on_overlay(img->fd)))) {
+        close(img->fd);
+        free(img);
+        return pyf_fail(reterr, PYF_DENIED, EPERM, 0,
+                        "%s is not the file mapped (inode %llu): swapped since, refused", path,
+                        (unsigned long long)inode);
+    }
     if (img->fd < 0) {
         r = errno;
         free(img);

@@ -18,8 +18,12 @@
 
 struct elfimg;
 
-/* @path is opened as given: pass /proc/PID/root/<path> to see the target's mount namespace. */
-int elfimg_open(const char *path, struct elfimg **ret_img, struct pyf_err *reterr);
+/* @path is opened as given: pass /proc/PID/root/<path> to see the target's mount namespace.
+ * The target's user may have swapped that file for a link to anything since it was mapped
+ * (the daemon opens it as root): it is opened without blocking (a FIFO) or taking a terminal,
+ * must be a regular file, and when @inode is not 0 the very file mapped (its inode, from
+ * /proc/PID/maps); else -EPERM, PYF_DENIED. */
+int elfimg_open(const char *path, uint64_t inode, struct elfimg **ret_img, struct pyf_err *reterr);
 void elfimg_free(struct elfimg *img);
 
 /* The symbol's link-time address (st_value); -ENOENT when neither table has it. */

@@ -67,6 +67,7 @@ struct module_table {
     Dwarf_Addr bias;    /* where the file is loaded: file address + bias = address here */
     bool live;          /* still reported (pyf_native__reread_maps) */
     struct symtab *tab; /* a reference; NULL: no table (no memory) */
+    char *object;       /* its path made UTF-8 when /proc/PID/maps' is not; NULL: it is */
 };
 
 /* ---- holding the threads ---- */
@@ -348,6 +349,7 @@ void pyf_native_free(struct pyf_native *n)
         close(n->core_fd);
     for (size_t i = 0; i < n->n_tables; i++) {
         symcache__put(n->symbols, n->tables[i]->tab);
+        free(n->tables[i]->object);
         free(n->tables[i]);
     }
     free(n->tables);
@@ -706,6 +708,10 @@ static struct module_table *table_of(struct pyf_native *n, Dwfl_Module *m)
     if (!dwfl_module_getelf(m, &bias))
         dwfl_module_info(m, NULL, &bias, NULL, NULL, NULL, NULL, NULL); /* no file: its start */
     *t = (struct module_table){.bias = bias, .tab = symcache__get(n->symbols, m, bias)};
+    const char *path = dwfl_module_info(m, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+    size_t len = path ? strlen(path) : 0;
+    if (path && !pyf_utf8_valid(path, len) && (t->object = malloc(3 * len + 1)))
+        pyf_utf8_clean(t->object, 3 * len + 1, path, len); /* a file's name: any bytes */
     n->tables[n->n_tables++] = t;
     if (userdata)
         *userdata = t;
@@ -766,6 +772,7 @@ static void drop_dead_tables(struct pyf_native *n)
             continue;
         }
         symcache__put(n->symbols, n->tables[i]->tab);
+        free(n->tables[i]->object);
         free(n->tables[i]);
     }
     n->n_tables = kept;
@@ -857,6 +864,10 @@ void pyf_native__symbol(struct pyf_native *n, uint64_t pc, bool innermost,
         return; /* memory mapped from no file known (JIT code, or loaded since) */
     ret_frame->object = dwfl_module_info(m, NULL, &start, NULL, NULL, NULL, NULL, NULL);
     ret_frame->object_offset = elf ? pc - bias : pc - start;
+    if (ret_frame->object && table_of(n, m) && table_of(n, m)->object)
+        ret_frame->object = table_of(n, m)->object;
+    else if (ret_frame->object && !pyf_utf8_valid(ret_frame->object, strlen(ret_frame->object)))
+        ret_frame->object = "<a path that is not UTF-8>"; /* no memory for its clean copy */
     sym = sym_at(n, m, lookup, &table_bias);
     if (sym) {
         ret_frame->function = symtab__shown(sym);

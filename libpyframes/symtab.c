@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "symtab.h"
 
+#include "pyframes.h"
+
 #include <errno.h>
 #include <gelf.h>
 #include <pthread.h>
@@ -65,7 +67,13 @@ struct symtab *symtab_build(Dwfl_Module *m, Dwarf_Addr bias)
         ptrdiff_t at;
         if (!name || !*name || sym.st_size == 0 || (type != STT_FUNC && type != STT_GNU_IFUNC))
             continue;
-        if ((at = add_name(t, &names_cap, name)) < 0) {
+        size_t len = strlen(name);
+        char *clean = pyf_utf8_valid(name, len) ? NULL : malloc(3 * len + 1);
+        if (clean) /* a hostile file's symbol: any bytes */
+            pyf_utf8_clean(clean, 3 * len + 1, name, len);
+        at = add_name(t, &names_cap, clean ? clean : name);
+        free(clean);
+        if (at < 0) {
             symtab_free(t);
             return NULL;
         }

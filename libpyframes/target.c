@@ -93,10 +93,14 @@ static int open_candidate(const struct remote_src *src, const struct procmaps *p
     char full[PATH_MAX + 32];
     uint64_t vaddr, off, at;
     pid_t pid = src->core ? core__pid(src->core) : src->pid;
+    uint64_t inode = 0; /* a core's files are this machine's, where they are now */
     int r;
 
+    for (size_t i = 0; !src->core && i < pm->n && !inode; i++)
+        if (strcmp(pm->maps[i].path, path) == 0)
+            inode = pm->maps[i].inode;
     local_path(src, path, full, sizeof(full));
-    r = elfimg_open(full, &rf->img, e);
+    r = elfimg_open(full, inode, &rf->img, e);
     if (r < 0)
         return r;
     rf->path = path;
@@ -577,4 +581,5 @@ void pyf_thread_name(pid_t pid, pid_t tid, char *buf, size_t size)
         n = 0;
     buf[n] = '\0';
     buf[strcspn(buf, "\n")] = '\0';
+    pyf_utf8_scrub(buf, size); /* prctl(PR_SET_NAME) takes any bytes */
 }

@@ -242,6 +242,16 @@ int pyf_target__locals(struct pyf_target *t, const struct pyf_frame *fr, pyf_loc
 /* The thread's name from /proc (comm); "" when it cannot be read. */
 void pyf_thread_name(pid_t pid, pid_t tid, char *buf, size_t size);
 
+/* Text from a target (a thread's name, a command line, a path, a symbol) can be any bytes;
+ * what libpyframes and the daemon hand on is valid UTF-8, made so where it enters: each byte of
+ * an invalid sequence becomes U+FFFD. */
+bool pyf_utf8_valid(const char *s, size_t n);
+/* @in's @n bytes, cleaned, into @out: at most @cap - 1 bytes and a NUL, cut at a character's
+ * end; returns the length written. */
+size_t pyf_utf8_clean(char *out, size_t cap, const char *in, size_t n);
+/* The NUL-terminated text in @buf (of @cap bytes) cleaned in place (cut to fit). */
+void pyf_utf8_scrub(char *buf, size_t cap);
+
 /* The name the threading module gives the thread @ident (pyf_thread.ident) of the main
  * interpreter: "MainThread", "Thread-3 (worker)", a name the program chose; "" when it has
  * none (a thread threading did not start or has not registered yet, an interpreter with no

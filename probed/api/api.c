@@ -14,7 +14,9 @@
 #define BODY_MAX (1 << 20) /* bytes of a request body */
 #define HEADERS_MAX 16384  /* bytes of request headers */
 #define IO_TIMEOUT_S 10    /* a client that stalls this long is dropped (slow loris) */
-#define REQUEST_S 30       /* a connection's first request must arrive whole within this */
+#define REQUEST_S 10       /* a connection's first request must arrive whole within this */
+#define USER_CONNS_MAX 64  /* connections one user who is not root holds on the socket */
+#define ROOT_CONNS 64      /* ... and those all such users leave to root */
 
 struct targets_filter peer_filter(const struct peer *p)
 {
@@ -32,11 +34,15 @@ void *job_alloc(struct api *a, const struct request *rq, size_t kind_size, enum 
         return NULL;
     }
     *j = (struct job){.req = rq->req,
-                      .scope = {.root = rq->peer->root, .uid = rq->peer->uid},
+                      .scope = {.root = rq->peer->root, .uid = rq->peer->uid, .pid = rq->pid},
+                      .grant = rq->grant, /* who asks, and what they may act on */
                       .lane = lane,
                       .ctx = a,
                       .run = run,
                       .free_kind = free_kind};
+    j->grant.root = rq->peer->root;
+    j->grant.uid = rq->peer->uid;
+    j->grant.gid = rq->peer->gid;
     return j;
 }
 
@@ -118,7 +124,9 @@ int api_new(struct event_base *base, const struct api_config *cfg, int gid,
         r = connlimit_serve(base, a->http, a->listen_fd,
                             &(struct connlimit_config){.what = cfg->socket_path,
                                                        .max_conns = API_CONNS_MAX,
-                                                       .request_s = REQUEST_S},
+                                                       .request_s = REQUEST_S,
+                                                       .per_user_max = USER_CONNS_MAX,
+                                                       .root_reserve = ROOT_CONNS},
                             &a->clients);
         if (r < 0)
             log_errno(LOG_ERR, r, "serving on %s", cfg->socket_path);

@@ -25,6 +25,9 @@ struct conn {
     struct bufferevent *bev;
     int64_t accepted_ms;
     bool served;
+    bool known; /* its peer's uid is read (or there is none to read: TCP) */
+    bool over;  /* cut: past its user's share */
+    uid_t uid;  /* the peer's, when known on a Unix socket */
 };
 
 struct connlimit {
@@ -33,8 +36,11 @@ struct connlimit {
     struct evconnlistener *listener; /* owned by the evhttp it is bound to */
     struct event *resume;            /* ends a pause of accepting */
     struct event *sweep;
-    struct conn *conns; /* 2 * max_conns */
+    struct event *classify; /* made active by each accept on a Unix socket */
+    struct conn *conns;     /* 2 * max_conns */
     int n_conns;
+    int n_users;      /* of those, known to be of users who are not root and not cut */
+    int n_over;       /* of those, cut for their user's share, not yet freed by evhttp */
     bool paused_full; /* at 2 * max_conns: accepting waits for a connection to close */
     struct connlimit_stats stats;
     time_t logged_at;
@@ -62,7 +68,10 @@ static void on_resume(evutil_socket_t fd, short what, void *arg)
         evconnlistener_enable(cl->listener);
 }
 
-/* evhttp's bufferevent for a connection it accepted (it sets the fd on it next). */
+static void classify_new(evutil_socket_t fd, short what, void *arg);
+
+/* evhttp's bufferevent for a connection it accepted (it sets the fd on it next: its user is
+ * learnt at once after, in the loop's next turn, not at the next sweep). */
 static struct bufferevent *make_bev(struct event_base *base, void *arg)
 {
     struct connlimit *cl = arg;
@@ -72,11 +81,60 @@ static struct bufferevent *make_bev(struct event_base *base, void *arg)
         return bev; /* (never: accepting pauses before) unbounded, but served */
     bufferevent_incref(bev);
     cl->conns[cl->n_conns++] = (struct conn){.bev = bev, .accepted_ms = (int64_t)mono_ms()};
+    if (cl->cfg.per_user_max)
+        event_active(cl->classify, 0, 0);
     if (cl->n_conns == 2 * cl->cfg.max_conns && !cl->paused_full) {
         cl->paused_full = true;
         evconnlistener_disable(cl->listener);
     }
     return bev;
+}
+
+/* Cuts @c: shut, so evhttp sees its end and frees it (counted out by the sweep). */
+static void cut(struct conn *c)
+{
+    if (bufferevent_getfd(c->bev) >= 0)
+        shutdown(bufferevent_getfd(c->bev), SHUT_RDWR);
+    c->served = true; /* cut once */
+}
+
+/* Learns @c's user once it has an fd, and cuts it when that user, or all users who are not
+ * root, hold their share already. */
+static void classify(struct connlimit *cl, struct conn *c)
+{
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    int fd = bufferevent_getfd(c->bev), same = 0;
+
+    if (c->known || fd < 0)
+        return;
+    c->known = true;
+    if (!cl->cfg.per_user_max || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
+        cred.uid == 0)
+        return; /* root's, or no user to tell (TCP) */
+    c->uid = cred.uid;
+    for (int i = 0; i < cl->n_conns; i++)
+        same += cl->conns[i].known && !cl->conns[i].over && cl->conns[i].uid == cred.uid &&
+                &cl->conns[i] != c;
+    if (same >= cl->cfg.per_user_max || cl->n_users >= cl->cfg.max_conns - cl->cfg.root_reserve) {
+        c->over = true;
+        cl->n_over++;
+        cl->stats.cut_user++;
+        cut(c);
+        return;
+    }
+    cl->n_users++;
+}
+
+/* The loop's turn after accepts: each new connection's user learnt, and those past their
+ * share cut. */
+static void classify_new(evutil_socket_t fd, short what, void *arg)
+{
+    struct connlimit *cl = arg;
+
+    (void)fd, (void)what;
+    for (int i = 0; i < cl->n_conns; i++)
+        classify(cl, &cl->conns[i]);
 }
 
 /* Counts out the connections evhttp has freed (closing their fds now), and cuts those whose
@@ -95,14 +153,16 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
         void *cbarg;
         bufferevent_getcb(c->bev, &readcb, &writecb, &eventcb, &cbarg);
         if (!readcb && !writecb && !eventcb && !cbarg) { /* evhttp let it go */
+            cl->n_users -= c->known && c->uid && !c->over;
+            cl->n_over -= c->over;
             bufferevent_decref(c->bev);
             *c = cl->conns[--cl->n_conns];
             continue;
         }
+        classify(cl, c);
         if (!c->served && now - c->accepted_ms > cl->cfg.request_s * 1000LL &&
             bufferevent_getfd(c->bev) >= 0) {
-            shutdown(bufferevent_getfd(c->bev), SHUT_RDWR);
-            c->served = true; /* cut once */
+            cut(c);
             cl->stats.cut_slow++;
         }
         i++;
@@ -148,6 +208,7 @@ int connlimit_serve(struct event_base *base, struct evhttp *http, int fd,
         cl->base = base;
         cl->resume = evtimer_new(base, on_resume, cl);
         cl->sweep = event_new(base, -1, EV_PERSIST, on_sweep, cl);
+        cl->classify = event_new(base, -1, 0, classify_new, cl);
         cl->conns = calloc((size_t)(2 * cfg->max_conns), sizeof(*cl->conns));
     }
     if (cl && cl->sweep &&
@@ -156,7 +217,7 @@ int connlimit_serve(struct event_base *base, struct evhttp *http, int fd,
         cl->sweep = NULL;
     }
     /* no callback yet: evhttp_bind_listener() sets its own, and so enables it */
-    if (cl && cl->resume && cl->sweep && cl->conns)
+    if (cl && cl->resume && cl->sweep && cl->classify && cl->conns)
         cl->listener = evconnlistener_new(base, NULL, NULL,
                                           LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, fd);
     if (!cl || !cl->listener || !evhttp_bind_listener(http, cl->listener)) {
@@ -187,6 +248,8 @@ void connlimit_free(struct connlimit *cl)
     free(cl->conns);
     if (cl->sweep)
         event_free(cl->sweep);
+    if (cl->classify)
+        event_free(cl->classify);
     for (int i = 0; i < LISTENERS_MAX; i++)
         if (registered[i] == cl)
             registered[i] = NULL;
@@ -206,12 +269,22 @@ bool connlimit__request(struct connlimit *cl, struct evhttp_request *req)
     struct evhttp_connection *evcon = req ? evhttp_request_get_connection(req) : NULL;
     struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
 
+    struct conn *c = NULL;
+
     if (!cl)
         return true;
-    for (int i = 0; bev && i < cl->n_conns; i++)
-        if (cl->conns[i].bev == bev)
-            cl->conns[i].served = true;
-    if (cl->n_conns <= cl->cfg.max_conns)
+    for (int i = 0; i < cl->n_conns; i++) { /* each user's share known before anyone is served */
+        classify(cl, &cl->conns[i]);
+        if (bev && cl->conns[i].bev == bev)
+            c = &cl->conns[i];
+    }
+    if (c)
+        c->served = true;
+    if (c && c->over)
+        return false; /* counted in cut_user */
+    /* users hold max_conns - root_reserve at most: root finds its share under max_conns, once
+     * those cut are gone */
+    if (cl->n_conns - cl->n_over <= cl->cfg.max_conns)
         return true;
     cl->stats.refused_over++;
     return false;

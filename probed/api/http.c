@@ -118,7 +118,7 @@ int peer_of(struct evhttp_request *req, struct peer *p)
 
     if (!bev || getsockopt(bufferevent_getfd(bev), SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
         return -errno;
-    *p = (struct peer){.root = cred.uid == 0, .uid = cred.uid, .pid = cred.pid};
+    *p = (struct peer){.root = cred.uid == 0, .uid = cred.uid, .gid = cred.gid, .pid = cred.pid};
     return 0;
 }
 
@@ -143,32 +143,71 @@ json_t *body_json(struct evhttp_request *req)
     return j;
 }
 
-long long param_int(const struct evkeyvalq *q, const char *name)
+int parse_uint(const char *s, uint64_t max, uint64_t *ret)
+{
+    uint64_t v = 0;
+
+    if (!s || !*s || (s[0] == '0' && s[1]))
+        return -EINVAL;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9' || v > (UINT64_MAX - 9) / 10)
+            return -EINVAL;
+        v = v * 10 + (uint64_t)(*s - '0');
+    }
+    if (v > max)
+        return -EINVAL;
+    *ret = v;
+    return 0;
+}
+
+int param_uint(struct evhttp_request *req, const struct evkeyvalq *q, const char *name,
+               uint64_t max, uint64_t *ret)
 {
     const char *v = evhttp_find_header(q, name);
-    char *end;
-    long long n;
 
     if (!v)
         return 0;
-    errno = 0;
-    n = strtoll(v, &end, 10);
-    return errno || *end || n < 0 ? -1 : n;
+    if (parse_uint(v, max, ret) < 0) {
+        reply_error(req, 400, "?%s= must be a decimal integer from 0 to %llu", name,
+                    (unsigned long long)max);
+        return -EINVAL;
+    }
+    return 0;
 }
 
-int authorise_pid(struct evhttp_request *req, const struct peer *p, pid_t pid)
+int body_int(struct evhttp_request *req, json_t *body, const char *name, int64_t min, int64_t max,
+             int64_t *ret)
 {
-    char path[64];
-    struct stat st;
+    json_t *j = json_object_get(body, name);
 
-    snprintf(path, sizeof(path), "/proc/%d", (int)pid);
-    if (stat(path, &st) < 0) {
-        reply_error(req, 404, "pid %d: no such process", (int)pid);
-        return -ESRCH;
+    if (!j)
+        return 0;
+    if (!json_is_integer(j) || json_integer_value(j) < min || json_integer_value(j) > max) {
+        reply_error(req, 400, "\"%s\" must be an integer from %lld to %lld", name, (long long)min,
+                    (long long)max);
+        return -EINVAL;
     }
-    if (!p->root && st.st_uid != p->uid) {
-        reply_error(req, 403, "pid %d: permission denied (owned by uid %u, you are uid %u)",
-                    (int)pid, (unsigned)st.st_uid, (unsigned)p->uid);
+    *ret = json_integer_value(j);
+    return 0;
+}
+
+int authorise_pid(struct evhttp_request *req, const struct peer *p, pid_t pid,
+                  struct proc_grant *ret)
+{
+    struct proc_owner o;
+    char why[256];
+    int r = procfs_owner(pid, &o);
+
+    if (r < 0) {
+        reply_error(req, r == -ESRCH ? 404 : 500, "pid %d: %s", (int)pid,
+                    r == -ESRCH ? "no such process" : strerror(-r));
+        return r;
+    }
+    *ret = (struct proc_grant){
+        .pid = pid, .start_time = o.start_time, .root = p->root, .uid = p->uid, .gid = p->gid};
+    if (!procfs_owner_admits(&o, p->root, p->uid, p->gid)) {
+        procfs_grant_check(ret, why, sizeof(why)); /* says why, in the same words as later */
+        reply_error(req, 403, "%s", why);
         return -EPERM;
     }
     return 0;
@@ -225,7 +264,7 @@ int listen_unix(const char *path, int gid, int *ret_fd)
     if (fd < 0)
         return log_errno(LOG_ERR, -errno, "socket()");
     if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || chmod(path, 0660) < 0 ||
-        (gid >= 0 && chown(path, (uid_t)-1, (gid_t)gid) < 0) || listen(fd, 64) < 0) {
+        (gid >= 0 && chown(path, (uid_t)-1, (gid_t)gid) < 0) || listen(fd, SOMAXCONN) < 0) {
         r = log_errno(LOG_ERR, -errno, "listening on %s", path);
         close(fd);
         return r;

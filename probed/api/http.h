@@ -14,16 +14,21 @@
 #include <event2/keyvalq_struct.h>
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
+#include "common/procfs.h"
 #include "pyframes.h"
 
 /* Who is asking, from the socket's SO_PEERCRED. */
 struct peer {
     bool root;
     uid_t uid;
+    gid_t gid;
     pid_t pid;
 };
+
+#define API_PID_MAX 4194304 /* the kernel's PID_MAX_LIMIT: no pid is larger */
 
 int peer_of(struct evhttp_request *req, struct peer *p);
 
@@ -46,10 +51,22 @@ int http_status(int r, const struct pyf_err *e);
 
 /* The request body as a JSON object, or NULL (400 already sent). */
 json_t *body_json(struct evhttp_request *req);
-/* A non-negative integer parameter; 0 when absent, -1 when malformed. */
-long long param_int(const struct evkeyvalq *q, const char *name);
-/* May @p act on @pid (root, or its owner)? 0, or -errno after replying 404 or 403. */
-int authorise_pid(struct evhttp_request *req, const struct peer *p, pid_t pid);
+/* Every integer of a request is read once, strictly, into its real type: decimal digits only
+ * (no sign, space, "0x", leading zero or fraction), at most @max; -EINVAL otherwise. */
+int parse_uint(const char *s, uint64_t max, uint64_t *ret);
+/* The query parameter @name into @ret (left as it is, the default, when absent); 0, or -EINVAL
+ * after replying 400 naming it and its range. */
+int param_uint(struct evhttp_request *req, const struct evkeyvalq *q, const char *name,
+               uint64_t max, uint64_t *ret);
+/* The body's integer @name, from @min to @max, into @ret (the default left when absent); 0, or
+ * -EINVAL after replying 400. A JSON number that is not an integer is refused. */
+int body_int(struct evhttp_request *req, json_t *body, const char *name, int64_t min, int64_t max,
+             int64_t *ret);
+/* May @p act on @pid (root, or a caller the process admits by the kernel's ptrace rule: see
+ * procfs_owner_admits)? 0 with the grant that every later step checks again (procfs.h), or
+ * -errno after replying 404 or 403. */
+int authorise_pid(struct evhttp_request *req, const struct peer *p, pid_t pid,
+                  struct proc_grant *ret);
 /* A request whose length is said twice (two Content-Length, or one beside a Transfer-Encoding)
  * is read differently by different parsers (request smuggling). */
 bool ambiguous_length(struct evhttp_request *req);

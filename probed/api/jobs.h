@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <sys/queue.h>
 
+#include "common/procfs.h"
 #include "query/query.h"
 
 #define JOBS_WORKERS_MAX 8   /* parallel jobs running at once */
@@ -34,6 +35,7 @@ enum job_lane { JOB_PARALLEL, JOB_SERIAL };
 struct job {
     struct evhttp_request *req; /* NULL: a job the daemon runs on its own (nothing to reply) */
     struct query_scope scope;   /* who asks: their share of workers, what they may see */
+    struct proc_grant grant;    /* the process it acts on, as authorised (routes.c); pid 0: none */
     enum job_lane lane;
     void *ctx;                        /* the handler's (the api) */
     void (*run)(struct job *j);       /* on a worker: sets status and body, or raw */

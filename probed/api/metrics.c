@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "api/metrics.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/http.h>
@@ -77,9 +78,26 @@ static void add_label(char *buf, size_t size, size_t *len, const char *name, con
     *len = n;
 }
 
-/* The cmd label by default: the program and what it runs (its script, `-m module`, `-c`),
- * never the arguments after, which can hold secrets (`--db-password=...`): /metrics is for
- * every local user. "python3 -u train.py --lr 3" -> "python3 train.py". */
+/* Whether @prog (argv[0]) is a Python interpreter by its name: python, python3, python3.12,
+ * python3.13t, /usr/bin/python3-dbg ... */
+static bool is_python(const char *prog)
+{
+    const char *base = strrchr(prog, '/');
+
+    base = base ? base + 1 : prog;
+    if (strncmp(base, "python", 6) != 0)
+        return false;
+    for (const char *p = base + 6; *p; p++)
+        if (!isdigit((unsigned char)*p) && !strchr(".-_abdmtw", *p))
+            return false;
+    return true;
+}
+
+/* The cmd label by default: the program and, for a Python interpreter, what it runs (its
+ * script, `-m module`, `-c`), never an argument or an option's value, which can hold secrets
+ * (`--api-key S`, `-X key=S`): /metrics is for every local user. "python3 -u -X dev train.py
+ * --lr 3" -> "python3 train.py"; a program that is not named python ("bin/app --api-key S", an
+ * embedded interpreter: what its arguments mean is not known) -> "bin/app". */
 static void program_and_script(const char *cmdline, char *out, size_t size)
 {
     char buf[sizeof(((struct target_info *)0)->cmdline)], *save = NULL, *tok;
@@ -89,20 +107,29 @@ static void program_and_script(const char *cmdline, char *out, size_t size)
     snprintf(buf, sizeof(buf), "%s", cmdline);
     prog = strtok_r(buf, " ", &save);
     n = snprintf(out, size, "%s", prog ? prog : "");
-    while (prog && (tok = strtok_r(NULL, " ", &save)) != NULL && n >= 0 && (size_t)n < size) {
+    if (!prog || !is_python(prog) || n < 0 || (size_t)n >= size)
+        return;
+    while ((tok = strtok_r(NULL, " ", &save)) != NULL) {
         if (strcmp(tok, "-m") == 0) {
             const char *mod = strtok_r(NULL, " ", &save);
             snprintf(out + n, size - (size_t)n, " -m %s", mod ? mod : "");
             return;
         }
-        if (strcmp(tok, "-c") == 0) {
-            snprintf(out + n, size - (size_t)n, " -c");
-            return;
-        }
-        if (tok[0] != '-') {
+        if (strcmp(tok, "-c") == 0 || strcmp(tok, "-") == 0) {
             snprintf(out + n, size - (size_t)n, " %s", tok);
             return;
         }
+        if (strcmp(tok, "-W") == 0 || strcmp(tok, "-X") == 0) { /* their value follows */
+            strtok_r(NULL, " ", &save);
+            continue;
+        }
+        if (strcmp(tok, "--") == 0) /* the script next, whatever it looks like */
+            tok = strtok_r(NULL, " ", &save);
+        else if (tok[0] == '-')
+            continue; /* -u, -O, -Wd, -Xdev, --check-hash-based-pycs ... */
+        if (tok)
+            snprintf(out + n, size - (size_t)n, " %s", tok);
+        return;
     }
 }
 

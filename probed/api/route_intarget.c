@@ -73,7 +73,7 @@ static bool eval_fields(json_t *body, struct eval_request *rq, const char **ret_
 {
     json_t *jmain = json_object_get(body, "main_thread"), *jsid = json_object_get(body, "session");
     json_t *jto = json_object_get(body, "timeout_s"), *jkind = json_object_get(body, "kind");
-    double to = jto ? json_number_value(jto) : EVAL_TIMEOUT_MS / 1000.0;
+    double to = jto ? json_number_value(jto) : EVAL_TIMEOUT_MS / 1000.0; /* may be 0.5 s */
 
     *ret_kind = jkind ? json_string_value(jkind) : "run";
     if ((jmain && !json_is_boolean(jmain)) || (jsid && !json_is_integer(jsid)) ||
@@ -97,15 +97,13 @@ static bool eval_fields(json_t *body, struct eval_request *rq, const char **ret_
 /* POST /v1/eval {"pid", "code", "main_thread", "timeout_s", "session", "kind", "mode"} */
 struct job *eval_post(struct api *a, const struct request *rq)
 {
-    json_t *jpid = json_object_get(rq->body, "pid"), *jcode = json_object_get(rq->body, "code");
+    json_t *jcode = json_object_get(rq->body, "code");
     json_t *jmode = json_object_get(rq->body, "mode");
     const char *mode = json_is_string(jmode) ? json_string_value(jmode) : "eval", *kind;
     struct eval_request erq = {0};
     struct stub_job *sj;
 
-    if (!json_is_integer(jpid) || json_integer_value(jpid) <= 0 ||
-        json_integer_value(jpid) > 0x7fffffff || !json_is_string(jcode) ||
-        !eval_fields(rq->body, &erq, &kind)) {
+    if (!json_is_string(jcode) || !eval_fields(rq->body, &erq, &kind)) {
         reply_error(rq->req, 400,
                     "expected {\"pid\": int, \"code\": \"...\", optional "
                     "\"main_thread\": bool, \"timeout_s\": 0 < s <= %d, "
@@ -117,7 +115,8 @@ struct job *eval_post(struct api *a, const struct request *rq)
     if (!sj)
         return NULL;
     sj->eval = erq;
-    sj->eval.pid = (pid_t)json_integer_value(jpid);
+    sj->eval.pid = rq->pid; /* parsed and authorised by routes.c */
+    sj->eval.grant = rq->grant;
     sj->eval.uid = rq->peer->uid;
     sj->eval.code = strdup(json_string_value(jcode));
     sj->eval.mode = strdup(strcmp(kind, "run") == 0 ? mode : kind);
@@ -178,8 +177,10 @@ static void allocs_done(struct job *j)
         t->busy = false;
     if (j->status == 200 && sj->allocs.action == ALLOCS_ON && !t && a->n_tracked < TRACKED_MAX) {
         t = &a->tracked[a->n_tracked++];
-        *t = (struct tracked){
-            .kind = TRACK_ALLOCS, .pid = sj->allocs.pid, .target_id = sj->allocs.target_id};
+        *t = (struct tracked){.kind = TRACK_ALLOCS,
+                              .pid = sj->allocs.pid,
+                              .target_id = sj->allocs.target_id,
+                              .start_time = sj->allocs.grant.start_time};
     }
     if (t && j->status == 200)
         t->next_ns = mono_ns() + (every ? every : INT64_MAX / 2);
@@ -214,8 +215,10 @@ static void torch_done(struct job *j)
                        j->status == 200 && tracing);
     if (j->status == 200 && tracing && !t && a->n_tracked < TRACKED_MAX) {
         t = &a->tracked[a->n_tracked++];
-        *t = (struct tracked){
-            .kind = TRACK_TORCH, .pid = sj->torch.pid, .target_id = sj->torch.target_id};
+        *t = (struct tracked){.kind = TRACK_TORCH,
+                              .pid = sj->torch.pid,
+                              .target_id = sj->torch.target_id,
+                              .start_time = sj->torch.grant.start_time};
     }
     if (t && j->status == 200)
         t->next_ns = mono_ns() + TORCH_DRAIN_NS;
@@ -254,14 +257,6 @@ static struct stub_job *tracking_job(struct api *a, const struct request *rq,
     return sj;
 }
 
-/* A body's "pid" when it is one, else 0. */
-static pid_t pid_of(json_t *jpid)
-{
-    json_int_t v = json_integer_value(jpid);
-
-    return json_is_integer(jpid) && v > 0 && v <= 0x7fffffff ? (pid_t)v : 0;
-}
-
 /* The index of a body's "action" in @actions, or -1. */
 static int action_of(json_t *jaction, const char *const *actions, int n)
 {
@@ -288,7 +283,7 @@ struct job *allocs_post(struct api *a, const struct request *rq)
     json_t *jtop = json_object_get(rq->body, "top");
     int k = action_of(json_object_get(rq->body, "action"), actions, 3);
     int top = !jtop ? 20 : json_is_integer(jtop) ? (int)json_integer_value(jtop) : -1;
-    pid_t pid = pid_of(json_object_get(rq->body, "pid"));
+    pid_t pid = rq->pid; /* parsed and authorised by routes.c */
     struct tracked *t = tracked_of(a, pid, TRACK_ALLOCS);
     struct stub_job *sj;
     int64_t target_id;
@@ -318,8 +313,12 @@ struct job *allocs_post(struct api *a, const struct request *rq)
     sj = tracking_job(a, rq, TRACK_ALLOCS);
     if (!sj)
         return NULL;
-    sj->allocs = (struct allocs_request){
-        .pid = pid, .uid = rq->peer->uid, .target_id = target_id, .action = k, .top = top};
+    sj->allocs = (struct allocs_request){.pid = pid,
+                                         .grant = rq->grant,
+                                         .uid = rq->peer->uid,
+                                         .target_id = target_id,
+                                         .action = k,
+                                         .top = top};
     if (t)
         t->busy = true;
     return &sj->j;
@@ -336,7 +335,7 @@ struct job *torch_post(struct api *a, const struct request *rq)
            *jmodules = json_object_get(rq->body, "modules");
     int k = action_of(json_object_get(rq->body, "action"), actions, 3);
     int64_t every = !jevery ? 1 : json_is_integer(jevery) ? json_integer_value(jevery) : -1;
-    pid_t pid = pid_of(json_object_get(rq->body, "pid"));
+    pid_t pid = rq->pid; /* parsed and authorised by routes.c */
     struct tracked *t = tracked_of(a, pid, TRACK_TORCH);
     struct errbuf why;
     struct stub_job *sj;
@@ -375,6 +374,7 @@ struct job *torch_post(struct api *a, const struct request *rq)
     if (!sj)
         return NULL;
     sj->torch = (struct torch_request){.pid = pid,
+                                       .grant = rq->grant,
                                        .uid = rq->peer->uid,
                                        .target_id = target_id,
                                        .action = k,
@@ -415,7 +415,7 @@ struct job *catch_post(struct api *a, const struct request *rq)
     json_t *jsignals = json_object_get(rq->body, "signals");
     json_t *jpost = json_object_get(rq->body, "postmortem");
     int k = action_of(json_object_get(rq->body, "action"), actions, 2);
-    pid_t pid = pid_of(json_object_get(rq->body, "pid"));
+    pid_t pid = rq->pid; /* parsed and authorised by routes.c */
     struct stub_job *sj;
     int64_t target_id;
 
@@ -438,6 +438,7 @@ struct job *catch_post(struct api *a, const struct request *rq)
     if (!sj)
         return NULL;
     sj->catch_rq = (struct catch_request){.pid = pid,
+                                          .grant = rq->grant,
                                           .uid = rq->peer->uid,
                                           .target_id = target_id,
                                           .on = k == 0,
@@ -466,8 +467,9 @@ struct job *debug_post(struct api *a, const struct request *rq)
            *jlisten = json_object_get(rq->body, "listen");
     json_t *jdap = json_object_get(rq->body, "dap"), *jinput = json_object_get(rq->body, "input");
     json_t *jwait = json_object_get(rq->body, "wait_ms");
+    json_t *jinsecure = json_object_get(rq->body, "insecure_listen");
     int k = action_of(json_object_get(rq->body, "action"), actions, 4);
-    pid_t pid = pid_of(json_object_get(rq->body, "pid"));
+    pid_t pid = rq->pid; /* parsed and authorised by routes.c */
     json_int_t wait = jwait ? json_integer_value(jwait) : 5000;
     struct errbuf why;
     struct stub_job *sj;
@@ -487,7 +489,12 @@ struct job *debug_post(struct api *a, const struct request *rq)
                     DEBUG_WAIT_MAX_MS);
         return NULL;
     }
-    if (jlisten && debug_parse_listen(json_string_value(jlisten), &why) < 0) {
+    if (jinsecure && !json_is_boolean(jinsecure)) {
+        reply_error(rq->req, 400, "\"insecure_listen\" must be true or false");
+        return NULL;
+    }
+    if (jlisten &&
+        debug_parse_listen(json_string_value(jlisten), json_is_true(jinsecure), &why) < 0) {
         reply_error(rq->req, 400, "%s", why.msg);
         return NULL;
     }
@@ -496,6 +503,7 @@ struct job *debug_post(struct api *a, const struct request *rq)
         return NULL;
     sj->debug = (struct debug_request){
         .pid = pid,
+        .grant = rq->grant,
         .uid = rq->peer->uid,
         .action = (enum debug_action)k,
         .thread = (pid_t)json_integer_value(jthread),
@@ -529,6 +537,7 @@ void tracked_resume(struct api *a)
             a->tracked[a->n_tracked++] = (struct tracked){.kind = TRACK_ALLOCS,
                                                           .pid = t->pid,
                                                           .target_id = t->id,
+                                                          .start_time = t->start_time,
                                                           .next_ns = mono_ns() + 1000000000LL};
             log_msg(LOG_INFO, "pid %d: allocation tracking resumed", (int)t->pid);
         }
@@ -538,13 +547,20 @@ void tracked_resume(struct api *a)
                 job_alloc(a, &daemon, sizeof(*sj), JOB_PARALLEL, run_catch, free_stub_job);
             if (sj) {
                 sj->catch_rq = (struct catch_request){
-                    .pid = t->pid, .target_id = t->id, .on = true, .resume = true};
+                    .pid = t->pid,
+                    .grant = {.pid = t->pid, .start_time = t->start_time, .root = true},
+                    .target_id = t->id,
+                    .on = true,
+                    .resume = true};
                 jobs__start(a->jobs, &sj->j);
             }
         }
         if (t->torch_tracing && a->n_tracked < TRACKED_MAX) {
-            a->tracked[a->n_tracked++] = (struct tracked){
-                .kind = TRACK_TORCH, .pid = t->pid, .target_id = t->id, .next_ns = mono_ns()};
+            a->tracked[a->n_tracked++] = (struct tracked){.kind = TRACK_TORCH,
+                                                          .pid = t->pid,
+                                                          .target_id = t->id,
+                                                          .start_time = t->start_time,
+                                                          .next_ns = mono_ns()};
             log_msg(LOG_INFO, "pid %d: torch trace drains resumed", (int)t->pid);
         }
     }
@@ -567,14 +583,18 @@ static struct stub_job *due_job(struct api *a, const struct tracked *t, int64_t 
     sj = tracking_job(a, &daemon, t->kind);
     if (!sj)
         return NULL;
+    struct proc_grant daemon_grant = {.pid = t->pid, .start_time = t->start_time, .root = true};
+
     if (t->kind == TRACK_ALLOCS)
         sj->allocs = (struct allocs_request){.pid = t->pid,
+                                             .grant = daemon_grant,
                                              .uid = 0, /* the daemon itself */
                                              .target_id = t->target_id,
                                              .action = ended ? ALLOCS_OFF : ALLOCS_SNAPSHOT,
                                              .top = 20};
     else
         sj->torch = (struct torch_request){.pid = t->pid,
+                                           .grant = daemon_grant,
                                            .uid = 0,
                                            .target_id = t->target_id,
                                            .action = ended ? TORCH_OFF : TORCH_DRAIN};

@@ -18,7 +18,7 @@ int status_get(struct api *a, const struct request *rq)
     connlimit__stats(a->clients, &c);
     json_t *body = json_pack(
         "{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:{s:i, "
-        "s:I, s:I, s:I}}",
+        "s:I, s:I, s:I, s:I}}",
         "version", PROBED_VERSION, "database", a->cfg.db_path, "requests", (json_int_t)a->requests,
         "queries", (json_int_t)a->queries, "query_errors", (json_int_t)a->query_errors, "flushes",
         (json_int_t)w->flushes, "write_errors", (json_int_t)w->write_errors, "samples_written",
@@ -26,8 +26,8 @@ int status_get(struct api *a, const struct request *rq)
         "samples_pending", (json_int_t)w->backlog_samples, "db_bytes", (json_int_t)w->db_bytes,
         "db_cache_bytes", (json_int_t)w->db_cache_bytes, "query_memory_bytes",
         (json_int_t)sqlmem_queries_bytes(), "connections", "open", c.open, "refused_over",
-        (json_int_t)c.refused_over, "cut_slow", (json_int_t)c.cut_slow, "accept_errors",
-        (json_int_t)c.accept_errors);
+        (json_int_t)c.refused_over, "cut_slow", (json_int_t)c.cut_slow, "cut_user",
+        (json_int_t)c.cut_user, "accept_errors", (json_int_t)c.accept_errors);
     /* where the sampler learns whether threads run: the eBPF board, or /proc (and why) */
     runstate_stats(&rs);
     json_object_set_new(body, "run_state",

@@ -77,18 +77,16 @@ static void run_query(struct job *j)
 /* POST /v1/query {"sql": "SELECT ...", "pid": optional} */
 struct job *query_post(struct api *a, const struct request *rq)
 {
-    json_t *jsql = json_object_get(rq->body, "sql"), *jpid = json_object_get(rq->body, "pid");
+    json_t *jsql = json_object_get(rq->body, "sql");
     struct query_job *qj;
 
-    if (!json_is_string(jsql) ||
-        (jpid && (!json_is_integer(jpid) || json_integer_value(jpid) < 0))) {
+    if (!json_is_string(jsql)) {
         reply_error(rq->req, 400, "expected {\"sql\": \"SELECT ...\", \"pid\": optional int}");
         return NULL;
     }
     qj = job_alloc(a, rq, sizeof(*qj), JOB_PARALLEL, run_query, free_query);
     if (!qj)
         return NULL;
-    qj->j.scope.pid = (pid_t)json_integer_value(jpid);
     qj->sql = strdup(json_string_value(jsql));
     if (!qj->sql) {
         reply_error(rq->req, 500, "out of memory");
@@ -159,21 +157,17 @@ static uint32_t rate_of(struct api *a, pid_t pid)
 struct job *flamegraph_get(struct api *a, const struct request *rq)
 {
     const struct evkeyvalq *q = rq->params;
-    long long pid = param_int(q, "pid"), tid = param_int(q, "tid"), idle = param_int(q, "idle");
+    pid_t pid = rq->pid; /* parsed by routes.c */
+    uint64_t tid = 0, idle = 0;
     const char *since = evhttp_find_header(q, "since");
     const char *format = evhttp_find_header(q, "format");
     int64_t since_ns = 0;
     struct query_job *qj;
     char title[128];
 
-    if (pid <= 0) {
-        reply_error(rq->req, 400, "flamegraph needs ?pid=N");
+    if (param_uint(rq->req, q, "tid", API_PID_MAX, &tid) < 0 ||
+        param_uint(rq->req, q, "idle", 1, &idle) < 0)
         return NULL;
-    }
-    if (tid < 0) {
-        reply_error(rq->req, 400, "tid must be a thread id");
-        return NULL;
-    }
     if (since && (since_ns = units_duration_ns(since)) < 0) {
         reply_error(rq->req, 400, "since must be a duration like 30s, 5m, 2h");
         return NULL;
@@ -186,13 +180,13 @@ struct job *flamegraph_get(struct api *a, const struct request *rq)
     qj = job_alloc(a, rq, sizeof(*qj), JOB_PARALLEL, run_flame, free_query);
     if (!qj)
         return NULL;
-    qj->j.scope.pid = (pid_t)pid;
-    qj->flame = (struct flame_request){.pid = (pid_t)pid,
+    qj->flame = (struct flame_request){.pid = pid,
                                        .tid = (pid_t)tid,
                                        .idle = idle > 0,
                                        .since_ns = since_ns ? real_ns() - since_ns : 0};
-    qj->flame.period_ns = 1000000000LL / rate_of(a, (pid_t)pid);
-    snprintf(title, sizeof(title), "pid %lld%s%s", pid, since ? ", last " : "", since ? since : "");
+    qj->flame.period_ns = 1000000000LL / rate_of(a, pid);
+    snprintf(title, sizeof(title), "pid %d%s%s", (int)pid, since ? ", last " : "",
+             since ? since : "");
     qj->flame.title = strdup(title);
     if (!qj->flame.title) {
         free(qj);
@@ -213,11 +207,23 @@ static void run_backtrace(struct job *j)
 {
     struct backtrace_job *bj = (struct backtrace_job *)j;
     struct pyf_err e = {0};
-    int r = dump_json(j->scope.pid, bj->locals, bj->native, &j->body, &e);
+    char why[256];
+    int r = procfs_grant_check(&j->grant, why, sizeof(why));
 
-    if (r < 0) {
+    /* still the process authorised (a queued job may start late), and still after the read:
+     * what was read was that process's, or it is not shown */
+    if (r == 0 && (r = dump_json(j->grant.pid, bj->locals, bj->native, &j->body, &e)) < 0) {
         j->status = http_status(0, &e);
         j->body = error_body(j->status, e.msg);
+        return;
+    }
+    if (r == 0 && (r = procfs_grant_check(&j->grant, why, sizeof(why))) < 0) {
+        json_decref(j->body);
+        j->body = NULL;
+    }
+    if (r < 0) {
+        j->status = http_status(r, NULL);
+        j->body = error_body(j->status, why);
         return;
     }
     j->status = 200;
@@ -226,18 +232,15 @@ static void run_backtrace(struct job *j)
 /* GET /v1/backtrace?pid=&locals=&native= */
 struct job *backtrace_get(struct api *a, const struct request *rq)
 {
-    long long pid = param_int(rq->params, "pid"), locals = param_int(rq->params, "locals");
-    long long native = param_int(rq->params, "native");
+    uint64_t locals = 0, native = 0;
     struct backtrace_job *bj;
 
-    if (pid <= 0 || locals < 0 || native < 0 || native > 1) {
-        reply_error(rq->req, 400, "backtrace needs ?pid=N (and optionally &locals=N, &native=1)");
+    if (param_uint(rq->req, rq->params, "locals", INT32_MAX, &locals) < 0 ||
+        param_uint(rq->req, rq->params, "native", 1, &native) < 0)
         return NULL;
-    }
     bj = job_alloc(a, rq, sizeof(*bj), JOB_PARALLEL, run_backtrace, NULL);
     if (!bj)
         return NULL;
-    bj->j.scope.pid = (pid_t)pid;
     bj->locals = (int)locals;
     bj->native = native == 1;
     return &bj->j;
@@ -312,9 +315,22 @@ static void run_hang(struct job *j)
            clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &at, NULL) == EINTR)
         ;
     woke_ns = real_ns();
-    for (size_t i = 0; i < n; i++) /* the stacks, one process after the other, nothing else */
+    /* the stacks, one process after the other, nothing else; each read only while its process
+     * is still the one attached and still the caller's, before and after (the instant can be
+     * 10 s after the request: a pid reused, or a setuid exec, meanwhile) */
+    for (size_t i = 0; i < n; i++) {
+        struct proc_grant g = {.pid = infos[i].pid,
+                               .start_time = infos[i].start_time,
+                               .root = j->grant.root,
+                               .uid = j->grant.uid,
+                               .gid = j->grant.gid};
+        if (rc[i] == 0 && procfs_grant_check(&g, errs[i].msg, sizeof(errs[i].msg)) < 0)
+            rc[i] = -ESRCH;
         if (rc[i] == 0)
             rc[i] = dump_capture(dumps[i], &errs[i]);
+        if (rc[i] == 0 && procfs_grant_check(&g, errs[i].msg, sizeof(errs[i].msg)) < 0)
+            rc[i] = -ESRCH;
+    }
     for (size_t i = 0; i < n; i++)
         json_array_append_new(targets, hang_target(&infos[i], dumps[i], rc[i], &errs[i]));
     gethostname(host, sizeof(host) - 1);
@@ -335,13 +351,13 @@ out:
 /* POST /v1/hang {"at_ns": wall-clock ns (0: now), "native": bool} */
 struct job *hang_post(struct api *a, const struct request *rq)
 {
-    json_t *jat = json_object_get(rq->body, "at_ns"),
-           *jnative = json_object_get(rq->body, "native");
-    json_int_t at = jat ? json_integer_value(jat) : 0;
-    int64_t now = real_ns();
+    json_t *jnative = json_object_get(rq->body, "native");
+    int64_t now = real_ns(), at = 0;
     struct hang_job *hj;
 
-    if ((jat && !json_is_integer(jat)) || at < 0 || at > now + HANG_AHEAD_MAX_NS) {
+    if (body_int(rq->req, rq->body, "at_ns", 0, INT64_MAX, &at) < 0)
+        return NULL;
+    if (at > now + HANG_AHEAD_MAX_NS) {
         reply_error(rq->req, 400,
                     "\"at_ns\" must be an instant (wall clock, ns) at most %lld s ahead, or 0",
                     HANG_AHEAD_MAX_NS / 1000000000LL);

@@ -10,6 +10,7 @@
 
 #include "api/server.h"
 #include "clock.h"
+#include "common/pattern.h"
 #include "common/procfs.h"
 #include "common/units.h"
 #include "log.h"
@@ -174,13 +175,13 @@ int targets_get(struct api *a, const struct request *rq)
     struct targets_filter f = peer_filter(rq->peer);
     json_t *arr;
 
-    f.pid = rq->path_pid;
+    f.pid = rq->pid;
     arr = targets_json(a->parts.reg, &f);
     if (!arr)
         return reply_error(rq->req, 500, "out of memory");
     if (json_array_size(arr) == 0) {
         json_decref(arr);
-        return reply_error(rq->req, 404, "pid %d is not attached", (int)rq->path_pid);
+        return reply_error(rq->req, 404, "pid %d is not attached", (int)rq->pid);
     }
     reply_json(rq->req, 200, json_incref(json_array_get(arr, 0)));
     json_decref(arr);
@@ -225,7 +226,20 @@ static void run_attach(struct job *j)
 {
     struct attach_job *aj = (struct attach_job *)j;
     struct pyf_err e = {0};
-    int r = targets__attach(job_api(&aj->j)->parts.reg, aj->pid, &aj->opts, &aj->info, &e);
+    int r = procfs_grant_check(&j->grant, e.msg, sizeof(e.msg));
+
+    if (r < 0) { /* no longer the process the request named (the serial lane may be long) */
+        fail(j, http_status(r, NULL), e.msg);
+        return;
+    }
+    r = targets__attach(job_api(&aj->j)->parts.reg, aj->pid, &aj->opts, &aj->info, &e);
+    if (r == 0 && procfs_grant_check(&j->grant, e.msg, sizeof(e.msg)) < 0) {
+        struct target_info gone;
+        targets__detach(job_api(j)->parts.reg, aj->pid, &(struct targets_filter){.all_users = true},
+                        &gone);
+        fail(j, 404, e.msg);
+        return;
+    }
 
     if (r < 0 && aj->children_of_any && (e.kind == PYF_NOT_PYTHON || e.kind == PYF_UNSUPPORTED)) {
         watch(aj, e.msg);
@@ -247,9 +261,9 @@ struct match_job {
     struct job j;
     struct attach_opts opts;
     regex_t re;
-    bool has_re;
+    bool wants_re, has_re; /* a pattern was given; it is compiled (the job's, on its worker) */
     char job_name[128];
-    char pattern[256];
+    char pattern[PATTERN_BYTES_MAX];
     pid_t asker;
 };
 
@@ -262,39 +276,44 @@ static void free_match(struct job *j)
 }
 
 /* The request's "match" (a POSIX extended regex over the command line) or "job" into @mj;
- * false after replying 400. */
+ * false after replying 400. The pattern is measured here (pattern.h: linear in its length),
+ * and compiled by the job, off the loop (match_compile). */
 static bool parse_match(const struct request *rq, const char *match, const char *jobname,
                         struct match_job *mj)
 {
-    int rc;
+    char why[256];
 
-    if ((!match && !jobname) || (match && jobname) || (match && strlen(match) >= 256) ||
+    if ((!match && !jobname) || (match && jobname) ||
         (jobname && (!*jobname || strlen(jobname) >= sizeof(mj->job_name)))) {
         reply_error(rq->req, 400,
-                    "give one of \"match\" (a pattern of the command line, under 256 bytes) or"
-                    " \"job\" (a Slurm job id or name, or a torchrun run id)");
+                    "give one of \"match\" (a pattern of the command line, under %d bytes) or"
+                    " \"job\" (a Slurm job id or name, or a torchrun run id)",
+                    PATTERN_BYTES_MAX);
         return false;
     }
     if (jobname) {
         snprintf(mj->job_name, sizeof(mj->job_name), "%s", jobname);
         return true;
     }
-    /* glibc's matcher is polynomial without back-references and exponential with them: a
-     * user's pattern is matched against every command line on the serial lane */
-    for (const char *p = match; *p; p++) {
-        if (p[0] == '\\' && p[1] >= '1' && p[1] <= '9') {
-            reply_error(rq->req, 400, "\"match\": back-references (\\%c) are not taken", p[1]);
-            return false;
-        }
-        if (p[0] == '\\' && p[1])
-            p++; /* an escaped character, whatever it is */
+    if (pattern_check(match, why, sizeof(why)) < 0) {
+        reply_error(rq->req, 400, "\"match\": %s", why);
+        return false;
     }
     snprintf(mj->pattern, sizeof(mj->pattern), "%s", match);
-    rc = regcomp(&mj->re, match, REG_EXTENDED | REG_NOSUB);
-    if (rc != 0) {
-        char why[128];
-        regerror(rc, &mj->re, why, sizeof(why));
-        reply_error(rq->req, 400, "\"match\": not a pattern: %s", why);
+    mj->wants_re = true;
+    return true;
+}
+
+/* On the worker: the pattern compiled (bounded by pattern_check); false after failing @j. */
+static bool match_compile(struct match_job *mj)
+{
+    char why[256], msg[300];
+
+    if (!mj->wants_re)
+        return true;
+    if (pattern_compile(&mj->re, mj->pattern, why, sizeof(why)) < 0) {
+        snprintf(msg, sizeof(msg), "\"match\": %s", why);
+        fail(&mj->j, 400, msg);
         return false;
     }
     mj->has_re = true;
@@ -322,10 +341,15 @@ static void run_match_attach(struct job *j)
     struct match_job *mj = (struct match_job *)j;
     static _Thread_local pid_t pids[FINDPROC_MAX];
     bool cut = false;
-    size_t n = find_matches(mj, pids, FINDPROC_MAX, &cut);
+    size_t n;
     json_t *attached = json_array(), *already = json_array(), *skipped = json_array();
     json_t *following = json_array();
 
+    if (!match_compile(mj)) {
+        json_decref(attached), json_decref(already), json_decref(skipped), json_decref(following);
+        return;
+    }
+    n = find_matches(mj, pids, FINDPROC_MAX, &cut);
     for (size_t i = 0; i < n && i < FINDPROC_MAX; i++) {
         struct target_info info;
         struct follow_watch w;
@@ -392,18 +416,20 @@ struct job *targets_attach(struct api *a, const struct request *rq)
     bool perf_only = json_is_string(jnative) && strcmp(json_string_value(jnative), "perf") == 0;
     bool native = json_is_true(jnative) || perf_only;
     bool native_ok = !jnative || json_is_boolean(jnative) || perf_only;
-    json_int_t pid = json_integer_value(jpid);
+    pid_t pid = rq->pid; /* parsed and authorised by routes.c */
     json_int_t rate =
         jrate ? json_integer_value(jrate) : config_num(a->cfg.config, CFG_SAMPLE_RATE);
-    bool pid_ok = json_is_integer(jpid) && pid > 0 && pid <= 0x7fffffff;
+    bool pid_ok = pid > 0;
     bool rate_ok = (!jrate || json_is_integer(jrate)) && rate >= 1 && rate <= a->cfg.max_rate_hz;
     int64_t dur_ns = 0;
     struct attach_job *aj;
 
     if (jdur)
-        dur_ns = json_is_string(jdur)   ? units_duration_ns(json_string_value(jdur))
-                 : json_is_number(jdur) ? (int64_t)(json_number_value(jdur) * 1e9)
-                                        : -1;
+        dur_ns = json_is_string(jdur) ? units_duration_ns(json_string_value(jdur))
+                 : json_is_number(jdur) && json_number_value(jdur) >= 0 &&
+                         json_number_value(jdur) <= 1e9 /* 31 years: within int64 ns */
+                     ? (int64_t)(json_number_value(jdur) * 1e9)
+                     : -1;
     bool matching = json_object_get(rq->body, "match") || json_object_get(rq->body, "job");
 
     if (!pid_ok && !matching) {
@@ -445,7 +471,7 @@ struct job *targets_attach(struct api *a, const struct request *rq)
     aj = job_alloc(a, rq, sizeof(*aj), JOB_SERIAL, run_attach, NULL);
     if (!aj)
         return NULL;
-    aj->pid = (pid_t)pid;
+    aj->pid = pid;
     aj->children_of_any = o.follow_children;
     aj->opts = o;
     return &aj->j;
@@ -488,7 +514,7 @@ struct job *targets_detach(struct api *a, const struct request *rq)
 
     if (!dj)
         return NULL;
-    dj->pid = rq->path_pid;
+    dj->pid = rq->pid;
     return &dj->j;
 }
 
@@ -513,8 +539,11 @@ static void run_match_detach(struct job *j)
     struct target_info *infos = NULL, *more;
     struct follow_watch w[FOLLOW_WATCHES_MAX];
     size_t cap = 16, n, nw;
-    json_t *detached = json_array();
+    json_t *detached;
 
+    if (!match_compile(mj))
+        return;
+    detached = json_array();
     for (;;) { /* the count may grow between two copies */
         if (!(more = realloc(infos, cap * sizeof(*infos)))) {
             free(infos);

@@ -12,11 +12,16 @@
 
 #include "api/server.h"
 
-#define R_ROOT 1u      /* root only */
-#define R_BODY 2u      /* a JSON object body: rq->body */
-#define R_PID_BODY 4u  /* the body's "pid", when one, is the caller's process (or root asks) */
-#define R_PID_QUERY 8u /* so is ?pid= */
-#define R_PID_PATH 16u /* the path ends in /<pid> */
+#define R_ROOT 1u        /* root only */
+#define R_BODY 2u        /* a JSON object body: rq->body */
+#define R_PID_BODY 4u    /* the request names a pid: the body's "pid" */
+#define R_PID_QUERY 8u   /* ... or ?pid= */
+#define R_PID_PATH 16u   /* ... or the path ends in /<pid> */
+#define R_PID_NEEDED 32u /* and must (else 0, or absent, means none: a scope's "every pid") */
+/* the pid is a live process the caller may act on (its owner by the kernel's rule, or root):
+ * checked here, and the grant (rq->grant) checked again by every later step */
+#define R_LIVE 64u
+#define R_PID (R_PID_BODY | R_PID_QUERY | R_PID_PATH)
 
 /* A handler that answers on the loop, or one that makes the job that will (NULL: answered). */
 typedef struct job *(*job_fn)(struct api *a, const struct request *rq);
@@ -30,19 +35,20 @@ static const struct route {
 } routes[] = {
     {EVHTTP_REQ_GET, "/v1/status", 0, status_get, NULL},
     {EVHTTP_REQ_GET, "/v1/targets", 0, targets_list, NULL},
-    {EVHTTP_REQ_POST, "/v1/targets", R_BODY | R_PID_BODY, NULL, targets_attach},
-    {EVHTTP_REQ_GET, "/v1/targets/", R_PID_PATH, targets_get, NULL},
-    {EVHTTP_REQ_DELETE, "/v1/targets/", R_PID_PATH, NULL, targets_detach},
+    {EVHTTP_REQ_POST, "/v1/targets", R_BODY | R_PID_BODY | R_LIVE, NULL, targets_attach},
+    {EVHTTP_REQ_GET, "/v1/targets/", R_PID_PATH | R_PID_NEEDED, targets_get, NULL},
+    {EVHTTP_REQ_DELETE, "/v1/targets/", R_PID_PATH | R_PID_NEEDED, NULL, targets_detach},
     {EVHTTP_REQ_DELETE, "/v1/targets", 0, NULL, targets_detach_matching},
-    {EVHTTP_REQ_POST, "/v1/query", R_BODY, NULL, query_post},
-    {EVHTTP_REQ_GET, "/v1/flamegraph", 0, NULL, flamegraph_get},
-    {EVHTTP_REQ_GET, "/v1/backtrace", R_PID_QUERY, NULL, backtrace_get},
+    {EVHTTP_REQ_POST, "/v1/query", R_BODY | R_PID_BODY, NULL, query_post},
+    {EVHTTP_REQ_GET, "/v1/flamegraph", R_PID_QUERY | R_PID_NEEDED, NULL, flamegraph_get},
+    {EVHTTP_REQ_GET, "/v1/backtrace", R_PID_QUERY | R_PID_NEEDED | R_LIVE, NULL, backtrace_get},
     {EVHTTP_REQ_POST, "/v1/hang", R_BODY, NULL, hang_post},
-    {EVHTTP_REQ_POST, "/v1/eval", R_BODY | R_PID_BODY, NULL, eval_post},
-    {EVHTTP_REQ_POST, "/v1/allocations", R_BODY | R_PID_BODY, NULL, allocs_post},
-    {EVHTTP_REQ_POST, "/v1/torch", R_BODY | R_PID_BODY, NULL, torch_post},
-    {EVHTTP_REQ_POST, "/v1/catch", R_BODY | R_PID_BODY, NULL, catch_post},
-    {EVHTTP_REQ_POST, "/v1/debug", R_BODY | R_PID_BODY, NULL, debug_post},
+    {EVHTTP_REQ_POST, "/v1/eval", R_BODY | R_PID_BODY | R_PID_NEEDED | R_LIVE, NULL, eval_post},
+    {EVHTTP_REQ_POST, "/v1/allocations", R_BODY | R_PID_BODY | R_PID_NEEDED | R_LIVE, NULL,
+     allocs_post},
+    {EVHTTP_REQ_POST, "/v1/torch", R_BODY | R_PID_BODY | R_PID_NEEDED | R_LIVE, NULL, torch_post},
+    {EVHTTP_REQ_POST, "/v1/catch", R_BODY | R_PID_BODY | R_PID_NEEDED | R_LIVE, NULL, catch_post},
+    {EVHTTP_REQ_POST, "/v1/debug", R_BODY | R_PID_BODY | R_PID_NEEDED | R_LIVE, NULL, debug_post},
     {EVHTTP_REQ_GET, "/v1/config", 0, config_get, NULL},
     {EVHTTP_REQ_PUT, "/v1/config", R_ROOT | R_BODY, config_put, NULL},
 };
@@ -74,27 +80,39 @@ static bool path_is(const struct route *r, const char *path)
     return strcmp(path, r->path) == 0;
 }
 
-/* "/v1/targets/123" -> 123; -1 when what follows the prefix is not a pid. */
-static pid_t path_pid(const char *path, const char *prefix)
+/* The pid @r's request names, read once and strictly into rq->pid (0: none named); -EINVAL
+ * after replying 400. Handlers read no pid of their own. */
+static int request_pid(const struct route *r, struct request *rq, const char *path)
 {
-    char *end;
-    long v = strtol(path + strlen(prefix), &end, 10);
+    const char *text = NULL;
+    json_t *j = NULL;
+    uint64_t v = 0;
+    bool named;
 
-    return *end || v <= 0 || v > 0x7fffffff ? -1 : (pid_t)v;
-}
-
-/* A well-formed pid that the request names, or 0 (its handler judges a malformed one). */
-static pid_t named_pid(const struct route *r, const struct request *rq)
-{
-    if (r->flags & R_PID_BODY) {
-        json_t *j = json_object_get(rq->body, "pid");
-        json_int_t v = json_integer_value(j);
-        return json_is_integer(j) && v > 0 && v <= 0x7fffffff ? (pid_t)v : 0;
-    }
-    if (r->flags & R_PID_QUERY) {
-        long long v = param_int(rq->params, "pid");
-        return v > 0 && v <= 0x7fffffff ? (pid_t)v : 0;
-    }
+    if (r->flags & R_PID_PATH)
+        text = path + strlen(r->path);
+    else if (r->flags & R_PID_QUERY)
+        text = evhttp_find_header(rq->params, "pid");
+    else
+        j = json_object_get(rq->body, "pid");
+    named = text || j;
+    if (text && parse_uint(text, UINT64_MAX, &v) < 0)
+        return reply_error(rq->req, 400, "pid '%.32s': not a pid (decimal digits only)", text),
+               -EINVAL;
+    if (j && (!json_is_integer(j) || json_integer_value(j) < 0))
+        return reply_error(rq->req, 400, "\"pid\" must be an integer from 1 to %d", API_PID_MAX),
+               -EINVAL;
+    if (j)
+        v = (uint64_t)json_integer_value(j);
+    if (v > API_PID_MAX) /* a pid the kernel cannot give: never cut to one it can */
+        return reply_error(rq->req, 400, "pid %llu: no such process (a pid is at most %d)",
+                           (unsigned long long)v, API_PID_MAX),
+               -EINVAL;
+    if (v == 0 && (r->flags & R_PID_NEEDED))
+        return reply_error(rq->req, 400, "%s needs a pid from 1 to %d%s", r->path, API_PID_MAX,
+                           named ? " (0 is none)" : ""),
+               -EINVAL;
+    rq->pid = (pid_t)v;
     return 0;
 }
 
@@ -118,7 +136,6 @@ static void dispatch(struct api *a, struct request *rq, const char *path)
 {
     enum evhttp_cmd_type m = evhttp_request_get_command(rq->req);
     const struct route *r = NULL;
-    pid_t pid;
 
     for (size_t i = 0; i < N_ROUTES && !r; i++)
         if (routes[i].method == m && path_is(&routes[i], path))
@@ -127,20 +144,15 @@ static void dispatch(struct api *a, struct request *rq, const char *path)
         not_routed(rq->req, path);
         return;
     }
-    if (r->flags & R_PID_PATH) {
-        rq->path_pid = path_pid(path, r->path);
-        if (rq->path_pid < 0) {
-            reply_error(rq->req, 400, "expected %s<pid>", r->path);
-            return;
-        }
-    }
     if ((r->flags & R_BODY) && !(rq->body = body_json(rq->req)))
         return; /* 400 sent */
     if ((r->flags & R_ROOT) && !rq->peer->root) {
         reply_error(rq->req, 403, "only root may change probed's settings");
         return;
     }
-    if ((pid = named_pid(r, rq)) != 0 && authorise_pid(rq->req, rq->peer, pid) < 0)
+    if ((r->flags & R_PID) && request_pid(r, rq, path) < 0)
+        return; /* 400 sent */
+    if ((r->flags & R_LIVE) && rq->pid && authorise_pid(rq->req, rq->peer, rq->pid, &rq->grant) < 0)
         return; /* 404 or 403 sent */
     if (r->answer) {
         r->answer(a, rq);
@@ -184,7 +196,8 @@ void api_on_request(struct evhttp_request *req, void *arg)
         return;
     }
     TAILQ_INIT(&params);
-    if (query && evhttp_parse_query_str(query, &params) < 0) {
+    /* a NUL decoded into a value would end it early: "123%00..." read as 123 */
+    if (query && (strstr(query, "%00") || evhttp_parse_query_str(query, &params) < 0)) {
         reply_error(req, 400, "malformed query string");
         return;
     }

@@ -45,6 +45,7 @@ struct api {
         enum tracked_kind kind;
         pid_t pid;
         int64_t target_id, next_ns; /* CLOCK_MONOTONIC */
+        int64_t start_time;         /* the process's (procfs.h): the daemon's own calls go to it */
         bool busy;                  /* a snapshot is running */
     } tracked[TRACKED_MAX];
     size_t n_tracked;
@@ -52,11 +53,14 @@ struct api {
     atomic_uint_fast64_t requests, queries, query_errors;
 };
 
-/* What a request is, once routes.c checked it: who asks, the pid in its path, its query. */
+/* What a request is, once routes.c checked it: who asks, the pid it names, its query. */
 struct request {
     struct evhttp_request *req;
     const struct peer *peer;
-    pid_t path_pid; /* /v1/targets/<pid>; 0: none */
+    pid_t pid; /* the one pid it names (path, ?pid= or "pid", by its route), parsed; 0: none */
+    /* R_LIVE routes: the caller's leave to act on that process, to check at every later step
+     * (procfs_grant_check); .pid 0 when no pid was named */
+    struct proc_grant grant;
     const struct evkeyvalq *params;
     json_t *body; /* the JSON body (an object), for routes that take one; routes.c frees it */
 };

@@ -1,6 +1,7 @@
 /* procfs.c - see procfs.h. */
 #define _GNU_SOURCE
 #include "common/procfs.h"
+#include "pyframes.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -8,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 ssize_t procfs_read(pid_t pid, const char *name, char *buf, size_t size)
@@ -42,6 +44,7 @@ void procfs_cmdline(pid_t pid, char *buf, size_t size)
             buf[i] = ' ';
     if (n >= 0)
         buf[n] = '\0';
+    pyf_utf8_scrub(buf, size); /* an argument can be any bytes */
 }
 
 /* Fields of a stat file (/proc/PID/stat or /proc/PID/task/TID/stat) that probed uses. */
@@ -102,6 +105,103 @@ int procfs_identity(pid_t pid, int64_t *ret_start_time, uint64_t *ret_start_stac
         *ret_start_stack = f.start_stack;
     }
     return r;
+}
+
+/* A whole small file of the directory @dfd, NUL-terminated; bytes read or -errno. */
+static ssize_t read_at(int dfd, const char *name, char *buf, size_t size)
+{
+    ssize_t n, total = 0;
+    int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC);
+
+    if (fd < 0)
+        return -errno;
+    while ((size_t)total < size - 1 && (n = read(fd, buf + total, size - 1 - (size_t)total)) > 0)
+        total += n;
+    if (n < 0 && total == 0)
+        total = -errno;
+    close(fd);
+    buf[total > 0 ? total : 0] = '\0';
+    return total;
+}
+
+int procfs_owner(pid_t pid, struct proc_owner *ret)
+{
+    char path[32], status[4096], stat[1024], *p;
+    unsigned long long cap_prm = 0;
+    unsigned u[3], g[3];
+    struct stat st;
+    ssize_t n;
+    int dfd, r = 0;
+
+    if (pid <= 0)
+        return -ESRCH;
+    snprintf(path, sizeof(path), "/proc/%d", (int)pid);
+    dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return errno == ENOENT ? -ESRCH : -errno;
+    /* a read through this fd after the pid was reused fails (-ESRCH): all is of one process */
+    if (fstat(dfd, &st) < 0)
+        r = -errno;
+    else if ((n = read_at(dfd, "status", status, sizeof(status))) <= 0 ||
+             (n = read_at(dfd, "stat", stat, sizeof(stat))) <= 0)
+        r = n < 0 ? (int)n : -ESRCH;
+    close(dfd);
+    if (r == -ENOENT)
+        r = -ESRCH;
+    if (r < 0)
+        return r;
+    if (!(p = strstr(status, "\nUid:")) || sscanf(p, "\nUid: %u %u %u", &u[0], &u[1], &u[2]) != 3 ||
+        !(p = strstr(status, "\nGid:")) || sscanf(p, "\nGid: %u %u %u", &g[0], &g[1], &g[2]) != 3 ||
+        !(p = strstr(status, "\nCapPrm:")) || sscanf(p, "\nCapPrm: %llx", &cap_prm) != 1 ||
+        !(p = strrchr(stat, ')')) ||
+        sscanf(
+            p + 2,
+            "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %" SCNd64,
+            &ret->start_time) != 1)
+        return -EPROTO;
+    for (int i = 0; i < 3; i++) {
+        ret->uid[i] = (uid_t)u[i];
+        ret->gid[i] = (gid_t)g[i];
+    }
+    ret->dump_owner = st.st_uid;
+    ret->has_caps = cap_prm != 0;
+    return 0;
+}
+
+bool procfs_owner_admits(const struct proc_owner *o, bool root, uid_t uid, gid_t gid)
+{
+    if (root)
+        return true;
+    for (int i = 0; i < 3; i++)
+        if (o->uid[i] != uid || o->gid[i] != gid)
+            return false;
+    return o->dump_owner == uid && !o->has_caps;
+}
+
+int procfs_grant_check(const struct proc_grant *g, char *why, size_t why_size)
+{
+    struct proc_owner o;
+    int r = procfs_owner(g->pid, &o);
+
+    if (r == 0 && o.start_time != g->start_time)
+        r = -ESRCH;
+    if (r < 0) {
+        snprintf(why, why_size, "pid %d is no longer the process named (%s)", (int)g->pid,
+                 r == -ESRCH ? "it exited, and the pid may be another process's now"
+                             : strerror(-r));
+        return r == -ESRCH ? r : -ESRCH;
+    }
+    if (!procfs_owner_admits(&o, g->root, g->uid, g->gid)) {
+        snprintf(why, why_size,
+                 "pid %d: permission denied (uids %u/%u/%u, gids %u/%u/%u%s%s; you are uid %u,"
+                 " gid %u)",
+                 (int)g->pid, (unsigned)o.uid[0], (unsigned)o.uid[1], (unsigned)o.uid[2],
+                 (unsigned)o.gid[0], (unsigned)o.gid[1], (unsigned)o.gid[2],
+                 o.dump_owner != o.uid[1] ? ", not dumpable" : "",
+                 o.has_caps ? ", with capabilities" : "", (unsigned)g->uid, (unsigned)g->gid);
+        return -EPERM;
+    }
+    return 0;
 }
 
 int procfs_thread_cpu(pid_t pid, pid_t tid, int64_t *cpu_ns)

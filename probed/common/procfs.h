@@ -38,6 +38,38 @@ int procfs_start_time(pid_t pid, int64_t *ret);
  * may not read it. -ESRCH for a process that has exited, a zombie included. */
 int procfs_identity(pid_t pid, int64_t *ret_start_time, uint64_t *ret_start_stack);
 
+/* Who may act on a process, by the kernel's own ptrace rule (ptrace_may_access() for a caller
+ * without CAP_SYS_PTRACE): its real, effective and saved uids all the caller's, its real,
+ * effective and saved gids all the caller's group, no permitted capability the caller lacks
+ * (a user's client has none), and dumpable (the kernel makes /proc/PID root's otherwise). A
+ * root process that only seteuid()'d to a user is not that user's. */
+struct proc_owner {
+    int64_t start_time; /* which process of that pid: the one granted */
+    uid_t uid[3];       /* real, effective, saved */
+    gid_t gid[3];
+    uid_t dump_owner; /* the owner of /proc/PID: its euid, or root while not dumpable */
+    bool has_caps;    /* a permitted capability */
+};
+/* Reads @pid's ids, all through one open of /proc/PID (so all of one process). -ESRCH: gone. */
+int procfs_owner(pid_t pid, struct proc_owner *ret);
+/* Whether @o admits a caller of @uid and @gid (root: always). */
+bool procfs_owner_admits(const struct proc_owner *o, bool root, uid_t uid, gid_t gid);
+
+/* A caller's leave to act on one process, given when its request was authorised and carried to
+ * every later step (injection, the stub's socket, ptrace, a later capture): the process must
+ * still be the one granted (its start time) and still admit the caller (an exec of a setuid
+ * program keeps the pid and the start time, not the owner). */
+struct proc_grant {
+    pid_t pid;
+    int64_t start_time;
+    bool root; /* the caller */
+    uid_t uid;
+    gid_t gid;
+};
+/* 0 while @g holds; -ESRCH (the process exited, or its pid is another's now) or -EPERM, with
+ * why in @why. */
+int procfs_grant_check(const struct proc_grant *g, char *why, size_t why_size);
+
 /* Whether this process runs in the initial pid namespace (its NSpid line names one id): where
  * the kernel's global ids, which BPF programs see, are ours. */
 bool procfs_in_initial_pidns(void);

@@ -144,7 +144,16 @@ int client_call(const char *socket_path, const char *method, const char *path, j
         curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
         curl_easy_setopt(curl, CURLOPT_POSTFIELDS, payload ? payload : "");
     }
-    rc = curl_easy_perform(curl);
+    /* a full backlog (EAGAIN: others' connections flooding the socket) is waited out a while,
+     * as a blocking connect() would */
+    for (int tries = 0;; tries++) {
+        rc = curl_easy_perform(curl);
+        if (rc != CURLE_COULDNT_CONNECT || tries == 250 || connect_errno(socket_path) != EAGAIN)
+            break;
+        free(reply.data);
+        reply = (struct client_reply){0};
+        usleep(20000);
+    }
     if (rc == CURLE_OK)
         curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, ret_status);
     curl_slist_free_all(headers);

@@ -41,15 +41,18 @@ static const char *str(json_t *o, const char *key)
 
 int pause_main(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"thread", required_argument, NULL, 't'}, {"listen", required_argument, NULL, 'l'},
-        {"dap", no_argument, NULL, 'd'},          {"socket", required_argument, NULL, 'S'},
-        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {{"thread", required_argument, NULL, 't'},
+                                             {"listen", required_argument, NULL, 'l'},
+                                             {"dap", no_argument, NULL, 'd'},
+                                             {"socket", required_argument, NULL, 'S'},
+                                             {"insecure-listen", no_argument, NULL, 'I'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
     const char *socket = NULL, *listen = NULL;
     json_t *body, *reply;
     long status, thread = 0;
     char *end;
-    int c, pid, dap = 0;
+    int c, pid, dap = 0, insecure = 0;
 
     command = "pause";
     while ((c = getopt_long(argc, argv, "t:l:dh", longopts, NULL)) != -1) {
@@ -67,6 +70,9 @@ int pause_main(int argc, char **argv)
         case 'd':
             dap = 1;
             break;
+        case 'I':
+            insecure = 1;
+            break;
         case 'S':
             socket = optarg;
             break;
@@ -75,7 +81,9 @@ int pause_main(int argc, char **argv)
                    "  The thread (the main one by default; another needs Python 3.9+) stops at\n"
                    "  its next Python line in a pdb session: join it with probectl debug PID.\n"
                    "  --listen  serve the session on a TCP address of the process's instead\n"
-                   "            (nc HOST PORT); nothing listens unless asked\n"
+                   "            (nc HOST PORT); nothing listens unless asked. A loopback\n"
+                   "            address (127.0.0.1, ::1; --insecure-listen for another), and\n"
+                   "            only your own connections are taken there\n"
                    "  --dap     a Debug Adapter Protocol server (debugpy) for VS Code's attach,\n"
                    "            on --listen or 127.0.0.1 and a free port; the main thread\n"
                    "            waits there for the client (docs/debug.md)\n");
@@ -96,6 +104,8 @@ int pause_main(int argc, char **argv)
     body = json_pack("{s:s, s:i, s:b}", "action", "pause", "thread", (int)thread, "dap", dap);
     if (listen)
         json_object_set_new(body, "listen", json_string(listen));
+    if (insecure)
+        json_object_set_new(body, "insecure_listen", json_true());
     reply = debug_call(socket, pid, body, &status);
     if (!reply)
         return 1;

@@ -10,9 +10,29 @@
 
 #define NAME_MAX_LEN 255
 
+bool nodes_host_name_ok(const char *name)
+{
+    size_t n = strlen(name);
+
+    if (n == 0 || n > NAME_MAX_LEN || name[0] == '-' || name[0] == '.')
+        return false;
+    for (const char *p = name; *p; p++)
+        if (!isalnum((unsigned char)*p) && !strchr(".-_:@", *p))
+            return false;
+    return true;
+}
+
 static int add_name(struct nodes *out, const char *name, char *err, size_t err_len)
 {
     char **grown;
+
+    if (!nodes_host_name_ok(name)) {
+        snprintf(err, err_len,
+                 "'%.300s' is not a host name (letters, digits, '.', '-', '_', ':', '@'; not"
+                 " starting with '-')",
+                 name);
+        return -EINVAL;
+    }
 
     for (size_t i = 0; i < out->n; i++)
         if (strcmp(out->names[i], name) == 0)

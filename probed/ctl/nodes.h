@@ -13,6 +13,7 @@
 #ifndef PROBECTL_NODES_H
 #define PROBECTL_NODES_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #define NODES_MAX 16384
@@ -22,6 +23,11 @@ struct nodes {
     size_t n;
     const char *source; /* "--hosts", "--hostfile", "SLURM_JOB_NODELIST" */
 };
+
+/* Whether @name is a host name a transport may be given: letters, digits and . - _ : @ (user@,
+ * IPv6), not starting with '-' (it would be an option of ssh: -oProxyCommand=... runs a
+ * command), at most 255 bytes. */
+bool nodes_host_name_ok(const char *name);
 
 /* Appends the nodes of @list (Slurm syntax) to @out. */
 int nodes_expand(const char *list, struct nodes *out, char *err, size_t err_len);

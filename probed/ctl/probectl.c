@@ -19,6 +19,7 @@
 #include "ctl/ops.h"
 #include "ctl/remote.h"
 #include "ctl/torch.h"
+#include "ctl/nodes.h"
 #include "ctl/transport.h"
 
 struct command {
@@ -103,6 +104,13 @@ int main(int argc, char **argv)
     }
     if (template && !host) {
         fprintf(stderr, "probectl: --transport goes with -H HOST\n");
+        return 2;
+    }
+    if (host && !nodes_host_name_ok(host)) {
+        fprintf(stderr,
+                "probectl: -H '%s' is not a host name (letters, digits, '.', '-', '_', ':', '@';"
+                " not starting with '-')\n",
+                host);
         return 2;
     }
     if (host) {

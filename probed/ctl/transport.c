@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "ctl/transport.h"
 
+#include "ctl/nodes.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -26,11 +28,14 @@ const char *transport_template(const char *option)
     return option ? option : env && *env ? env : TRANSPORT_DEFAULT;
 }
 
-/* @tpl with every {host} replaced by @host in single quotes; -E2BIG when it does not fit. */
+/* @tpl with every {host} replaced by @host in single quotes; -E2BIG when it does not fit,
+ * -EINVAL when @host is not a host name (nodes.h: never an option of the transport). */
 static int expand(const char *tpl, const char *host, char *out, size_t cap)
 {
     size_t n = 0;
 
+    if (!nodes_host_name_ok(host))
+        return -EINVAL;
 #define PUT(c)                                                                                     \
     do {                                                                                           \
         if (n + 1 >= cap)                                                                          \

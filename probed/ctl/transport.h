@@ -23,7 +23,7 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
-#define TRANSPORT_DEFAULT "ssh -T -o BatchMode=yes -o ConnectTimeout=10 {host} probectl proxy"
+#define TRANSPORT_DEFAULT "ssh -T -o BatchMode=yes -o ConnectTimeout=10 -- {host} probectl proxy"
 #define TRANSPORT_GRACE_MS 2000
 #define TRANSPORT_STDERR_MAX 2048 /* the end of what the command said, kept for errors */
 

@@ -77,6 +77,7 @@ int allocs_run(struct stubctl *sc, const char *db_path, const struct allocs_requ
                json_t **ret_body, struct errbuf *err)
 {
     struct eval_request ev = {.pid = rq->pid,
+                              .grant = rq->grant,
                               .uid = rq->uid,
                               .kind = STUB_RUN,
                               .timeout_ms = ALLOCS_TIMEOUT_MS,

@@ -25,8 +25,9 @@ enum allocs_action { ALLOCS_ON, ALLOCS_SNAPSHOT, ALLOCS_OFF };
 
 struct allocs_request {
     pid_t pid;
-    uid_t uid;         /* who asks (the evals audit row) */
-    int64_t target_id; /* the attach the rows belong to */
+    struct proc_grant grant; /* the process, as authorised: checked at each step (procfs.h) */
+    uid_t uid;               /* who asks (the evals audit row) */
+    int64_t target_id;       /* the attach the rows belong to */
     enum allocs_action action;
     int top; /* lines kept per snapshot */
 };

@@ -557,7 +557,7 @@ static int open_channel(struct stubctl *sc, struct catcher *ct, const struct cat
                              .ret_fd = &c.fd};
     struct stub_result res;
     struct pyf_err e = {0};
-    int r = stubctl__call(sc, rq->pid, &call, &res, err);
+    int r = stubctl__call(sc, &rq->grant, &call, &res, err);
 
     if (r == 0 && c.fd < 0)
         r = errbuf_set(err, -EPROTO, "pid %d: the stub did not open the catch's channel: %s",
@@ -587,6 +587,7 @@ int catch_run(struct stubctl *sc, struct catcher *ct, const char *db_path,
 {
     struct eval_request ev = {
         .pid = rq->pid,
+        .grant = rq->grant,
         .uid = rq->uid,
         .kind = STUB_RUN,
         .timeout_ms = CATCH_TIMEOUT_MS,
@@ -607,7 +608,8 @@ int catch_run(struct stubctl *sc, struct catcher *ct, const char *db_path,
         return r;
     }
     if (rq->on && rq->postmortem) { /* the debugger the failing thread will wait in */
-        struct debug_request load = {.pid = rq->pid, .uid = rq->uid, .action = DEBUG_LOAD};
+        struct debug_request load = {
+            .pid = rq->pid, .grant = rq->grant, .uid = rq->uid, .action = DEBUG_LOAD};
         json_t *state = NULL;
         if ((r = debug_run(sc, db_path, &load, &state, err)) < 0)
             return r;

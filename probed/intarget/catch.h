@@ -27,6 +27,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "common/procfs.h"
 #include "errbuf.h"
 
 #include "intarget/stubctl.h"
@@ -47,8 +48,9 @@ void catcher__counts(struct catcher *c, struct catch_counts *ret);
 
 struct catch_request {
     pid_t pid;
-    uid_t uid;         /* who asks (the evals audit row) */
-    int64_t target_id; /* the attach the rows belong to */
+    struct proc_grant grant; /* the process, as authorised: checked at each step (procfs.h) */
+    uid_t uid;               /* who asks (the evals audit row) */
+    int64_t target_id;       /* the attach the rows belong to */
     bool on;
     bool signals;    /* on: fatal signals too */
     bool postmortem; /* on: the failing thread waits in pdb on its traceback (debug.h) */

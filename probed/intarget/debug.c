@@ -14,7 +14,7 @@
 
 extern const char debug_py[]; /* debug.py, embedded at build time */
 
-int debug_parse_listen(const char *listen, struct errbuf *err)
+int debug_parse_listen(const char *listen, bool insecure, struct errbuf *err)
 {
     const char *colon = listen ? strrchr(listen, ':') : NULL;
     char host[64], *end;
@@ -35,6 +35,13 @@ int debug_parse_listen(const char *listen, struct errbuf *err)
     if (*end || colon[1] == '\0' || port < 0 || port > 65535 ||
         (inet_pton(AF_INET, host, buf) != 1 && inet_pton(AF_INET6, host, buf) != 1))
         goto bad;
+    if (!insecure && !(inet_pton(AF_INET, host, buf) == 1 && buf[0] == 127) &&
+        strcmp(host, "::1") != 0)
+        return errbuf_set(err, -EINVAL,
+                          "listen address '%.100s' is not loopback: whoever reaches it runs code"
+                          " as the process (use 127.0.0.1 and ssh -L; --insecure-listen to"
+                          " insist)",
+                          listen);
     return 0;
 bad:
     return errbuf_set(err, -EINVAL,
@@ -50,9 +57,10 @@ static char *script(const struct debug_request *rq)
 {
     static const char *const actions[] = {"pause", "io", "interrupt", "detach", "load"};
     bool loads = rq->action == DEBUG_PAUSE || rq->action == DEBUG_LOAD;
-    json_t *args = json_pack("{s:s, s:i, s:s?, s:b, s:s?, s:f}", "action", actions[rq->action],
-                             "thread", (int)rq->thread, "listen", rq->listen, "dap", rq->dap,
-                             "input", rq->input, "wait", rq->wait_ms / 1000.0);
+    json_t *args =
+        json_pack("{s:s, s:i, s:s?, s:b, s:s?, s:f, s:I}", "action", actions[rq->action], "thread",
+                  (int)rq->thread, "listen", rq->listen, "dap", rq->dap, "input", rq->input, "wait",
+                  rq->wait_ms / 1000.0, "uid", (json_int_t)rq->uid);
     char *text = args ? json_dumps(args, JSON_COMPACT) : NULL, *args_hex = NULL, *src_hex = NULL;
     char *code = NULL;
 
@@ -111,6 +119,7 @@ int debug_run(struct stubctl *sc, const char *db_path, const struct debug_reques
 {
     struct eval_request ev = {
         .pid = rq->pid,
+        .grant = rq->grant,
         .uid = rq->uid,
         .kind = STUB_RUN,
         .timeout_ms = DEBUG_TIMEOUT_MS + (rq->action == DEBUG_IO ? rq->wait_ms : 0),

@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "common/procfs.h"
 #include "errbuf.h"
 
 #include "intarget/stubctl.h"
@@ -32,17 +33,21 @@ enum debug_action { DEBUG_PAUSE, DEBUG_IO, DEBUG_INTERRUPT, DEBUG_DETACH, DEBUG_
 
 struct debug_request {
     pid_t pid;
-    uid_t uid; /* who asks (the evals audit row) */
+    struct proc_grant grant; /* the process, as authorised: checked at each step (procfs.h) */
+    uid_t uid;               /* who asks (the evals audit row) */
     enum debug_action action;
     pid_t thread;       /* PAUSE: the thread's id (0: the main thread) */
-    const char *listen; /* PAUSE: "host:port" to serve the session (or DAP) on, or NULL */
+    const char *listen; /* PAUSE: "host:port" to serve the session (or DAP) on, or NULL; only
+                         * connections of uid (who paused) are taken there (debug.py) */
     bool dap;           /* PAUSE: debugpy's DAP server rather than pdb */
     const char *input;  /* IO: one line for pdb, or NULL to only read */
     int wait_ms;        /* IO: how long to wait for pdb (<= DEBUG_WAIT_MAX_MS) */
 };
 
-/* Checks "host:port" (a literal address: 127.0.0.1, [::1]; port 0 picks one); 0 or -EINVAL. */
-int debug_parse_listen(const char *listen, struct errbuf *err);
+/* Checks "host:port" (a literal address: 127.0.0.1, [::1]; port 0 picks one): a loopback
+ * address unless @insecure (--insecure-listen: another machine's users reach it, and only the
+ * uid check of debug.py, which sees this machine's sockets only, refuses them); 0 or -EINVAL. */
+int debug_parse_listen(const char *listen, bool insecure, struct errbuf *err);
 
 /* *ret_body: the session's state ("state": armed|paused|running|ended|none, "output", "how",
  * "listen", "ident"). */

@@ -24,6 +24,54 @@ import _probed_stub
 
 OUTPUT_MAX = 1 << 20  # held for the client; older output is dropped beyond it
 
+# Who may connect to a session served on a port (--listen, --dap): loopback is every local
+# user's, and whoever connects runs code as this process, so a connection is taken only from
+# the user who paused it. The kernel says whose a TCP connection is: /proc/net/tcp{,6} lists
+# every socket with its owner, and the peer's end of ours is the one whose local address is
+# our peer's and whose remote address is ours. The same code runs in debugpy's adapter process
+# (a sitecustomize of its own, below), where it guards the adapter's client port.
+PEER_UID_SRC = r"""
+import socket as _socket, struct as _struct
+
+
+def _proc_net_hex(family, host, port):
+    raw = _socket.inet_pton(family, host)
+    words = _struct.unpack('=%dI' % (len(raw) // 4), raw)
+    return ''.join('%08X' % w for w in words) + ':%04X' % port
+
+
+def peer_uid(conn):
+    # The uid that owns the other end of TCP connection @conn, by the kernel's tables; None
+    # when it is not listed exactly once (not a peer of this network namespace).
+    family = conn.family
+    mine, theirs = conn.getsockname()[:2], conn.getpeername()[:2]
+    local = _proc_net_hex(family, theirs[0], theirs[1])
+    remote = _proc_net_hex(family, mine[0], mine[1])
+    uids = []
+    with open('/proc/net/tcp6' if family == _socket.AF_INET6 else '/proc/net/tcp') as f:
+        next(f)
+        for line in f:
+            fields = line.split()
+            if len(fields) > 7 and fields[1] == local and fields[2] == remote:
+                uids.append(int(fields[7]))
+    return uids[0] if len(uids) == 1 else None
+"""
+exec(PEER_UID_SRC)
+_allowed_uid = None  # the uid of whoever paused (the daemon says): who may connect
+refused_peers = 0
+
+
+def _admits(conn):
+    global refused_peers
+    try:
+        uid = peer_uid(conn)
+    except (OSError, ValueError):
+        uid = None
+    if uid is not None and uid == _allowed_uid:
+        return True
+    refused_peers += 1
+    return False
+
 
 class _Channel:
     """pdb's stdin and stdout: lines in from the daemon, text out to it."""
@@ -138,6 +186,14 @@ class _Session:
                 conn, _ = self.server.accept()
             except OSError:
                 return
+            if not _admits(conn):  # another user of this machine: never pdb's input
+                try:
+                    conn.sendall(b'probed: refused: this session is only for uid %d\n'
+                                 % _allowed_uid)
+                except OSError:
+                    pass
+                conn.close()
+                continue
             with self.chan.cv:
                 self.chan.sock = conn
                 pending = self.chan.take()
@@ -376,10 +432,82 @@ _dap = None  # where debugpy listens, once started
 _STDLIB = os.path.dirname(os.__file__) + os.sep
 
 
+# debugpy's adapter, a process of its own that debugpy.listen() starts, serves the client
+# port: its sockets.serve() is wrapped, by a sitecustomize in a private directory put first on
+# its PYTHONPATH, to take only connections of _allowed_uid; it writes its pid there, so that
+# a pause that fails after it started stops it (nothing is left listening).
+ADAPTER_SITE = PEER_UID_SRC + r"""
+import os as _os, sys as _sys
+_sys.path.insert(0, _os.environ['PROBED_DEBUGPY_ROOT'])
+from debugpy.common import sockets as _sockets
+_allowed = int(_os.environ['PROBED_DAP_UID'])
+_serve = _sockets.serve
+
+
+def _guarded_serve(name, handler, *args, **kwargs):
+    if name != 'Client':
+        return _serve(name, handler, *args, **kwargs)
+
+    def admit(sock):
+        try:
+            uid = peer_uid(sock)
+        except (OSError, ValueError):
+            uid = None
+        if uid != _allowed:
+            try:
+                sock.close()
+            except OSError:
+                pass
+            return
+        return handler(sock)
+    listener = _serve(name, admit, *args, **kwargs)
+    with open(_os.path.join(_os.environ['PROBED_DAP_DIR'], 'adapter.pid'), 'w') as f:
+        f.write(str(_os.getpid()))
+    return listener
+
+
+_sockets.serve = _guarded_serve
+del _sys.path[0]
+"""
+DAP_START_S = 8  # the daemon waits 10 s for a pause's reply: past this, it is undone
+
+
+def _guard_adapter(debugpy):
+    import tempfile
+    d = tempfile.mkdtemp(prefix='probed-dap-')  # 0700, this process's user's
+    with open(os.path.join(d, 'sitecustomize.py'), 'w') as f:
+        f.write(ADAPTER_SITE)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(debugpy.__file__)))
+    env = dict(os.environ, PROBED_DEBUGPY_ROOT=root, PROBED_DAP_UID=str(_allowed_uid),
+               PROBED_DAP_DIR=d)
+    env['PYTHONPATH'] = d + (os.pathsep + env['PYTHONPATH'] if env.get('PYTHONPATH') else '')
+    debugpy.configure(pythonEnv=env)
+    return d
+
+
+def _unguard(debugpy):
+    try:
+        debugpy.configure(pythonEnv={})
+    except Exception:
+        pass
+
+
+def _stop_adapter(d):
+    import shutil
+    import signal
+    try:
+        with open(os.path.join(d, 'adapter.pid')) as f:
+            os.kill(int(f.read()), signal.SIGKILL)
+    except (OSError, ValueError):
+        pass
+    shutil.rmtree(d, ignore_errors=True)
+
+
 def dap(listen):
     """pause --dap: debugpy's DAP server on @listen (127.0.0.1, a free port by default); the
     main thread waits at its next Python line for the client, then stops there."""
     global _dap
+    deadline = time.monotonic() + DAP_START_S
     try:
         import debugpy
     except ImportError as e:
@@ -390,11 +518,18 @@ def dap(listen):
         # pydevd warns on stdout about frozen modules (3.11+): the process's output, not ours
         os.environ.setdefault('PYDEVD_DISABLE_FILE_VALIDATION', '1')
         noise = io_module.StringIO()
+        guard = _guard_adapter(debugpy)
         try:
             with contextlib.redirect_stdout(noise), contextlib.redirect_stderr(noise):
                 addr = debugpy.listen((host.strip('[]'), int(port)))
         except Exception as e:
+            _stop_adapter(guard)
             return {'error': 'debugpy.listen(%s): %s %s' % (listen, e, noise.getvalue()[-300:])}
+        finally:
+            _unguard(debugpy)
+        if time.monotonic() > deadline:  # the daemon has given up on this pause: leave nothing
+            _stop_adapter(guard)
+            return {'error': 'debugpy took over %.0f s to listen; stopped' % DAP_START_S}
         _dap = '%s:%d' % (addr[0], addr[1])
 
         def pending():
@@ -416,7 +551,10 @@ def dap(listen):
 
 
 def command(args):
+    global _allowed_uid
     action = args['action']
+    if action == 'pause':
+        _allowed_uid = int(args['uid'])
     if action == 'pause' and args.get('dap'):
         r = dap(args.get('listen'))
     elif action == 'pause':

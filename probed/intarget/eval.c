@@ -75,14 +75,14 @@ static int call_stub(struct stubctl *sc, const struct eval_request *rq, struct s
                              .code = rq->code,
                              .timeout_ms = rq->timeout_ms,
                              .exclusive = rq->exclusive};
-    int r = stubctl__call(sc, rq->pid, &call, res, err);
+    int r = stubctl__call(sc, &rq->grant, &call, res, err);
 
     if (r == -ENOENT) { /* no stub there yet */
         r = check_python(rq->pid, err);
         if (r < 0)
             return r;
         call.may_inject = true;
-        r = stubctl__call(sc, rq->pid, &call, res, err);
+        r = stubctl__call(sc, &rq->grant, &call, res, err);
     }
     if (r < 0) {
         log_msg(LOG_WARN, "eval in pid %d: %s", (int)rq->pid, err->msg);

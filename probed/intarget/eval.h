@@ -19,7 +19,8 @@
 
 struct eval_request {
     pid_t pid;
-    uid_t uid; /* who asks */
+    struct proc_grant grant; /* the process, as authorised: checked at each step (procfs.h) */
+    uid_t uid;               /* who asks */
     enum stub_kind kind;
     const char *code;
     bool main_thread;

@@ -542,8 +542,9 @@ static int call_dlopen(struct hijack *h, const char *path, struct errbuf *err)
     return r;
 }
 
-int inject_library(pid_t pid, const char *path_in_target, struct errbuf *err)
+int inject_library(const struct proc_grant *target, const char *path_in_target, struct errbuf *err)
 {
+    pid_t pid = target->pid;
     struct libc_addrs libc;
     struct hijack h = {.pid = pid, .memfd = -1, .libc = &libc};
     char memf[64];
@@ -556,6 +557,12 @@ int inject_library(pid_t pid, const char *path_in_target, struct errbuf *err)
         return errbuf_set(err, -errno, "pid %d: ptrace: %s%s", (int)pid, strerror(errno),
                           errno == EPERM ? " (another tracer, no CAP_SYS_PTRACE, or not dumpable)"
                                          : "");
+    /* held now, it cannot become another process: it must be the one the caller may act on
+     * (the pid reused, or a setuid exec, since the request was authorised: refused) */
+    if ((r = procfs_grant_check(target, err->msg, sizeof(err->msg))) < 0) {
+        ptrace(PTRACE_DETACH, pid, 0, 0);
+        return r;
+    }
     r = stop_at_safe_point(pid, &l, &h.saved, err);
     if (r == 0) {
         snprintf(memf, sizeof(memf), "/proc/%d/mem", (int)pid);

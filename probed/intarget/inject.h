@@ -15,9 +15,12 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "common/procfs.h"
 #include "errbuf.h"
 
-/* dlopen(@path_in_target, RTLD_NOW) in @pid; @path_in_target as the target sees it. */
-int inject_library(pid_t pid, const char *path_in_target, struct errbuf *err);
+/* dlopen(@path_in_target, RTLD_NOW) in @target's process; @path_in_target as the target sees
+ * it. The process, once held, must still be the one granted (procfs.h), else -ESRCH or -EPERM
+ * and nothing is done in it. */
+int inject_library(const struct proc_grant *target, const char *path_in_target, struct errbuf *err);
 
 #endif

@@ -49,7 +49,8 @@ struct stubctl {
  */
 struct stub_place {
     pid_t pid;
-    uid_t uid; /* the target's (the owner of /proc/PID) */
+    const struct proc_grant *grant; /* who may act on which process (procfs.h) */
+    uid_t uid;                      /* the target's (the owner of /proc/PID) */
     gid_t gid;
     char name[48];          /* probed-PID-START */
     char dir_in_target[64]; /* /tmp/probed-PID-START, as the target sees it */
@@ -188,8 +189,9 @@ void stubctl_free(struct stubctl *sc)
 /* Opens @pid's /tmp as @pid sees it (through /proc/PID/root, its links resolved inside that
  * root only), after @pid's /proc entry: its owner is whom the stub's files must belong to, and
  * a start time read through that entry after the opens proves the pid was not reused. */
-static int place_open(pid_t pid, struct stub_place *p, struct errbuf *err)
+static int place_open(const struct proc_grant *g, struct stub_place *p, struct errbuf *err)
 {
+    pid_t pid = g->pid;
     struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
                            .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
     char proc[32];
@@ -197,7 +199,7 @@ static int place_open(pid_t pid, struct stub_place *p, struct errbuf *err)
     int64_t start, start_after;
     int proc_fd, root_fd, r;
 
-    *p = (struct stub_place){.pid = pid, .tmp_fd = -1, .dir_fd = -1};
+    *p = (struct stub_place){.pid = pid, .grant = g, .tmp_fd = -1, .dir_fd = -1};
     snprintf(proc, sizeof(proc), "/proc/%d", (int)pid);
     proc_fd = open(proc, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (proc_fd < 0 || fstat(proc_fd, &st) < 0 || procfs_start_time(pid, &start) < 0) {
@@ -223,6 +225,17 @@ static int place_open(pid_t pid, struct stub_place *p, struct errbuf *err)
     if (procfs_start_time(pid, &start_after) < 0 || start_after != start) {
         place_close(p);
         return errbuf_set(err, -ESRCH, "pid %d exited", (int)pid);
+    }
+    /* the process the request named, still admitting its caller; its owner now is the one
+     * read above (the same process: the start time) */
+    if (start != g->start_time || (r = procfs_grant_check(g, err->msg, sizeof(err->msg))) < 0) {
+        place_close(p);
+        return start != g->start_time
+                   ? errbuf_set(err, -ESRCH,
+                                "pid %d is no longer the process named (it exited, and the pid"
+                                " is another process's now)",
+                                (int)pid)
+                   : r;
     }
     snprintf(p->name, sizeof(p->name), "probed-%d-%" PRId64, (int)pid, start);
     snprintf(p->dir_in_target, sizeof(p->dir_in_target), "/tmp/%s", p->name);
@@ -402,7 +415,7 @@ static int inject_stub(struct stubctl *sc, struct stub_place *p, bool *ret_loade
     if ((r = make_dir(p, err)) < 0 || (r = copy_stub(sc, p, name, sizeof(name), err)) < 0)
         return r;
     snprintf(in_target, sizeof(in_target), "%s/%s", p->dir_in_target, name);
-    r = inject_library(p->pid, in_target, err);
+    r = inject_library(p->grant, in_target, err);
     if (r < 0)
         return r;
     *ret_loaded = true; /* whether or not its socket comes up (a stopped process: later) */
@@ -418,12 +431,13 @@ static int inject_stub(struct stubctl *sc, struct stub_place *p, bool *ret_loade
 }
 
 /* The stub's socket, loading the stub first when the target has none. */
-static int open_stub(struct stubctl *sc, pid_t pid, bool may_inject, struct stub_result *res,
-                     struct errbuf *err)
+static int open_stub(struct stubctl *sc, const struct proc_grant *g, bool may_inject,
+                     struct stub_result *res, struct errbuf *err)
 {
     struct stub_place p;
+    pid_t pid = g->pid;
     double t0 = mono_ms();
-    int fd = place_open(pid, &p, err);
+    int fd = place_open(g, &p, err);
 
     if (fd < 0)
         return fd;
@@ -597,9 +611,10 @@ static void gate_leave(struct stubctl *sc, pid_t pid, bool exclusive)
     pthread_mutex_unlock(&sc->gate_lock);
 }
 
-int stubctl__call(struct stubctl *sc, pid_t pid, const struct stub_call *call,
+int stubctl__call(struct stubctl *sc, const struct proc_grant *target, const struct stub_call *call,
                   struct stub_result *ret, struct errbuf *err)
 {
+    pid_t pid = target->pid;
     double wait_ms = call->exclusive ? STUBCTL_EXCLUSIVE_WAIT_MS : (double)call->timeout_ms;
     int fd, r;
 
@@ -607,7 +622,13 @@ int stubctl__call(struct stubctl *sc, pid_t pid, const struct stub_call *call,
     r = gate_enter(sc, pid, call->exclusive, mono_ms() + wait_ms, err);
     if (r < 0)
         return r;
-    fd = open_stub(sc, pid, call->may_inject, ret, err);
+    fd = open_stub(sc, target, call->may_inject, ret, err);
+    /* connected, its peer is pid's process (SO_PEERCRED): still the one granted, so the peer
+     * is it (the wait at the gate can be long: a pid reused meanwhile is refused here) */
+    if (fd >= 0 && (r = procfs_grant_check(target, err->msg, sizeof(err->msg))) < 0) {
+        close(fd);
+        fd = r;
+    }
     if (fd >= 0) {
         r = exchange(fd, pid, call, ret, err);
         if (r == 0 && call->ret_fd && !ret->timed_out && ret->status == STUB_OK)

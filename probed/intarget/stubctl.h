@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "common/procfs.h"
 #include "errbuf.h"
 
 #include "stub/stub_proto.h"
@@ -62,7 +63,10 @@ struct stub_result {
     double inject_ms; /* how long loading it took (0 when it was there) */
 };
 
-int stubctl__call(struct stubctl *sc, pid_t pid, const struct stub_call *call,
+/* Calls the stub of @target's process, which must still be the one granted (checked before it
+ * is opened, once held for an injection, and after its socket is connected: -ESRCH or -EPERM
+ * otherwise, and nothing is sent). */
+int stubctl__call(struct stubctl *sc, const struct proc_grant *target, const struct stub_call *call,
                   struct stub_result *ret, struct errbuf *err);
 
 #endif

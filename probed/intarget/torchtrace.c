@@ -172,6 +172,7 @@ static int run_once(struct stubctl *sc, const char *db_path, const struct torch_
                     int64_t *stored, struct torch_drained *sum, json_t **ret, struct errbuf *err)
 {
     struct eval_request ev = {.pid = rq->pid,
+                              .grant = rq->grant,
                               .uid = rq->uid,
                               .kind = STUB_RUN,
                               .timeout_ms = TORCH_TIMEOUT_MS,

@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "common/procfs.h"
 #include "errbuf.h"
 
 #include "intarget/stubctl.h"
@@ -27,8 +28,9 @@ enum torch_action { TORCH_ON, TORCH_DRAIN, TORCH_OFF };
 
 struct torch_request {
     pid_t pid;
-    uid_t uid;         /* who asks (the evals audit row) */
-    int64_t target_id; /* the attach the rows belong to */
+    struct proc_grant grant; /* the process, as authorised: checked at each step (procfs.h) */
+    uid_t uid;               /* who asks (the evals audit row) */
+    int64_t target_id;       /* the attach the rows belong to */
     enum torch_action action;
     int every;         /* ON: record every Nth step */
     const char *exprs; /* ON: "name@function,..." (checked by torch_parse_exprs), or "" */

@@ -14,6 +14,7 @@
 #include "query/livetab.h"
 #include "query/samplestab.h"
 #include "query/sqlmem.h"
+#include "query/sqlprintf.h"
 #include "query/viewtab.h"
 #include "store/schema.h"
 #include "common/units.h"
@@ -21,11 +22,12 @@
 /* What the authorizer and progress handler need while a query runs. */
 struct guard {
     const struct query_scope *scope;
-    bool armed;          /* false while query.c itself sets the connection up */
-    bool internal;       /* samples (samplestab.c) prepares its own read of sample_blocks */
-    char refused[256];   /* why the authorizer said no */
-    uint32_t via_view;   /* raw tables read through a view in the statement being prepared */
-    int64_t deadline_ns; /* CLOCK_MONOTONIC */
+    bool armed;             /* false while query.c itself sets the connection up */
+    bool internal;          /* samples (samplestab.c) prepares its own read of sample_blocks */
+    char refused[256];      /* why the authorizer said no */
+    uint32_t via_view;      /* raw tables read through a view in the statement being prepared */
+    char main_tables[2048]; /* main's tables, each followed by a NUL (the last by two) */
+    int64_t deadline_ns;    /* CLOCK_MONOTONIC */
     bool timed_out;
     struct sqlmem_budget *memory; /* what the connection's allocations are charged to */
 };
@@ -58,23 +60,67 @@ static bool pragma_reads(const char *name, const char *arg)
     return false;
 }
 
-/* The raw table's index in the list below (bit i of guard.via_view), or -1. */
-static int raw_table(const char *name)
+/*
+ * What a caller who is not root (or root asking about one pid) may read in the main database:
+ * deny by default. A table is read only through the view of the same name that shadow_tables()
+ * makes of the caller's rows (its index here is bit i of guard.via_view); anything else in
+ * main (sample_blocks, catching, torch_tracing, allocation_tracking, sqlite_sequence, dbstat,
+ * sqlite_stmt, a table a later schema adds) is refused until it is listed with its view.
+ */
+static int shadowed_table(const char *name)
 {
-    static const char *const raw[] = {
-        "targets",       "threads",      "samples",
-        "stack_counts",  "strings",      "frames",
-        "stack_frames",  "evals",        "memory",
-        "thread_cpu",    "allocations",  "allocation_tracking",
-        "torch_records", "torch_values", "torch_steps",
-        "torch_tracing", "comm_calls",   "crashes",
-        "catching",      "dbstat", /* every table's pages and their payload */
-        "sqlite_stmt",
+    static const char *const shadowed[] = {
+        "targets",      "threads",     "samples",    "stack_counts", "strings",     "frames",
+        "stack_frames", "evals",       "memory",     "thread_cpu",   "allocations", "torch_records",
+        "torch_values", "torch_steps", "comm_calls", "crashes",
     };
-    for (size_t i = 0; i < sizeof(raw) / sizeof(raw[0]); i++)
-        if (name && strcasecmp(name, raw[i]) == 0)
+    for (size_t i = 0; i < sizeof(shadowed) / sizeof(shadowed[0]); i++)
+        if (name && strcasecmp(name, shadowed[i]) == 0)
             return (int)i;
     return -1;
+}
+
+/* Read by anyone: the schema, and table-valued functions that read only their arguments. */
+static bool public_table(const char *name)
+{
+    return name &&
+           (strcasecmp(name, "sqlite_master") == 0 || strcasecmp(name, "sqlite_schema") == 0 ||
+            strcasecmp(name, "json_each") == 0 || strcasecmp(name, "json_tree") == 0);
+}
+
+/* Whether @name is one of main's tables (read at the connection's set-up). */
+static bool main_table(const struct guard *g, const char *name)
+{
+    for (const char *t = g->main_tables; name && *t; t += strlen(t) + 1)
+        if (strcasecmp(t, name) == 0)
+            return true;
+    return false;
+}
+
+/* main's tables into g->main_tables, before the authorizer is armed. */
+static void load_main_tables(sqlite3 *db, struct guard *g)
+{
+    sqlite3_stmt *q = NULL;
+    size_t len = 0;
+
+    /* and the eponymous virtual tables of main, which sqlite_master does not list */
+    static const char eponymous[] = "dbstat\0sqlite_stmt\0";
+
+    memset(g->main_tables, 0, sizeof(g->main_tables));
+    memcpy(g->main_tables, eponymous, sizeof(eponymous) - 1);
+    len = sizeof(eponymous) - 1;
+    if (sqlite3_prepare_v2(db, "SELECT name FROM main.sqlite_master WHERE type = 'table'", -1, &q,
+                           NULL) != SQLITE_OK)
+        return;
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        const char *name = (const char *)sqlite3_column_text(q, 0);
+        size_t n = name ? strlen(name) : 0;
+        if (n && len + n + 2 <= sizeof(g->main_tables)) {
+            memcpy(g->main_tables + len, name, n);
+            len += n + 1;
+        }
+    }
+    sqlite3_finalize(q);
 }
 
 static int authorize(void *ctx, int action, const char *a1, const char *a2, const char *db,
@@ -98,20 +144,26 @@ static int authorize(void *ctx, int action, const char *a1, const char *a2, cons
     case SQLITE_RECURSIVE:
         return SQLITE_OK;
     case SQLITE_READ: {
-        /* A scoped user reads the raw tables only through the filtered views. SQLite also
-         * asks, outside any view, for a table none of whose columns is read (count(*) of a
-         * view): that is the view's read when the view read that table already. */
-        int raw = db && strcmp(db, "main") == 0 ? raw_table(a1) : -1;
-        if (raw < 0 || (g->scope->root && !g->scope->pid))
+        /* A scoped user reads main's tables only through the views of their own rows, each
+         * table through its own view. SQLite also asks, outside any view, for a table none of
+         * whose columns is read (count(*) of a view): that is the view's read when the view
+         * read that table already. */
+        int shadow = shadowed_table(a1);
+        /* A table none of whose columns is read (count(*)) comes as it was written: without
+         * its database when unqualified, and a CTE's name too. Unqualified, a name shadowed by
+         * our view is not main's (the view's own reads came through it, as main's); another
+         * table of main's name is main's. */
+        bool in_main = db ? strcmp(db, "main") == 0 : shadow < 0 && main_table(g, a1);
+        if (!in_main || (g->scope->root && !g->scope->pid) || public_table(a1))
             return SQLITE_OK;
-        if (accessor) {
-            g->via_view |= 1u << raw;
+        if (shadow >= 0 && accessor && strcasecmp(accessor, a1) == 0) {
+            g->via_view |= 1u << shadow;
             return SQLITE_OK;
         }
-        if (a2 && !a2[0] && (g->via_view & (1u << raw)))
+        if (shadow >= 0 && !accessor && a2 && !a2[0] && (g->via_view & (1u << shadow)))
             return SQLITE_OK;
         snprintf(g->refused, sizeof(g->refused),
-                 "reading main.%s directly is reserved to root; query the views"
+                 "reading main.%s is reserved to root; query the views of your own rows"
                  " (targets, threads, samples, stacks, sample_frames, ...)",
                  a1);
         return SQLITE_DENY;
@@ -298,6 +350,8 @@ static int open_connection(const char *path, struct guard *g, sqlite3 **ret, str
     sqlite3_create_function(db, "iso", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL, fn_iso, NULL,
                             NULL);
     r = livetab_register(db, g->scope) == SQLITE_OK ? 0 : errbuf_set(err, -EIO, "python.backtrace");
+    if (r == 0 && sqlprintf_register(db, QUERY_VALUE_BYTES) != SQLITE_OK)
+        r = errbuf_set(err, -EIO, "registering printf(): %s", sqlite3_errmsg(db));
     if (r == 0 && samplestab_register(db, &g->internal) != SQLITE_OK)
         r = errbuf_set(err, -EIO, "registering samples: %s", sqlite3_errmsg(db));
     /* connected now, before the authorizer is armed: connecting declares the table, which the
@@ -326,6 +380,7 @@ static int open_connection(const char *path, struct guard *g, sqlite3 **ret, str
         sqlite3_close(db);
         return r;
     }
+    load_main_tables(db, g);
     set_limits(db);
     g->armed = true;
     *ret = db;
@@ -345,9 +400,19 @@ static json_t *column_value(sqlite3_stmt *q, int i)
         return json_null();
     case SQLITE_BLOB:
         return json_sprintf("<blob of %d bytes>", sqlite3_column_bytes(q, i));
-    default:
-        return json_stringn((const char *)sqlite3_column_text(q, i),
-                            (size_t)sqlite3_column_bytes(q, i));
+    default: {
+        const char *text = (const char *)sqlite3_column_text(q, i);
+        size_t n = (size_t)sqlite3_column_bytes(q, i);
+        json_t *v = json_stringn(text, n);
+        char *clean;
+        /* not UTF-8 (a row stored before text was cleaned where it enters, or bytes a query
+         * made: CAST(x'ff' AS TEXT)): cleaned, never a column dropped and the rest shifted */
+        if (v || !text || !(clean = malloc(3 * n + 1)))
+            return v ? v : json_null();
+        v = json_stringn(clean, pyf_utf8_clean(clean, 3 * n + 1, text, n));
+        free(clean);
+        return v ? v : json_null();
+    }
     }
 }
 

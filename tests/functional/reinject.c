@@ -39,14 +39,14 @@ static int copy(const char *from, const char *to)
 }
 
 /* One load by a child killed at a random instant within @kill_us: 1 when it finished first. */
-static int killed_while_injecting(pid_t pid, const char *in_target, int kill_us)
+static int killed_while_injecting(const struct proc_grant *g, const char *in_target, int kill_us)
 {
     int status = 0;
     pid_t child = fork();
 
     if (child == 0) {
         struct errbuf err;
-        _exit(inject_library(pid, in_target, &err) < 0 ? 1 : 0);
+        _exit(inject_library(g, in_target, &err) < 0 ? 1 : 0);
     }
     if (child < 0)
         return 0;
@@ -69,6 +69,9 @@ int main(int argc, char **argv)
     pid = atoi(argv[1]);
     n = atoi(argv[5]);
     kill_us = argc == 7 ? atoi(argv[6]) : 0;
+    struct proc_grant g = {.pid = pid, .root = true}; /* root, on the process as it is now */
+    if (procfs_start_time(pid, &g.start_time) < 0)
+        return fprintf(stderr, "reinject: no process %d\n", (int)pid), 1;
     srandom((unsigned)getpid());
     for (int i = 0; i < n; i++) {
         snprintf(path, sizeof(path), "%s/noop-%d.so", argv[4], i);
@@ -76,8 +79,8 @@ int main(int argc, char **argv)
         if (copy(argv[2], path) < 0)
             failed++;
         else if (kill_us > 0)
-            ok += killed_while_injecting(pid, in_target, kill_us);
-        else if (inject_library(pid, in_target, &err) < 0)
+            ok += killed_while_injecting(&g, in_target, kill_us);
+        else if (inject_library(&g, in_target, &err) < 0)
             failed++;
         else
             ok++;

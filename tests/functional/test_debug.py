@@ -440,3 +440,73 @@ def test_postmortem_never_holds_a_forked_child(tmp_path):
         p.stdout.close()
         p.stderr.close()
         d.close()
+
+
+CONNECT_AS = '''
+import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)
+s.sendall(sys.argv[3].encode())
+got = b''
+try:
+    while True:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        got += chunk
+except OSError:
+    pass
+sys.stdout.write(repr(got))
+'''
+
+
+def connect_as(user, host, port, send):
+    """What a connection of @user to host:port gets back after sending @send, until closed."""
+    r = subprocess.run(['setpriv', '--reuid=' + user, '--regid=' + user, '--init-groups',
+                        '/usr/bin/python3', '-c', CONNECT_AS, host, str(port), send],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                       timeout=60)
+    return r.stdout + r.stderr
+
+
+def test_a_session_on_a_port_is_only_for_the_user_who_paused(tmp_path):
+    """Issue 32 C: root ran `pause --dap` (or pdb's `--listen 127.0.0.1:0`); a user in no group
+    connected to the printed loopback port and ran os.system('id') as root. Loopback is every
+    local user's: a connection of another uid is refused, and a non-loopback address is
+    refused unless --insecure-listen."""
+    user = ensure_test_user()
+    d = Daemon()
+    count = str(tmp_path / 'steps')
+    t = Target('/usr/bin/python3', 'debuggee.py', count)
+    proof = tmp_path / 'ran'
+    try:
+        r = d.ctl('pause', t.pid, '--listen', '0.0.0.0:0')
+        assert r.returncode == 1 and 'not loopback' in r.stderr, r.stderr
+        r = d.ctl('pause', t.pid, '--listen', '127.0.0.1:0', check=True)
+        host, port = r.stdout.split('served on ')[1].strip().rsplit(':', 1)
+        got = connect_as(user, host, port, "!import os; os.system('touch %s')\n" % proof)
+        assert 'refused' in got and '(Pdb)' not in got, got
+        assert not proof.exists(), 'code ran for another user'
+        s = socket.create_connection((host, int(port)), timeout=20)  # root, who paused: served
+        got = b''
+        while b'(Pdb) ' not in got:
+            got += s.recv(4096)
+        s.sendall(b'detach\n')
+        s.close()
+        wait_for(lambda: going(count, 0.3), 10, 'the target going on')
+        # debugpy's adapter takes only root's connections too
+        r = d.ctl('pause', t.pid, '--dap', check=True)
+        host, port = r.stdout.split('listens on ')[1].split(':')[0:2]
+        port = int(port.split(':')[0])
+        init = json.dumps({'seq': 1, 'type': 'request', 'command': 'initialize',
+                           'arguments': {'adapterID': 'debugpy'}})
+        got = connect_as(user, host, port, 'Content-Length: %d\r\n\r\n%s' % (len(init), init))
+        assert 'Content-Length' not in got and 'response' not in got, got
+        c = Dap(host, port)
+        c.call('initialize', clientID='probed-test', adapterID='debugpy', linesStartAt1=True,
+               columnsStartAt1=True, pathFormat='path')
+        c.call('disconnect', terminateDebuggee=False)
+        c.s.close()
+        assert t.proc.poll() is None
+    finally:
+        t.close()
+        d.close()

@@ -1,13 +1,22 @@
 /*
  * fuzz_decoders.c - libFuzzer target for everything that parses bytes taken from a target:
- * the three line-table formats, the version-string scanner, and the repr() renderers.
+ * the three line-table formats, the version-string scanner, and the repr() renderers; and
+ * (a first byte of 0xf0 and up) what issue 32 found taken unchecked from users and targets:
+ * text that is not UTF-8 (its cleaned copy must be valid, and bounded), command-line patterns
+ * (a pattern taken must compile within the fuzzer's memory and time limits) and node lists
+ * (every name taken must be a host name, never an option of ssh).
  * The first byte picks the decoder; the rest is its input.
  */
+#include <regex.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "common/pattern.h"
+#include "ctl/nodes.h"
 #include "elfimg.h"
+#include "pyframes.h"
 #include "linetable.h"
 #include "objrepr.h"
 
@@ -22,6 +31,33 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     memcpy(&first, data + 1, 4);
     memcpy(&addr, data + 5, 4);
+    if (data[0] >= 0xf0) {
+        char *text = malloc(size - 9 + 1), clean[64];
+        if (!text)
+            return 0;
+        memcpy(text, data + 9, size - 9);
+        text[size - 9] = '\0';
+        if (data[0] % 3 == 0) { /* text from a target */
+            size_t n = pyf_utf8_clean(clean, 1 + data[1] % sizeof(clean), text, size - 9);
+            if (n >= sizeof(clean) || !pyf_utf8_valid(clean, n) || clean[n] != '\0')
+                abort();
+        } else if (data[0] % 3 == 1) { /* a user's pattern */
+            regex_t re;
+            char why[256];
+            if (pattern_compile(&re, text, why, sizeof(why)) == 0)
+                regfree(&re);
+        } else { /* a node list */
+            struct nodes nodes = {0};
+            char why[256];
+            if (nodes_expand(text, &nodes, why, sizeof(why)) == 0)
+                for (size_t i = 0; i < nodes.n; i++)
+                    if (!nodes_host_name_ok(nodes.names[i]) || nodes.names[i][0] == '-')
+                        abort();
+            nodes_free(&nodes);
+        }
+        free(text);
+        return 0;
+    }
     switch (data[0] % 6) {
     case 0:
     case 1:

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "common/pattern.h"
 #include "ctl/nodes.h"
 #include "sample/findproc.h"
 #include "unit.h"
@@ -57,6 +58,17 @@ int test_nodes_slurm_ranges(void)
     CHECK(refused("node[]", EINVAL, "without its range") == 0);
     CHECK(refused("n[0-99999]", E2BIG, "more than") == 0);
     CHECK(refused("a]b", EINVAL, "not a list of nodes") == 0);
+    /* issue 32 E: a name that ssh would take for an option, or shell syntax, is no host */
+    CHECK(refused("-oProxyCommand=touch${IFS}/tmp/x", EINVAL, "not a host name") == 0);
+    CHECK(refused("-oProxyCommand=id", EINVAL, "not a host name") == 0);
+    CHECK(refused("node1,-F/tmp/cfg", EINVAL, "not a host name") == 0);
+    CHECK(refused("a;id", EINVAL, "not a host name") == 0);
+    CHECK(refused("$(id)", EINVAL, "not a host name") == 0);
+    CHECK(refused("a'b", EINVAL, "not a host name") == 0);
+    CHECK(nodes_host_name_ok("root@node-1.example.com") && nodes_host_name_ok("::1") &&
+          nodes_host_name_ok("10.0.0.7") && nodes_host_name_ok("gpu_7"));
+    CHECK(!nodes_host_name_ok("-x") && !nodes_host_name_ok("") && !nodes_host_name_ok("a b") &&
+          !nodes_host_name_ok("a\tb") && !nodes_host_name_ok("a/b"));
 
     ranks_format(ranks, sizeof(ranks) / sizeof(ranks[0]), buf, sizeof(buf));
     CHECK_STR(buf, "0-15");
@@ -80,5 +92,53 @@ int test_findproc_job_names(void)
     CHECK(!findproc_env_names_job(env, sizeof(env), "424"));
     CHECK(!findproc_env_names_job(env, sizeof(env), "99"));
     CHECK(!findproc_env_names_job(env, sizeof(env) - 5, "run-7x"));
+    return 0;
+}
+
+/* Issue 32 D: 26 bytes took 1.2 GB and a second of the loop; 35 bytes 8 GB and 31 s. A pattern
+ * is measured as glibc's regcomp unrolls it, and refused past the bound before it compiles. */
+int test_patterns_bounded(void)
+{
+    static const char *const refused[] = {
+        "((a{1,100}){1,100}){1,100}",
+        "(((a{1,100}){1,100}){1,100}){1,100}",
+        "a{1,32767}",
+        "(ab{2,60}){2,60}",
+        "x{,3000}",
+        "(a)\\1",
+        "(((((((((((a{2}){2}){2}){2}){2}){2}){2}){2}){2}){2}){2}){2}",
+    };
+    static const char *const taken[] = {
+        "train\\.py",
+        "node[0-9]{1,3}",
+        "^python3? .*(train|eval)\\.py( |$)",
+        "[[:digit:]]{4}",
+        "(ab){3}x{2,5}",
+        "a|b|c",
+        "[]{}()]+",
+        "{",
+        "a{",
+        "x{1,2",
+    };
+    char why[256];
+    regex_t re;
+
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        why[0] = '\0';
+        if (pattern_check(refused[i], why, sizeof(why)) != -EINVAL || !why[0]) {
+            fprintf(stderr, "taken: %s\n", refused[i]);
+            return 1;
+        }
+    }
+    for (size_t i = 0; i < sizeof(taken) / sizeof(taken[0]); i++) {
+        if (pattern_check(taken[i], why, sizeof(why)) != 0) {
+            fprintf(stderr, "refused: %s: %s\n", taken[i], why);
+            return 1;
+        }
+    }
+    CHECK(pattern_compile(&re, "node[0-9]{1,3}", why, sizeof(why)) == 0);
+    CHECK(regexec(&re, "node042", 0, NULL, 0) == 0);
+    regfree(&re);
+    CHECK(pattern_compile(&re, "a(", why, sizeof(why)) == -EINVAL && strstr(why, "not a pattern"));
     return 0;
 }

@@ -36,7 +36,8 @@
     X(test_blocks_damaged)                                                                         \
     X(test_nodes_slurm_ranges)                                                                     \
     X(test_findproc_job_names)                                                                     \
-    X(test_exits_kernel_lines)
+    X(test_exits_kernel_lines)                                                                     \
+    X(test_patterns_bounded)
 
 #define DECLARE(name) int name(void);
 CASES(DECLARE)
