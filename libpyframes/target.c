@@ -122,6 +122,7 @@ static int find_runtime_file(const struct remote_src *src, const struct procmaps
     char exe_link[64], exe[PATH_MAX] = "";
     ssize_t n;
     bool saw_py2 = false, denied = false;
+    struct pyf_err swapped = {0}; /* why a mapped file was refused: swapped since */
     pid_t pid = src->core ? core__pid(src->core) : src->pid;
 
     snprintf(exe_link, sizeof(exe_link), "/proc/%d/exe", (int)pid);
@@ -150,6 +151,8 @@ static int find_runtime_file(const struct remote_src *src, const struct procmaps
             if (open_candidate(src, pm, path, &rf, &ce) < 0 || rf.kind == RUNTIME_NONE ||
                 rf.kind == RUNTIME_2) {
                 saw_py2 |= rf.kind == RUNTIME_2;
+                if (ce.kind == PYF_DENIED && !denied && ce.sys == EPERM)
+                    swapped = ce; /* elfimg_open: not the file mapped */
                 denied |= ce.kind == PYF_DENIED;
                 elfimg_free(rf.img);
                 continue;
@@ -165,6 +168,8 @@ static int find_runtime_file(const struct remote_src *src, const struct procmaps
                         (int)pid);
     /* Without CAP_SYS_PTRACE another user's /proc/PID/root and exe are closed to us: that
      * is not "not Python", and the user should hear why. */
+    if (denied && swapped.kind == PYF_DENIED)
+        return pyf_fail(e, PYF_DENIED, EPERM, 0, "pid %d: %s", (int)pid, swapped.msg);
     if (denied)
         return pyf_fail(e, PYF_DENIED, EACCES, 0,
                         "pid %d: permission denied opening its files through /proc/%d/root "

@@ -235,9 +235,15 @@ struct job *backtrace_get(struct api *a, const struct request *rq)
     uint64_t locals = 0, native = 0;
     struct backtrace_job *bj;
 
-    if (param_uint(rq->req, rq->params, "locals", INT32_MAX, &locals) < 0 ||
-        param_uint(rq->req, rq->params, "native", 1, &native) < 0)
+    const char *v = evhttp_find_header(rq->params, "native");
+
+    if (param_uint(rq->req, rq->params, "locals", INT32_MAX, &locals) < 0)
         return NULL;
+    if (v && parse_uint(v, 1, &native) < 0) {
+        reply_error(rq->req, 400,
+                    "backtrace takes &native=1 (mixed stacks) or &native=0, not '%.16s'", v);
+        return NULL;
+    }
     bj = job_alloc(a, rq, sizeof(*bj), JOB_PARALLEL, run_backtrace, NULL);
     if (!bj)
         return NULL;

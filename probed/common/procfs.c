@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/nsfs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -124,6 +126,24 @@ static ssize_t read_at(int dfd, const char *name, char *buf, size_t size)
     return total;
 }
 
+/* The owner of the user namespace of the process whose /proc directory is @dfd, when it is
+ * not ours; (uid_t)-1 when it is ours or cannot be told. */
+static uid_t userns_owner(int dfd)
+{
+    struct stat ours, theirs;
+    uid_t owner = (uid_t)-1;
+    int fd = openat(dfd, "ns/user", O_RDONLY | O_CLOEXEC);
+
+    if (fd < 0)
+        return owner;
+    if (fstat(fd, &theirs) == 0 && stat("/proc/self/ns/user", &ours) == 0 &&
+        (theirs.st_ino != ours.st_ino || theirs.st_dev != ours.st_dev) &&
+        ioctl(fd, NS_GET_OWNER_UID, &owner) < 0)
+        owner = (uid_t)-1;
+    close(fd);
+    return owner;
+}
+
 int procfs_owner(pid_t pid, struct proc_owner *ret)
 {
     char path[32], status[4096], stat[1024], *p;
@@ -145,6 +165,7 @@ int procfs_owner(pid_t pid, struct proc_owner *ret)
     else if ((n = read_at(dfd, "status", status, sizeof(status))) <= 0 ||
              (n = read_at(dfd, "stat", stat, sizeof(stat))) <= 0)
         r = n < 0 ? (int)n : -ESRCH;
+    ret->ns_owner = r == 0 ? userns_owner(dfd) : (uid_t)-1;
     close(dfd);
     if (r == -ENOENT)
         r = -ESRCH;
@@ -170,7 +191,7 @@ int procfs_owner(pid_t pid, struct proc_owner *ret)
 
 bool procfs_owner_admits(const struct proc_owner *o, bool root, uid_t uid, gid_t gid)
 {
-    if (root)
+    if (root || (o->ns_owner != (uid_t)-1 && o->ns_owner == uid))
         return true;
     for (int i = 0; i < 3; i++)
         if (o->uid[i] != uid || o->gid[i] != gid)

@@ -41,14 +41,17 @@ int procfs_identity(pid_t pid, int64_t *ret_start_time, uint64_t *ret_start_stac
 /* Who may act on a process, by the kernel's own ptrace rule (ptrace_may_access() for a caller
  * without CAP_SYS_PTRACE): its real, effective and saved uids all the caller's, its real,
  * effective and saved gids all the caller's group, no permitted capability the caller lacks
- * (a user's client has none), and dumpable (the kernel makes /proc/PID root's otherwise). A
- * root process that only seteuid()'d to a user is not that user's. */
+ * (a user's client has none), and dumpable (the kernel makes /proc/PID root's otherwise) --
+ * or, in a user namespace the caller owns (rootless containers), any of its processes: the
+ * owner holds every capability there. A root process that only seteuid()'d to a user is not
+ * that user's. */
 struct proc_owner {
     int64_t start_time; /* which process of that pid: the one granted */
     uid_t uid[3];       /* real, effective, saved */
     gid_t gid[3];
     uid_t dump_owner; /* the owner of /proc/PID: its euid, or root while not dumpable */
     bool has_caps;    /* a permitted capability */
+    uid_t ns_owner;   /* the owner of its user namespace; (uid_t)-1 in ours */
 };
 /* Reads @pid's ids, all through one open of /proc/PID (so all of one process). -ESRCH: gone. */
 int procfs_owner(pid_t pid, struct proc_owner *ret);

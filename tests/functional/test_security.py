@@ -1147,3 +1147,39 @@ def test_text_that_is_not_utf8_from_a_target_is_cleaned_where_it_enters(daemon, 
         p.kill()
         p.wait()
         p.stdout.close()
+
+
+def test_a_mapped_file_swapped_since_is_never_opened_as_root(daemon, user):
+    """Issue 32, 'not yet tried': the daemon opens a target's mapped files by path, as root,
+    and the path is the user's to change. A user's own copy of python, once running, swapped
+    for a FIFO held every attach of the machine (the attach lane is one) on an open() that
+    never returned; a link to another file was read as the target's. Opened without blocking,
+    only a regular file, and only the file mapped (its inode): refused at once, with why."""
+    import pwd
+    home = tempfile.mkdtemp(prefix='probed-own-')  # the user's directory, theirs to change
+    os.chown(home, pwd.getpwnam(user).pw_uid, pwd.getpwnam(user).pw_gid)
+    exe = os.path.join(home, 'python3')
+    as_user(user, 'cp', os.path.realpath(PYTHON), exe, check=True)
+    p = subprocess.Popen(['setpriv', '--reuid=' + user, '--regid=' + user, '--init-groups', exe,
+                          '-c', 'import time\nprint("READY", flush=True)\ntime.sleep(300)'],
+                         stdout=subprocess.PIPE, universal_newlines=True)
+    other = UserTarget(user)
+    try:
+        assert p.stdout.readline().startswith('READY')
+        as_user(user, 'sh', '-c', 'rm %s && mkfifo %s' % (exe, exe), check=True)
+        t0 = time.monotonic()
+        r = daemon.ctl('attach', p.pid, user=user, timeout=30)
+        assert r.returncode != 0 and 'not the file mapped' in r.stderr, (r.stdout, r.stderr)
+        assert time.monotonic() - t0 < 10
+        as_user(user, 'sh', '-c', 'rm %s && ln -s /etc/shadow %s' % (exe, exe), check=True)
+        r = daemon.ctl('attach', p.pid, user=user, timeout=30)
+        assert r.returncode != 0 and 'not the file mapped' in r.stderr, (r.stdout, r.stderr)
+        r = daemon.ctl('attach', other.pid, user=user, timeout=30)  # the lane goes on
+        assert r.returncode == 0, r.stderr
+        daemon.ctl('detach', other.pid, user=user)
+    finally:
+        p.kill()
+        p.wait()
+        p.stdout.close()
+        other.close()
+        subprocess.run(['rm', '-rf', home])
