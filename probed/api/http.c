@@ -37,7 +37,10 @@ int reply_json(struct evhttp_request *req, int status, json_t *body)
 
 json_t *error_body(int status, const char *msg)
 {
-    return json_pack("{s:s, s:i}", "error", msg, "status", status);
+    char clean[3 * 768 + 1]; /* a message may quote what a client sent: any bytes */
+
+    pyf_utf8_clean(clean, sizeof(clean), msg, strnlen(msg, 768));
+    return json_pack("{s:s, s:i}", "error", clean, "status", status);
 }
 
 int reply_error(struct evhttp_request *req, int status, const char *fmt, ...)
