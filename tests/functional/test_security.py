@@ -908,6 +908,9 @@ def test_an_eval_authorised_for_one_process_never_runs_in_the_next_with_its_pid(
         root = spawn_at_pid(P, [PYTHON, '-c', 'import time\nprint("READY", flush=True)\n'
                                 'while True:\n    time.sleep(0.05)\n'])
         assert root.stdout.readline().startswith('READY')
+        # the fork that held P's stub socket goes: `allocations on` ends now, not at its 30 s
+        # timeout, and the eval authorised for P goes on, to the process at P now
+        subprocess.run(['pkill', '-KILL', '-u', user, '-f', 'time.sleep'])
         out, _ = evaler.communicate(timeout=120)
         holder.communicate(timeout=120)
         reply = json.loads(out)
