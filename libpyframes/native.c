@@ -64,10 +64,11 @@ struct pyf_native {
 /* A module of this process and its functions (a table shared with every process that maps
  * the same file, symtab.h). */
 struct module_table {
-    Dwarf_Addr bias;    /* where the file is loaded: file address + bias = address here */
-    bool live;          /* still reported (pyf_native__reread_maps) */
-    struct symtab *tab; /* a reference; NULL: no table (no memory) */
-    char *object;       /* its path made UTF-8 when /proc/PID/maps' is not; NULL: it is */
+    Dwarf_Addr bias;     /* where the file is loaded: file address + bias = address here */
+    bool live;           /* still reported (pyf_native__reread_maps) */
+    struct symtab *tab;  /* a reference; NULL: no table (no memory) */
+    bool object_unclean; /* its path (/proc/PID/maps') is not UTF-8: shown as object */
+    char *object;        /* that path made UTF-8 (NULL: no memory, a placeholder shown) */
 };
 
 /* ---- holding the threads ---- */
@@ -710,8 +711,11 @@ static struct module_table *table_of(struct pyf_native *n, Dwfl_Module *m)
     *t = (struct module_table){.bias = bias, .tab = symcache__get(n->symbols, m, bias)};
     const char *path = dwfl_module_info(m, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
     size_t len = path ? strlen(path) : 0;
-    if (path && !pyf_utf8_valid(path, len) && (t->object = malloc(3 * len + 1)))
-        pyf_utf8_clean(t->object, 3 * len + 1, path, len); /* a file's name: any bytes */
+    /* a file's name is any bytes: checked once here, not at each frame; without memory for
+     * the clean copy, a placeholder, never the bytes */
+    t->object_unclean = path && !pyf_utf8_valid(path, len);
+    if (t->object_unclean && (t->object = malloc(3 * len + 1)))
+        pyf_utf8_clean(t->object, 3 * len + 1, path, len);
     n->tables[n->n_tables++] = t;
     if (userdata)
         *userdata = t;
@@ -857,6 +861,7 @@ void pyf_native__symbol(struct pyf_native *n, uint64_t pc, bool innermost,
     Dwfl_Module *m = dwfl_addrmodule(n->dwfl, lookup);
     Elf *elf = m ? dwfl_module_getelf(m, &bias) : NULL;
     uint64_t table_bias = 0;
+    struct module_table *t;
     struct sym *sym;
 
     *ret_frame = (struct pyf_native_frame){.pc = pc, .object_offset = pc};
@@ -864,11 +869,9 @@ void pyf_native__symbol(struct pyf_native *n, uint64_t pc, bool innermost,
         return; /* memory mapped from no file known (JIT code, or loaded since) */
     ret_frame->object = dwfl_module_info(m, NULL, &start, NULL, NULL, NULL, NULL, NULL);
     ret_frame->object_offset = elf ? pc - bias : pc - start;
-    if (ret_frame->object && table_of(n, m) && table_of(n, m)->object)
-        ret_frame->object = table_of(n, m)->object;
-    else if (ret_frame->object && !pyf_utf8_valid(ret_frame->object, strlen(ret_frame->object)))
-        ret_frame->object = "<a path that is not UTF-8>"; /* no memory for its clean copy */
     sym = sym_at(n, m, lookup, &table_bias);
+    if (ret_frame->object && (t = table_of(n, m)) && t->object_unclean) /* sym_at found it */
+        ret_frame->object = t->object ? t->object : "<a path that is not UTF-8>";
     if (sym) {
         ret_frame->function = symtab__shown(sym);
         ret_frame->function_offset = pc - (sym->start + table_bias);

@@ -73,7 +73,7 @@ static bool eval_fields(json_t *body, struct eval_request *rq, const char **ret_
 {
     json_t *jmain = json_object_get(body, "main_thread"), *jsid = json_object_get(body, "session");
     json_t *jto = json_object_get(body, "timeout_s"), *jkind = json_object_get(body, "kind");
-    double to = jto ? json_number_value(jto) : EVAL_TIMEOUT_MS / 1000.0; /* may be 0.5 s */
+    double to = jto ? json_number_value(jto) : EVAL_TIMEOUT_MS / 1000.0;
 
     *ret_kind = jkind ? json_string_value(jkind) : "run";
     if ((jmain && !json_is_boolean(jmain)) || (jsid && !json_is_integer(jsid)) ||

@@ -14,16 +14,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-ssize_t procfs_read(pid_t pid, const char *name, char *buf, size_t size)
+/* A whole small file @name of directory @dfd (AT_FDCWD: a path), NUL-terminated and cut to
+ * @size: the bytes read, or -errno when it cannot be opened ("" in @buf). */
+static ssize_t read_at(int dfd, const char *name, char *buf, size_t size)
 {
-    char path[64];
     ssize_t n, total = 0;
     int fd;
 
     if (size == 0)
         return -EINVAL;
-    snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, name);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    fd = openat(dfd, name, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         buf[0] = '\0';
         return -errno;
@@ -33,6 +33,14 @@ ssize_t procfs_read(pid_t pid, const char *name, char *buf, size_t size)
     close(fd);
     buf[total] = '\0';
     return total;
+}
+
+ssize_t procfs_read(pid_t pid, const char *name, char *buf, size_t size)
+{
+    char path[64];
+
+    snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, name);
+    return read_at(AT_FDCWD, path, buf, size);
 }
 
 void procfs_cmdline(pid_t pid, char *buf, size_t size)
@@ -57,13 +65,11 @@ struct stat_fields {
     unsigned long long start_stack;
 };
 
-static int read_stat(const char *name, pid_t pid, struct stat_fields *f)
+/* The fields of a stat file's text @buf; -EPROTO when it is not one. */
+static int parse_stat(const char *buf, struct stat_fields *f)
 {
-    char buf[1024], *p;
-    ssize_t n = procfs_read(pid, name, buf, sizeof(buf));
+    const char *p;
 
-    if (n <= 0)
-        return n < 0 ? (int)n : -EIO;
     /* The command name can hold spaces and parentheses: fields start after the last ')'.
      * From field 3 (state): 14 utime, 15 stime, 20 num_threads, 22 starttime, 28 startstack. */
     p = strrchr(buf, ')');
@@ -74,6 +80,16 @@ static int read_stat(const char *name, pid_t pid, struct stat_fields *f)
                &f->state, &f->utime, &f->stime, &f->threads, &f->start_time, &f->start_stack) != 6)
         return -EPROTO;
     return 0;
+}
+
+static int read_stat(const char *name, pid_t pid, struct stat_fields *f)
+{
+    char buf[1024];
+    ssize_t n = procfs_read(pid, name, buf, sizeof(buf));
+
+    if (n <= 0)
+        return n < 0 ? (int)n : -EIO;
+    return parse_stat(buf, f);
 }
 
 static int64_t ticks_ns(unsigned long long ticks)
@@ -109,23 +125,6 @@ int procfs_identity(pid_t pid, int64_t *ret_start_time, uint64_t *ret_start_stac
     return r;
 }
 
-/* A whole small file of the directory @dfd, NUL-terminated; bytes read or -errno. */
-static ssize_t read_at(int dfd, const char *name, char *buf, size_t size)
-{
-    ssize_t n, total = 0;
-    int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC);
-
-    if (fd < 0)
-        return -errno;
-    while ((size_t)total < size - 1 && (n = read(fd, buf + total, size - 1 - (size_t)total)) > 0)
-        total += n;
-    if (n < 0 && total == 0)
-        total = -errno;
-    close(fd);
-    buf[total > 0 ? total : 0] = '\0';
-    return total;
-}
-
 /* The owner of the user namespace of the process whose /proc directory is @dfd, when it is
  * not ours; (uid_t)-1 when it is ours or cannot be told. */
 static uid_t userns_owner(int dfd)
@@ -149,6 +148,7 @@ int procfs_owner(pid_t pid, struct proc_owner *ret)
     char path[32], status[4096], stat[1024], *p;
     unsigned long long cap_prm = 0;
     unsigned u[3], g[3];
+    struct stat_fields f;
     struct stat st;
     ssize_t n;
     int dfd, r = 0;
@@ -174,12 +174,9 @@ int procfs_owner(pid_t pid, struct proc_owner *ret)
     if (!(p = strstr(status, "\nUid:")) || sscanf(p, "\nUid: %u %u %u", &u[0], &u[1], &u[2]) != 3 ||
         !(p = strstr(status, "\nGid:")) || sscanf(p, "\nGid: %u %u %u", &g[0], &g[1], &g[2]) != 3 ||
         !(p = strstr(status, "\nCapPrm:")) || sscanf(p, "\nCapPrm: %llx", &cap_prm) != 1 ||
-        !(p = strrchr(stat, ')')) ||
-        sscanf(
-            p + 2,
-            "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %" SCNd64,
-            &ret->start_time) != 1)
+        parse_stat(stat, &f) < 0)
         return -EPROTO;
+    ret->start_time = f.start_time;
     for (int i = 0; i < 3; i++) {
         ret->uid[i] = (uid_t)u[i];
         ret->gid[i] = (gid_t)g[i];
