@@ -85,7 +85,11 @@ static long unrolled(const char **pp, int depth, char *why, size_t why_size)
         } else if (*p == '\\' && p[1]) {
             p += 2;
             add = last = 1;
-        } else if (*p == '*' || *p == '+' || *p == '?' || *p == '|') {
+        } else if (*p == '+') { /* a+ is a a*: the atom copied (a++++ doubles it each time) */
+            p++;
+            add = last + 1;
+            last = 2 * last + 1;
+        } else if (*p == '*' || *p == '?' || *p == '|') {
             p++;
             add = 1; /* an operator: one node; the atom it repeats is not copied */
         } else {
