@@ -14,6 +14,7 @@
 #ifndef PYF_LAYOUT_H
 #define PYF_LAYOUT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define PYF_VER(major, minor) (((major) << 8) | (minor))
@@ -36,7 +37,8 @@ enum pyf_long_format {
 
 /* How a frame read from memory tells whether it is still in use (see stack.c). */
 enum pyf_frame_state {
-    PYF_STATE_NONE = 0,     /* 3.11: nothing reliable */
+    PYF_STATE_NONE = 0,     /* 3.11, 3.14+: nothing reliable (3.14 clears stackpointer while
+                             * the frame executes in debug builds only) */
     PYF_STATE_REFCNT = 1,   /* <= 3.10: ob_refcnt; 0 once the frame returned */
     PYF_STATE_STACKTOP = 2, /* >= 3.12: int stacktop; -1 while the frame executes (a caller
                              * has saved its stack pointer, a returned frame too) */
@@ -87,8 +89,14 @@ struct pyf_layout {
     int32_t ts_size;
     /* frame: PyFrameObject or _PyInterpreterFrame */
     int32_t fr_back, fr_code, fr_lasti, fr_localsplus, fr_owner, fr_size;
-    int32_t fr_lasti_scale;   /* bytes per unit of fr_lasti: 1 (<= 3.9) or 2 (3.10) */
-    int32_t fr_owner_cstack;  /* owner value of an interpreter shim frame; -1: none */
+    int32_t fr_lasti_scale; /* bytes per unit of fr_lasti: 1 (<= 3.9) or 2 (3.10) */
+    int32_t fr_owner_shim;  /* owner values from it up: an interpreter shim frame (3.12,
+                             * 3.13: FRAME_OWNED_BY_CSTACK; 3.14+: _INTERPRETER and after);
+                             * -1: none */
+    /* 3.14+: frames hold _PyStackRef, a pointer with tag bits (f_executable, localsplus):
+     * the bits to clear for the object, and the tag of a small int held in the reference
+     * itself; 0 and -1 before */
+    int32_t stackref_tag_bits, stackref_int_tag;
     int32_t fr_state;         /* the field fr_state_model reads; -1: none */
     int32_t fr_is_entry;      /* 3.11: bool, the frame was entered from C (not an inline call) */
     int32_t fr_running;       /* <= 3.10: the char saying the frame runs (f_executing, f_state) */
@@ -117,14 +125,61 @@ struct pyf_layout {
     int32_t dict_values_array;
     /* attributes: PyTypeObject, PyHeapTypeObject, PyModuleObject */
     int32_t tp_basicsize, tp_dictoffset, ht_cached_keys, module_dict;
+    /* 3.14+: PEP 768's request to run a script at the thread's next safe point (what
+     * sys.remote_exec() writes): PyThreadState's eval_breaker word, its pending-call int32
+     * and script path buffer (of debugger_script_size bytes), and PyInterpreterState's int
+     * saying remote debugging is enabled (config.remote_debug); -1 before */
+    int32_t ts_eval_breaker, ts_debugger_pending, ts_debugger_script, debugger_script_size;
+    int32_t is_remote_debug;
+    int32_t eval_stop_bit; /* the eval_breaker bit that makes the thread look (0: none) */
+    /* 3.13+: where this version's _Py_DebugOffsets publishes each offset; NULL before */
+    const struct pyf_debug_map *debug_map;
+};
+
+/*
+ * struct _Py_DebugOffsets as one version lays it out (generated, like the rest): every field
+ * is a uint64_t, so a field is named by its index in 64-bit words. Each published offset
+ * lies in a section that starts with the size of the struct it describes: a field's
+ * size_word, against which the offset is checked.
+ */
+struct pyf_debug_field {
+    uint16_t word, size_word;
+    uint16_t field; /* offsetof(struct pyf_layout, the int32_t it sets) */
+};
+
+struct pyf_debug_map {
+    uint16_t n_words; /* sizeof(_Py_DebugOffsets) / 8 */
+    uint16_t version, free_threaded;
+    /* the interpreter's own _gil and its locked and last_holder fields, relative to
+     * PyInterpreterState (we follow ceval.gil, so they are rebased onto it); the
+     * interpreter's gc state, the collector's flag in it, and the interpreter's size */
+    uint16_t gil_state, gil_locked, gil_holder, is_gc, gc_collecting, is_size;
+    /* 3.14+, else 0: the debugger_support section (PEP 768), relative to PyThreadState and
+     * PyInterpreterState but the pending call and script path, relative to the thread's
+     * _PyRemoteDebuggerSupport; and the thread state's size, to check them against */
+    uint16_t eval_breaker, debugger_support, debugger_pending, debugger_script;
+    uint16_t debugger_script_size, remote_debug, ts_size;
+    uint16_t n_fields;
+    const struct pyf_debug_field *fields;
 };
 
 /* Borrowed, static: the table for 3.minor, or NULL when the version is not supported. */
 const struct pyf_layout *layout_for_version(uint32_t version);
+/* Borrowed, static: the table of the newest version this build knows. */
+const struct pyf_layout *layout_newest(void);
 
-/* The struct _Py_DebugOffsets of 3.13 as read from the target, in host order. */
+/*
+ * The target's struct _Py_DebugOffsets (@raw, in host order, @raw_bytes of it read) laid
+ * over @base, whose debug_map says where each offset is: the version's own table, or the
+ * newest one for a version newer than every table (the caller says so to the user). Every
+ * offset is checked against the size of its struct and the version word against @version.
+ * -ENOENT no cookie, -EOPNOTSUPP no map, -ENOEXEC a free-threaded build (whose objects no
+ * table describes), -EINVAL an offset that does not check out (@why says which).
+ */
 #define LAYOUT_DEBUG_COOKIE "xdebugpy"
+#define LAYOUT_DEBUG_BYTES 1024 /* read this much: every version's struct fits */
 int layout_from_debug_offsets(const void *raw, uint64_t raw_bytes, uint32_t version,
-                              struct pyf_layout *ret_layout);
+                              const struct pyf_layout *base, struct pyf_layout *ret_layout,
+                              char *why, size_t why_size);
 
 #endif

@@ -42,7 +42,7 @@ static int read_code(const struct pyf_target *t, const struct pyf_frame *fr, uin
         return pyf_fail(e, PYF_INVALID, ENOMEM, 0, "code object");
     /* The frame must still run the code we reported, or its slots mean something else. */
     r = remote_read_u64(&t->mem, fr->frame_raddr + (uint64_t)t->lay.fr_code, &code);
-    if (r == 0 && code != fr->code_raddr)
+    if (r == 0 && stackref_object(&t->lay, code) != fr->code_raddr)
         r = -EAGAIN;
     if (r == 0)
         r = remote_read(&t->mem, fr->code_raddr, buf, size);
@@ -197,6 +197,8 @@ int pyf_target__locals(struct pyf_target *t, const struct pyf_frame *fr, pyf_loc
             r = pyf_fail(reterr, pyf_read_err_kind(-r), -r, fr->frame_raddr,
                          "pid %d: read locals of frame 0x%" PRIx64, t->info.pid, fr->frame_raddr);
     }
+    for (size_t i = 0; r == 0 && i < ln->n; i++)
+        vals[i] = stackref_object(&t->lay, vals[i]); /* 3.14+: references, not pointers */
     if (r == 0)
         r = visit(t, ln, vals, fn, ctx, reterr);
 out:

@@ -61,13 +61,13 @@ static void parse_frame(const struct pyf_target *t, const uint8_t *buf, size_t l
     const struct pyf_layout *l = &t->lay;
 
     f->raddr = raddr;
-    f->code = field_u64(buf, l->fr_code);
+    f->code = stackref_object(l, field_u64(buf, l->fr_code));
     f->back = field_u64(buf, l->fr_back);
     f->state = l->fr_state_model == PYF_STATE_REFCNT     ? (int64_t)field_u64(buf, l->fr_state)
                : l->fr_state_model == PYF_STATE_STACKTOP ? field_i32(buf, l->fr_state)
                                                          : 0;
-    f->skip = l->fr_owner >= 0 && l->fr_owner_cstack >= 0 &&
-              (int8_t)buf[l->fr_owner] == l->fr_owner_cstack;
+    f->skip =
+        l->fr_owner >= 0 && l->fr_owner_shim >= 0 && (int8_t)buf[l->fr_owner] >= l->fr_owner_shim;
     f->entry = l->fr_is_entry >= 0 && buf[l->fr_is_entry] != 0;
     f->running = l->fr_running < 0 || (size_t)l->fr_running >= len ||
                  (int8_t)buf[l->fr_running] == l->fr_running_value;
@@ -741,8 +741,8 @@ static int resolve_frames(struct pyf_target *t, size_t n, struct pyf_stack *st, 
         }
         code_key(t, t->heads[i], key);
         if (t->types.code && key[0] != t->types.code) {
-            if (t->lay.frame_model == PYF_FRAME_INTERP && t->lay.fr_owner_cstack >= 0) {
-                /* 3.13: a frame whose f_executable is not code (a shim) */
+            if (t->lay.frame_model == PYF_FRAME_INTERP && t->lay.fr_owner_shim >= 0) {
+                /* 3.13+: a frame whose f_executable is not code (a shim) */
                 if (st->n_hidden < PYF_HIDDEN_MAX)
                     st->hidden[st->n_hidden++] = raw->raddr;
                 mark_entry(st);
@@ -1146,6 +1146,14 @@ int pyf_target__stack_of_copy(struct pyf_target *t, const struct pyf_frames_copy
     }
     if (r == 0)
         r = resolve_frames(t, n, st, reterr);
+    if (r == 0 && n < c->n) {
+        /* cut short: the outermost frame kept was entered from C when the next one copied is
+         * a shim (3.14's threads start run() through Context.run, in C) */
+        struct raw_frame next;
+        parse_frame(t, c->bytes + n * c->stride, c->stride, c->raddrs[n], &next);
+        if (next.skip)
+            mark_entry(st);
+    }
     if (r < 0) {
         st->n_frames = 0;
         st->torn = reterr->kind == PYF_TORN;

@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "symtab.h"
 
+#include "evalcold.h"
+
 #include "pyframes.h"
 
 #include <errno.h>
@@ -49,6 +51,44 @@ static ptrdiff_t add_name(struct symtab *t, size_t *cap, const char *s)
     return at;
 }
 
+/*
+ * A stripped interpreter names only the hot part of its eval loop: the cold one, found from
+ * the unwind tables (evalcold.h), is added as GCC names it, so that native.c knows its frames
+ * for the eval loop's. Names are still offsets here. -1: no memory.
+ */
+static int add_eval_cold(struct symtab *t, size_t *names_cap, Dwfl_Module *m)
+{
+    static const char eval[] = "_PyEval_EvalFrameDefault";
+    const struct sym *hot = NULL;
+    uint64_t start, end;
+    Dwarf_Addr elf_bias;
+    struct sym *grown;
+    ptrdiff_t at;
+
+    for (size_t k = 0; k < t->n; k++) {
+        const char *name = t->names + (uintptr_t)t->syms[k].name;
+        if (strncmp(name, eval, sizeof(eval) - 1) != 0)
+            continue;
+        if (name[sizeof(eval) - 1] == '.')
+            return 0; /* named already (.symtab, or separate debug info) */
+        if (name[sizeof(eval) - 1] == '\0')
+            hot = &t->syms[k];
+    }
+    if (!hot ||
+        evalcold_find(dwfl_module_getelf(m, &elf_bias), hot->start, hot->end, &start, &end) < 0)
+        return 0;
+    for (size_t k = 0; k < t->n; k++)
+        if (t->syms[k].start < end && start < t->syms[k].end)
+            return 0; /* a function of its own after all */
+    if (!(grown = realloc(t->syms, (t->n + 1) * sizeof(*t->syms))))
+        return -1;
+    t->syms = grown;
+    if ((at = add_name(t, names_cap, "_PyEval_EvalFrameDefault.cold")) < 0)
+        return -1;
+    t->syms[t->n++] = (struct sym){start, end, (const char *)(uintptr_t)at, NULL};
+    return 0;
+}
+
 struct symtab *symtab_build(Dwfl_Module *m, Dwarf_Addr bias)
 {
     struct symtab *t = calloc(1, sizeof(*t));
@@ -80,6 +120,10 @@ struct symtab *symtab_build(Dwfl_Module *m, Dwarf_Addr bias)
         /* the offset for now: names may move while they grow */
         t->syms[t->n++] =
             (struct sym){addr - bias, addr - bias + sym.st_size, (const char *)(uintptr_t)at, NULL};
+    }
+    if (add_eval_cold(t, &names_cap, m) < 0) {
+        symtab_free(t);
+        return NULL;
     }
     for (size_t k = 0; k < t->n; k++)
         t->syms[k].name = t->names + (uintptr_t)t->syms[k].name;

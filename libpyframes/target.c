@@ -28,7 +28,6 @@
 #include "remote.h"
 
 #define CODECACHE_SETS 1024
-#define DEBUG_OFFSETS_BYTES 1024
 #define BATCH_BYTES (1u << 20)
 
 /* How the runtime showed itself in a candidate file. */
@@ -164,8 +163,8 @@ static int find_runtime_file(const struct remote_src *src, const struct procmaps
     if (saw_py2)
         return pyf_fail(e, PYF_UNSUPPORTED, ENOTSUP, 0,
                         "pid %d runs Python 2, which is not supported (probed reads CPython "
-                        "3.6 to 3.13)",
-                        (int)pid);
+                        "3.6 to 3.%u)",
+                        (int)pid, PYF_VERSION_MINOR(layout_newest()->version));
     /* Without CAP_SYS_PTRACE another user's /proc/PID/root and exe are closed to us: that
      * is not "not Python", and the user should hear why. */
     if (denied && swapped.kind == PYF_DENIED)
@@ -249,23 +248,48 @@ static int find_version(struct pyf_target *t, const struct runtime_file *rf, str
     return 0;
 }
 
-/* The layout: our table, overlaid (3.13+) with the offsets the target publishes. */
+/*
+ * The layout: our table, overlaid (3.13+) with the offsets the target publishes. A version
+ * newer than every table is read only through what it publishes, laid over the newest
+ * table's shapes, once those offsets check out (layout.c); it is read with a note saying so.
+ */
 static int choose_layout(struct pyf_target *t, struct pyf_err *e)
 {
     const struct pyf_layout *table = layout_for_version(t->info.version);
-    uint8_t raw[DEBUG_OFFSETS_BYTES];
+    const struct pyf_layout *newest = layout_newest();
+    bool newer = !table && t->info.version > newest->version;
+    uint8_t raw[LAYOUT_DEBUG_BYTES];
+    char why[160] = "";
+    int r = -EOPNOTSUPP;
 
-    if (PYF_VERSION_MINOR(t->info.version) >= 13 &&
-        remote_read(&t->mem, t->info.runtime_raddr, raw, sizeof(raw)) == 0 &&
-        layout_from_debug_offsets(raw, sizeof(raw), t->info.version, &t->lay) == 0) {
+    if (PYF_VERSION_MINOR(t->info.version) >= 13) {
+        r = remote_read(&t->mem, t->info.runtime_raddr, raw, sizeof(raw));
+        if (r == 0)
+            r = layout_from_debug_offsets(raw, sizeof(raw), t->info.version, table ? table : newest,
+                                          &t->lay, why, sizeof(why));
+        else
+            snprintf(why, sizeof(why), "_Py_DebugOffsets unreadable (%s)", strerror(-r));
+    }
+    if (r == 0) {
         t->info.debug_offsets = true;
+        if (newer)
+            snprintf(t->info.note, sizeof(t->info.note),
+                     "Python %s is newer than this probed knows (3.6 to 3.%u): read through the "
+                     "offsets it publishes, with 3.%u's shapes",
+                     t->info.version_str, PYF_VERSION_MINOR(newest->version),
+                     PYF_VERSION_MINOR(newest->version));
         return 0;
     }
+    if (r == -ENOEXEC)
+        return pyf_fail(e, PYF_UNSUPPORTED, ENOTSUP, 0, "pid %d runs Python %s, %s", t->info.pid,
+                        t->info.version_str, why);
     if (!table)
         return pyf_fail(e, PYF_UNSUPPORTED, ENOTSUP, 0,
                         "pid %d runs Python %s, which this probed does not read (it reads "
-                        "CPython 3.6 to 3.13)",
-                        t->info.pid, t->info.version_str);
+                        "CPython 3.6 to 3.%u%s%s)",
+                        t->info.pid, t->info.version_str, PYF_VERSION_MINOR(newest->version),
+                        newer ? ", and later ones whose _Py_DebugOffsets check out: " : "",
+                        newer ? why : "");
     t->lay = *table;
     return 0;
 }
@@ -454,8 +478,8 @@ static int target_open(const struct remote_src *src, const struct procmaps *pm,
         r = find_version(t, &rf, reterr);
     if (r == 0 && PYF_VERSION_MINOR(t->info.version) < 6)
         r = pyf_fail(reterr, PYF_UNSUPPORTED, ENOTSUP, 0,
-                     "pid %d runs Python %s; probed reads CPython 3.6 to 3.13", (int)pid,
-                     t->info.version_str);
+                     "pid %d runs Python %s; probed reads CPython 3.6 to 3.%u", (int)pid,
+                     t->info.version_str, PYF_VERSION_MINOR(layout_newest()->version));
     if (r == 0)
         r = choose_layout(t, reterr);
     if (r < 0)

@@ -167,6 +167,17 @@ static inline uint64_t field_u64(const uint8_t *buf, int32_t off)
     return v;
 }
 
+/* The object a frame's reference names: 3.14+ keeps _PyStackRef there, a pointer with tag
+ * bits (deferred or borrowed references; NULL is the tag alone), or a small int held in the
+ * reference itself, which names no object (0, as for NULL). */
+static inline uint64_t stackref_object(const struct pyf_layout *l, uint64_t bits)
+{
+    if (l->stackref_int_tag > 0 &&
+        (bits & (uint64_t)l->stackref_int_tag) == (uint64_t)l->stackref_int_tag)
+        return 0;
+    return bits & ~(uint64_t)l->stackref_tag_bits;
+}
+
 static inline int32_t field_i32(const uint8_t *buf, int32_t off)
 {
     int32_t v;

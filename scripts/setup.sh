@@ -14,6 +14,7 @@ packages="
   python3 python3-pytest python3-torch procps util-linux curl golang-go strace prometheus
   openssh-server openssh-client iproute2 gdb python3-debugpy
   chromium chromium-driver python3-selenium
+  patchelf xz-utils gpgv debian-archive-keyring
 "
 missing=""
 for p in $packages; do
@@ -25,3 +26,5 @@ if [ -n "$missing" ]; then
     apt-get install -y -q --no-install-recommends $missing
 fi
 echo "setup.sh: all packages present"
+# CPython 3.14 and 3.15, newer than this Debian: Debian unstable's, verified and unpacked
+sh "$(dirname "$0")/pythons.sh"

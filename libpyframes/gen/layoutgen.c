@@ -28,11 +28,14 @@
 #include "internal/pycore_interp.h"
 #include "internal/pycore_runtime.h"
 #endif
+#if PY_VERSION_HEX >= 0x030e0000
+#include "internal/pycore_ceval.h" /* _PY_EVAL_PLEASE_STOP_BIT */
+#endif
 #if PY_VERSION_HEX >= 0x030b0000 && PY_VERSION_HEX < 0x030d0000
 #define NEED_OPCODE_TABLES /* _PyOpcode_Deopt and _PyOpcode_Caches, for the call sites */
 #include "internal/pycore_opcode.h"
 #define HAS_INLINE_CALL_CACHES 1
-#elif PY_VERSION_HEX >= 0x030d0000 && PY_VERSION_HEX < 0x030e0000
+#elif PY_VERSION_HEX >= 0x030d0000
 #define NEED_OPCODE_METADATA
 #include "internal/pycore_opcode_metadata.h"
 #define HAS_INLINE_CALL_CACHES 1
@@ -52,18 +55,42 @@
  * for and by yield from / await; 3.13 also calls with keywords and class calls. */
 /* clang-format off */
 static const int inline_call_ops[] = {
-    CALL, CALL_PY_EXACT_ARGS, BINARY_SUBSCR_GETITEM,
+    CALL, CALL_PY_EXACT_ARGS,
+#if PY_VERSION_HEX < 0x030e0000
+    BINARY_SUBSCR_GETITEM,
+#else
+    BINARY_OP_SUBSCR_GETITEM,
+#endif
 #if PY_VERSION_HEX < 0x030c0000
     CALL_ADAPTIVE, CALL_PY_WITH_DEFAULTS,
 #elif PY_VERSION_HEX < 0x030d0000
     CALL_PY_WITH_DEFAULTS, CALL_BOUND_METHOD_EXACT_ARGS, CALL_FUNCTION_EX, LOAD_ATTR_PROPERTY,
     LOAD_ATTR_GETATTRIBUTE_OVERRIDDEN, FOR_ITER_GEN, SEND, SEND_GEN,
-#else
+#elif PY_VERSION_HEX < 0x030e0000
     CALL_PY_GENERAL, CALL_BOUND_METHOD_EXACT_ARGS, CALL_BOUND_METHOD_GENERAL, CALL_KW,
     CALL_FUNCTION_EX, LOAD_ATTR_PROPERTY, LOAD_ATTR_GETATTRIBUTE_OVERRIDDEN, FOR_ITER_GEN, SEND,
     SEND_GEN,
     /* a class call: a shim frame (its code starts with EXIT_INIT_CHECK), then __init__ */
     CALL_ALLOC_AND_ENTER_INIT, EXIT_INIT_CHECK,
+#else
+    /* 3.14 folds subscripts into BINARY_OP (whose generic form calls __getitem__ through C),
+     * gives CALL_KW its Python forms, and 3.15 CALL_FUNCTION_EX its own; each opcode is a
+     * macro of opcode_ids.h, so a later version lacking one simply leaves it out */
+    CALL_PY_GENERAL, CALL_BOUND_METHOD_EXACT_ARGS, CALL_BOUND_METHOD_GENERAL, CALL_KW,
+    CALL_FUNCTION_EX, LOAD_ATTR_PROPERTY, LOAD_ATTR_GETATTRIBUTE_OVERRIDDEN, FOR_ITER_GEN, SEND,
+    SEND_GEN, CALL_ALLOC_AND_ENTER_INIT, EXIT_INIT_CHECK,
+#ifdef CALL_KW_PY
+    CALL_KW_PY,
+#endif
+#ifdef CALL_KW_BOUND_METHOD
+    CALL_KW_BOUND_METHOD,
+#endif
+#ifdef CALL_EX_PY
+    CALL_EX_PY,
+#endif
+#ifdef SEND_ASYNC_GEN
+    SEND_ASYNC_GEN,
+#endif
 #endif
 };
 /* clang-format on */
@@ -115,6 +142,93 @@ static void print_ops(void)
 #endif
 }
 
+/*
+ * 3.13+: where _Py_DebugOffsets publishes what we read, in 64-bit words, and the word of the
+ * size of the struct each offset lies in (layout.h: struct pyf_debug_map). Only the fields
+ * whose meaning has stayed the same: a section's other fields are read from the table.
+ */
+#if PY_VERSION_HEX >= 0x030d0000
+#define DW(section, member, field)                                                                 \
+    printf("    {%zu, %zu, offsetof(struct pyf_layout, %s)},\n",                                   \
+           offsetof(_Py_DebugOffsets, section.member) / 8,                                         \
+           offsetof(_Py_DebugOffsets, section.size) / 8, field)
+#define WORD(member) (offsetof(_Py_DebugOffsets, member) / 8)
+#endif
+
+static void print_debug_map(void)
+{
+#if PY_VERSION_HEX >= 0x030d0000
+    printf("static const struct pyf_debug_field debug_fields[] = {\n");
+    DW(runtime_state, interpreters_head, "rt_interp_head");
+    DW(interpreter_state, id, "is_id");
+    DW(interpreter_state, next, "is_next");
+    DW(interpreter_state, threads_head, "is_tstate_head");
+    DW(interpreter_state, imports_modules, "is_modules");
+    DW(interpreter_state, ceval_gil, "is_gil");
+    DW(thread_state, next, "ts_next");
+    DW(thread_state, interp, "ts_interp");
+    DW(thread_state, current_frame, "ts_frame");
+    DW(thread_state, thread_id, "ts_thread_id");
+    DW(thread_state, native_thread_id, "ts_native_thread_id");
+    DW(interpreter_frame, previous, "fr_back");
+    DW(interpreter_frame, executable, "fr_code");
+    DW(interpreter_frame, instr_ptr, "fr_lasti");
+    DW(interpreter_frame, localsplus, "fr_localsplus");
+    DW(interpreter_frame, localsplus, "fr_size");
+    DW(interpreter_frame, owner, "fr_owner");
+    DW(code_object, filename, "co_filename");
+    DW(code_object, name, "co_name");
+    DW(code_object, qualname, "co_qualname");
+    DW(code_object, linetable, "co_linetable");
+    DW(code_object, firstlineno, "co_firstlineno");
+    DW(code_object, argcount, "co_argcount");
+    DW(code_object, localsplusnames, "co_localsplusnames");
+    DW(code_object, localspluskinds, "co_localspluskinds");
+    DW(code_object, co_code_adaptive, "co_code_adaptive");
+    DW(pyobject, ob_type, "ob_type");
+    DW(type_object, tp_name, "tp_name");
+    DW(type_object, tp_flags, "tp_flags");
+    DW(tuple_object, ob_item, "tuple_items");
+    DW(tuple_object, ob_size, "var_size");
+    DW(list_object, ob_item, "list_items");
+    DW(dict_object, ma_keys, "dict_keys");
+    DW(dict_object, ma_values, "dict_values");
+#if PY_VERSION_HEX >= 0x030e0000
+    DW(set_object, used, "set_used");
+    DW(set_object, table, "set_table");
+    DW(set_object, mask, "set_mask");
+#endif
+    DW(float_object, ob_fval, "float_value");
+    DW(long_object, ob_digit, "long_digits");
+    DW(bytes_object, ob_sval, "bytes_data");
+    DW(unicode_object, state, "str_state");
+    DW(unicode_object, length, "str_length");
+    DW(unicode_object, asciiobject_size, "str_ascii_data");
+    printf("};\n\n");
+    printf("static const struct pyf_debug_map debug_map = {\n");
+    printf("    .n_words = %zu,\n", sizeof(_Py_DebugOffsets) / 8);
+    printf("    .version = %zu,\n", WORD(version));
+    printf("    .free_threaded = %zu,\n", WORD(free_threaded));
+    printf("    .gil_state = %zu,\n", WORD(interpreter_state.gil_runtime_state));
+    printf("    .gil_locked = %zu,\n", WORD(interpreter_state.gil_runtime_state_locked));
+    printf("    .gil_holder = %zu,\n", WORD(interpreter_state.gil_runtime_state_holder));
+    printf("    .is_gc = %zu,\n", WORD(interpreter_state.gc));
+    printf("    .gc_collecting = %zu,\n", WORD(gc.collecting));
+    printf("    .is_size = %zu,\n", WORD(interpreter_state.size));
+    printf("    .ts_size = %zu,\n", WORD(thread_state.size));
+#if PY_VERSION_HEX >= 0x030e0000
+    printf("    .eval_breaker = %zu,\n", WORD(debugger_support.eval_breaker));
+    printf("    .debugger_support = %zu,\n", WORD(debugger_support.remote_debugger_support));
+    printf("    .debugger_pending = %zu,\n", WORD(debugger_support.debugger_pending_call));
+    printf("    .debugger_script = %zu,\n", WORD(debugger_support.debugger_script_path));
+    printf("    .debugger_script_size = %zu,\n", WORD(debugger_support.debugger_script_path_size));
+    printf("    .remote_debug = %zu,\n", WORD(debugger_support.remote_debugging_enabled));
+#endif
+    printf("    .n_fields = sizeof(debug_fields) / sizeof(debug_fields[0]),\n");
+    printf("    .fields = debug_fields,\n};\n\n");
+#endif
+}
+
 int main(void)
 {
     int minor = PY_MINOR_VERSION;
@@ -124,6 +238,7 @@ int main(void)
            PY_VERSION);
     printf("#include \"../layout.h\"\n\n");
     print_ops();
+    print_debug_map();
     printf("const struct pyf_layout pyf_layout_3%02d = {\n", minor);
     printf("    .version = PYF_VER(3, %d),\n", minor);
 
@@ -236,7 +351,9 @@ int main(void)
     F("fr_owner", -1);
     F("fr_size", offsetof(PyFrameObject, f_localsplus));
     F("fr_lasti_scale", PY_VERSION_HEX < 0x030a0000 ? 1 : 2);
-    F("fr_owner_cstack", -1);
+    F("fr_owner_shim", -1);
+    F("stackref_tag_bits", 0);
+    F("stackref_int_tag", -1);
     F("fr_state", offsetof(PyObject, ob_refcnt)); /* 0: returned (a zombie or free frame) */
     FS("fr_state_model", "PYF_STATE_REFCNT");
     F("fr_is_entry", -1);
@@ -264,17 +381,33 @@ int main(void)
     F("fr_owner", offsetof(_PyInterpreterFrame, owner));
     F("fr_size", offsetof(_PyInterpreterFrame, localsplus));
     F("fr_lasti_scale", 2);
+#if PY_VERSION_HEX < 0x030e0000
+    F("stackref_tag_bits", 0);
+    F("stackref_int_tag", -1);
+#else
+    F("stackref_tag_bits", Py_TAG_BITS);
+    F("stackref_int_tag", Py_INT_TAG);
+#endif
 #if PY_VERSION_HEX < 0x030c0000
-    F("fr_owner_cstack", -1);
+    F("fr_owner_shim", -1);
     F("fr_state", -1); /* 3.11 leaves stacktop as last saved: no executing marker */
     FS("fr_state_model", "PYF_STATE_NONE");
     F("fr_is_entry", offsetof(_PyInterpreterFrame, is_entry));
     FS("ops", "ops");
-#else
-    F("fr_owner_cstack", FRAME_OWNED_BY_CSTACK);
+#elif PY_VERSION_HEX < 0x030e0000
+    F("fr_owner_shim", FRAME_OWNED_BY_CSTACK);
     F("fr_state", offsetof(_PyInterpreterFrame, stacktop)); /* -1: executing */
     FS("fr_state_model", "PYF_STATE_STACKTOP");
     F("fr_is_entry", -1); /* entry frames are marked by a shim frame instead */
+#ifdef HAS_INLINE_CALL_CACHES
+    FS("ops", "ops");
+#endif
+#else
+    /* 3.14's stackpointer is cleared while the frame executes in debug builds only */
+    F("fr_owner_shim", FRAME_OWNED_BY_INTERPRETER);
+    F("fr_state", -1);
+    FS("fr_state_model", "PYF_STATE_NONE");
+    F("fr_is_entry", -1);
 #ifdef HAS_INLINE_CALL_CACHES
     FS("ops", "ops");
 #endif
@@ -391,6 +524,25 @@ int main(void)
     F("str_state", offsetof(PyASCIIObject, state));
     F("str_ascii_data", sizeof(PyASCIIObject));
     F("str_compact_data", sizeof(PyCompactUnicodeObject));
+#if PY_VERSION_HEX >= 0x030e0000
+    F("ts_eval_breaker", offsetof(PyThreadState, eval_breaker));
+    F("ts_debugger_pending",
+      offsetof(PyThreadState, remote_debugger_support.debugger_pending_call));
+    F("ts_debugger_script", offsetof(PyThreadState, remote_debugger_support.debugger_script_path));
+    F("debugger_script_size", _Py_MAX_SCRIPT_PATH_SIZE);
+    F("is_remote_debug", offsetof(PyInterpreterState, config.remote_debug));
+    F("eval_stop_bit", _PY_EVAL_PLEASE_STOP_BIT);
+#else
+    F("ts_eval_breaker", -1);
+    F("ts_debugger_pending", -1);
+    F("ts_debugger_script", -1);
+    F("debugger_script_size", -1);
+    F("is_remote_debug", -1);
+    F("eval_stop_bit", 0);
+#endif
+#if PY_VERSION_HEX >= 0x030d0000
+    FS("debug_map", "&debug_map");
+#endif
     printf("};\n");
     return 0;
 }

@@ -63,6 +63,8 @@ struct pyf_target_info {
     uint64_t runtime_raddr; /* _PyRuntime, or interp_head on 3.6 */
     bool debug_offsets;     /* the layout was read from the target's _Py_DebugOffsets */
     bool core;              /* read from a core file (pyf_target_open_core) */
+    char note[200];         /* "" or what the user should know: a version newer than this
+                             * build knows, read through the offsets it publishes */
 };
 
 struct pyf_target;
@@ -228,6 +230,26 @@ struct pyf_frames_copy {
  * together, or that names what is no longer a code object, is PYF_TORN. */
 int pyf_target__stack_of_copy(struct pyf_target *t, const struct pyf_frames_copy *c,
                               struct pyf_stack *st, struct pyf_err *reterr);
+
+/*
+ * PEP 768 (3.14+): where a debugger asks thread @th to run a Python script at its next safe
+ * point, as sys.remote_exec() does: the script's path goes into script_raddr (NUL-terminated,
+ * at most script_size bytes), then 1 into the int32 at pending_raddr, then eval_breaker_bit
+ * is OR-ed into the word at eval_breaker_raddr. The thread clears the pending call and runs
+ * the file the next time it checks its eval breaker (a thread in a blocking C call does not
+ * until the call returns). PYF_UNSUPPORTED (-EOPNOTSUPP): the version has no such hook, or
+ * the interpreter was started with it off (-X disable_remote_debug,
+ * PYTHON_DISABLE_REMOTE_DEBUG); the message says which.
+ */
+struct pyf_remote_exec {
+    uint64_t script_raddr;
+    uint32_t script_size;
+    uint64_t pending_raddr;
+    uint64_t eval_breaker_raddr;
+    uint64_t eval_breaker_bit;
+};
+int pyf_target__remote_exec(struct pyf_target *t, const struct pyf_thread *th,
+                            struct pyf_remote_exec *ret, struct pyf_err *reterr);
 
 /* Calls @fn once per bound local variable of @fr (from the latest pyf_target__stack()), in
  * definition order, with the value rendered: None, True, 42, 1.5, 'text', b'bytes', lists,

@@ -182,6 +182,8 @@ static json_t *process_json(struct pyf_target *t, struct pyf_native *nat,
                      "threads", threads);
     if (root && nat)
         json_object_set_new(root, "native", json_true());
+    if (root && info->note[0]) /* a version newer than this build knows, and how it is read */
+        json_object_set_new(root, "note", json_string(info->note));
     return root;
 }
 

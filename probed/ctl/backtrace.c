@@ -199,6 +199,8 @@ void backtrace_print_text(json_t *doc)
            json_string_value(json_object_get(doc, "command")),
            json_string_value(json_object_get(doc, "python_version")),
            json_string_value(json_object_get(doc, "runtime_file")));
+    if (json_is_string(json_object_get(doc, "note")))
+        printf("Note: %s\n", json_string_value(json_object_get(doc, "note")));
     if (json_is_number(json_object_get(doc, "native_pause_ms")))
         printf("Native stacks: every thread held %.1f ms\n",
                json_number_value(json_object_get(doc, "native_pause_ms")));

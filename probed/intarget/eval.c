@@ -113,9 +113,9 @@ int eval_run(struct stubctl *sc, const char *db_path, const struct eval_request 
     name = status_name(&res);
     out_len = res.text ? strlen(res.text) : 0;
     audit(db_path, rq, ts_ns, name, out_len, elapsed, res.injected);
-    *ret_body =
-        json_pack("{s:s, s:s?, s:b, s:f, s:f}", "status", name, "output", res.text, "injected",
-                  res.injected, "inject_ms", res.inject_ms, "elapsed_ms", elapsed);
+    *ret_body = json_pack("{s:s, s:s?, s:b, s:s?, s:f, s:f}", "status", name, "output", res.text,
+                          "injected", res.injected, "entry", res.entry, "inject_ms", res.inject_ms,
+                          "elapsed_ms", elapsed);
     if (res.timed_out && *ret_body)
         json_object_set_new(*ret_body, "message",
                             json_sprintf("no reply within %lld ms; the code may still be running "

@@ -22,10 +22,16 @@
 
 #include "clock.h"
 #include "intarget/inject.h"
+#include "intarget/remote_exec.h"
+#include "log.h"
 #include "common/procfs.h"
 #include "errbuf.h"
 
 #define SOCKET_WAIT_MS 3000 /* from dlopen() returning to the stub's socket being up */
+/* for a thread of a 3.14+ target to take a remote-exec request and its stub to come up; a
+ * thread checks at least every switch interval (5 ms) while Python runs, so only a process
+ * whose threads all block in C calls waits it out (and then gets ptrace) */
+#define REMOTE_EXEC_WAIT_MS 1500
 
 #define GATES_MAX 64 /* targets with calls in progress (the workers are fewer) */
 
@@ -362,40 +368,35 @@ static int make_dir(struct stub_place *p, struct errbuf *err)
     return place_open_dir(p, err);
 }
 
-/* A copy of the stub under a name used once (dlopen() of a path already loaded would not run
- * the constructor again), created by the target's user inside the checked directory only. */
-static int copy_stub(const struct stubctl *sc, const struct stub_place *p, char *name, size_t size,
-                     struct errbuf *err)
+/* A file of the target's user in the checked directory, named @prefix-TIME@suffix (used once):
+ * filled from @src_fd, or else from @data. Its name goes to @name. */
+static int create_file(const struct stub_place *p, const char *prefix, const char *suffix,
+                       int src_fd, const char *data, mode_t mode, char *name, size_t size,
+                       struct errbuf *err)
 {
     char buf[65536];
     struct fs_identity old;
     struct timespec ts;
-    int in, out, r = 0;
+    int out, r = 0;
     ssize_t n;
 
     clock_gettime(CLOCK_REALTIME, &ts);
-    snprintf(name, size, "stub-%lld%09ld.so", (long long)ts.tv_sec, ts.tv_nsec);
-    in = open(sc->stub_path, O_RDONLY | O_CLOEXEC);
-    if (in < 0)
-        return errbuf_set(err, -errno, "open %s: %s", sc->stub_path, strerror(errno));
-    if ((r = fs_identity_become(p->uid, p->gid, &old)) < 0) {
-        close(in);
+    snprintf(name, size, "%s-%lld%09ld%s", prefix, (long long)ts.tv_sec, ts.tv_nsec, suffix);
+    if ((r = fs_identity_become(p->uid, p->gid, &old)) < 0)
         return errbuf_set(err, r, "pid %d: act as uid %u: cannot set the fsuid", (int)p->pid,
                           (unsigned)p->uid);
-    }
-    out = openat(p->dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0500);
+    out = openat(p->dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
     if (out < 0)
         r = -errno;
     fs_identity_restore(&old);
-    if (out < 0) {
-        close(in);
+    if (out < 0)
         return errbuf_set(err, r, "pid %d: create %s/%s as uid %u: %s", (int)p->pid,
                           p->dir_in_target, name, (unsigned)p->uid, strerror(-r));
-    }
-    while (r == 0 && (n = read(in, buf, sizeof(buf))) > 0)
+    if (src_fd < 0 && write(out, data, strlen(data)) != (ssize_t)strlen(data))
+        r = errbuf_set(err, -EIO, "write %s/%s: %s", p->dir_in_target, name, strerror(errno));
+    while (src_fd >= 0 && r == 0 && (n = read(src_fd, buf, sizeof(buf))) > 0)
         if (write(out, buf, (size_t)n) != n)
             r = errbuf_set(err, -EIO, "write %s/%s: %s", p->dir_in_target, name, strerror(errno));
-    close(in);
     if (close(out) < 0 && r == 0)
         r = errbuf_set(err, -errno, "close %s/%s: %s", p->dir_in_target, name, strerror(errno));
     if (r < 0)
@@ -403,25 +404,100 @@ static int copy_stub(const struct stubctl *sc, const struct stub_place *p, char 
     return r;
 }
 
+/* A copy of the stub under a name used once (dlopen() of a path already loaded would not run
+ * the constructor again), created by the target's user inside the checked directory only. */
+static int copy_stub(const struct stubctl *sc, const struct stub_place *p, char *name, size_t size,
+                     struct errbuf *err)
+{
+    int in = open(sc->stub_path, O_RDONLY | O_CLOEXEC), r;
+
+    if (in < 0)
+        return errbuf_set(err, -errno, "open %s: %s", sc->stub_path, strerror(errno));
+    r = create_file(p, "stub", ".so", in, NULL, 0500, name, size, err);
+    close(in);
+    return r;
+}
+
+/* Waits up to @wait_ms for the stub's socket: the connected socket, or -ENOENT. */
+static int await_socket(const struct stub_place *p, double wait_ms, struct errbuf *err)
+{
+    double deadline = mono_ms() + wait_ms;
+    int fd;
+
+    while ((fd = connect_stub(p, err)) == -ENOENT && mono_ms() < deadline)
+        usleep(2000);
+    return fd;
+}
+
+/*
+ * CPython 3.14+: the stub enters through PEP 768's external debugger hook (remote_exec.h): a
+ * script next to it, run by the first thread to reach a safe point, loads @stub_in_target
+ * and hands it the main thread's ident (stub.c: probed_stub_enter). The connected socket;
+ * -EOPNOTSUPP where there is no such hook or it is off, -ETIMEDOUT when no thread took the
+ * request within REMOTE_EXEC_WAIT_MS (all blocked in C calls): the request is withdrawn
+ * and the caller uses ptrace, loading the same copy, so the stub starts once either way.
+ */
+static int enter_by_remote_exec(const struct stub_place *p, const char *stub_in_target,
+                                struct errbuf *err)
+{
+    char script[512], name[64], in_target[160];
+    struct remote_exec req;
+    int fd, r;
+
+    /* the path goes into Python source: only the characters stubctl's own names use */
+    if (strspn(stub_in_target, "abcdefghijklmnopqrstuvwxyz0123456789/._-") !=
+        strlen(stub_in_target))
+        return errbuf_set(err, -EOPNOTSUPP, "pid %d: the stub's path %s is not plain", (int)p->pid,
+                          stub_in_target);
+    snprintf(script, sizeof(script),
+             "# probed: loads its stub (PEP 768 hook; see probed's docs/SECURITY.md)\n"
+             "import _thread, ctypes\n"
+             "ident = _thread._get_main_thread_ident()\n"
+             "ctypes.CDLL('%s').probed_stub_enter(ctypes.c_ulong(ident))\n",
+             stub_in_target);
+    r = create_file(p, "enter", ".py", -1, script, 0400, name, sizeof(name), err);
+    if (r < 0)
+        return r;
+    snprintf(in_target, sizeof(in_target), "%s/%s", p->dir_in_target, name);
+    r = remote_exec_request(p->grant, in_target, &req, err);
+    if (r < 0) {
+        unlinkat(p->dir_fd, name, 0);
+        return r;
+    }
+    fd = await_socket(p, REMOTE_EXEC_WAIT_MS, err);
+    remote_exec_withdraw(&req);
+    if (fd == -ENOENT)
+        return errbuf_set(err, -ETIMEDOUT,
+                          "pid %d: no thread took the remote-exec request within %d ms",
+                          (int)p->pid, REMOTE_EXEC_WAIT_MS);
+    return fd;
+}
+
 /* Loads the stub and waits for its socket; returns the connected socket. */
-static int inject_stub(struct stubctl *sc, struct stub_place *p, bool *ret_loaded,
+static int inject_stub(struct stubctl *sc, struct stub_place *p, struct stub_result *res,
                        struct errbuf *err)
 {
     char name[64], in_target[160];
-    double deadline;
     int r, fd;
 
     sweep_stale_stubs();
     if ((r = make_dir(p, err)) < 0 || (r = copy_stub(sc, p, name, sizeof(name), err)) < 0)
         return r;
     snprintf(in_target, sizeof(in_target), "%s/%s", p->dir_in_target, name);
+    fd = enter_by_remote_exec(p, in_target, err);
+    if (fd >= 0 || fd == -ESRCH || fd == -EPERM) {
+        res->injected = fd >= 0;
+        res->entry = "remote_exec";
+        return fd;
+    }
+    if (fd != -EOPNOTSUPP)
+        log_msg(LOG_INFO, "%s; loading the stub through ptrace", err->msg);
+    res->entry = "ptrace";
     r = inject_library(p->grant, in_target, err);
     if (r < 0)
         return r;
-    *ret_loaded = true; /* whether or not its socket comes up (a stopped process: later) */
-    deadline = mono_ms() + SOCKET_WAIT_MS;
-    while ((fd = connect_stub(p, err)) == -ENOENT && mono_ms() < deadline)
-        usleep(2000);
+    res->injected = true; /* whether or not its socket comes up (a stopped process: later) */
+    fd = await_socket(p, SOCKET_WAIT_MS, err);
     if (fd == -ENOENT)
         return errbuf_set(err, -ETIMEDOUT,
                           "pid %d loaded the stub but its socket %s/%s did not appear within "
@@ -456,7 +532,7 @@ static int open_stub(struct stubctl *sc, const struct proc_grant *g, bool may_in
     if (fd == 0)
         fd = connect_stub(&p, err);
     if (fd == -ENOENT) {
-        fd = inject_stub(sc, &p, &res->injected, err);
+        fd = inject_stub(sc, &p, res, err);
         res->inject_ms = mono_ms() - t0;
     }
     pthread_mutex_unlock(&sc->inject_lock);

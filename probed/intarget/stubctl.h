@@ -61,6 +61,9 @@ struct stub_result {
     bool timed_out;   /* no reply within the timeout: the code may still be running */
     bool injected;    /* this call loaded the stub */
     double inject_ms; /* how long loading it took (0 when it was there) */
+    /* how it was loaded: "remote_exec" (PEP 768's hook, 3.14+), "ptrace", or NULL (it was
+     * there) */
+    const char *entry;
 };
 
 /* Calls the stub of @target's process, which must still be the one granted (checked before it

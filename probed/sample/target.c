@@ -169,6 +169,8 @@ int target_new(pid_t pid, uint32_t rate_hz, struct target **ret, struct pyf_err 
         goto fail;
     }
     snprintf(t->py_version, sizeof(t->py_version), "%s", pyf_target__info(t->pyf)->version_str);
+    if (pyf_target__info(t->pyf)->note[0])
+        log_msg(LOG_WARN, "pid %d: %s", pid, pyf_target__info(t->pyf)->note);
     procfs_cmdline(pid, t->cmdline, sizeof(t->cmdline));
     read_ranks(t);
     t->rate_hz = rate_hz;

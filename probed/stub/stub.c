@@ -27,6 +27,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -633,8 +634,27 @@ __attribute__((constructor)) static void stub_load(void)
     if (!slash)
         return;
     *slash = '\0';
-    s->main_ident = (unsigned long)pthread_self(); /* we run on the hijacked main thread */
-    s->main_tid = syscall(SYS_gettid);
+    s->main_tid = getpid(); /* the main thread's id is the process's */
+    /* Loaded through ptrace, we run on the hijacked main thread. Loaded by the script a
+     * CPython 3.14+ thread runs for PEP 768's external debugger hook (stubctl.c), we may be on
+     * any thread: the script then calls probed_stub_enter() with the main thread's ident. */
+    if (syscall(SYS_gettid) != s->main_tid)
+        return;
+    s->main_ident = (unsigned long)pthread_self();
+    start_detached(stub_main, s);
+}
+
+/* The script of stubctl.c's remote-exec entry, after its dlopen(), with the GIL held: once,
+ * whichever of the threads asked runs it first (another one's dlopen() of the same copy
+ * finds it loaded and calls this again). */
+__attribute__((visibility("default"))) void probed_stub_enter(unsigned long main_ident)
+{
+    static atomic_flag entered = ATOMIC_FLAG_INIT;
+    struct stub *s = &the_stub;
+
+    if (!s->dir[0] || s->main_ident || atomic_flag_test_and_set(&entered))
+        return;
+    s->main_ident = main_ident;
     start_detached(stub_main, s);
 }
 

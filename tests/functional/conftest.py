@@ -1,7 +1,8 @@
 """Shared fixtures for the functional tests: real interpreters, real targets, real binaries.
 
-The interpreters are every pyenv CPython 3.6-3.13 plus Debian's /usr/bin/python3. One that is
-not installed is reported as a skip with its reason (pytest -rs prints it), never dropped.
+The interpreters are every pyenv CPython 3.6-3.13, Debian unstable's 3.14 and 3.15 (unpacked by
+scripts/pythons.sh into /opt/probed-pythons) and Debian's /usr/bin/python3. One that is not
+installed is reported as a skip with its reason (pytest -rs prints it), never dropped.
 """
 import glob
 import json
@@ -20,14 +21,28 @@ PROBECTL = os.path.join(BUILD, 'probed', 'probectl')
 TARGETS = os.path.join(ROOT, 'tests', 'targets')
 PYENV = os.environ.get('PYENV_ROOT', os.path.expanduser('~/.pyenv'))
 MINORS = ['3.6', '3.7', '3.8', '3.9', '3.10', '3.11', '3.12', '3.13']
+PYTHONS = os.environ.get('PROBED_PYTHONS', '/opt/probed-pythons')
+NEWER = ['3.14', '3.15']  # Debian unstable's, unpacked by scripts/pythons.sh
+
+
+def missing_newer():
+    """{minor: why} for the newer Pythons scripts/pythons.sh could not install."""
+    try:
+        with open(os.path.join(PYTHONS, 'MISSING'), encoding='utf-8') as f:
+            return dict(line.rstrip('\n').split(' ', 1) for line in f if ' ' in line)
+    except OSError:
+        return {}
 
 
 def find_interpreters():
-    """[(id, path or None)]: one pyenv build per minor, then Debian's python3."""
+    """[(id, path or None)]: one pyenv build per minor, Debian's 3.14+, then /usr/bin/python3."""
     found = []
     for minor in MINORS:
         builds = sorted(glob.glob(os.path.join(PYENV, 'versions', minor + '.*', 'bin', 'python' + minor)))
         found.append(('pyenv-' + minor, builds[-1] if builds else None))
+    for minor in NEWER:
+        path = os.path.join(PYTHONS, minor, 'bin', 'python' + minor)
+        found.append(('debian-' + minor, path if os.access(path, os.X_OK) else None))
     found.append(('debian-python3', '/usr/bin/python3' if os.path.exists('/usr/bin/python3') else None))
     return found
 
@@ -35,13 +50,18 @@ def find_interpreters():
 INTERPRETERS = find_interpreters()
 
 
-def interpreter_params():
-    return [pytest.param(path, id=name) for name, path in INTERPRETERS]
+def interpreter_params(*names):
+    """Every interpreter as a pytest param, or those named (ids as find_interpreters())."""
+    if names:
+        unknown = set(names) - {n for n, _ in INTERPRETERS}
+        assert not unknown, 'no interpreter named %s' % sorted(unknown)
+    return [pytest.param(path, id=name) for name, path in INTERPRETERS if not names or name in names]
 
 
 def require(path):
     if path is None:
-        pytest.skip('interpreter not installed on this machine')
+        why = '; '.join('%s: %s' % kv for kv in missing_newer().items())
+        pytest.skip('interpreter not installed on this machine' + (' (scripts/pythons.sh: %s)' % why if why else ''))
 
 
 def marks(path):

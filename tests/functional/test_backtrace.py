@@ -6,6 +6,7 @@ the locals of the innermost frame, the GIL holder and the idle flags.
 import json
 import os
 import re
+import subprocess
 
 import pytest
 
@@ -233,3 +234,65 @@ def test_threads_have_their_python_names(python, target_factory, daemon):
         daemon.ctl('detach', t.pid, check=True)
     assert {tid: (name, os_name) for tid, name, os_name in stored} == \
         {tid: (name, comm[tid]) for tid, name in expected.items()}
+
+
+def file_offset(binary, symbol):
+    """Where @symbol (.dynsym) of @binary lies in the file, from its address and the
+    PT_LOAD segment holding it."""
+    nm = subprocess.run(['nm', '-D', '--defined-only', binary], stdout=subprocess.PIPE,
+                        universal_newlines=True, check=True).stdout
+    addr = int(next(line.split()[0] for line in nm.splitlines() if line.split()[-1] == symbol), 16)
+    segs = subprocess.run(['readelf', '-lW', binary], stdout=subprocess.PIPE,
+                          universal_newlines=True, check=True).stdout
+    for line in segs.splitlines():
+        f = line.split()
+        if f and f[0] == 'LOAD':
+            off, vaddr, filesz = int(f[1], 16), int(f[2], 16), int(f[4], 16)
+            if vaddr <= addr < vaddr + filesz:
+                return addr - vaddr + off
+    raise AssertionError('%s is in no loaded part of %s' % (symbol, binary))
+
+
+def test_a_python_newer_than_every_table_is_read_through_its_own_offsets(tmp_path):
+    """Debian's 3.15 with its version words changed to 3.16.0 (Py_Version and the one in
+    _PyRuntime.debug_offsets; the interpreter itself runs as before): read through the offsets
+    it publishes, with a note saying so; with one of them past its struct, refused saying so."""
+    from conftest import INTERPRETERS, Target
+    py = dict(INTERPRETERS).get('debian-3.15')
+    require(py)
+    home = os.path.dirname(os.path.dirname(py))
+    data = bytearray(open(py, 'rb').read())
+    at_version, at_runtime = file_offset(py, 'Py_Version'), file_offset(py, '_PyRuntime')
+    assert data[at_runtime:at_runtime + 8] == b'xdebugpy'
+    for at in (at_version, at_runtime + 8):
+        assert int.from_bytes(data[at:at + 4], 'little') >> 16 == 0x030f
+        data[at:at + 4] = (0x031000f0).to_bytes(4, 'little')
+    newer = tmp_path / 'python3.16'
+    newer.write_bytes(bytes(data))
+    newer.chmod(0o755)
+    env = dict(os.environ, PYTHONHOME=home)
+    t = Target(str(newer), 'shapes.py', env=env)
+    try:
+        doc = read_json(t.pid)
+        assert doc['python_version'] == '3.16.0'
+        assert 'newer than this probed knows (3.6 to 3.15)' in doc['note'], doc.get('note')
+        main = next(th for th in doc['threads'] if th['name'] == 'MainThread')
+        assert own_frames(main, [SHAPES]) == expected_shapes(py)['main']
+        text = probectl('backtrace', t.pid, check=True).stdout
+        assert 'Note: Python 3.16.0 is newer' in text
+    finally:
+        t.close()
+    # _PyRuntimeState's size (word 3: the first field after cookie, version and
+    # free_threaded) made 8: the interpreters' head it holds lies past it
+    data[at_runtime + 24:at_runtime + 32] = (8).to_bytes(8, 'little')
+    broken = tmp_path / 'python3.16b'
+    broken.write_bytes(bytes(data))
+    broken.chmod(0o755)
+    t = Target(str(broken), 'shapes.py', env=env)
+    try:
+        r = probectl('backtrace', t.pid)
+        assert r.returncode != 0
+        assert 'runs Python 3.16.0, which this probed does not read' in r.stderr, r.stderr
+        assert 'whose _Py_DebugOffsets check out: an offset is' in r.stderr, r.stderr
+    finally:
+        t.close()

@@ -152,6 +152,41 @@ def test_200_injections_and_evals_leave_no_trace(daemon, python, mode):
         shutil.rmtree(work, ignore_errors=True)
 
 
+@pytest.mark.parametrize('python', interpreter_params('debian-3.14', 'debian-3.15'))
+def test_on_314_the_stub_enters_through_the_interpreters_own_hook(daemon, python):
+    """3.14+: the stub is loaded by a script the interpreter runs through PEP 768's external
+    debugger hook (the target's audit hook sees it), not by ptrace; a target started with the
+    hook off, or whose only thread is blocked in C for good, gets ptrace instead, and works."""
+    require(python)
+    t = target(python, 'sleep')
+    try:
+        status, reply = daemon.api('POST', '/v1/eval', {'pid': t.pid, 'code': 'remote_scripts'})
+        assert status == 200 and reply['entry'] == 'remote_exec', reply
+        scripts = eval(reply['output'])
+        assert len(scripts) == 1 and os.path.basename(scripts[0]).startswith('enter-'), scripts
+        status, reply = daemon.api('POST', '/v1/eval', {'pid': t.pid, 'code': 'counter > 0'})
+        assert (status, reply['output'], reply['injected']) == (200, 'True\n', False), reply
+        assert t.proc.poll() is None
+    finally:
+        t.close()
+    t = Target(python, 'evaltarget.py', 'sleep', env=dict(os.environ, PYTHON_DISABLE_REMOTE_DEBUG='1'))
+    try:
+        status, reply = daemon.api('POST', '/v1/eval', {'pid': t.pid, 'code': 'remote_scripts'})
+        assert (status, reply['entry'], reply['output']) == (200, 'ptrace', '[]\n'), reply
+    finally:
+        t.close()
+    t = target(python, 'read')  # blocked in os.read() for good: no safe point ever comes
+    try:
+        started = time.monotonic()
+        status, reply = daemon.api('POST', '/v1/eval', {'pid': t.pid, 'code': 'remote_scripts'})
+        assert (status, reply['entry'], reply['output']) == (200, 'ptrace', '[]\n'), reply
+        assert time.monotonic() - started < 10
+        assert 'no thread took the remote-exec request' in daemon.read_log()
+        assert t.proc.poll() is None
+    finally:
+        t.close()
+
+
 SEED_EXAMPLES = [  # ../shared/seeds/: what users of `probing <pid> eval` run
     ("import threading; [print(f'{t.name}: {t.is_alive()}') for t in threading.enumerate()]",
      'MainThread: True\n'),
@@ -261,7 +296,7 @@ def test_what_cannot_be_evaluated_says_why(daemon):
         old.wait()
 
 
-@pytest.mark.parametrize('python', interpreter_params()[-1:])
+@pytest.mark.parametrize('python', interpreter_params('debian-python3'))
 def test_a_refused_load_says_why_and_leaves_the_target_running(daemon, python):
     require(python)
     t = target(python, 'seccomp')
@@ -295,7 +330,7 @@ def test_a_traced_target_cannot_be_loaded_and_says_why(daemon):
         p.wait(timeout=30)
 
 
-@pytest.mark.parametrize('python', interpreter_params()[-1:])
+@pytest.mark.parametrize('python', interpreter_params('debian-python3'))
 def test_a_user_without_rights_is_refused(daemon, python):
     require(python)
     t = target(python, 'sleep')
@@ -367,7 +402,7 @@ def pty_session(argv, env, inputs, timeout=60):
         os.close(fd)
 
 
-@pytest.mark.parametrize('python', interpreter_params()[-1:])
+@pytest.mark.parametrize('python', interpreter_params('debian-python3'))
 def test_repl_through_a_pty(daemon, python):
     require(python)
     t = target(python, 'sleep')

@@ -157,7 +157,12 @@ def test_waiting_threads_have_native_stacks(python_path, target_factory, daemon)
             if not any(f[0] == 'native' for f in s):
                 continue
             with_native += n
-            assert nat(innermost)(s[0]), (name, s)  # where it waits
+            # where it waits: glibc 2.41+ enters a cancellable syscall through
+            # __syscall_cancel_arch (unstable's libc, under 3.14 and 3.15), the call above it
+            k = 0
+            while k + 1 < len(s) and re.match(r'__(internal_)?syscall_cancel', s[k][1] or ''):
+                k += 1
+            assert nat(innermost)(s[k]), (name, s)
             i = first(s, py(waiter))  # under the Python function that waits
             assert any(f[0] == 'native' for f in s[1:i]), (name, s)
             assert not any(EVAL.search(f[1]) for f in s), s  # every eval loop merged
@@ -244,7 +249,7 @@ def test_torch_processes_share_function_tables(target_factory):
         d.close()
 
 
-@pytest.mark.parametrize('python_path', [interpreter_params()[-2], interpreter_params()[-1]])
+@pytest.mark.parametrize('python_path', interpreter_params('pyenv-3.13', 'debian-3.15', 'debian-python3'))
 def test_library_loaded_after_attach(python_path, target_factory, daemon):
     """A library mapped after the attach (and deleted from disk): the mappings are read
     again, its functions are named and unwound through, down to the Python caller."""

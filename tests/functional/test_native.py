@@ -262,7 +262,8 @@ def native_json(pid):
     return r.returncode, (json.loads(r.stdout) if r.returncode == 0 else r.stderr)
 
 
-@pytest.mark.parametrize('python_path', interpreter_params()[-4:])  # 3.11-3.13, Debian's
+@pytest.mark.parametrize('python_path', interpreter_params('pyenv-3.11', 'pyenv-3.12', 'pyenv-3.13', 'debian-3.14',
+                                                          'debian-3.15', 'debian-python3'))
 def test_read_while_threads_come_and_go(python_path, target_factory):
     """Threads started and joined all the time: every read succeeds, no thread is left traced
     or stopped, and the target goes on."""
@@ -298,7 +299,7 @@ def test_target_exits_while_read(target_factory):
     assert 'ok' in outcomes, outcomes
 
 
-@pytest.mark.parametrize('python_path', [interpreter_params()[-2], interpreter_params()[-1]])
+@pytest.mark.parametrize('python_path', interpreter_params('pyenv-3.13', 'debian-3.15', 'debian-python3'))
 def test_native_loop_in_a_deleted_library(python_path, target_factory, daemon):
     """A library loaded, then deleted from disk: its frames still show, named by what its
     mapping holds (exported functions; a static one as file+offset), the file marked

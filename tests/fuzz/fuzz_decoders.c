@@ -4,7 +4,10 @@
  * (a first byte of 0xf0 and up) what issue 32 found taken unchecked from users and targets:
  * text that is not UTF-8 (its cleaned copy must be valid, and bounded), command-line patterns
  * (a pattern taken must compile within the fuzzer's memory and time limits) and node lists
- * (every name taken must be a host name, never an option of ssh).
+ * (every name taken must be a host name, never an option of ssh); and (0xe8 to 0xef) the
+ * search of a stripped interpreter's .eh_frame for its eval loop's cold part (evalcold.h):
+ * the rest split in two, the unwind table and the code, a part found lying outside the hot
+ * one.
  * The first byte picks the decoder; the rest is its input.
  */
 #include <regex.h>
@@ -16,6 +19,7 @@
 #include "common/pattern.h"
 #include "ctl/nodes.h"
 #include "elfimg.h"
+#include "evalcold.h"
 #include "pyframes.h"
 #include "linetable.h"
 #include "objrepr.h"
@@ -31,6 +35,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     memcpy(&first, data + 1, 4);
     memcpy(&addr, data + 5, 4);
+    if (data[0] >= 0xe8 && data[0] < 0xf0) {
+        size_t half = (size - 9) / 2;
+        uint64_t code_addr = 0x400000, start = 0, end = 0;
+        uint64_t hot = code_addr + (uint32_t)first % (half + 1),
+                 hot_end = hot + (uint32_t)addr % 4096;
+        if (evalcold_scan(data + 9, half, 0x1000, data + 9 + half, size - 9 - half, code_addr, hot,
+                          hot_end, &start, &end) == 0 &&
+            (end <= start || (start < hot_end && hot < end)))
+            abort();
+        return 0;
+    }
     if (data[0] >= 0xf0) {
         char *text = malloc(size - 9 + 1), clean[64];
         if (!text)

@@ -17,6 +17,11 @@ import time
 
 counter = 0
 wrong = 0
+remote_scripts = []  # 3.14+: the scripts PEP 768's external debugger hook ran here
+
+if hasattr(sys, 'remote_exec'):
+    sys.addaudithook(lambda event, args: event == 'cpython.remote_debugger_script'
+                     and remote_scripts.append(args[0]))
 
 
 def busy():

@@ -7,8 +7,10 @@ src=$1
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 cp -r "$src/gen" "$tmp/gen"; mkdir "$tmp/layouts"
 checked=0
-for minor in 6 7 8 9 10 11 12 13; do
-    prefix=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.$minor.* 2>/dev/null | tail -n 1 || true)
+for minor in 6 7 8 9 10 11 12 13 14 15; do
+    # pyenv's, or for 3.14+ the headers of Debian's -dev package (scripts/pythons.sh)
+    prefix=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.$minor.* \
+        "${PROBED_PYTHONS:-/opt/probed-pythons}/3.$minor" 2>/dev/null | tail -n 1 || true)
     if [ -z "$prefix" ]; then
         echo "3.$minor: headers not installed, table not checked"
         continue

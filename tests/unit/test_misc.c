@@ -1,4 +1,5 @@
 /* Unit tests: codecache.c, the version scanner in elfimg.c, and the layout tables. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +13,7 @@ int test_codecache_pins_entries_of_the_walk(void);
 int test_version_scan(void);
 int test_layout_tables(void);
 int test_debug_offsets(void);
+int test_debug_offsets_every_version(void);
 
 int test_codecache_pins_entries_of_the_walk(void)
 {
@@ -65,7 +67,7 @@ int test_version_scan(void)
 
 int test_layout_tables(void)
 {
-    for (uint32_t minor = 6; minor <= 13; minor++) {
+    for (uint32_t minor = 6; minor <= 15; minor++) {
         const struct pyf_layout *l = layout_for_version(PYF_VER(3, minor));
         CHECK(l && l->version == PYF_VER(3, minor));
         CHECK(l->ts_next > 0 && l->fr_back >= 0 && l->co_filename > 0 && l->co_name > 0);
@@ -77,20 +79,57 @@ int test_layout_tables(void)
     return 0;
 }
 
-/* A _Py_DebugOffsets built from our own 3.13 table reads back as that table. */
+/* A _Py_DebugOffsets built from a table through its own map (and what the map does not name
+ * set as the interpreter publishes it). */
+static void debug_offsets_of(const struct pyf_layout *l, uint32_t hex, uint64_t *w)
+{
+    const struct pyf_debug_map *m = l->debug_map;
+
+    memcpy(w, LAYOUT_DEBUG_COOKIE, 8);
+    w[m->version] = hex;
+    for (uint16_t i = 0; i < m->n_fields; i++) {
+        const struct pyf_debug_field *f = &m->fields[i];
+        int32_t v;
+        memcpy(&v, (const char *)l + f->field, sizeof(v));
+        w[f->word] = (uint64_t)v;
+        if (w[f->size_word] <= w[f->word])
+            w[f->size_word] = w[f->word] + 8; /* a struct size past each offset */
+    }
+    w[m->gil_state] = 1000, w[m->gil_locked] = 1000 + (uint64_t)l->gil_locked;
+    w[m->gil_holder] = 1000 + (uint64_t)l->gil_last_holder;
+    w[m->is_gc] = (uint64_t)l->is_gc_collecting - 8, w[m->gc_collecting] = 8;
+    w[m->is_size] = 1u << 16;
+    w[m->ts_size] = (uint64_t)l->ts_size;
+    if (m->debugger_support) { /* the script path relative to the thread's support struct */
+        w[m->eval_breaker] = (uint64_t)l->ts_eval_breaker;
+        w[m->debugger_support] = (uint64_t)l->ts_debugger_pending - 4;
+        w[m->debugger_pending] = 4;
+        w[m->debugger_script] = (uint64_t)(l->ts_debugger_script - l->ts_debugger_pending + 4);
+        w[m->debugger_script_size] = (uint64_t)l->debugger_script_size;
+        w[m->remote_debug] = (uint64_t)l->is_remote_debug;
+    }
+}
+
+/* The 3.13 struct as counted by hand from CPython's pycore_runtime.h: the generated map
+ * names the same words. */
 int test_debug_offsets(void)
 {
     const struct pyf_layout *l = layout_for_version(PYF_VER(3, 13));
     uint64_t w[128] = {0};
     struct pyf_layout got;
+    char why[160];
 
     memcpy(w, LAYOUT_DEBUG_COOKIE, 8);
     w[1] = 0x030d00f0;
+    w[3] = 1u << 16, w[6] = 1u << 16, w[19] = (uint64_t)l->ts_size, w[28] = 80, w[34] = 256;
+    w[44] = 16, w[46] = 416, w[50] = 32, w[53] = 40, w[56] = 48, w[59] = 24, w[61] = 32;
+    w[64] = 40, w[67] = 80, w[71] = 400;
     w[5] = (uint64_t)l->rt_interp_head;
     w[7] = (uint64_t)l->is_id, w[8] = (uint64_t)l->is_next, w[9] = (uint64_t)l->is_tstate_head;
+    w[10] = (uint64_t)l->is_gc_collecting - 8, w[72] = 8, w[11] = (uint64_t)l->is_modules;
     w[14] = (uint64_t)l->is_gil, w[15] = 1000;
     w[17] = 1000 + (uint64_t)l->gil_locked, w[18] = 1000 + (uint64_t)l->gil_last_holder;
-    w[19] = (uint64_t)l->ts_size, w[21] = (uint64_t)l->ts_next, w[22] = (uint64_t)l->ts_interp;
+    w[21] = (uint64_t)l->ts_next, w[22] = (uint64_t)l->ts_interp;
     w[23] = (uint64_t)l->ts_frame, w[24] = (uint64_t)l->ts_thread_id;
     w[25] = (uint64_t)l->ts_native_thread_id;
     w[29] = (uint64_t)l->fr_back, w[30] = (uint64_t)l->fr_code, w[31] = (uint64_t)l->fr_lasti;
@@ -101,17 +140,70 @@ int test_debug_offsets(void)
     w[41] = (uint64_t)l->co_localsplusnames, w[42] = (uint64_t)l->co_localspluskinds;
     w[43] = (uint64_t)l->co_code_adaptive, w[45] = (uint64_t)l->ob_type;
     w[47] = (uint64_t)l->tp_name, w[49] = (uint64_t)l->tp_flags;
-    w[51] = (uint64_t)l->tuple_items, w[60] = (uint64_t)l->float_value;
+    w[51] = (uint64_t)l->tuple_items, w[52] = (uint64_t)l->var_size;
+    w[54] = (uint64_t)l->list_items, w[57] = (uint64_t)l->dict_keys;
+    w[58] = (uint64_t)l->dict_values, w[60] = (uint64_t)l->float_value;
     w[63] = (uint64_t)l->long_digits, w[66] = (uint64_t)l->bytes_data;
     w[68] = (uint64_t)l->str_state, w[69] = (uint64_t)l->str_length;
     w[70] = (uint64_t)l->str_ascii_data;
-    CHECK(layout_from_debug_offsets(w, sizeof(w), PYF_VER(3, 13), &got) == 0);
+    CHECK(l->debug_map && l->debug_map->n_words == 73);
+    CHECK(layout_from_debug_offsets(w, sizeof(w), PYF_VER(3, 13), l, &got, why, sizeof(why)) == 0);
     CHECK(memcmp(&got, l, sizeof(got)) == 0);
-    CHECK(layout_from_debug_offsets(w, sizeof(w), PYF_VER(3, 14), &got) < 0);
-    w[2] = 1; /* free-threaded */
-    CHECK(layout_from_debug_offsets(w, sizeof(w), PYF_VER(3, 13), &got) < 0);
+    /* the version word must say what Py_Version said */
+    CHECK(layout_from_debug_offsets(w, sizeof(w), PYF_VER(3, 14), l, &got, why, sizeof(why)) ==
+          -EINVAL);
+    w[2] = 1; /* free-threaded: refused, not read with the table */
+    CHECK(layout_from_debug_offsets(w, sizeof(w), PYF_VER(3, 13), l, &got, why, sizeof(why)) ==
+          -ENOEXEC);
     w[2] = 0, w[0] = 0; /* no cookie */
-    CHECK(layout_from_debug_offsets(w, sizeof(w), PYF_VER(3, 13), &got) < 0);
+    CHECK(layout_from_debug_offsets(w, sizeof(w), PYF_VER(3, 13), l, &got, why, sizeof(why)) ==
+          -ENOENT);
+    /* before 3.13 nothing is published */
+    CHECK(layout_from_debug_offsets(w, sizeof(w), PYF_VER(3, 12),
+                                    layout_for_version(PYF_VER(3, 12)), &got, why,
+                                    sizeof(why)) == -EOPNOTSUPP);
+    return 0;
+}
+
+/* Every version that publishes offsets reads back as its own table through its own map; a
+ * newer version is read through the newest map once its offsets check out. */
+int test_debug_offsets_every_version(void)
+{
+    const struct pyf_layout *newest = layout_newest();
+    struct pyf_layout got;
+    char why[160];
+
+    CHECK(newest->version >= PYF_VER(3, 15));
+    for (uint32_t minor = 13; minor <= PYF_VERSION_MINOR(newest->version); minor++) {
+        const struct pyf_layout *l = layout_for_version(PYF_VER(3, minor));
+        uint64_t w[LAYOUT_DEBUG_BYTES / 8] = {0};
+
+        CHECK(l && l->debug_map && l->debug_map->n_words * 8u <= LAYOUT_DEBUG_BYTES);
+        debug_offsets_of(l, 0x030000f0u | minor << 16, w);
+        CHECK(layout_from_debug_offsets(w, sizeof(w), l->version, l, &got, why, sizeof(why)) == 0);
+        CHECK(memcmp(&got, l, sizeof(got)) == 0);
+    }
+    {
+        uint64_t w[LAYOUT_DEBUG_BYTES / 8] = {0};
+        uint32_t next = newest->version + 1;
+        const struct pyf_debug_field *f = &newest->debug_map->fields[3];
+
+        debug_offsets_of(newest, 0x030000f0u | PYF_VERSION_MINOR(next) << 16, w);
+        CHECK(layout_from_debug_offsets(w, sizeof(w), next, newest, &got, why, sizeof(why)) == 0);
+        CHECK(got.fr_owner == newest->fr_owner && got.ts_frame == newest->ts_frame);
+        CHECK(got.ts_debugger_script == newest->ts_debugger_script && got.eval_stop_bit > 0);
+        w[newest->debug_map->debugger_script_size] = 1u << 20; /* a path buffer past the thread */
+        CHECK(layout_from_debug_offsets(w, sizeof(w), next, newest, &got, why, sizeof(why)) ==
+              -EINVAL);
+        w[newest->debug_map->debugger_script_size] = (uint64_t)newest->debugger_script_size;
+        w[f->word] = w[f->size_word]; /* an offset past its struct: moved fields */
+        CHECK(layout_from_debug_offsets(w, sizeof(w), next, newest, &got, why, sizeof(why)) ==
+              -EINVAL);
+        CHECK(strstr(why, "an offset") != NULL);
+        w[f->word] = 0, w[f->size_word] = 0; /* a struct of no size */
+        CHECK(layout_from_debug_offsets(w, sizeof(w), next, newest, &got, why, sizeof(why)) ==
+              -EINVAL);
+    }
     return 0;
 }
 

@@ -1,0 +1,114 @@
+/* remote_exec.c - PEP 768's external debugger hook, written from outside; see remote_exec.h. */
+#define _GNU_SOURCE
+#include "intarget/remote_exec.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#include "pyframes.h"
+
+static int write_at(pid_t pid, uint64_t raddr, const void *buf, size_t len)
+{
+    struct iovec local = {.iov_base = (void *)buf, .iov_len = len};
+    struct iovec remote = {.iov_base = (void *)(uintptr_t)raddr, .iov_len = len};
+    ssize_t n = process_vm_writev(pid, &local, 1, &remote, 1, 0);
+
+    if (n < 0)
+        return -errno;
+    return (size_t)n == len ? 0 : -EFAULT;
+}
+
+static int read_at(pid_t pid, uint64_t raddr, void *buf, size_t len)
+{
+    struct iovec local = {.iov_base = buf, .iov_len = len};
+    struct iovec remote = {.iov_base = (void *)(uintptr_t)raddr, .iov_len = len};
+    ssize_t n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+
+    if (n < 0)
+        return -errno;
+    return (size_t)n == len ? 0 : -EFAULT;
+}
+
+/* One thread: the path, then the flag, then the bit (the order sys.remote_exec() uses: the
+ * thread reads the path only once it sees the flag, and looks only once it sees the bit). */
+static int ask_thread(pid_t pid, const struct pyf_remote_exec *at, const char *script)
+{
+    size_t len = strlen(script) + 1;
+    int32_t one = 1;
+    uint64_t breaker;
+    int r;
+
+    if (len > at->script_size)
+        return -ENAMETOOLONG;
+    if ((r = write_at(pid, at->script_raddr, script, len)) < 0 ||
+        (r = write_at(pid, at->pending_raddr, &one, sizeof(one))) < 0 ||
+        (r = read_at(pid, at->eval_breaker_raddr, &breaker, sizeof(breaker))) < 0)
+        return r;
+    /* Not atomic against the thread's own updates of the word, as in sys.remote_exec(): a
+     * bit it sets in between is lost until it sets it again. Only the byte holding our bit
+     * is written, which narrows that to the handful of request bits it shares. */
+    breaker |= at->eval_breaker_bit;
+    return write_at(pid, at->eval_breaker_raddr, &breaker, 1);
+}
+
+int remote_exec_request(const struct proc_grant *target, const char *script_in_target,
+                        struct remote_exec *ret, struct errbuf *err)
+{
+    struct pyf_thread *threads = calloc(REMOTE_EXEC_THREADS_MAX, sizeof(*threads));
+    struct pyf_target *t = NULL;
+    struct pyf_err e = {0};
+    size_t n = 0;
+    int r;
+
+    ret->pid = target->pid;
+    ret->n = 0;
+    if (!threads)
+        return errbuf_set(err, -ENOMEM, "pid %d: remote exec: out of memory", (int)target->pid);
+    r = pyf_target_open(target->pid, &t, &e);
+    if (r == 0)
+        r = pyf_target__threads(t, threads, REMOTE_EXEC_THREADS_MAX, &n, &e);
+    if (r < 0) {
+        r = errbuf_from_pyf(err, &e);
+        goto out;
+    }
+    if ((r = procfs_grant_check(target, err->msg, sizeof(err->msg))) < 0)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        struct pyf_remote_exec at;
+        if (pyf_target__remote_exec(t, &threads[i], &at, &e) < 0) {
+            r = errbuf_from_pyf(err, &e);
+            if (ret->n == 0)
+                goto out; /* no hook, or off: nothing written */
+            continue;
+        }
+        r = ask_thread(target->pid, &at, script_in_target);
+        if (r < 0) {
+            errbuf_set(err, r, "pid %d: write the remote-exec request of thread %d: %s",
+                       (int)target->pid, (int)threads[i].tid, strerror(-r));
+            continue;
+        }
+        ret->pending[ret->n++] = at.pending_raddr;
+    }
+    r = ret->n ? 0
+               : (r < 0 ? r
+                        : errbuf_set(err, -ESRCH, "pid %d has no Python thread to ask",
+                                     (int)target->pid));
+out:
+    pyf_target_free(t);
+    free(threads);
+    return r;
+}
+
+void remote_exec_withdraw(struct remote_exec *req)
+{
+    for (size_t i = 0; i < req->n; i++) {
+        int32_t flag = 0, zero = 0;
+        if (read_at(req->pid, req->pending[i], &flag, sizeof(flag)) == 0 && flag == 1)
+            write_at(req->pid, req->pending[i], &zero, sizeof(zero));
+    }
+    req->n = 0;
+}
