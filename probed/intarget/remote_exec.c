@@ -55,6 +55,15 @@ static int ask_thread(pid_t pid, const struct pyf_remote_exec *at, const char *s
     return write_at(pid, at->eval_breaker_raddr, &breaker, 1);
 }
 
+/* A libpyframes failure: the process gone or another's stays so (no fallback); anything else
+ * means this way is closed, and ptrace may still work. */
+static int unsupported(struct errbuf *err, const struct pyf_err *e)
+{
+    int r = errbuf_from_pyf(err, e);
+
+    return r == -ESRCH || r == -EPERM ? r : -EOPNOTSUPP;
+}
+
 int remote_exec_request(const struct proc_grant *target, const char *script_in_target,
                         struct remote_exec *ret, struct errbuf *err)
 {
@@ -72,7 +81,7 @@ int remote_exec_request(const struct proc_grant *target, const char *script_in_t
     if (r == 0)
         r = pyf_target__threads(t, threads, REMOTE_EXEC_THREADS_MAX, &n, &e);
     if (r < 0) {
-        r = errbuf_from_pyf(err, &e);
+        r = unsupported(err, &e);
         goto out;
     }
     if ((r = procfs_grant_check(target, err->msg, sizeof(err->msg))) < 0)
@@ -80,9 +89,13 @@ int remote_exec_request(const struct proc_grant *target, const char *script_in_t
     for (size_t i = 0; i < n; i++) {
         struct pyf_remote_exec at;
         if (pyf_target__remote_exec(t, &threads[i], &at, &e) < 0) {
-            r = errbuf_from_pyf(err, &e);
-            if (ret->n == 0)
+            if (ret->n == 0 && i == 0) {
+                r = PYF_VERSION_MINOR(pyf_target__info(t)->version) < 14
+                        ? errbuf_set(err, -ENOSYS, "%s", e.msg)
+                        : unsupported(err, &e);
                 goto out; /* no hook, or off: nothing written */
+            }
+            r = unsupported(err, &e);
             continue;
         }
         r = ask_thread(target->pid, &at, script_in_target);

@@ -6,10 +6,10 @@
  * when it returns). No ptrace, no code written into the target, no register touched.
  *
  * Threads: any; one request per target at a time (the caller serialises). Memory: the
- * request holds where it wrote, nothing else. Failure: -errno with why in @err:
- * -EOPNOTSUPP the target has no such hook (before 3.14) or runs with it off
- * (-X disable_remote_debug), so the caller falls back to ptrace (inject.h); -ESRCH/-EPERM
- * the granted process is gone or another's (procfs.h), and nothing was written.
+ * request holds where it wrote, nothing else. Failure: -errno with why in @err, nothing
+ * written: -ENOSYS the version has no such hook (before 3.14), -EOPNOTSUPP it runs with the
+ * hook off (-X disable_remote_debug) or cannot be read so, and the caller falls back to
+ * ptrace (inject.h); -ESRCH/-EPERM the granted process is gone or another's (procfs.h).
  */
 #ifndef PROBED_REMOTE_EXEC_H
 #define PROBED_REMOTE_EXEC_H

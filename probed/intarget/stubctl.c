@@ -433,7 +433,7 @@ static int await_socket(const struct stub_place *p, double wait_ms, struct errbu
  * CPython 3.14+: the stub enters through PEP 768's external debugger hook (remote_exec.h): a
  * script next to it, run by the first thread to reach a safe point, loads @stub_in_target
  * and hands it the main thread's ident (stub.c: probed_stub_enter). The connected socket;
- * -EOPNOTSUPP where there is no such hook or it is off, -ETIMEDOUT when no thread took the
+ * -ENOSYS before 3.14, -EOPNOTSUPP where the hook is off, -ETIMEDOUT when no thread took the
  * request within REMOTE_EXEC_WAIT_MS (all blocked in C calls): the request is withdrawn
  * and the caller uses ptrace, loading the same copy, so the stub starts once either way.
  */
@@ -490,7 +490,7 @@ static int inject_stub(struct stubctl *sc, struct stub_place *p, struct stub_res
         res->entry = "remote_exec";
         return fd;
     }
-    if (fd != -EOPNOTSUPP)
+    if (fd != -ENOSYS) /* 3.14+ that did not take it: say why ptrace */
         log_msg(LOG_INFO, "%s; loading the stub through ptrace", err->msg);
     res->entry = "ptrace";
     r = inject_library(p->grant, in_target, err);

@@ -173,6 +173,7 @@ def test_on_314_the_stub_enters_through_the_interpreters_own_hook(daemon, python
     try:
         status, reply = daemon.api('POST', '/v1/eval', {'pid': t.pid, 'code': 'remote_scripts'})
         assert (status, reply['entry'], reply['output']) == (200, 'ptrace', '[]\n'), reply
+        assert 'was started with remote debugging off' in daemon.read_log()
     finally:
         t.close()
     t = target(python, 'read')  # blocked in os.read() for good: no safe point ever comes
