@@ -27,7 +27,7 @@ typedef uint64_t oncpu_u64;
 #define ONCPU_STACK_PAGES 5  /* whole pages from the one holding sp: 16-20 KiB of stack */
 #define ONCPU_FRAMES_MAX 128 /* Python frames copied; a deeper chain is marked truncated */
 #define ONCPU_FRAME_BYTES                                                                          \
-    128                        /* of each frame: the fields libpyframes reads (<= 128 on 3.6-3.13) \
+    128                        /* of each frame: the fields libpyframes reads (<= 128 on 3.6-3.15) \
                                 */
 #define ONCPU_THREADS_MAX 4096 /* threads of one process whose thread state the map holds */
 

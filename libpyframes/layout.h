@@ -7,7 +7,8 @@
  * threads.c and stack.c read every field through a table and never tests a version number; the
  * enums below name the few places where versions differ in *shape*, not just in offsets. For 3.13+
  * layout_from_debug_offsets() overlays the offsets the target itself publishes in
- * _PyRuntime.debug_offsets, so a later version needs no new table.
+ * _PyRuntime.debug_offsets (where each one is in that version's struct is generated too), so a
+ * later version whose shapes have not changed is read through the newest table's map.
  *
  * Threads: any; the tables are immutable. Memory: static. Failure: lookups return NULL.
  */

@@ -2,8 +2,10 @@
  * pyframes.h - the Python stacks of another, running process, read from outside.
  *
  * libpyframes finds the CPython runtime in a target process from its ELF files, picks the
- * layout of its version (3.6-3.13), and reads interpreters, threads, frames and locals with
- * process_vm_readv() only: the target is never stopped, traced or written to.
+ * layout of its version (3.6-3.15; a later one through the offsets it publishes), and reads
+ * interpreters, threads, frames and locals with process_vm_readv() only: the target is never
+ * stopped, traced or written to (pyf_target__remote_exec() only says where a debugger would
+ * write).
  *
  *   struct pyf_target *t;  struct pyf_err err;
  *   pyf_target_open(pid, &t, &err);                  who: root or the target's owner

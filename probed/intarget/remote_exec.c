@@ -11,6 +11,8 @@
 
 #include "pyframes.h"
 
+#define THREADS_MAX 4096 /* read to find the main one */
+
 static int write_at(pid_t pid, uint64_t raddr, const void *buf, size_t len)
 {
     struct iovec local = {.iov_base = (void *)buf, .iov_len = len};
@@ -67,49 +69,47 @@ static int unsupported(struct errbuf *err, const struct pyf_err *e)
 int remote_exec_request(const struct proc_grant *target, const char *script_in_target,
                         struct remote_exec *ret, struct errbuf *err)
 {
-    struct pyf_thread *threads = calloc(REMOTE_EXEC_THREADS_MAX, sizeof(*threads));
+    struct pyf_thread *threads = calloc(THREADS_MAX, sizeof(*threads));
+    const struct pyf_thread *main_thread = NULL;
     struct pyf_target *t = NULL;
     struct pyf_err e = {0};
+    struct pyf_remote_exec at;
     size_t n = 0;
     int r;
 
-    ret->pid = target->pid;
-    ret->n = 0;
+    *ret = (struct remote_exec){.pid = target->pid};
     if (!threads)
         return errbuf_set(err, -ENOMEM, "pid %d: remote exec: out of memory", (int)target->pid);
     r = pyf_target_open(target->pid, &t, &e);
     if (r == 0)
-        r = pyf_target__threads(t, threads, REMOTE_EXEC_THREADS_MAX, &n, &e);
+        r = pyf_target__threads(t, threads, THREADS_MAX, &n, &e);
     if (r < 0) {
         r = unsupported(err, &e);
         goto out;
     }
+    for (size_t i = 0; i < n && !main_thread; i++)
+        if (threads[i].tid == target->pid && threads[i].interp_id <= 0)
+            main_thread = &threads[i];
+    if (pyf_target__remote_exec(t, main_thread ? main_thread : &threads[0], &at, &e) < 0) {
+        r = PYF_VERSION_MINOR(pyf_target__info(t)->version) < 14
+                ? errbuf_set(err, -ENOSYS, "%s", e.msg)
+                : unsupported(err, &e);
+        goto out;
+    }
+    if (!main_thread) {
+        r = errbuf_set(err, -EOPNOTSUPP, "pid %d: its main thread has no Python state to ask",
+                       (int)target->pid);
+        goto out;
+    }
+    /* the process asked for, still: a pid taken since gets nothing */
     if ((r = procfs_grant_check(target, err->msg, sizeof(err->msg))) < 0)
         goto out;
-    for (size_t i = 0; i < n; i++) {
-        struct pyf_remote_exec at;
-        if (pyf_target__remote_exec(t, &threads[i], &at, &e) < 0) {
-            if (ret->n == 0 && i == 0) {
-                r = PYF_VERSION_MINOR(pyf_target__info(t)->version) < 14
-                        ? errbuf_set(err, -ENOSYS, "%s", e.msg)
-                        : unsupported(err, &e);
-                goto out; /* no hook, or off: nothing written */
-            }
-            r = unsupported(err, &e);
-            continue;
-        }
-        r = ask_thread(target->pid, &at, script_in_target);
-        if (r < 0) {
-            errbuf_set(err, r, "pid %d: write the remote-exec request of thread %d: %s",
-                       (int)target->pid, (int)threads[i].tid, strerror(-r));
-            continue;
-        }
-        ret->pending[ret->n++] = at.pending_raddr;
-    }
-    r = ret->n ? 0
-               : (r < 0 ? r
-                        : errbuf_set(err, -ESRCH, "pid %d has no Python thread to ask",
-                                     (int)target->pid));
+    r = ask_thread(target->pid, &at, script_in_target);
+    if (r < 0)
+        errbuf_set(err, r, "pid %d: write the remote-exec request of its main thread: %s",
+                   (int)target->pid, strerror(-r));
+    else
+        ret->pending = at.pending_raddr;
 out:
     pyf_target_free(t);
     free(threads);
@@ -118,10 +118,9 @@ out:
 
 void remote_exec_withdraw(struct remote_exec *req)
 {
-    for (size_t i = 0; i < req->n; i++) {
-        int32_t flag = 0, zero = 0;
-        if (read_at(req->pid, req->pending[i], &flag, sizeof(flag)) == 0 && flag == 1)
-            write_at(req->pid, req->pending[i], &zero, sizeof(zero));
-    }
-    req->n = 0;
+    int32_t flag = 0, zero = 0;
+
+    if (req->pending && read_at(req->pid, req->pending, &flag, sizeof(flag)) == 0 && flag == 1)
+        write_at(req->pid, req->pending, &zero, sizeof(zero));
+    req->pending = 0;
 }

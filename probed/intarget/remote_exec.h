@@ -1,15 +1,21 @@
 /*
  * remote_exec.h - makes a CPython 3.14+ target run a script through PEP 768's safe external
  * debugger hook, the way sys.remote_exec() does: the script's path, a pending-call flag and
- * one eval-breaker bit are written into each thread's state (process_vm_writev), and the
- * first thread to check its eval breaker runs the file (threads in a blocking C call look
- * when it returns). No ptrace, no code written into the target, no register touched.
+ * one eval-breaker bit are written into the main thread's state (process_vm_writev), and the
+ * main thread runs the file the next time it checks its eval breaker (while it runs Python:
+ * at least every switch interval; blocked in a C call, once the call returns). No ptrace, no
+ * code written into the target, no register touched.
+ *
+ * Only the main thread is asked: its thread state lives as long as the interpreter, where
+ * another thread's is freed when the thread ends, and a write into it after the list was read
+ * could land in memory the target has given to something else.
  *
  * Threads: any; one request per target at a time (the caller serialises). Memory: the
  * request holds where it wrote, nothing else. Failure: -errno with why in @err, nothing
  * written: -ENOSYS the version has no such hook (before 3.14), -EOPNOTSUPP it runs with the
- * hook off (-X disable_remote_debug) or cannot be read so, and the caller falls back to
- * ptrace (inject.h); -ESRCH/-EPERM the granted process is gone or another's (procfs.h).
+ * hook off (-X disable_remote_debug), has no main thread state, or cannot be read so, and the
+ * caller falls back to ptrace (inject.h); -ESRCH/-EPERM the granted process is gone or
+ * another's (procfs.h).
  */
 #ifndef PROBED_REMOTE_EXEC_H
 #define PROBED_REMOTE_EXEC_H
@@ -21,23 +27,20 @@
 #include "common/procfs.h"
 #include "errbuf.h"
 
-#define REMOTE_EXEC_THREADS_MAX 256 /* asked at once; a process with more: its first ones */
-
 struct remote_exec {
     pid_t pid;
-    size_t n;                                  /* threads asked */
-    uint64_t pending[REMOTE_EXEC_THREADS_MAX]; /* each one's pending-call int32 */
+    uint64_t pending; /* the main thread's pending-call int32; 0: none asked */
 };
 
-/* Asks every Python thread of @target to run @script_in_target (the path as the target sees
- * it) at its next safe point. */
+/* Asks @target's main thread to run @script_in_target (the path as the target sees it) at
+ * its next safe point. */
 int remote_exec_request(const struct proc_grant *target, const char *script_in_target,
                         struct remote_exec *ret, struct errbuf *err);
 
-/* Withdraws the request from the threads that have not taken it yet (their flag still 1):
- * once the script's work is seen done, or before falling back to ptrace. A thread taking it
- * in the same instant runs the script all the same; the script must allow that (stubctl.c's
- * loads one copy of the stub, whose second load is a no-op). */
+/* Withdraws the request if the main thread has not taken it yet (its flag still 1): before
+ * falling back to ptrace. Taken in the same instant, the script runs all the same: it must
+ * allow that (stubctl.c's loads the copy ptrace then loads, which the loader does not load
+ * twice). */
 void remote_exec_withdraw(struct remote_exec *req);
 
 #endif

@@ -28,9 +28,9 @@
 #include "errbuf.h"
 
 #define SOCKET_WAIT_MS 3000 /* from dlopen() returning to the stub's socket being up */
-/* for a thread of a 3.14+ target to take a remote-exec request and its stub to come up; a
- * thread checks at least every switch interval (5 ms) while Python runs, so only a process
- * whose threads all block in C calls waits it out (and then gets ptrace) */
+/* for the main thread of a 3.14+ target to take a remote-exec request and its stub to come
+ * up; it checks at least every switch interval (5 ms) while it runs Python, so only one
+ * blocked in a C call waits it out (and then gets ptrace) */
 #define REMOTE_EXEC_WAIT_MS 1500
 
 #define GATES_MAX 64 /* targets with calls in progress (the workers are fewer) */
@@ -431,11 +431,11 @@ static int await_socket(const struct stub_place *p, double wait_ms, struct errbu
 
 /*
  * CPython 3.14+: the stub enters through PEP 768's external debugger hook (remote_exec.h): a
- * script next to it, run by the first thread to reach a safe point, loads @stub_in_target
- * and hands it the main thread's ident (stub.c: probed_stub_enter). The connected socket;
- * -ENOSYS before 3.14, -EOPNOTSUPP where the hook is off, -ETIMEDOUT when no thread took the
- * request within REMOTE_EXEC_WAIT_MS (all blocked in C calls): the request is withdrawn
- * and the caller uses ptrace, loading the same copy, so the stub starts once either way.
+ * script next to it, run by the main thread at its next safe point, loads @stub_in_target.
+ * The connected socket; -ENOSYS before 3.14, -EOPNOTSUPP where the hook is off,
+ * -ETIMEDOUT when the main thread did not take the request within REMOTE_EXEC_WAIT_MS
+ * (blocked in a C call): the request is withdrawn and the caller uses ptrace, loading the
+ * same copy, so the stub starts once either way.
  */
 static int enter_by_remote_exec(const struct stub_place *p, const char *stub_in_target,
                                 struct errbuf *err)
@@ -450,10 +450,9 @@ static int enter_by_remote_exec(const struct stub_place *p, const char *stub_in_
         return errbuf_set(err, -EOPNOTSUPP, "pid %d: the stub's path %s is not plain", (int)p->pid,
                           stub_in_target);
     snprintf(script, sizeof(script),
-             "# probed: loads its stub (PEP 768 hook; see probed's docs/SECURITY.md)\n"
-             "import _thread, ctypes\n"
-             "ident = _thread._get_main_thread_ident()\n"
-             "ctypes.CDLL('%s').probed_stub_enter(ctypes.c_ulong(ident))\n",
+             "# probed: loads its stub (PEP 768's hook; see probed's docs/eval.md)\n"
+             "import ctypes\n"
+             "ctypes.CDLL('%s')\n",
              stub_in_target);
     r = create_file(p, "enter", ".py", -1, script, 0400, name, sizeof(name), err);
     if (r < 0)
@@ -468,7 +467,8 @@ static int enter_by_remote_exec(const struct stub_place *p, const char *stub_in_
     remote_exec_withdraw(&req);
     if (fd == -ENOENT)
         return errbuf_set(err, -ETIMEDOUT,
-                          "pid %d: no thread took the remote-exec request within %d ms",
+                          "pid %d: its main thread did not take the remote-exec request within "
+                          "%d ms",
                           (int)p->pid, REMOTE_EXEC_WAIT_MS);
     return fd;
 }

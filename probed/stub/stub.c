@@ -1,10 +1,12 @@
 /*
  * stub.c - libprobed-stub.so, the only code probed ever puts inside a target.
  *
- * The daemon copies this library into a 0700 directory of the target's (inject.c), and the
- * target's main thread, hijacked for a moment, dlopen()s it. The constructor runs there with
- * the loader lock held, so it only notes which thread is the main one and starts the stub's
- * thread; everything else happens on that thread, which never runs on the hijacked stack.
+ * The daemon copies this library into a 0700 directory of the target's, and the target's main
+ * thread dlopen()s it: hijacked for a moment (inject.c), or on 3.14+ running a script the
+ * daemon asked it to run through PEP 768's hook (remote_exec.c). The constructor runs with
+ * the loader lock held,
+ * so it only notes which thread is the main one and starts the stub's thread; everything else
+ * happens on that thread, which never runs on the hijacked stack.
  * The stub's thread serves a Unix socket (mode 0600) next to the library. Each connection is
  * served by a thread of its own: requests (stub_proto.h) run Python with the GIL taken on
  * that thread, or on the main thread through a pending call; an interrupt request raises
@@ -27,7 +29,6 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -634,27 +635,10 @@ __attribute__((constructor)) static void stub_load(void)
     if (!slash)
         return;
     *slash = '\0';
-    s->main_tid = getpid(); /* the main thread's id is the process's */
-    /* Loaded through ptrace, we run on the hijacked main thread. Loaded by the script a
-     * CPython 3.14+ thread runs for PEP 768's external debugger hook (stubctl.c), we may be on
-     * any thread: the script then calls probed_stub_enter() with the main thread's ident. */
-    if (syscall(SYS_gettid) != s->main_tid)
-        return;
+    /* we run on the main thread: hijacked by ptrace, or running the script of PEP 768's hook
+     * (remote_exec.c asks the main thread only) */
     s->main_ident = (unsigned long)pthread_self();
-    start_detached(stub_main, s);
-}
-
-/* The script of stubctl.c's remote-exec entry, after its dlopen(), with the GIL held: once,
- * whichever of the threads asked runs it first (another one's dlopen() of the same copy
- * finds it loaded and calls this again). */
-__attribute__((visibility("default"))) void probed_stub_enter(unsigned long main_ident)
-{
-    static atomic_flag entered = ATOMIC_FLAG_INIT;
-    struct stub *s = &the_stub;
-
-    if (!s->dir[0] || s->main_ident || atomic_flag_test_and_set(&entered))
-        return;
-    s->main_ident = main_ident;
+    s->main_tid = syscall(SYS_gettid);
     start_detached(stub_main, s);
 }
 

@@ -154,9 +154,9 @@ def test_200_injections_and_evals_leave_no_trace(daemon, python, mode):
 
 @pytest.mark.parametrize('python', interpreter_params('debian-3.14', 'debian-3.15'))
 def test_on_314_the_stub_enters_through_the_interpreters_own_hook(daemon, python):
-    """3.14+: the stub is loaded by a script the interpreter runs through PEP 768's external
+    """3.14+: the stub is loaded by a script the main thread runs through PEP 768's external
     debugger hook (the target's audit hook sees it), not by ptrace; a target started with the
-    hook off, or whose only thread is blocked in C for good, gets ptrace instead, and works."""
+    hook off, or whose main thread is blocked in C for good, gets ptrace instead, and works."""
     require(python)
     t = target(python, 'sleep')
     try:
@@ -182,7 +182,7 @@ def test_on_314_the_stub_enters_through_the_interpreters_own_hook(daemon, python
         status, reply = daemon.api('POST', '/v1/eval', {'pid': t.pid, 'code': 'remote_scripts'})
         assert (status, reply['entry'], reply['output']) == (200, 'ptrace', '[]\n'), reply
         assert time.monotonic() - started < 10
-        assert 'no thread took the remote-exec request' in daemon.read_log()
+        assert 'its main thread did not take the remote-exec request' in daemon.read_log()
         assert t.proc.poll() is None
     finally:
         t.close()
