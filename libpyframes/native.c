@@ -679,7 +679,8 @@ int pyf_native__unwind_blocked(struct pyf_native *n, pid_t tid, uint64_t *ret_pc
 
 static bool is_eval_loop(const char *function)
 {
-    static const char eval[] = "_PyEval_EvalFrameDefault"; /* and its .cold part (named by evalcold.c where stripped) */
+    static const char eval[] =
+        "_PyEval_EvalFrameDefault"; /* and its .cold part (named by evalcold.c where stripped) */
     size_t len = sizeof(eval) - 1;
 
     return function && strncmp(function, eval, len) == 0 &&
