@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "err.h"
+#include "frameptr.h"
 #include "procmaps.h"
 #include "symtab.h"
 #include "target.h"
@@ -59,6 +60,7 @@ struct pyf_native {
     size_t n_core_stacks;
     bool core_unwound;
     uint8_t *blocked_stack; /* pyf_native__unwind_blocked's copy (PYF_BLOCKED_STACK_BYTES) */
+    uint64_t *fp_pcs;       /* its second unwind, with a frame pointer (PYF_NATIVE_DEPTH_MAX) */
 };
 
 /* A module of this process and its functions (a table shared with every process that maps
@@ -344,6 +346,7 @@ void pyf_native_free(struct pyf_native *n)
         free(n->core_stacks[i].pcs);
     free(n->core_stacks);
     free(n->blocked_stack);
+    free(n->fp_pcs);
     if (n->core_elf)
         elf_end(n->core_elf);
     if (n->core_elf || n->core_fd > 0)
@@ -364,6 +367,7 @@ struct unwind_ctx {
     uint64_t *pcs;
     size_t n_pcs, cap;
     bool truncated;
+    uint64_t last_sp; /* the stack pointer of the last frame taken; 0: not known */
 };
 
 static const char *function_at(struct pyf_native *n, uint64_t pc);
@@ -398,6 +402,8 @@ static int take_frame(Dwfl_Frame *state, void *arg)
         return DWARF_CB_ABORT;
     }
     c->pcs[c->n_pcs++] = pc;
+    if (dwfl_frame_reg(state, PYF_DWARF_SP, &c->last_sp) != 0)
+        c->last_sp = 0;
     return DWARF_CB_OK;
 }
 
@@ -532,11 +538,10 @@ static const Dwfl_Thread_Callbacks copy_callbacks = {
     .set_initial_registers = copy_set_registers,
 };
 
-int pyf_native__unwind_copy(struct pyf_native *n, const struct pyf_stack_copy *copy,
-                            uint64_t *ret_pcs, size_t cap, size_t *ret_n, bool *ret_truncated,
-                            struct pyf_err *reterr)
+/* The copy's unwind into @c. */
+static int unwind_copy(struct pyf_native *n, const struct pyf_stack_copy *copy,
+                       struct unwind_ctx *c, struct pyf_err *reterr)
 {
-    struct unwind_ctx c = {.n = n, .pcs = ret_pcs, .cap = cap};
 
     if (n->mode == HELD_THREADS)
         return pyf_fail(reterr, PYF_INVALID, EINVAL, 0,
@@ -549,11 +554,21 @@ int pyf_native__unwind_copy(struct pyf_native *n, const struct pyf_stack_copy *c
     }
     n->copy = copy;
     /* an error past the first frames is the end of what the copy holds, or of the stack */
-    dwfl_getthread_frames(n->dwfl, copy->tid, take_frame, &c);
+    dwfl_getthread_frames(n->dwfl, copy->tid, take_frame, c);
     n->copy = NULL;
+    return 0;
+}
+
+int pyf_native__unwind_copy(struct pyf_native *n, const struct pyf_stack_copy *copy,
+                            uint64_t *ret_pcs, size_t cap, size_t *ret_n, bool *ret_truncated,
+                            struct pyf_err *reterr)
+{
+    struct unwind_ctx c = {.n = n, .pcs = ret_pcs, .cap = cap};
+    int r = unwind_copy(n, copy, &c, reterr);
+
     *ret_n = c.n_pcs;
     *ret_truncated = c.truncated;
-    return 0;
+    return r;
 }
 
 /* /proc/PID/task/TID/@name into @buf, NUL-terminated: its length, or -errno. */
@@ -646,13 +661,40 @@ static size_t read_stack(pid_t pid, uint64_t sp, uint8_t *buf, size_t cap)
     return got > 0 ? (size_t)got : 0;
 }
 
+/*
+ * A blocked thread's unwind (@first) that stopped short of its first function: at a frame
+ * whose CFA is kept in rbp, which sp and pc alone do not give (frameptr.h). With rbp found
+ * in that frame, the unwind is made again, and kept when it reaches the first function.
+ */
+static void again_with_frame_pointer(struct pyf_native *n, struct pyf_stack_copy *copy,
+                                     struct unwind_ctx *first)
+{
+    struct unwind_ctx c = {.n = n, .cap = first->cap};
+    struct pyf_err e;
+    uint64_t rbp;
+
+    if (!first->last_sp || first->cap > PYF_NATIVE_DEPTH_MAX ||
+        (!n->fp_pcs && !(n->fp_pcs = malloc(PYF_NATIVE_DEPTH_MAX * sizeof(*n->fp_pcs)))) ||
+        frameptr_find(n->dwfl, n->pid, copy, first->pcs[first->n_pcs - 1], first->n_pcs == 1,
+                      first->last_sp, &rbp) < 0)
+        return;
+    c.pcs = n->fp_pcs;
+    copy->regs[PYF_DWARF_BP] = rbp;
+    copy->regs_known |= 1u << PYF_DWARF_BP;
+    if (unwind_copy(n, copy, &c, &e) == 0 && !c.truncated && c.n_pcs > first->n_pcs &&
+        is_first_function(function_at(n, c.pcs[c.n_pcs - 1]))) {
+        memcpy(first->pcs, c.pcs, c.n_pcs * sizeof(*c.pcs));
+        first->n_pcs = c.n_pcs;
+    }
+}
+
 int pyf_native__unwind_blocked(struct pyf_native *n, pid_t tid, uint64_t *ret_pcs, size_t cap,
                                size_t *ret_n, uint64_t ret_sched[3], struct pyf_err *reterr)
 {
     struct pyf_stack_copy copy = {.tid = tid,
                                   .regs_known = 1u << PYF_DWARF_SP | 1u << PYF_DWARF_IP};
+    struct unwind_ctx c = {.n = n, .pcs = ret_pcs, .cap = cap};
     uint64_t after[3];
-    bool truncated;
     int r;
 
     if (!n->blocked_stack && !(n->blocked_stack = malloc(PYF_BLOCKED_STACK_BYTES)))
@@ -674,7 +716,12 @@ int pyf_native__unwind_blocked(struct pyf_native *n, pid_t tid, uint64_t *ret_pc
     if (switch_numbers(n->pid, tid, after) < 0 || memcmp(after, ret_sched, sizeof(after)) != 0)
         return pyf_fail(reterr, PYF_TORN, EAGAIN, 0,
                         "pid %d thread %d ran while its stack was read", (int)n->pid, (int)tid);
-    return pyf_native__unwind_copy(n, &copy, ret_pcs, cap, ret_n, &truncated, reterr);
+    r = unwind_copy(n, &copy, &c, reterr);
+    if (r == 0 && !c.truncated && c.n_pcs > 0 &&
+        !is_first_function(function_at(n, c.pcs[c.n_pcs - 1])))
+        again_with_frame_pointer(n, &copy, &c);
+    *ret_n = c.n_pcs;
+    return r;
 }
 
 static bool is_eval_loop(const char *function)

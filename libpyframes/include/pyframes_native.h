@@ -94,6 +94,7 @@ int pyf_native__unwind(struct pyf_native *n, pid_t tid, uint64_t *ret_pcs, size_
 /* A thread's user registers and the top of its stack as the kernel copied them at a sample
  * (perf PERF_SAMPLE_REGS_USER + PERF_SAMPLE_STACK_USER, or BPF), x86-64. */
 #define PYF_DWARF_REGS 17 /* rax rdx rcx rbx rsi rdi rbp rsp r8-r15 rip: DWARF's numbering */
+#define PYF_DWARF_BP 6
 #define PYF_DWARF_SP 7
 #define PYF_DWARF_IP 16
 struct pyf_stack_copy {

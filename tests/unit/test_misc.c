@@ -5,6 +5,7 @@
 
 #include "codecache.h"
 #include "elfimg.h"
+#include "frameptr.h"
 #include "layout.h"
 #include "procmaps.h"
 #include "unit.h"
@@ -14,6 +15,7 @@ int test_version_scan(void);
 int test_layout_tables(void);
 int test_debug_offsets(void);
 int test_debug_offsets_every_version(void);
+int test_indirect_call_lengths(void);
 
 int test_codecache_pins_entries_of_the_walk(void)
 {
@@ -204,6 +206,33 @@ int test_debug_offsets_every_version(void)
         CHECK(layout_from_debug_offsets(w, sizeof(w), next, newest, &got, why, sizeof(why)) ==
               -EINVAL);
     }
+    return 0;
+}
+
+/* The indirect calls frameptr.c recognises before a return address, by their encodings. */
+int test_indirect_call_lengths(void)
+{
+    static const struct {
+        uint8_t code[8];
+        size_t len;
+    } cases[] = {
+        {{0xff, 0xd0}, 2},                   /* call *%rax */
+        {{0x41, 0xff, 0xd4}, 3},             /* call *%r12 */
+        {{0xff, 0x10}, 2},                   /* call *(%rax) */
+        {{0xff, 0x50, 0x08}, 3},             /* call *0x8(%rax) */
+        {{0xff, 0x54, 0x24, 0x08}, 4},       /* call *0x8(%rsp) */
+        {{0xff, 0x15, 1, 2, 3, 4}, 6},       /* call *x(%rip) */
+        {{0xff, 0x90, 1, 2, 3, 4}, 6},       /* call *0x4030201(%rax) */
+        {{0xff, 0x94, 0x24, 1, 2, 3, 4}, 7}, /* call *0x4030201(%rsp) */
+        {{0x41, 0xff, 0x54, 0x24, 0x10}, 5}, /* call *0x10(%r12) */
+        {{0xff, 0xe0}, 0},                   /* jmp *%rax */
+        {{0xff, 0x20}, 0},                   /* jmp *(%rax) */
+        {{0xe8, 1, 2, 3, 4}, 0},             /* a direct call: not this */
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        CHECK(frameptr_indirect_call_len(cases[i].code, sizeof(cases[i].code)) == cases[i].len);
+    CHECK(frameptr_indirect_call_len((const uint8_t *)"\xff", 1) == 0); /* cut short */
     return 0;
 }
 

@@ -17,6 +17,7 @@
     X(test_schedstat_line)                                                                         \
     X(test_debug_offsets)                                                                          \
     X(test_debug_offsets_every_version)                                                            \
+    X(test_indirect_call_lengths)                                                                  \
     X(test_batch_merges_and_finds)                                                                 \
     X(test_batch_capacity_and_faults)                                                              \
     X(test_batch_window_search)                                                                    \
