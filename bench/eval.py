@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Eval benchmark: prints figures, asserts nothing.
 
-usage: bench/eval.py [--build DIR] [--targets N] [--evals N]
+usage: bench/eval.py [--build DIR] [--targets N] [--evals N] [--python pyenv-3.13,debian-3.14]
 
 Starts a real probed on a temporary socket, and for every CPython on the machine measures,
 through the daemon's HTTP API (POST /v1/eval, timed here, client to reply):
@@ -16,6 +16,7 @@ import argparse
 import http.client
 import json
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -55,8 +56,8 @@ def post_eval(sock, pid, code):
     return ms
 
 
-def start(argv):
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, universal_newlines=True)
+def start(argv, env=None):
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, universal_newlines=True, env=env)
     p.stdout.readline()  # READY
     return p
 
@@ -66,10 +67,10 @@ def pct(values, q):
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-def first_and_next(sock, python, mode, n_targets, n_evals):
+def first_and_next(sock, python, mode, n_targets, n_evals, env=None):
     first, nxt = [], []
     for _ in range(n_targets):
-        p = start([python, EVALTARGET, mode])
+        p = start([python, EVALTARGET, mode], env)
         try:
             time.sleep(0.2)
             first.append(post_eval(sock, p.pid, 'counter'))
@@ -143,7 +144,10 @@ def main():
     ap.add_argument('--targets', type=int, default=10)
     ap.add_argument('--evals', type=int, default=50)
     ap.add_argument('--window', type=float, default=2.0)
+    ap.add_argument('--python', default='', help='only these (ids as tests/functional: '
+                    'pyenv-3.13,debian-3.14,...); default every one')
     args = ap.parse_args()
+    only = set(filter(None, args.python.split(',')))
     work = tempfile.mkdtemp(prefix='probed-bench-eval-')
     sock = os.path.join(work, 's')
     daemon = subprocess.Popen([os.path.join(args.build, 'probed', 'probed'), '--foreground',
@@ -155,14 +159,23 @@ def main():
     print('%-8s %-5s %21s %21s' % ('python', 'state', 'first eval ms p50/p90', 'next eval ms p50/p90'))
     try:
         for name, python in run.interpreters('all'):
+            if only and name not in only:
+                continue
             if not python or not os.path.exists(python):
                 print('%-8s not installed' % name)
                 continue
-            for mode in ('sleep', 'busy'):
-                first, nxt = first_and_next(sock, python, mode, args.targets, args.evals)
-                print('%-8s %-5s %10.1f / %-8.1f %10.2f / %-8.2f' % (
-                    name, 'idle' if mode == 'sleep' else 'busy', statistics.median(first),
-                    pct(first, 0.9), statistics.median(nxt), pct(nxt, 0.9)))
+            # 3.14+: the stub enters through PEP 768's hook; the same interpreter with the hook
+            # off (ptrace, as before 3.14) is the baseline, measured in the same run
+            ways = [('', None)]
+            if re.search(r'3\.1[4-9]$', name):
+                ways = [(' pep768', None), (' ptrace', dict(os.environ, PYTHON_DISABLE_REMOTE_DEBUG='1'))]
+            for way, env in ways:
+                for mode in ('sleep', 'busy'):
+                    first, nxt = first_and_next(sock, python, mode, args.targets, args.evals, env)
+                    print('%-8s %-5s %10.1f / %-8.1f %10.2f / %-8.2f' % (
+                        name + way, 'idle' if mode == 'sleep' else 'busy',
+                        statistics.median(first), pct(first, 0.9), statistics.median(nxt),
+                        pct(nxt, 0.9)))
             ratio, cpu = footprint(sock, python, args.window)
             print('%-8s stub loaded, idle: busy target work rate after/before %.3f, '
                   'sleeping target CPU %.2f ms/s' % (name, ratio, cpu))

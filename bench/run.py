@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Sampling benchmark for libpyframes; prints figures, asserts nothing.
 
-usage: bench/run.py [--build DIR] [--versions 3.9,3.11,3.12,3.13] [--window S] [--no-pin]
+usage: bench/run.py [--build DIR] [--versions 3.9,3.11,3.12,3.13,3.14] [--window S] [--no-pin]
+(pyenv's builds; 3.14 and 3.15 are Debian unstable's, from scripts/pythons.sh)
 
 For each CPython: starts bench/targets/deep.py (a 30-frame CPU-bound stack that changes every
 microsecond or so), then with build/bench/bench_sample measures
@@ -103,8 +104,11 @@ def main():
     PIN = not args.no_pin
     print('%-6s %-14s %9s %9s %9s %9s %9s %11s' % ('python', 'mode', 'req Hz', 'got Hz', 'cpu us',
                                                      'work us', 'torn', 'consistent'))
+    newer = dict(interpreters('all'))  # 3.14+: Debian unstable's (scripts/pythons.sh)
     for v in args.versions.split(','):
         builds = sorted(glob.glob(os.path.join(PYENV, 'versions', v + '.*', 'bin', 'python' + v)))
+        if not builds and newer.get('debian-' + v):
+            builds = [newer['debian-' + v]]
         if not builds:
             print('%-6s not installed' % v)
             continue
