@@ -42,9 +42,10 @@ static int ask_thread(pid_t pid, const struct pyf_remote_exec *at, const char *s
     size_t len = strlen(script) + 1;
     int32_t one = 1;
     uint64_t breaker;
+    unsigned byte;
     int r;
 
-    if (len > at->script_size)
+    if (len > at->script_size || at->eval_breaker_bit == 0)
         return -ENAMETOOLONG;
     if ((r = write_at(pid, at->script_raddr, script, len)) < 0 ||
         (r = write_at(pid, at->pending_raddr, &one, sizeof(one))) < 0 ||
@@ -52,9 +53,10 @@ static int ask_thread(pid_t pid, const struct pyf_remote_exec *at, const char *s
         return r;
     /* Not atomic against the thread's own updates of the word, as in sys.remote_exec(): a
      * bit it sets in between is lost until it sets it again. Only the byte holding our bit
-     * is written, which narrows that to the handful of request bits it shares. */
+     * is written (x86-64: little-endian), which narrows that to the few bits it shares. */
+    byte = (unsigned)__builtin_ctzll(at->eval_breaker_bit) / 8;
     breaker |= at->eval_breaker_bit;
-    return write_at(pid, at->eval_breaker_raddr, &breaker, 1);
+    return write_at(pid, at->eval_breaker_raddr + byte, (const uint8_t *)&breaker + byte, 1);
 }
 
 /* A libpyframes failure: the process gone or another's stays so (no fallback); anything else
