@@ -68,14 +68,12 @@ static int unsupported(struct errbuf *err, const struct pyf_err *e)
     return r == -ESRCH || r == -EPERM ? r : -EOPNOTSUPP;
 }
 
-int remote_exec_request(const struct proc_grant *target, const char *script_in_target,
-                        struct remote_exec *ret, struct errbuf *err)
+int remote_exec_find(const struct proc_grant *target, struct remote_exec *ret, struct errbuf *err)
 {
     struct pyf_thread *threads = calloc(THREADS_MAX, sizeof(*threads));
     const struct pyf_thread *main_thread = NULL;
     struct pyf_target *t = NULL;
     struct pyf_err e = {0};
-    struct pyf_remote_exec at;
     size_t n = 0;
     int r;
 
@@ -92,37 +90,45 @@ int remote_exec_request(const struct proc_grant *target, const char *script_in_t
     for (size_t i = 0; i < n && !main_thread; i++)
         if (threads[i].tid == target->pid && threads[i].interp_id <= 0)
             main_thread = &threads[i];
-    if (pyf_target__remote_exec(t, main_thread ? main_thread : &threads[0], &at, &e) < 0) {
+    if (pyf_target__remote_exec(t, main_thread ? main_thread : &threads[0], &ret->at, &e) < 0) {
         r = PYF_VERSION_MINOR(pyf_target__info(t)->version) < 14
                 ? errbuf_set(err, -ENOSYS, "%s", e.msg)
                 : unsupported(err, &e);
         goto out;
     }
-    if (!main_thread) {
+    if (!main_thread)
         r = errbuf_set(err, -EOPNOTSUPP, "pid %d: its main thread has no Python state to ask",
                        (int)target->pid);
-        goto out;
-    }
-    /* the process asked for, still: a pid taken since gets nothing */
-    if ((r = procfs_grant_check(target, err->msg, sizeof(err->msg))) < 0)
-        goto out;
-    r = ask_thread(target->pid, &at, script_in_target);
-    if (r < 0)
-        errbuf_set(err, r, "pid %d: write the remote-exec request of its main thread: %s",
-                   (int)target->pid, strerror(-r));
-    else
-        ret->pending = at.pending_raddr;
 out:
     pyf_target_free(t);
     free(threads);
     return r;
 }
 
-void remote_exec_withdraw(struct remote_exec *req)
+int remote_exec_send(struct remote_exec *req, const struct proc_grant *target,
+                     const char *script_in_target, struct errbuf *err)
+{
+    int r;
+
+    /* the process asked for, still: a pid taken since gets nothing */
+    if ((r = procfs_grant_check(target, err->msg, sizeof(err->msg))) < 0)
+        return r;
+    r = ask_thread(req->pid, &req->at, script_in_target);
+    if (r < 0)
+        return errbuf_set(err, r, "pid %d: write the remote-exec request of its main thread: %s",
+                          (int)req->pid, strerror(-r));
+    req->sent = true;
+    return 0;
+}
+
+bool remote_exec_withdraw(struct remote_exec *req)
 {
     int32_t flag = 0, zero = 0;
+    bool withdrawn = false;
 
-    if (req->pending && read_at(req->pid, req->pending, &flag, sizeof(flag)) == 0 && flag == 1)
-        write_at(req->pid, req->pending, &zero, sizeof(zero));
-    req->pending = 0;
+    if (req->sent && read_at(req->pid, req->at.pending_raddr, &flag, sizeof(flag)) == 0 &&
+        flag == 1)
+        withdrawn = write_at(req->pid, req->at.pending_raddr, &zero, sizeof(zero)) == 0;
+    req->sent = false;
+    return withdrawn;
 }

@@ -20,27 +20,34 @@
 #ifndef PROBED_REMOTE_EXEC_H
 #define PROBED_REMOTE_EXEC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 #include "common/procfs.h"
 #include "errbuf.h"
+#include "pyframes.h"
 
 struct remote_exec {
     pid_t pid;
-    uint64_t pending; /* the main thread's pending-call int32; 0: none asked */
+    struct pyf_remote_exec at; /* where its main thread takes a request */
+    bool sent;
 };
 
-/* Asks @target's main thread to run @script_in_target (the path as the target sees it) at
- * its next safe point. */
-int remote_exec_request(const struct proc_grant *target, const char *script_in_target,
-                        struct remote_exec *ret, struct errbuf *err);
+/* Whether @target's main thread can be asked (its version has the hook, and it is on): 0 and
+ * where, in @ret; nothing is written. */
+int remote_exec_find(const struct proc_grant *target, struct remote_exec *ret, struct errbuf *err);
 
-/* Withdraws the request if the main thread has not taken it yet (its flag still 1): before
- * falling back to ptrace. Taken in the same instant, the script runs all the same: it must
- * allow that (stubctl.c's loads the copy ptrace then loads, which the loader does not load
- * twice). */
-void remote_exec_withdraw(struct remote_exec *req);
+/* Asks it to run @script_in_target (the path as the target sees it) at its next safe point,
+ * once @target's grant still holds. */
+int remote_exec_send(struct remote_exec *req, const struct proc_grant *target,
+                     const char *script_in_target, struct errbuf *err);
+
+/* Withdraws a request the main thread has not taken yet (its flag still 1): true then; false
+ * when it was taken (the script runs, or ran). Taken in the same instant, the script runs all
+ * the same: it must allow that (stubctl.c's loads the copy ptrace then loads, which the
+ * loader does not load twice). */
+bool remote_exec_withdraw(struct remote_exec *req);
 
 #endif

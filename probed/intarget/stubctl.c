@@ -86,7 +86,8 @@ static void remove_stub_dir(int tmp_fd, const char *name)
         return;
     }
     while ((e = readdir(d)) != NULL)
-        if (strncmp(e->d_name, "stub-", 5) == 0 || strncmp(e->d_name, STUB_SOCKET_NAME, 4) == 0)
+        if (strncmp(e->d_name, "stub-", 5) == 0 || strncmp(e->d_name, "enter-", 6) == 0 ||
+            strncmp(e->d_name, STUB_SOCKET_NAME, 4) == 0)
             unlinkat(fd, e->d_name, 0);
     closedir(d);
     unlinkat(tmp_fd, name, AT_REMOVEDIR);
@@ -449,6 +450,8 @@ static int enter_by_remote_exec(const struct stub_place *p, const char *stub_in_
         strlen(stub_in_target))
         return errbuf_set(err, -EOPNOTSUPP, "pid %d: the stub's path %s is not plain", (int)p->pid,
                           stub_in_target);
+    if ((r = remote_exec_find(p->grant, &req, err)) < 0)
+        return r; /* no hook here, or it is off: nothing written */
     snprintf(script, sizeof(script),
              "# probed: loads its stub (PEP 768's hook; see probed's docs/eval.md)\n"
              "import ctypes\n"
@@ -458,13 +461,16 @@ static int enter_by_remote_exec(const struct stub_place *p, const char *stub_in_
     if (r < 0)
         return r;
     snprintf(in_target, sizeof(in_target), "%s/%s", p->dir_in_target, name);
-    r = remote_exec_request(p->grant, in_target, &req, err);
+    r = remote_exec_send(&req, p->grant, in_target, err);
     if (r < 0) {
         unlinkat(p->dir_fd, name, 0);
         return r;
     }
     fd = await_socket(p, REMOTE_EXEC_WAIT_MS, err);
-    remote_exec_withdraw(&req);
+    /* the script has run once the stub is up, and never will once withdrawn; else it is
+     * running now, and the stub (at exit) or the sweep removes it */
+    if (remote_exec_withdraw(&req) || fd >= 0)
+        unlinkat(p->dir_fd, name, 0);
     if (fd == -ENOENT)
         return errbuf_set(err, -ETIMEDOUT,
                           "pid %d: its main thread did not take the remote-exec request within "

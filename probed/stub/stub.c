@@ -642,9 +642,9 @@ __attribute__((constructor)) static void stub_load(void)
     start_detached(stub_main, s);
 }
 
-/* At a normal exit the stub's directory goes: the socket and every copy of the library in it
- * (all of them this process's: the directory is named after its pid and start time). After a
- * kill -9 the daemon sweeps it instead (stubctl.c). */
+/* At a normal exit the stub's directory goes: the socket, every copy of the library in it and
+ * the scripts of the PEP 768 entry (all of them this process's: the directory is named after
+ * its pid and start time). After a kill -9 the daemon sweeps it instead (stubctl.c). */
 __attribute__((destructor)) static void stub_unload(void)
 {
     struct stub *s = &the_stub;
@@ -654,7 +654,8 @@ __attribute__((destructor)) static void stub_unload(void)
     if (!d)
         return;
     while ((e = readdir(d)) != NULL)
-        if (strcmp(e->d_name, STUB_SOCKET_NAME) == 0 || strncmp(e->d_name, "stub-", 5) == 0)
+        if (strcmp(e->d_name, STUB_SOCKET_NAME) == 0 || strncmp(e->d_name, "stub-", 5) == 0 ||
+            strncmp(e->d_name, "enter-", 6) == 0) /* the PEP 768 entry's script (stubctl.c) */
             unlinkat(dirfd(d), e->d_name, 0);
     closedir(d);
     rmdir(s->dir);

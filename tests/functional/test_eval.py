@@ -164,6 +164,7 @@ def test_on_314_the_stub_enters_through_the_interpreters_own_hook(daemon, python
         assert status == 200 and reply['entry'] == 'remote_exec', reply
         scripts = eval(reply['output'])
         assert len(scripts) == 1 and os.path.basename(scripts[0]).startswith('enter-'), scripts
+        assert not os.path.exists(scripts[0])  # run, then removed: the stub is up
         status, reply = daemon.api('POST', '/v1/eval', {'pid': t.pid, 'code': 'counter > 0'})
         assert (status, reply['output'], reply['injected']) == (200, 'True\n', False), reply
         assert t.proc.poll() is None
