@@ -51,12 +51,12 @@ INTERPRETERS = find_interpreters()
 
 
 # The sanitizer run (scripts/test.sh --sanitize) checks the daemon's own memory, not what each
-# interpreter holds: it reads one interpreter of each shape of what libpyframes reads (the
-# frame-object and lnotab 3.6, the 3.10 line table, 3.11's inline frames, 3.12's cframe and
-# stacktop, 3.13's debug offsets, 3.14's stack references, Debian's stripped 3.11 with torch)
-# and leaves 3.7-3.9 and 3.15, whose shapes those cover, to the normal run, saying so.
-SANITIZED_SET = ('pyenv-3.6', 'pyenv-3.10', 'pyenv-3.11', 'pyenv-3.12', 'pyenv-3.13', 'debian-3.14',
-                 'debian-python3')
+# interpreter holds: it reads one interpreter of each family of shapes libpyframes reads (3.6:
+# frame objects, lnotab, the GIL's own variable; 3.11: interpreter frames, cframes, the
+# location table; 3.13: stacktop, debug offsets; 3.14: stack references, the PEP 768 entry,
+# unstable's libc; Debian's stripped 3.11 with torch) and leaves the others, whose code paths
+# those take, to the normal run, saying so.
+SANITIZED_SET = ('pyenv-3.6', 'pyenv-3.11', 'pyenv-3.13', 'debian-3.14', 'debian-python3')
 SANITIZED = os.environ.get('PROBED_SANITIZED', '').upper() in ('ON', '1', 'TRUE', 'YES')
 
 
