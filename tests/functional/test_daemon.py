@@ -394,8 +394,14 @@ def test_samples_on_the_tick_grid_and_minutes_merged_into_one_block_per_thread(t
         assert len(minutes) < sum(n for tid, n in per_thread.items() if tid != damaged)
         wait_for(lambda: d.rows('SELECT count(*) FROM sample_blocks WHERE tid != %d'
                                 % damaged)[0][0] <= len(minutes), what='the blocks merged')
-        assert [tuple(r) for r in d.rows('SELECT first_ns, n, hex(data) FROM sample_blocks'
-                                         ' WHERE tid = %d ORDER BY first_ns' % damaged)] == kept
+        # the damaged block's minute of that thread stays as written (store.c); its other
+        # minutes merge like any (the writes can straddle a minute: seen in CI, 1 run in 15)
+        got = [tuple(r) for r in d.rows('SELECT first_ns, n, hex(data) FROM sample_blocks'
+                                        ' WHERE tid = %d ORDER BY first_ns' % damaged)]
+        cut_minute = kept[1][0] // (60 * 10 ** 9)
+        in_cut = lambda rows: [r for r in rows if r[0] // (60 * 10 ** 9) == cut_minute]
+        assert in_cut(got) == in_cut(kept), (got, kept)
+        assert sum(r[1] for r in got) == sum(r[1] for r in kept), (got, kept)
         # (a query that reads the damaged block fails: a thread's samples are read by its tid)
         whole = [tid for tid in per_thread if tid != damaged]
         after = sorted(tuple(r) for r in d.rows('SELECT tid, ts_ns, stack_id, state FROM samples'
