@@ -325,7 +325,7 @@ struct job *allocs_post(struct api *a, const struct request *rq)
 }
 
 /* POST /v1/torch {"pid", "action": "on"|"drain"|"off", "every": 1.., "exprs": "n@f,...",
- * "comm": bool, "modules": bool} */
+ * "comm": bool, "modules": bool, "backward": "auto"|"all"|"none"} */
 struct job *torch_post(struct api *a, const struct request *rq)
 {
     static const char *const actions[] = {"on", "drain", "off"};
@@ -334,6 +334,8 @@ struct job *torch_post(struct api *a, const struct request *rq)
     json_t *jcomm = json_object_get(rq->body, "comm"),
            *jmodules = json_object_get(rq->body, "modules");
     int k = action_of(json_object_get(rq->body, "action"), actions, 3);
+    json_t *jbackward = json_object_get(rq->body, "backward");
+    int backward = jbackward ? action_of(jbackward, torch_backward_names, 3) : TORCH_BACKWARD_AUTO;
     int64_t every = !jevery ? 1 : json_is_integer(jevery) ? json_integer_value(jevery) : -1;
     pid_t pid = rq->pid; /* parsed and authorised by routes.c */
     struct tracked *t = tracked_of(a, pid, TRACK_TORCH);
@@ -343,11 +345,12 @@ struct job *torch_post(struct api *a, const struct request *rq)
 
     if (!pid || k < 0 || every < 1 || every > 1000000 || (jexprs && !json_is_string(jexprs)) ||
         (jcomm && !json_is_boolean(jcomm)) || (jmodules && !json_is_boolean(jmodules)) ||
-        (json_is_false(jmodules) && !json_is_true(jcomm))) {
+        (json_is_false(jmodules) && !json_is_true(jcomm)) || backward < 0) {
         reply_error(rq->req, 400,
                     "expected {\"pid\": int, \"action\": \"on\"|\"drain\"|\"off\","
                     " optional \"every\": 1..1000000, \"exprs\": \"name@function,...\","
-                    " \"comm\": bool, \"modules\": bool (false only with comm)}");
+                    " \"comm\": bool, \"modules\": bool (false only with comm),"
+                    " \"backward\": \"auto\"|\"all\"|\"none\"}");
         return NULL;
     }
     if (torch_parse_exprs(jexprs ? json_string_value(jexprs) : "", &why) < 0) {
@@ -381,6 +384,7 @@ struct job *torch_post(struct api *a, const struct request *rq)
                                        .every = (int)every,
                                        .comm = json_is_true(jcomm),
                                        .no_modules = json_is_false(jmodules),
+                                       .backward = backward,
                                        .exprs = strdup(jexprs ? json_string_value(jexprs) : "")};
     if (!sj->torch.exprs) {
         reply_error(rq->req, 500, "out of memory");

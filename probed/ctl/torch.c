@@ -25,11 +25,12 @@ static json_t *torch_call(const char *socket, json_t *body, long *status, bool q
 }
 
 /* @comm: 0 modules only, 1 modules and collectives, 2 collectives only */
-static int turn_on(const char *socket, int pid, int every, const char *exprs, int comm)
+static int turn_on(const char *socket, int pid, int every, const char *exprs, int comm,
+                   const char *backward)
 {
-    json_t *body =
-               json_pack("{s:i, s:s, s:i, s:s, s:b, s:b}", "pid", pid, "action", "on", "every",
-                         every, "exprs", exprs ? exprs : "", "comm", comm > 0, "modules", comm < 2),
+    json_t *body = json_pack("{s:i, s:s, s:i, s:s, s:b, s:b, s:s}", "pid", pid, "action", "on",
+                             "every", every, "exprs", exprs ? exprs : "", "comm", comm > 0,
+                             "modules", comm < 2, "backward", backward),
            *reply;
     long status = 0;
 
@@ -53,8 +54,8 @@ static int turn_on(const char *socket, int pid, int every, const char *exprs, in
         json_decref(reply);
         return 0;
     }
-    printf("pid %d: torch trace %s (torch %s on %s, every %lld step%s%s%s; optimizer steps from"
-           " %s)\n",
+    printf("pid %d: torch trace %s (torch %s on %s, every %lld step%s%s%s; backward of %s;"
+           " optimizer steps from %s)\n",
            pid,
            json_is_true(json_object_get(reply, "started")) ? "on" : "already on, settings changed",
            json_string_value(json_object_get(reply, "torch")),
@@ -62,6 +63,9 @@ static int turn_on(const char *socket, int pid, int every, const char *exprs, in
            (long long)json_integer_value(json_object_get(reply, "every")),
            json_integer_value(json_object_get(reply, "every")) == 1 ? "" : "s",
            exprs && *exprs ? ", tracking " : "", exprs && *exprs ? exprs : "",
+           strcmp(backward, "all") == 0    ? "every module"
+           : strcmp(backward, "none") == 0 ? "top-level modules only"
+                                           : "modules whose forward takes 100 us or more",
            json_string_value(json_object_get(reply, "optimizer_hooks")));
     printf("  see: probectl torch %d summary; probectl query \"SELECT * FROM python.torch_trace"
            " WHERE pid = %d\"\n",
@@ -259,6 +263,7 @@ static int summary(const char *socket, int pid, int top)
 static void usage(void)
 {
     printf("usage: probectl torch <pid> on [--every N] [--exprs name@function,...] [--comm]\n"
+           "                                [--backward auto|all|none]\n"
            "       probectl torch <pid> on --comm-only\n"
            "       probectl torch <pid> off\n"
            "       probectl torch <pid> summary [--top N]\n"
@@ -268,6 +273,9 @@ static void usage(void)
            "           python.torch_trace. torch's global hooks; the job's code is unchanged.\n"
            "           Attaches the process first when it is not.\n"
            "  --every N   record every Nth step only (default 1)\n"
+           "  --backward  whose backward is timed: auto (default) a module's once one of its\n"
+           "              forwards took 100 us three times (timing one costs a few us);\n"
+           "              all; none (top-level modules only: the backward pass)\n"
            "  --exprs     read these locals of live frames once per recorded step\n"
            "              (e.g. loss@train,acc1@train) into python.variables\n"
            "  --comm      also every torch.distributed collective and send/recv: op, group,\n"
@@ -279,12 +287,16 @@ static void usage(void)
 
 int torch_main(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"every", required_argument, NULL, 'e'}, {"exprs", required_argument, NULL, 'x'},
-        {"top", required_argument, NULL, 't'},   {"socket", required_argument, NULL, 'S'},
-        {"comm", no_argument, NULL, 'c'},        {"comm-only", no_argument, NULL, 'C'},
-        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0}};
-    const char *socket = NULL, *exprs = NULL, *action;
+    static const struct option longopts[] = {{"every", required_argument, NULL, 'e'},
+                                             {"exprs", required_argument, NULL, 'x'},
+                                             {"top", required_argument, NULL, 't'},
+                                             {"socket", required_argument, NULL, 'S'},
+                                             {"comm", no_argument, NULL, 'c'},
+                                             {"comm-only", no_argument, NULL, 'C'},
+                                             {"backward", required_argument, NULL, 'b'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
+    const char *socket = NULL, *exprs = NULL, *action, *backward = "auto";
     long every = 1, top = 15;
     char *end;
     int c, pid, comm = 0;
@@ -300,6 +312,14 @@ int torch_main(int argc, char **argv)
             break;
         case 'x':
             exprs = optarg;
+            break;
+        case 'b':
+            if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "all") != 0 &&
+                strcmp(optarg, "none") != 0) {
+                fprintf(stderr, "probectl torch: --backward takes auto, all or none\n");
+                return 2;
+            }
+            backward = optarg;
             break;
         case 'c':
             comm = comm ? comm : 1;
@@ -332,7 +352,7 @@ int torch_main(int argc, char **argv)
         return 2;
     action = argv[optind + 1];
     if (strcmp(action, "on") == 0)
-        return turn_on(socket, pid, (int)every, exprs, comm);
+        return turn_on(socket, pid, (int)every, exprs, comm, backward);
     if (strcmp(action, "off") == 0)
         return turn_off(socket, pid);
     if (strcmp(action, "summary") == 0)

@@ -13,6 +13,8 @@
 #include "store/records.h"
 
 #define TORCH_TIMEOUT_MS 10000
+
+const char *const torch_backward_names[3] = {"auto", "all", "none"};
 #define EXPRS_MAX 16
 
 extern const char torchtrace_py[]; /* torchtrace.py, embedded at build time */
@@ -69,9 +71,10 @@ static int add_expr(const char *name, size_t name_len, const char *func, size_t 
 static char *script(const struct torch_request *rq)
 {
     static const char *const actions[] = {"on", "drain", "off"};
-    json_t *args = json_pack("{s:s, s:i, s:[], s:b, s:b}", "action", actions[rq->action], "every",
-                             rq->every > 0 ? rq->every : 1, "exprs", "comm", rq->comm, "modules",
-                             !rq->no_modules);
+    json_t *args =
+        json_pack("{s:s, s:i, s:[], s:b, s:b, s:s}", "action", actions[rq->action], "every",
+                  rq->every > 0 ? rq->every : 1, "exprs", "comm", rq->comm, "modules",
+                  !rq->no_modules, "backward", torch_backward_names[rq->backward]);
     char *args_text = NULL, *args_hex = NULL, *src_hex = NULL, *code = NULL;
 
     if (args && rq->exprs && each_expr(rq->exprs, add_expr, json_object_get(args, "exprs")) < 0)
@@ -113,8 +116,8 @@ static char *audit_text(const struct torch_request *rq)
     char *text = NULL;
 
     if (rq->action == TORCH_ON)
-        return asprintf(&text, "torch on --every %d --exprs '%s'%s", rq->every,
-                        rq->exprs ? rq->exprs : "",
+        return asprintf(&text, "torch on --every %d --backward %s --exprs '%s'%s", rq->every,
+                        torch_backward_names[rq->backward], rq->exprs ? rq->exprs : "",
                         rq->no_modules ? " --comm-only"
                         : rq->comm     ? " --comm"
                                        : "") < 0

@@ -26,6 +26,12 @@
 
 enum torch_action { TORCH_ON, TORCH_DRAIN, TORCH_OFF };
 
+/* --backward: whose backward is timed. AUTO: a module's once three of its forwards took 100 us
+ * (timing one costs a few us, torchtrace.py); ALL: every module's; NONE: only the top-level
+ * modules' (the backward pass), as the others always are too. */
+enum torch_backward { TORCH_BACKWARD_AUTO, TORCH_BACKWARD_ALL, TORCH_BACKWARD_NONE };
+extern const char *const torch_backward_names[3]; /* "auto", "all", "none" */
+
 struct torch_request {
     pid_t pid;
     struct proc_grant grant; /* the process, as authorised: checked at each step (procfs.h) */
@@ -36,6 +42,7 @@ struct torch_request {
     const char *exprs; /* ON: "name@function,..." (checked by torch_parse_exprs), or "" */
     bool comm;         /* ON: trace torch.distributed's calls too (table comm_calls) */
     bool no_modules;   /* ON: only those (no module, optimizer or step hooks) */
+    enum torch_backward backward; /* ON: which modules' backward is timed */
 };
 
 /* Checks "loss@train,acc1@train" (identifiers, at most 16); 0 or -EINVAL with the reason. */

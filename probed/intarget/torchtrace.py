@@ -42,10 +42,16 @@ except ImportError:  # a stub loaded by an older probed
     _hot = None
 
 VERSION = 1
+TORCH_ABI = 2  # the stub's torch_* functions this file calls (torchhot.h's TORCH_HOT_ABI)
 MAX_RECORDS = 200000  # buffered while the daemon does not drain; then counted as dropped
 MAX_DRAIN = 20000  # records per drain; the daemon asks again when more are left
 RSS_EVERY_NS = 50000000  # RSS (CPU) at step boundaries, at most every 50 ms (a 10-20 us read)
 STAGE_STEP = 2  # torchhot.c's stages: forward, backward, step
+# --backward: a module's backward is timed once three of its forwards took this long (ns); a
+# top-level module's always is (the backward pass). The autograd pre-hooks that time a
+# backward cost ~5 us a module (torch's, mostly: bench/torch_hooks.py), more than 5 % of a
+# smaller module; its backward is inside its parent's.
+BACKWARD_MIN_NS = {'auto': 100000, 'all': 0, 'none': 1 << 62}
 CO_OPTIMIZED = 0x1  # a function's code: its locals are fast locals, f_locals a copy
 _now = time.perf_counter_ns
 
@@ -91,8 +97,9 @@ def _plain(value):
 
 
 class Tracer:
-    def __init__(self, every, exprs):
+    def __init__(self, every, exprs, backward='auto'):
         self.every = every
+        self.backward = backward
         self.exprs = exprs  # [(name, function)]
         self.step = 0
         self.sampled = True
@@ -123,10 +130,11 @@ class Tracer:
 
     def install(self):
         self.cuda = torch.cuda.is_initialized() and torch.cuda.is_available()
-        _hot.torch_start(self.ids, self.name_of, self.top_level, self.read_cuda, _first_node,
+        _hot.torch_start(self.ids, self.name_of, self.top_level, _first_node,
                          torch.is_grad_enabled,
                          torch.autograd.Variable._execution_engine.queue_callback,
-                         torch.Tensor, self.offset_ns, MAX_RECORDS)
+                         torch.Tensor, self.offset_ns, MAX_RECORDS,
+                         BACKWARD_MIN_NS[self.backward])
         self.started = True
         mem = self.read_memory(_now())
         _hot.torch_step(self.step, 1, mem[1], mem[2])
@@ -184,11 +192,11 @@ class Tracer:
     # ---- what the C hooks call back (rarely) ----
 
     def read_memory(self, now):
-        """(perf ns, allocated KB, reserved KB); -1: no figure. On CUDA, torch's caching
-        allocator (the C side reads it again at most every millisecond). On CPU, the process's
-        RSS (no reserved figure), read at step boundaries at most every RSS_EVERY_NS: RSS is
-        the whole process's and moves with the allocator's arenas, not with one module, and
-        reading it costs 10-20 us in a torch process here."""
+        """(perf ns, allocated KB, reserved KB); -1: no figure. Read at the boundaries of
+        recorded steps, and carried by the step's records. On CUDA, torch's caching allocator
+        (read_cuda). On CPU, the process's RSS (no reserved figure), at most every
+        RSS_EVERY_NS: RSS is the whole process's and moves with the allocator's arenas, not
+        with one module, and reading it costs 10-20 us in a torch process here."""
         if self.cuda:
             alloc, reserved = self.read_cuda()
         else:
@@ -199,7 +207,16 @@ class Tracer:
 
     @staticmethod
     def read_cuda():
-        return torch.cuda.memory_allocated() >> 10, torch.cuda.memory_reserved() >> 10
+        """The current device's allocated and reserved KB, from the allocator's counters as
+        torch's C++ hands them over. torch.cuda.memory_allocated() (and _reserved) flattens
+        and sorts that whole nested dict into another at every call: read once a module call,
+        that was 35 % of a launch-bound GPU job's samples (../shared/gpu results)."""
+        try:
+            stats = torch._C._cuda_memoryStats(torch.cuda.current_device())
+            return (stats['allocated_bytes']['all']['current'] >> 10,
+                    stats['reserved_bytes']['all']['current'] >> 10)
+        except (AttributeError, KeyError, TypeError):  # a torch that has them elsewhere
+            return torch.cuda.memory_allocated() >> 10, torch.cuda.memory_reserved() >> 10
 
     def failed(self, e):
         self.errors += 1
@@ -344,6 +361,7 @@ class Tracer:
         _, errors, last_error, dropped = _hot.torch_info()
         return {'tracing': self.active, 'step': self.step, 'steps_seen': self.steps_seen,
                 'every': self.every, 'exprs': ['%s@%s' % e for e in self.exprs],
+                'backward': self.backward,
                 'dropped': dropped, 'errors': self.errors + errors,
                 'last_error': self.last_error or last_error,
                 'device': 'cuda' if self.cuda else 'cpu',
@@ -549,9 +567,10 @@ def command(args):
     global _tracer, _comm
     action = args['action']
     modules, comm = args.get('modules', True), args.get('comm', False)
-    if action == 'on' and modules and (_hot is None or not hasattr(_hot, 'torch_start')):
-        return json.dumps({'error': "the stub loaded in this process comes from an older probed"
-                           " and has no torch hooks: restart the process to trace it"})
+    if action == 'on' and modules and getattr(_hot, 'TORCH_ABI', None) != TORCH_ABI:
+        return json.dumps({'error': "the stub loaded in this process comes from another"
+                           " version of probed (its torch hooks are not this trace's): restart"
+                           " the process to trace it"})
     if action == 'on' and comm and 'torch.distributed.distributed_c10d' not in sys.modules:
         return json.dumps({'error': 'torch.distributed is not loaded in this process: no'
                            ' collective to trace'})
@@ -564,7 +583,7 @@ def command(args):
             result['started'] = True
         if modules and _tracer is None:
             exprs = [tuple(e) for e in args.get('exprs', [])]
-            tracer = Tracer(args.get('every', 1), exprs)
+            tracer = Tracer(args.get('every', 1), exprs, args.get('backward', 'auto'))
             try:
                 tracer.install()
             except BaseException:
@@ -575,6 +594,8 @@ def command(args):
         elif modules:  # already on: new settings, same hooks
             _tracer.every = args.get('every', 1)
             _tracer.exprs = [tuple(e) for e in args.get('exprs', [])]
+            _tracer.backward = args.get('backward', 'auto')
+            _hot.torch_backward_min(BACKWARD_MIN_NS[_tracer.backward])
         part, _ = _comm_part()
         result.update(_tracer.state() if _tracer is not None else _idle_state())
         result.update(part)
@@ -609,5 +630,6 @@ def command(args):
 def _idle_state():
     """The module trace's state when only collectives are traced."""
     return {'tracing': False, 'step': 0, 'steps_seen': 0, 'every': 1, 'exprs': [],
+            'backward': None,
             'dropped': 0, 'errors': 0, 'last_error': None, 'device': 'cpu',
             'torch': torch.__version__, 'optimizer_hooks': None, 'modules': False}

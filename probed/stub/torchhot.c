@@ -12,7 +12,7 @@
 
 #define HOT_THREADS_MAX 64         /* threads running modules at once (DataParallel: one per GPU) */
 #define HOT_DEPTH_MAX 1024         /* nested module calls timed per thread; deeper ones are not */
-#define HOT_CUDA_EVERY_NS 1000000  /* CUDA memory is read again at most once a millisecond */
+#define HOT_SLOW_CALLS 3           /* slow forwards before a module's backward is timed */
 #define GENERATION_MASK 0x7fffffff /* a node hook's key: generation << 32 | index, positive */
 
 enum hot_stage { STAGE_FORWARD, STAGE_BACKWARD, STAGE_STEP };
@@ -99,29 +99,11 @@ static int grow(void *arr, int64_t *cap, int64_t need, size_t size)
 
 /* ---- records ---- */
 
-static void read_cuda(struct torch_hot *h, int64_t now)
-{
-    const struct capi *api = h->api;
-    PyObject *r = api->PyObject_CallFunctionObjArgs(h->read_cuda, NULL);
-
-    h->mem_ns = now;
-    if (r && api->PyTuple_Size(r) == 2) {
-        h->allocated_kb = api->PyLong_AsLongLong(api->PyTuple_GetItem(r, 0));
-        h->reserved_kb = api->PyLong_AsLongLong(api->PyTuple_GetItem(r, 1));
-    }
-    if (!r || api->PyErr_Occurred())
-        failed(h, "reading CUDA memory failed");
-    if (r)
-        api->Py_DecRef(r);
-}
-
 static void add_record(struct torch_hot *h, int64_t step, const char *name, enum hot_stage stage,
                        int64_t start_ns, int64_t end_ns)
 {
     if (!h->active)
         return;
-    if (h->cuda && end_ns - h->mem_ns >= HOT_CUDA_EVERY_NS)
-        read_cuda(h, end_ns);
     pthread_mutex_lock(&h->lock);
     if (h->n_records >= h->max_records ||
         grow(&h->records, &h->cap_records, h->n_records + 1, sizeof(*h->records)) < 0) {
@@ -133,8 +115,9 @@ static void add_record(struct torch_hot *h, int64_t step, const char *name, enum
     pthread_mutex_unlock(&h->lock);
 }
 
-/* A module's name (JSON text): its id in torchtrace.py's dict, or name_of() for a new one. */
-static const char *module_name(struct torch_hot *h, PyObject *module)
+/* A module's name id: its entry in torchtrace.py's dict, or name_of() for a new one; -1 when it
+ * has none. */
+static int64_t module_name(struct torch_hot *h, PyObject *module)
 {
     const struct capi *api = h->api;
     PyObject *key = api->PyLong_FromVoidPtr(module), *id, *r = NULL;
@@ -151,9 +134,9 @@ static const char *module_name(struct torch_hot *h, PyObject *module)
         api->Py_DecRef(r);
     if (n < 0 || n >= h->n_names) {
         failed(h, "a module has no name");
-        return NULL;
+        return -1;
     }
-    return h->names[n];
+    return n;
 }
 
 /* ---- forward ---- */
@@ -347,11 +330,10 @@ static PyObject *forward_post(PyObject *self, PyObject *args)
 {
     struct torch_hot *h = the_hot;
     const struct capi *api = h->api;
-    int64_t end = now_ns(), start;
+    int64_t end = now_ns(), start, id;
     PyObject *module = api->PyTuple_GetItem(args, 0), *inputs = api->PyTuple_GetItem(args, 1);
     PyObject *output = api->PyTuple_GetItem(args, 2), *grad, *out, *in;
     struct hot_thread *t = h->started && output ? thread_of(h, false) : NULL;
-    const char *name;
 
     (void)self;
     if (!t || t->depth == 0)
@@ -363,13 +345,25 @@ static PyObject *forward_post(PyObject *self, PyObject *args)
     if (t->frames[t->depth - 1].module != module)
         goto out; /* likewise, for an inner module */
     start = t->frames[--t->depth].start_ns;
-    if (!start || !(name = module_name(h, module)))
+    if (!start || (id = module_name(h, module)) < 0)
         goto out;
-    add_record(h, h->step, name, STAGE_FORWARD, start, end);
+    add_record(h, h->step, h->names[id], STAGE_FORWARD, start, end);
+    /* A module's backward is timed once HOT_SLOW_CALLS of its forwards took backward_min_ns
+     * (not one: a first call, or one preempted, is slow for other reasons): the autograd
+     * pre-hooks cost a few microseconds a module (torch's, mostly), too much for a small one,
+     * whose backward is inside its parent's. Once timed, always: its rows do not flicker.
+     * A top-level module's always is: once a step, it times the backward pass (and its end
+     * is where the optimizer's stage begins, on a torch without optimizer hooks). */
+    if (t->depth > 0 && h->backward_min_ns > 0 && h->slow_calls[id] < HOT_SLOW_CALLS) {
+        if (end - start >= h->backward_min_ns)
+            h->slow_calls[id]++;
+        if (h->slow_calls[id] < HOT_SLOW_CALLS)
+            goto out;
+    }
     grad = api->PyObject_CallFunctionObjArgs(h->grad_enabled, NULL);
     if (grad == api->_Py_TrueStruct && (out = first_node(h, output)) != NULL) {
         in = first_node(h, inputs);
-        hook_backward(h, name, out, in);
+        hook_backward(h, h->names[id], out, in);
         api->Py_DecRef(out);
         if (in)
             api->Py_DecRef(in);
@@ -464,17 +458,18 @@ static void free_names(struct torch_hot *h)
     for (int64_t i = 0; i < h->n_names; i++)
         free(h->names[i]);
     free(h->names);
+    free(h->slow_calls);
     h->names = NULL;
-    h->n_names = h->cap_names = 0;
+    h->slow_calls = NULL;
+    h->n_names = h->cap_names = h->cap_slow = 0;
 }
 
 /* Releases what torch_start took; the records go too. Idempotent. */
 static void stop(struct torch_hot *h)
 {
     const struct capi *api = h->api;
-    PyObject **refs[] = {&h->ids,        &h->name_of,      &h->top_level,      &h->read_cuda,
-                         &h->first_node, &h->grad_enabled, &h->queue_callback, &h->tensor_type,
-                         &h->pass_end};
+    PyObject **refs[] = {&h->ids,          &h->name_of,        &h->top_level,   &h->first_node,
+                         &h->grad_enabled, &h->queue_callback, &h->tensor_type, &h->pass_end};
 
     clear_pass(h);
     h->started = h->active = false;
@@ -510,15 +505,15 @@ static PyObject *py_raise(struct torch_hot *h, const char *what)
     return NULL;
 }
 
-/* torch_start(ids, name_of, top_level, read_cuda, first_node, is_grad_enabled, queue_callback,
- *             Tensor, offset_ns, max_records) */
+/* torch_start(ids, name_of, top_level, first_node, is_grad_enabled, queue_callback, Tensor,
+ *             offset_ns, max_records, backward_min_ns) */
 static PyObject *torch_start(PyObject *self, PyObject *args)
 {
     struct torch_hot *h = the_hot;
     const struct capi *api = h->api;
     static struct py_method_def pass_end_def = {"probed_pass_end", pass_end, PY_METH_NOARGS, NULL};
-    PyObject **refs[] = {&h->ids,        &h->name_of,      &h->top_level,      &h->read_cuda,
-                         &h->first_node, &h->grad_enabled, &h->queue_callback, &h->tensor_type};
+    PyObject **refs[] = {&h->ids,          &h->name_of,        &h->top_level,  &h->first_node,
+                         &h->grad_enabled, &h->queue_callback, &h->tensor_type};
 
     (void)self;
     if (h->started)
@@ -529,8 +524,9 @@ static PyObject *torch_start(PyObject *self, PyObject *args)
         *refs[i] = api->PyTuple_GetItem(args, (ssize_t)i);
         api->Py_IncRef(*refs[i]);
     }
-    h->offset_ns = api->PyLong_AsLongLong(api->PyTuple_GetItem(args, 8));
-    h->max_records = api->PyLong_AsLongLong(api->PyTuple_GetItem(args, 9));
+    h->offset_ns = api->PyLong_AsLongLong(api->PyTuple_GetItem(args, 7));
+    h->max_records = api->PyLong_AsLongLong(api->PyTuple_GetItem(args, 8));
+    h->backward_min_ns = api->PyLong_AsLongLong(api->PyTuple_GetItem(args, 9));
     h->node_ids = api->PyDict_New();
     h->pass_end = api->PyCFunction_NewEx(&pass_end_def, NULL, NULL);
     h->threads = calloc(HOT_THREADS_MAX, sizeof(*h->threads));
@@ -595,6 +591,20 @@ static PyObject *torch_flags(PyObject *self, PyObject *args)
     return none(h->api);
 }
 
+/* torch_backward_min(ns): from now on, a module's backward is timed once its forwards took @ns
+ * HOT_SLOW_CALLS times (0: every module's). */
+static PyObject *torch_backward_min(PyObject *self, PyObject *args)
+{
+    struct torch_hot *h = the_hot;
+    long long a;
+
+    (void)self;
+    if (!h->started || !int_args(h->api, args, &a, 1) || a < 0)
+        return h->api->PyErr_Occurred() ? NULL : py_raise(h, "torch_backward_min(): bad arguments");
+    h->backward_min_ns = a;
+    return none(h->api);
+}
+
 /* torch_clear_stack(): the calling thread's forwards are over (one that raised never ran its
  * post hook). */
 static PyObject *torch_clear_stack(PyObject *self, PyObject *unused)
@@ -646,10 +656,12 @@ static PyObject *torch_name(PyObject *self, PyObject *args)
     if (!h->started || id != h->n_names)
         return py_raise(h, "torch_name(): names are numbered in order");
     json = json_string(s, (size_t)len);
-    if (!json || grow(&h->names, &h->cap_names, h->n_names + 1, sizeof(*h->names)) < 0) {
+    if (!json || grow(&h->names, &h->cap_names, h->n_names + 1, sizeof(*h->names)) < 0 ||
+        grow(&h->slow_calls, &h->cap_slow, h->n_names + 1, sizeof(*h->slow_calls)) < 0) {
         free(json);
         return py_raise(h, "out of memory");
     }
+    h->slow_calls[h->n_names] = 0;
     h->names[h->n_names++] = json;
     return none(api);
 }
@@ -807,6 +819,7 @@ int torch_hot_register(struct torch_hot *hot, const struct capi *api)
         {"torch_step", torch_step, PY_METH_VARARGS, NULL},
         {"torch_flags", torch_flags, PY_METH_VARARGS, NULL},
         {"torch_clear_stack", torch_clear_stack, PY_METH_NOARGS, NULL},
+        {"torch_backward_min", torch_backward_min, PY_METH_VARARGS, NULL},
         {"torch_name", torch_name, PY_METH_VARARGS, NULL},
         {"torch_record", torch_record, PY_METH_VARARGS, NULL},
         {"torch_info", torch_info, PY_METH_NOARGS, NULL},
@@ -826,6 +839,12 @@ int torch_hot_register(struct torch_hot *hot, const struct capi *api)
         ret = fn && api->PyObject_SetAttrString(mod, defs[i].name, fn) == 0 ? 0 : -1;
         if (fn)
             api->Py_DecRef(fn);
+    }
+    if (ret == 0) { /* torchtrace.py refuses a stub whose torch_* functions are not its own */
+        PyObject *abi = api->PyLong_FromLongLong(TORCH_HOT_ABI);
+        ret = abi && api->PyObject_SetAttrString(mod, "TORCH_ABI", abi) == 0 ? 0 : -1;
+        if (abi)
+            api->Py_DecRef(abi);
     }
     if (ret == 0)
         ret = api->PyDict_SetItemString(api->PyImport_GetModuleDict(), "_probed_stub", mod);

@@ -24,6 +24,11 @@
 
 #include "capi.h"
 
+/* The torch_* functions' version, published as _probed_stub.TORCH_ABI: 2 took read_cuda out of
+ * torch_start and added backward_min_ns (1: no TORCH_ABI). A process keeps the stub it was first
+ * given for its life; torchtrace.py asks for a restart when it finds another version. */
+#define TORCH_HOT_ABI 2
+
 struct hot_thread;
 struct hot_node;
 struct hot_span;
@@ -38,14 +43,16 @@ struct torch_hot {
     PyObject *ids;        /* dict id(module) -> name id; a module's entry goes when it dies */
     PyObject *name_of;    /* name_of(module) -> name id, for a module not in ids */
     PyObject *top_level;  /* top_level(module): a forward begins on an empty stack */
-    PyObject *read_cuda;  /* () -> (allocated KB, reserved KB) */
     PyObject *first_node; /* first_node(value) -> node or None, for outputs not a tensor,
                              tuple or list */
     PyObject *grad_enabled, *queue_callback, *tensor_type;
-    PyObject *node_ids; /* dict id(node) -> index in nodes, this backward pass */
-    PyObject *pass_end; /* torch_pass_end, bound to this object: queued once per pass */
-    char **names;       /* name id -> text (JSON-ready), owned */
-    int64_t n_names, cap_names;
+    PyObject *node_ids;   /* dict id(node) -> index in nodes, this backward pass */
+    PyObject *pass_end;   /* torch_pass_end, bound to this object: queued once per pass */
+    char **names;        /* name id -> text (JSON-ready), owned */
+    uint8_t *slow_calls; /* name id -> forwards that took backward_min_ns, up to the count
+                            after which its backward is timed (torchhot.c) */
+    int64_t n_names, cap_names, cap_slow;
+    int64_t backward_min_ns; /* see slow_calls; 0: every module's backward is timed */
     /* forward stacks, per thread */
     struct hot_thread *threads;
     int n_threads;
@@ -57,7 +64,7 @@ struct torch_hot {
     uint32_t generation; /* a node hook from an earlier pass finds it changed and does nothing */
     bool pass_queued;
     int64_t pass_end_ns; /* when the last backward pass ended (CLOCK_MONOTONIC), or 0 */
-    /* memory: set at step boundaries on CPU; read again on CUDA at most once a millisecond */
+    /* memory: set at step boundaries (torchtrace.py reads it: RSS, or CUDA's allocator) */
     int64_t mem_ns, allocated_kb, reserved_kb; /* -1: no figure */
     int64_t offset_ns;                         /* CLOCK_REALTIME - CLOCK_MONOTONIC */
     int64_t errors;

@@ -2,6 +2,7 @@
 a small MLP and a small transformer block on random data) traced by a real probed through
 `probectl torch`, the rows read back with SQL under the seeds' names, and the job checked to
 run exactly as it would untraced."""
+import collections
 import json
 import os
 import re
@@ -100,8 +101,10 @@ def test_training_loop_traced(model, modules):
     d = Daemon()
     job = Job(model, 'train', 3, 8)
     try:
-        out = d.ctl('torch', job.pid, 'on', '--exprs', 'loss@train,epoch@train', check=True).stdout
+        out = d.ctl('torch', job.pid, 'on', '--exprs', 'loss@train,epoch@train', '--backward',
+                    'all', check=True).stdout
         assert 'attached to pid %d' % job.pid in out, out  # attached on the way
+        assert 'backward of every module' in out, out
         assert 'torch trace on (torch ' in out and 'on cpu' in out, out
         assert 'tracking loss@train,epoch@train' in out, out
         job.start()
@@ -194,7 +197,7 @@ def test_training_loop_traced(model, modules):
         assert listed()['torch']['tracing'] is False and listed()['mode'] == 'python'
         # on and off were audited, the drains (the daemon's own) were not
         assert d.rows("SELECT code FROM evals WHERE mode = 'torch' ORDER BY ts_ns") == [
-            ["torch on --every 1 --exprs 'loss@train,epoch@train'"], ['torch off']]
+            ["torch on --every 1 --backward all --exprs 'loss@train,epoch@train'"], ['torch off']]
         assert job.target.proc.poll() is None
     finally:
         job.close()
@@ -259,7 +262,7 @@ def test_in_place_activations_after_batchnorm():
     plain = Job('inplace', 'train', 1, 12)
     traced = Job('inplace', 'train', 1, 12)
     try:
-        d.ctl('torch', traced.pid, 'on', check=True)
+        d.ctl('torch', traced.pid, 'on', '--backward', 'all', check=True)
         plain.start()
         traced.start()
         plain.wait_done()
@@ -304,6 +307,50 @@ def test_dataloader_workers_forked_while_tracing():
         d.close()
 
 
+@pytest.mark.parametrize('backward', ['auto', 'none'])
+def test_backward_timed_where_it_is_worth_its_cost(backward):
+    """By default a module's backward is timed from the step where the third of its forwards
+    that took 100 us ran (an autograd hook costs a few us a module; one slow call, the first or
+    one preempted, is not enough); smaller modules' backward is inside their parent's.
+    --backward none times only the top-level modules' (the backward pass). Every step has
+    its optimizer row either way."""
+    d = Daemon()
+    job = Job('transformer', 'train', 1, 12)
+    try:
+        out = d.ctl('torch', job.pid, 'on', *(['--backward', backward] if backward != 'auto'
+                                               else []), check=True).stdout
+        want = {'auto': 'backward of modules whose forward takes 100 us or more',
+                'none': 'backward of top-level modules only'}[backward]
+        assert want in out, out
+        job.start()
+        job.wait_done()
+        drained(d, job.pid, job.steps)
+        rows = d.rows("SELECT module, stage, step, duration_ns FROM torch_trace WHERE pid = %d"
+                      " ORDER BY ts_ns" % job.pid)
+        assert {r[0] for r in rows if r[1] == 'forward'} == TRANSFORMER_MODULES
+        assert sorted(r[2] for r in rows if r[1] == 'step') == list(range(job.steps)), rows
+        timed = {r[0] for r in rows if r[1] == 'backward'}
+        top_level = {'TinyTransformer', 'CrossEntropyLoss'}  # always: the backward pass
+        if backward == 'none':
+            assert timed == top_level, timed
+            return
+        first_slow, slow = {}, collections.Counter()  # module -> step of its third slow call
+        for module, stage, step, duration_ns in rows:
+            if stage == 'forward' and duration_ns >= 100000:
+                slow[module] += 1
+                if slow[module] == 3:
+                    first_slow[module] = step
+        for module in top_level:
+            first_slow[module] = 0
+        assert timed == set(first_slow), (timed, first_slow)
+        for module, step in first_slow.items():
+            steps = {r[2] for r in rows if r[0] == module and r[1] == 'backward'}
+            assert steps == set(range(step, job.steps)), (module, step, steps)
+    finally:
+        job.close()
+        d.close()
+
+
 def test_every_nth_step():
     d = Daemon()
     job = Job('mlp', 'train', 2, 10)
@@ -330,8 +377,9 @@ def test_every_nth_step():
 
 
 def run_traced(d, job):
-    """A training job traced from its first step, run to its end and drained."""
-    d.ctl('torch', job.pid, 'on', check=True)
+    """A training job traced from its first step (every module's backward too), run to its
+    end and drained."""
+    d.ctl('torch', job.pid, 'on', '--backward', 'all', check=True)
     job.start()
     job.wait_done()
     drained(d, job.pid, job.steps)
@@ -517,12 +565,14 @@ def test_a_process_without_torch_and_bad_requests():
                           (['on', '--exprs', 'a@b@c'], 'bad --exprs'),
                           (['on', '--exprs', '1x@train'], 'bad --exprs'),
                           (['on', '--every', '0'], '--every takes'),
+                          (['on', '--backward', 'leaves'], '--backward takes'),
                           (['sideways'], "expected on, off or summary")]:
             r = d.ctl('torch', plain.pid, *args)
             assert r.returncode != 0 and why in r.stderr, (args, r.stderr)
         for body in [{'pid': plain.pid}, {'pid': plain.pid, 'action': 'on', 'every': 'x'},
                      {'pid': 'x', 'action': 'on'}, {'pid': plain.pid, 'action': 'on',
-                                                    'exprs': 7}]:
+                                                    'exprs': 7},
+                     {'pid': plain.pid, 'action': 'on', 'backward': 'some'}]:
             status, reply = d.api('POST', '/v1/torch', body)
             assert status == 400, (body, status, reply)
         status, _ = d.api('POST', '/v1/torch', {'pid': 999999, 'action': 'on'})
