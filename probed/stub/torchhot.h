@@ -46,8 +46,8 @@ struct torch_hot {
     PyObject *first_node; /* first_node(value) -> node or None, for outputs not a tensor,
                              tuple or list */
     PyObject *grad_enabled, *queue_callback, *tensor_type;
-    PyObject *node_ids;   /* dict id(node) -> index in nodes, this backward pass */
-    PyObject *pass_end;   /* torch_pass_end, bound to this object: queued once per pass */
+    PyObject *node_ids;  /* dict id(node) -> index in nodes, this backward pass */
+    PyObject *pass_end;  /* torch_pass_end, bound to this object: queued once per pass */
     char **names;        /* name id -> text (JSON-ready), owned */
     uint8_t *slow_calls; /* name id -> forwards that took backward_min_ns, up to the count
                             after which its backward is timed (torchhot.c) */
