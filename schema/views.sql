@@ -140,6 +140,27 @@ SELECT s.step, s.duration_ns / 1e9 AS duration,
 FROM torch_steps s
 JOIN targets t ON t.id = s.target_id;
 
+-- The on-demand profiles (probectl torch PID profile): torch.profiler's events, the CPU side
+-- (ops, record_function ranges, runtime calls) and the device side (kernels, memcpys,
+-- memsets), each with the module and stage it ran under and the step (0: the first profiled).
+-- SELECT module, name, count(*), sum(duration_ms) FROM gpu_kernels GROUP BY 1, 2 ORDER BY 4 DESC
+CREATE TEMP VIEW torch_ops AS
+SELECT e.profile, e.step, e.name, e.module, e.stage, e.kind, e.duration_ns / 1e6 AS duration_ms,
+       strftime('%Y-%m-%d %H:%M:%f', e.ts_ns / 1e9, 'unixepoch') AS ts, t.pid, t.rank, e.tid,
+       e.ts_ns, e.duration_ns, e.seq, e.target_id
+FROM torch_profile_events e
+JOIN targets t ON t.id = e.target_id
+WHERE e.kind NOT IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'gpu_user_annotation');
+
+CREATE TEMP VIEW gpu_kernels AS
+SELECT e.profile, e.step, e.name, e.module, e.stage, e.kind, e.device, e.stream,
+       e.duration_ns / 1e6 AS duration_ms,
+       strftime('%Y-%m-%d %H:%M:%f', e.ts_ns / 1e9, 'unixepoch') AS ts, t.pid, t.rank, e.ts_ns,
+       e.duration_ns, e.seq, e.target_id
+FROM torch_profile_events e
+JOIN targets t ON t.id = e.target_id
+WHERE e.kind IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'gpu_user_annotation');
+
 -- How attached processes ended (sample/exits.c) and what `probectl catch` saw as they failed
 -- (kind 'exception', 'fatal-signal': detail holds the traceback or the stacks), with who they
 -- were, and each thread's last sampled stack before it (innermost frame at depth 0; the last

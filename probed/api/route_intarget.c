@@ -200,6 +200,7 @@ static void torch_done(struct job *j)
     struct api *a = job_api(j);
     struct tracked *t = tracked_of(a, sj->torch.pid, TRACK_TORCH);
     bool tracing = json_is_true(json_object_get(j->body, "tracing"));
+    bool profiling = json_is_true(json_object_get(j->body, "profiling"));
     const struct torch_drained *d = &sj->drained;
     struct torch_totals add = {.steps = d->steps,
                                .step_seconds = d->step_seconds,
@@ -213,7 +214,7 @@ static void torch_done(struct job *j)
     targets__add_torch(a->parts.reg, sj->torch.target_id, j->status == 200 ? &add : NULL,
                        (uint64_t)json_integer_value(json_object_get(j->body, "dropped")),
                        j->status == 200 && tracing);
-    if (j->status == 200 && tracing && !t && a->n_tracked < TRACKED_MAX) {
+    if (j->status == 200 && (tracing || profiling) && !t && a->n_tracked < TRACKED_MAX) {
         t = &a->tracked[a->n_tracked++];
         *t = (struct tracked){.kind = TRACK_TORCH,
                               .pid = sj->torch.pid,
@@ -223,7 +224,7 @@ static void torch_done(struct job *j)
     if (t && j->status == 200)
         t->next_ns = mono_ns() + TORCH_DRAIN_NS;
     /* off, or the process gone or no longer tracing: stop draining */
-    if (t && (!tracing || (j->status != 200 && j->status != 503))) {
+    if (t && (!(tracing || profiling) || (j->status != 200 && j->status != 503))) {
         if (j->status != 200 && !j->req)
             log_msg(LOG_WARN, "pid %d: torch trace drains stop: %s", (int)t->pid,
                     json_string_value(json_object_get(j->body, "error")));
@@ -324,16 +325,24 @@ struct job *allocs_post(struct api *a, const struct request *rq)
     return &sj->j;
 }
 
-/* POST /v1/torch {"pid", "action": "on"|"drain"|"off", "every": 1.., "exprs": "n@f,...",
- * "comm": bool, "modules": bool, "backward": "auto"|"all"|"none"} */
+/* POST /v1/torch {"pid", "action": "on"|"drain"|"off"|"profile", "every": 1.., "exprs":
+ * "n@f,...", "comm": bool, "modules": bool, "backward": "auto"|"all"|"none", "steps": 1..1000,
+ * "duration_ms": 1..600000, "cancel": bool} */
 struct job *torch_post(struct api *a, const struct request *rq)
 {
-    static const char *const actions[] = {"on", "drain", "off"};
+    static const char *const actions[] = {"on", "drain", "off", "profile"};
     json_t *jevery = json_object_get(rq->body, "every"),
            *jexprs = json_object_get(rq->body, "exprs");
     json_t *jcomm = json_object_get(rq->body, "comm"),
            *jmodules = json_object_get(rq->body, "modules");
-    int k = action_of(json_object_get(rq->body, "action"), actions, 3);
+    int k = action_of(json_object_get(rq->body, "action"), actions, 4);
+    json_t *jsteps = json_object_get(rq->body, "steps"),
+           *jduration = json_object_get(rq->body, "duration_ms"),
+           *jcancel = json_object_get(rq->body, "cancel");
+    int64_t steps = jsteps ? json_is_integer(jsteps) ? json_integer_value(jsteps) : -1 : 0;
+    int64_t duration = !jduration                   ? 0
+                       : json_is_integer(jduration) ? json_integer_value(jduration)
+                                                    : -1;
     json_t *jbackward = json_object_get(rq->body, "backward");
     int backward = jbackward ? action_of(jbackward, torch_backward_names, 3) : TORCH_BACKWARD_AUTO;
     int64_t every = !jevery ? 1 : json_is_integer(jevery) ? json_integer_value(jevery) : -1;
@@ -345,12 +354,16 @@ struct job *torch_post(struct api *a, const struct request *rq)
 
     if (!pid || k < 0 || every < 1 || every > 1000000 || (jexprs && !json_is_string(jexprs)) ||
         (jcomm && !json_is_boolean(jcomm)) || (jmodules && !json_is_boolean(jmodules)) ||
-        (json_is_false(jmodules) && !json_is_true(jcomm)) || backward < 0) {
+        (json_is_false(jmodules) && !json_is_true(jcomm)) || backward < 0 || steps < 0 ||
+        steps > 1000 || duration < 0 || duration > 600000 ||
+        (jcancel && !json_is_boolean(jcancel)) ||
+        (k == TORCH_PROFILE && !json_is_true(jcancel) && !steps == !duration)) {
         reply_error(rq->req, 400,
                     "expected {\"pid\": int, \"action\": \"on\"|\"drain\"|\"off\","
                     " optional \"every\": 1..1000000, \"exprs\": \"name@function,...\","
                     " \"comm\": bool, \"modules\": bool (false only with comm),"
-                    " \"backward\": \"auto\"|\"all\"|\"none\"}");
+                    " \"backward\": \"auto\"|\"all\"|\"none\"; for \"profile\": \"steps\":"
+                    " 1..1000 or \"duration_ms\": 1..600000, or \"cancel\": true}");
         return NULL;
     }
     if (torch_parse_exprs(jexprs ? json_string_value(jexprs) : "", &why) < 0) {
@@ -369,7 +382,7 @@ struct job *torch_post(struct api *a, const struct request *rq)
         reply_error(rq->req, 409, "pid %d: the torch trace is being drained; try again", (int)pid);
         return NULL;
     }
-    if (k == TORCH_ON && !t && a->n_tracked == TRACKED_MAX) {
+    if ((k == TORCH_ON || k == TORCH_PROFILE) && !t && a->n_tracked == TRACKED_MAX) {
         reply_error(rq->req, 503, "tracking is on in %d processes already", TRACKED_MAX);
         return NULL;
     }
@@ -385,6 +398,9 @@ struct job *torch_post(struct api *a, const struct request *rq)
                                        .comm = json_is_true(jcomm),
                                        .no_modules = json_is_false(jmodules),
                                        .backward = backward,
+                                       .steps = (int)steps,
+                                       .duration_ms = (int)duration,
+                                       .cancel = json_is_true(jcancel),
                                        .exprs = strdup(jexprs ? json_string_value(jexprs) : "")};
     if (!sj->torch.exprs) {
         reply_error(rq->req, 500, "out of memory");

@@ -11,7 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/units.h"
 #include "ctl/client.h"
+#include "ctl/torchprof.h"
 
 #define TREND_BUCKETS 10
 
@@ -267,6 +269,8 @@ static void usage(void)
            "       probectl torch <pid> on --comm-only\n"
            "       probectl torch <pid> off\n"
            "       probectl torch <pid> summary [--top N]\n"
+           "       probectl torch <pid> profile [--steps N | --duration D] [-o trace.json]\n"
+           "                                    [--timeout D] [--top N]\n"
            "  on       record, in a running PyTorch job, what each step and module costs:\n"
            "           forward and backward of every module and the optimizer step, with\n"
            "           their time and memory (CUDA allocated/reserved, or RSS on CPU), in\n"
@@ -282,7 +286,12 @@ static void usage(void)
            "              sequence number, bytes, rank, peer, latency (comm_metrics)\n"
            "  --comm-only those calls alone, no module hooks\n"
            "  off      remove every hook; the job runs exactly as before\n"
-           "  summary  the slowest modules, the step time trend, the tracked variables\n");
+           "  summary  the slowest modules, the step time trend, the tracked variables\n"
+           "  profile  torch.profiler in the running job for N steps (default 5) or D (whole\n"
+           "           steps), then off: CPU ops and, on a GPU, kernels, memcpys and memsets\n"
+           "           with stream, time and the module they ran under, in the tables\n"
+           "           torch_ops and gpu_kernels; -o writes them as a Chrome/Perfetto trace.\n"
+           "           --timeout (default 60s past --duration) cancels one that does not end\n");
 }
 
 int torch_main(int argc, char **argv)
@@ -294,15 +303,42 @@ int torch_main(int argc, char **argv)
                                              {"comm", no_argument, NULL, 'c'},
                                              {"comm-only", no_argument, NULL, 'C'},
                                              {"backward", required_argument, NULL, 'b'},
+                                             {"steps", required_argument, NULL, 'n'},
+                                             {"duration", required_argument, NULL, 'd'},
+                                             {"timeout", required_argument, NULL, 'T'},
+                                             {"output", required_argument, NULL, 'o'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     const char *socket = NULL, *exprs = NULL, *action, *backward = "auto";
-    long every = 1, top = 15;
+    struct torch_profile_options prof = {.timeout_ms = -1};
+    long every = 1, top = 15, n;
+    int64_t ns;
     char *end;
     int c, pid, comm = 0;
 
-    while ((c = getopt_long(argc, argv, "e:x:t:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "e:x:t:o:h", longopts, NULL)) != -1) {
         switch (c) {
+        case 'n':
+            n = strtol(optarg, &end, 10);
+            if (*end || n < 1 || n > 1000) {
+                fprintf(stderr, "probectl torch: --steps takes 1..1000\n");
+                return 2;
+            }
+            prof.steps = (int)n;
+            break;
+        case 'd':
+        case 'T':
+            ns = units_duration_ns(optarg);
+            if (ns <= 0 || ns > (c == 'd' ? 600 : 3600) * 1000000000LL) {
+                fprintf(stderr, "probectl torch: --%s takes a duration up to %s (30s, 2m, ...)\n",
+                        c == 'd' ? "duration" : "timeout", c == 'd' ? "10m" : "1h");
+                return 2;
+            }
+            *(c == 'd' ? &prof.duration_ms : &prof.timeout_ms) = ns / 1000000 ? ns / 1000000 : 1;
+            break;
+        case 'o':
+            prof.output = optarg;
+            break;
         case 'e':
             every = strtol(optarg, &end, 10);
             if (*end || every < 1 || every > 1000000) {
@@ -345,18 +381,35 @@ int torch_main(int argc, char **argv)
         }
     }
     if (optind + 2 != argc) {
-        fprintf(stderr, "probectl torch: expected <pid> on|off|summary\n");
+        fprintf(stderr, "probectl torch: expected <pid> on|off|summary|profile\n");
         return 2;
     }
     if ((pid = client_parse_pid(argv[optind], "torch")) < 0)
         return 2;
     action = argv[optind + 1];
+    if (strcmp(action, "profile") != 0 &&
+        (prof.steps || prof.duration_ms || prof.output || prof.timeout_ms >= 0)) {
+        fprintf(stderr, "probectl torch: --steps, --duration, --timeout and -o are profile's\n");
+        return 2;
+    }
     if (strcmp(action, "on") == 0)
         return turn_on(socket, pid, (int)every, exprs, comm, backward);
     if (strcmp(action, "off") == 0)
         return turn_off(socket, pid);
     if (strcmp(action, "summary") == 0)
         return summary(socket, pid, (int)top);
-    fprintf(stderr, "probectl torch: '%s': expected on, off or summary\n", action);
+    if (strcmp(action, "profile") == 0) {
+        if (prof.steps && prof.duration_ms) {
+            fprintf(stderr, "probectl torch: profile takes --steps or --duration, not both\n");
+            return 2;
+        }
+        if (!prof.steps && !prof.duration_ms)
+            prof.steps = 5;
+        if (prof.timeout_ms < 0)
+            prof.timeout_ms = 60000 + prof.duration_ms;
+        prof.top = (int)top;
+        return torch_profile(socket, pid, &prof);
+    }
+    fprintf(stderr, "probectl torch: '%s': expected on, off, summary or profile\n", action);
     return 2;
 }

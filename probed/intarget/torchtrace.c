@@ -70,29 +70,34 @@ static int add_expr(const char *name, size_t name_len, const char *func, size_t 
  * its command() returns. The module is sent only then, not with every drain. */
 static char *script(const struct torch_request *rq)
 {
-    static const char *const actions[] = {"on", "drain", "off"};
+    static const char *const actions[] = {"on", "drain", "off", "profile"};
     json_t *args =
-        json_pack("{s:s, s:i, s:[], s:b, s:b, s:s}", "action", actions[rq->action], "every",
-                  rq->every > 0 ? rq->every : 1, "exprs", "comm", rq->comm, "modules",
-                  !rq->no_modules, "backward", torch_backward_names[rq->backward]);
+        json_pack("{s:s, s:i, s:[], s:b, s:b, s:s, s:i, s:i, s:b}", "action", actions[rq->action],
+                  "every", rq->every > 0 ? rq->every : 1, "exprs", "comm", rq->comm, "modules",
+                  !rq->no_modules, "backward", torch_backward_names[rq->backward], "steps",
+                  rq->steps, "duration_ms", rq->duration_ms, "cancel", rq->cancel);
     char *args_text = NULL, *args_hex = NULL, *src_hex = NULL, *code = NULL;
 
+    if (args && rq->action == TORCH_PROFILE)
+        json_object_set_new(args, "number", json_integer(rq->profile));
     if (args && rq->exprs && each_expr(rq->exprs, add_expr, json_object_get(args, "exprs")) < 0)
         goto out;
     args_text = args ? json_dumps(args, JSON_COMPACT) : NULL;
     args_hex = args_text ? eval_hex(args_text) : NULL;
-    src_hex = rq->action == TORCH_ON ? eval_hex(torchtrace_py) : strdup("");
+    src_hex = rq->action == TORCH_ON || rq->action == TORCH_PROFILE ? eval_hex(torchtrace_py)
+                                                                    : strdup("");
     if (!args_hex || !src_hex)
         goto out;
     if (asprintf(&code,
                  "import sys as _sys, json as _json\n"
                  "_args = _json.loads(bytes.fromhex('%s').decode())\n"
                  "_mod = _sys.modules.get('_probed_torch')\n"
-                 "if _args['action'] == 'on' and 'torch' not in _sys.modules:\n"
+                 "if _args['action'] in ('on', 'profile') and 'torch' not in _sys.modules:\n"
                  "    print(_json.dumps({'error': 'torch is not loaded in this process (no"
                  " torch in sys.modules): nothing to trace', 'no_torch': True}))\n"
                  "else:\n"
-                 "    if _args['action'] == 'on' and (_mod is None or not _mod.tracing()):\n"
+                 "    if _args['action'] in ('on', 'profile') and (_mod is None or not"
+                 " _mod.tracing()):\n"
                  "        import types as _types\n"
                  "        _mod = _types.ModuleType('_probed_torch')\n"
                  "        exec(compile(bytes.fromhex('%s').decode(), '<probed torch>', 'exec'),"
@@ -121,6 +126,13 @@ static char *audit_text(const struct torch_request *rq)
                         rq->no_modules ? " --comm-only"
                         : rq->comm     ? " --comm"
                                        : "") < 0
+                   ? NULL
+                   : text;
+    if (rq->action == TORCH_PROFILE && rq->cancel)
+        return strdup("torch profile --cancel");
+    if (rq->action == TORCH_PROFILE)
+        return (rq->steps ? asprintf(&text, "torch profile --steps %d", rq->steps)
+                          : asprintf(&text, "torch profile --duration %dms", rq->duration_ms)) < 0
                    ? NULL
                    : text;
     return strdup(rq->action == TORCH_OFF ? "torch off" : "torch drain");
@@ -208,6 +220,8 @@ static int run_once(struct stubctl *sc, const char *db_path, const struct torch_
     json_object_del(result, "variables");
     json_object_del(result, "steps");
     json_object_del(result, "comm");
+    json_object_del(result, "profiles");
+    json_object_del(result, "profile_events");
     *ret = result;
     return 0;
 }
@@ -215,10 +229,19 @@ static int run_once(struct stubctl *sc, const char *db_path, const struct torch_
 int torch_run(struct stubctl *sc, const char *db_path, const struct torch_request *rq,
               struct torch_drained *ret_sum, json_t **ret_body, struct errbuf *err)
 {
-    struct torch_request drain = *rq;
+    struct torch_request drain = *rq, profile = *rq;
     int64_t stored = 0;
     json_t *body = NULL;
-    int r = run_once(sc, db_path, rq, &stored, ret_sum, &body, err);
+    int r = 0;
+
+    /* a profile's number is the attach's next: a process's profiles do not replace those of
+     * an earlier trace module (torchtrace.py is loaded afresh when nothing runs) */
+    if (rq->action == TORCH_PROFILE && !rq->cancel) {
+        r = records_torch_next_profile(db_path, rq->target_id, &profile.profile, err);
+        rq = &profile;
+    }
+    if (r == 0)
+        r = run_once(sc, db_path, rq, &stored, ret_sum, &body, err);
 
     /* a drain takes at most MAX_DRAIN records of each kind: the rest come with more drains
      * (after "off" too: the tracer goes once it is empty) */
@@ -241,6 +264,7 @@ int torch_run(struct stubctl *sc, const char *db_path, const struct torch_reques
         return r;
     }
     json_object_set_new(body, "stored", json_integer(stored));
+    json_object_set_new(body, "target_id", json_integer(rq->target_id));
     *ret_body = body;
     return 0;
 }

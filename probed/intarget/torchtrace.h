@@ -24,7 +24,9 @@
 
 #include "intarget/stubctl.h"
 
-enum torch_action { TORCH_ON, TORCH_DRAIN, TORCH_OFF };
+/* PROFILE arms an on-demand profile (torch.profiler for some steps: torchtrace.py's Profiler;
+ * tables torch_profiles, torch_profile_events) or, with cancel, stops it. */
+enum torch_action { TORCH_ON, TORCH_DRAIN, TORCH_OFF, TORCH_PROFILE };
 
 /* --backward: whose backward is timed. AUTO: a module's once three of its forwards took 100 us
  * (timing one costs a few us, torchtrace.py); ALL: every module's; NONE: only the top-level
@@ -43,6 +45,10 @@ struct torch_request {
     bool comm;         /* ON: trace torch.distributed's calls too (table comm_calls) */
     bool no_modules;   /* ON: only those (no module, optimizer or step hooks) */
     enum torch_backward backward; /* ON: which modules' backward is timed */
+    int steps;                    /* PROFILE: steps to profile, or 0: */
+    int duration_ms;              /* PROFILE: for this long (whole steps) */
+    bool cancel;                  /* PROFILE: stop the one armed or running instead */
+    int64_t profile;              /* PROFILE: its number (torch_run sets it) */
 };
 
 /* Checks "loss@train,acc1@train" (identifiers, at most 16); 0 or -EINVAL with the reason. */

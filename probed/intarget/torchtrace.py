@@ -21,6 +21,7 @@
 # module hooks are out during the others. Records go to a bounded buffer in the stub (steps
 # and variables to deques here), drained by the daemon from the stub's thread (never the
 # training thread) about once a second; the records are formatted with the GIL released.
+import bisect
 import collections
 import functools
 import inspect
@@ -28,6 +29,7 @@ import itertools
 import json
 import os
 import sys
+import tempfile
 import threading
 import time
 import weakref
@@ -57,6 +59,7 @@ _now = time.perf_counter_ns
 
 _tracer = None
 _comm = None
+_profile = None  # the on-demand profile, armed, running or being drained
 
 
 def _first_node(value):
@@ -550,8 +553,337 @@ class CommTracer:
                 'errors': self.errors, 'last_error': self.last_error, 'tracing': self.active}
 
 
+# ---- the on-demand op and kernel trace (probectl torch PID profile) ----
+#
+# torch.profiler (Kineto/CUPTI where torch has it, the legacy autograd profiler otherwise) is
+# turned on in the running job for N steps, or for a duration, then off, as dynolog's gputrace
+# does. Its state is the enabling thread's: it is started and stopped on the training thread,
+# at step boundaries (an optimizer step; in inference, a top-level module called again), never
+# from the stub's. While it runs, global module hooks wrap each module's forward in a
+# record_function "nn.Module: <qualified name>", which is how each op and kernel is given the
+# module it ran under. Once stopped, the stub's thread exports the profiler's Chrome trace to a
+# private temporary file, reads it back into rows (each with module, stage and step) and deletes
+# it; the daemon drains them into torch_profile_events (views torch_ops, gpu_kernels).
+
+PROFILE_MAX_EVENTS = 500000  # rows kept of one profile; more are counted as dropped
+PROFILE_MODULE = 'nn.Module: '  # torch's own prefix for a module's range in its traces
+PROFILE_GPU_KINDS = ('kernel', 'gpu_memcpy', 'gpu_memset', 'gpu_user_annotation')
+PROFILE_SKIP_KINDS = ('Trace', 'python_function')  # the profiler's own span; with_stack's
+# A finished profile's hooks are taken out by the next top-level forward, on the training
+# thread; a drain does it only when none came for this long: torch >= 2 iterates its global
+# optimizer hooks' dict itself while calling them, and one taken out from another thread
+# then could make the job's optimizer step raise.
+PROFILE_UNHOOK_NS = 5000000000
+
+
+class Profiler:
+    def __init__(self, number, steps, duration_ns):
+        self.number = number
+        self.steps_wanted = steps  # 0: for duration_ns
+        self.duration_ns = duration_ns
+        self.state = 'armed'  # armed -> running -> stopped -> done | failed | cancelled
+        self.error = None
+        self.prof = None
+        self.kind = None  # 'kineto' | 'legacy'
+        self.activities = None
+        self.wall_start = self.perf_start = self.perf_stop = None
+        self.bounds = []  # perf ns of the step boundaries while running
+        self.rows = collections.deque()
+        self.events = 0
+        self.dropped = 0
+        self.cancel = False
+        self.local = threading.local()  # per thread: depth, open ranges
+        self.names = {}  # id(module) -> qualified name, for the modules seen while running
+        self.roots = set()
+        self.opt_seen = False
+        self.handles = []
+        self.saved_step_code = None
+        self.finished_ns = None  # when a drain first found it finished
+
+    # ---- hooks (training thread) ----
+
+    def install(self):
+        self.handles = [_module.register_module_forward_pre_hook(self.forward_pre),
+                        _module.register_module_forward_hook(self.forward_post)]
+        optimizer = sys.modules['torch.optim.optimizer']
+        if hasattr(optimizer, 'register_optimizer_step_post_hook'):
+            self.handles.append(optimizer.register_optimizer_step_post_hook(self.optimizer_post))
+        elif hasattr(torch.optim.Optimizer, '_optimizer_step_code'):
+            self.saved_step_code = saved = torch.optim.Optimizer.__dict__['_optimizer_step_code']
+            profiler = self
+
+            def _optimizer_step_code(opt):
+                saved(opt)  # the trace's, when it is on, or torch's no-op
+                profiler.optimizer_post(opt, None, None)
+
+            _optimizer_step_code._probed_profile = self
+            torch.optim.Optimizer._optimizer_step_code = _optimizer_step_code
+
+    def remove(self):
+        """Takes the hooks out. Safe from the forward pre-hook (torch copies its hook dicts
+        before calling them) and from the stub's thread; not from the optimizer hook, which
+        torch calls while iterating its dict."""
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+        code = torch.optim.Optimizer.__dict__.get('_optimizer_step_code')
+        if self.saved_step_code is not None and getattr(code, '_probed_profile', None) is self:
+            torch.optim.Optimizer._optimizer_step_code = self.saved_step_code
+        self.saved_step_code = None
+
+    def finished(self):
+        return self.state in ('stopped', 'done', 'failed', 'cancelled')
+
+    def forward_pre(self, module, args):
+        try:
+            local = self.local
+            depth = getattr(local, 'depth', 0)
+            if depth == 0:
+                if self.finished():
+                    self.remove()
+                    return None
+                self.top_level(module)
+            local.depth = depth + 1
+            ranges = local.__dict__.setdefault('ranges', [])
+            if self.state == 'running':
+                name = self.names.get(id(module))
+                if name is None:
+                    name = self.names[id(module)] = type(module).__name__
+                r = torch.autograd.profiler.record_function(PROFILE_MODULE + name)
+                r.__enter__()
+                ranges.append(r)
+            else:
+                ranges.append(None)
+        except Exception as e:
+            self.fail(e)
+        return None
+
+    def forward_post(self, module, args, output):
+        try:
+            local = self.local
+            ranges = getattr(local, 'ranges', None)
+            if not ranges:
+                return None
+            local.depth -= 1
+            r = ranges.pop()
+            if r is not None:
+                r.__exit__(None, None, None)
+        except Exception as e:
+            self.fail(e)
+        return None
+
+    def top_level(self, module):
+        """A forward on an empty stack: names the tree; in inference, the model called again
+        ends a step."""
+        key = id(module)
+        if not self.opt_seen and key in self.roots:
+            self.roots.clear()
+            self.boundary()
+        if key not in self.names:
+            for qualified, sub in module.named_modules():
+                self.names.setdefault(id(sub), qualified or type(module).__name__)
+        self.roots.add(key)
+
+    def optimizer_post(self, opt, args, kwargs):
+        try:
+            self.opt_seen = True
+            self.roots.clear()
+            self.close_ranges()
+            self.boundary()
+        except Exception as e:
+            self.fail(e)
+
+    def close_ranges(self):
+        """A forward that raised never ran its post hook: its ranges close here."""
+        for r in reversed(getattr(self.local, 'ranges', [])):
+            if r is not None:
+                r.__exit__(None, None, None)
+        self.local.ranges = []
+        self.local.depth = 0
+
+    def boundary(self):
+        """A step ends (and the next begins) on this thread."""
+        now = _now()
+        if self.cancel and not self.finished():
+            self.stop(now, 'cancelled')
+        elif self.state == 'armed':
+            self.start(now)
+        elif self.state == 'running':
+            self.bounds.append(now)
+            if (len(self.bounds) > self.steps_wanted if self.steps_wanted else
+                    now - self.perf_start >= self.duration_ns):
+                self.stop(now, 'stopped')
+
+    def start(self, now):
+        from torch.profiler import ProfilerActivity, profile
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            activities.append(ProfilerActivity.CUDA)
+        self.activities = ','.join(a.name.lower() for a in activities)
+        self.kind = 'kineto' if torch.autograd.kineto_available() else 'legacy'
+        prof = profile(activities=activities)
+        self.wall_start, self.perf_start = time.time_ns(), _now()
+        try:
+            prof.__enter__()
+        except Exception as e:  # another profiler running in the job, ...
+            self.state, self.error = 'failed', '%s: %s' % (type(e).__name__, e)
+            return
+        self.prof = prof
+        self.bounds = [self.perf_start]
+        # named afresh from a step boundary: installed in the middle of a step, the hooks
+        # took the module running then for a top-level one
+        self.names = {}
+        self.state = 'running'
+
+    def stop(self, now, state):
+        if self.prof is not None:
+            self.close_ranges()
+            try:
+                self.prof.__exit__(None, None, None)
+            except Exception as e:
+                state, self.error = 'failed', '%s: %s' % (type(e).__name__, e)
+        self.perf_stop = now
+        self.state = state
+
+    def fail(self, e):
+        if self.error is None:
+            self.error = '%s: %s' % (type(e).__name__, e)
+
+    # ---- the stub's thread ----
+
+    def wall(self, perf_ns):
+        return self.wall_start + (perf_ns - self.perf_start)
+
+    def collect(self):
+        """Once stopped: the profiler's events into rows (the stub's thread)."""
+        fd, path = tempfile.mkstemp(prefix='probed-profile-', suffix='.json')
+        os.close(fd)
+        try:
+            self.prof.export_chrome_trace(path)
+            with open(path) as f:
+                trace = json.load(f)
+        finally:
+            os.unlink(path)
+        self.prof = None
+        for row in profile_rows(trace, self.wall_start, self.wall(self.perf_stop),
+                                [self.wall(b) for b in self.bounds]):
+            if self.events < PROFILE_MAX_EVENTS:
+                self.rows.append([self.number, self.events] + row)
+                self.events += 1
+            else:
+                self.dropped += 1
+
+    def drain(self):
+        if self.state == 'stopped':
+            try:
+                self.collect()
+                self.state = 'done'
+            except Exception as e:
+                self.state, self.error = 'failed', '%s: %s' % (type(e).__name__, e)
+        if self.finished():
+            self.prof = None
+            if self.finished_ns is None:
+                self.finished_ns = _now()
+            elif _now() - self.finished_ns > PROFILE_UNHOOK_NS:
+                self.remove()  # no forward came to do it on the training thread
+        n = min(len(self.rows), MAX_DRAIN)
+        rows = [self.rows.popleft() for _ in range(n)]
+        return rows, bool(self.rows)
+
+    def summary(self):
+        """The torch_profiles row, stored with the rows of the same drain: its state is
+        'storing' until the last of them is drained."""
+        running = self.perf_stop or (_now() if self.perf_start else None)
+        state = 'storing' if self.state == 'done' and self.rows else self.state
+        return [self.number, self.wall_start or time.time_ns(),
+                running - self.perf_start if self.perf_start else 0,
+                max(len(self.bounds) - 1, 0), self.events, self.dropped,
+                self.activities or '', self.kind or '', state, self.error]
+
+    def state_dict(self):
+        return {'number': self.number, 'state': self.state, 'error': self.error,
+                'steps': max(len(self.bounds) - 1, 0), 'steps_wanted': self.steps_wanted,
+                'duration_ms': self.duration_ns // 1000000, 'events': self.events,
+                'dropped': self.dropped, 'activities': self.activities,
+                'profiler': self.kind, 'left': len(self.rows)}
+
+
+def _trace_kind(event, legacy):
+    cat = event.get('cat')
+    if cat:
+        return cat
+    name = event.get('name', '')
+    return 'cpu_op' if '::' in name or not legacy else 'user_annotation'
+
+
+def profile_rows(trace, wall_start, wall_stop, bounds):
+    """A Chrome trace of torch.profiler (Kineto's: a dict with traceEvents; the legacy
+    profiler's: a list) as rows [kind, name, module, stage, step, ts_ns, duration_ns, tid,
+    device, stream], in time order. Each op gets the innermost module range open on its thread,
+    or, in the backward pass, the module of the forward op of the same sequence number; a
+    kernel, memcpy or memset those of the runtime call that launched it (its correlation id).
+    Steps are numbered from 0, the first step profiled."""
+    legacy = isinstance(trace, list)
+    events = trace if legacy else trace.get('traceEvents', [])
+    base = None if legacy else trace.get('baseTimeNanoseconds')
+    spans = [e for e in events if isinstance(e, dict) and e.get('ph') == 'X' and
+             isinstance(e.get('ts'), (int, float)) and isinstance(e.get('dur'), (int, float))]
+    if not spans:
+        return []
+    # Kineto's times are microseconds since baseTimeNanoseconds (or the epoch); the legacy
+    # profiler's, since it began: those are set on the time the profiler started
+    offset = base or 0
+    first = min(e['ts'] for e in spans) * 1000 + offset
+    if not wall_start - 10 ** 10 <= first <= wall_stop + 10 ** 10:
+        offset = wall_start - min(e['ts'] for e in spans) * 1000
+    spans.sort(key=lambda e: (e['ts'], -e['dur']))
+    stacks = {}  # tid -> open spans [(end, module, stage, seq)]
+    seq_module = {}  # forward op's sequence number -> module
+    launches = {}  # correlation id -> (module, stage, step)
+    out = []
+    for e in spans:
+        kind = _trace_kind(e, legacy)
+        if kind in PROFILE_SKIP_KINDS:
+            continue
+        args = e.get('args') or {}
+        name = str(e.get('name', ''))
+        ts_ns = int(e['ts'] * 1000 + offset)
+        dur_ns = int(e['dur'] * 1000)
+        step = bisect.bisect_right(bounds, ts_ns) - 1
+        step = step if 0 <= step < len(bounds) - 1 else None
+        if kind in PROFILE_GPU_KINDS:
+            module, stage, _ = launches.get(args.get('correlation'), (None, None, None))
+            out.append([kind, name, module, stage, step, ts_ns, dur_ns, None,
+                        args.get('device'), args.get('stream')])
+            continue
+        tid = e.get('tid')
+        stack = stacks.setdefault(tid, [])
+        while stack and stack[-1][0] <= ts_ns:
+            stack.pop()
+        module, stage, seq = (stack[-1][1], stack[-1][2], stack[-1][3]) if stack else (
+            None, None, None)
+        if name.startswith(PROFILE_MODULE):
+            module, stage = name[len(PROFILE_MODULE):], stage or 'forward'
+        elif name.startswith('autograd::engine::evaluate_function'):
+            stage = 'backward'
+        elif name.startswith('Optimizer.step#') or name.startswith('Optimizer.zero_grad#'):
+            stage = 'step'
+        number = args.get('Sequence number')
+        if isinstance(number, int):
+            if stage == 'backward':
+                module = seq_module.get(number, module)
+            elif module is not None:
+                seq_module.setdefault(number, module)
+        correlation = args.get('correlation')
+        if correlation is not None:
+            launches[correlation] = (module, stage, step)
+        stack.append((ts_ns + dur_ns, module, stage, seq))
+        out.append([kind, name, module, stage, step, ts_ns, dur_ns, tid, None, None])
+    return out
+
+
 def tracing():
-    return _tracer is not None or _comm is not None
+    return _tracer is not None or _comm is not None or _profile is not None
 
 
 def _comm_part():
@@ -560,6 +892,41 @@ def _comm_part():
         return {'comm': [], 'comm_state': None}, False
     rows, more = _comm.drain()
     return {'comm': rows, 'comm_state': _comm.state()}, more
+
+
+def _profile_part(action, args):
+    """The profile's part of a reply ('profile' arms one, 'off' cancels it): its state, its
+    torch_profiles row and up to MAX_DRAIN of its rows; and whether more are left."""
+    global _profile
+    if action == 'profile' and args.get('cancel'):
+        if _profile is not None and not _profile.finished():
+            _profile.cancel = True
+            if _profile.state == 'armed':  # never started: nothing to stop on its thread
+                _profile.state = 'cancelled'
+    elif action == 'profile':
+        if _profile is not None and not _profile.finished():
+            return {'error': 'profile %d is %s in this process: one at a time'
+                    % (_profile.number, _profile.state)}, False
+        if _profile is not None and _profile.rows:
+            return {'error': 'profile %d is still being stored: try again in a second'
+                    % _profile.number}, False
+        if _profile is not None:
+            _profile.remove()
+        _profile = Profiler(args['number'], args.get('steps', 0),
+                            args.get('duration_ms', 0) * 1000000)
+        _profile.install()
+    elif action == 'off' and _profile is not None and not _profile.finished():
+        _profile.cancel = True
+        if _profile.state == 'armed':
+            _profile.state = 'cancelled'
+    if _profile is None:
+        return {'profile': None, 'profiles': [], 'profile_events': []}, False
+    rows, more = _profile.drain()
+    part = {'profile': _profile.state_dict(), 'profiles': [_profile.summary()],
+            'profile_events': rows}
+    if _profile.finished() and not more and not _profile.handles:
+        _profile = None  # its hooks are out (the next forward took them out, or a drain)
+    return part, more
 
 
 def command(args):
@@ -601,20 +968,28 @@ def command(args):
         result.update(part)
         if _comm is not None:
             result['tracing'] = result['tracing'] or _comm.active
+        result['profiling'] = _profile is not None
         return json.dumps(result)
-    if _tracer is None and _comm is None:
+    if action == 'profile':
+        part, profile_more = _profile_part(action, args)
+        if 'error' in part:
+            return json.dumps(part)
+    elif _tracer is None and _comm is None and _profile is None:
         return json.dumps({'error': 'the torch trace is off in this process'})
     if action == 'off':
         if _tracer is not None:
             _tracer.remove()
         if _comm is not None:
             _comm.remove()
+    if action != 'profile':
+        part, profile_more = _profile_part(action, args)
     records, result = _tracer.drain() if _tracer is not None else ('[]', {
         'variables': [], 'steps': [], 'more': False})
-    part, comm_more = _comm_part()
+    comm, comm_more = _comm_part()
     result.update(_tracer.state() if _tracer is not None else _idle_state())
+    result.update(comm)
     result.update(part)
-    result['more'] = result['more'] or comm_more
+    result['more'] = result['more'] or comm_more or profile_more
     if _comm is not None:
         result['tracing'] = result['tracing'] or _comm.active
     if _tracer is not None and not _tracer.active and not result['more']:
@@ -624,6 +999,7 @@ def command(args):
         _comm = None
     if _tracer is None and _comm is None:
         result['tracing'] = False
+    result['profiling'] = _profile is not None
     return '{"records": %s, %s' % (records, json.dumps(result)[1:])
 
 

@@ -189,9 +189,46 @@ int records_torch_drain(const char *db_path, int64_t target_id, json_t *drain, i
                          " group_size, seq, seq_source, rank, peer, bytes, dtype, async, ts_ns,"
                          " duration_ns) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                          target_id, json_object_get(drain, "comm"), "issiisinivvin", ret_stored);
+    if (rc == SQLITE_OK) /* a profile's row comes with each drain: the last is its state */
+        rc = insert_rows(db,
+                         "INSERT OR REPLACE INTO torch_profiles (target_id, profile, ts_ns,"
+                         " duration_ns, steps, events, dropped, activities, profiler, state,"
+                         " error) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                         target_id, json_object_get(drain, "profiles"), "iiiiiisssv", ret_stored);
+    if (rc == SQLITE_OK)
+        rc = insert_rows(db,
+                         "INSERT OR REPLACE INTO torch_profile_events (target_id, profile, seq,"
+                         " kind, name, module, stage, step, ts_ns, duration_ns, tid, device,"
+                         " stream) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                         target_id, json_object_get(drain, "profile_events"), "iissvvviivvv",
+                         ret_stored);
     if (rc == SQLITE_OK)
         rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
     return finish(db, NULL, rc == SQLITE_OK ? 0 : -EIO, db_path, "storing the torch trace", err);
+}
+
+int records_torch_next_profile(const char *db_path, int64_t target_id, int64_t *ret,
+                               struct errbuf *err)
+{
+    sqlite3 *db = NULL;
+    sqlite3_stmt *q = NULL;
+    int r = store_connect(db_path, &db, err);
+
+    if (r < 0)
+        return r;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT coalesce(max(profile), 0) + 1 FROM torch_profiles WHERE"
+                           " target_id = ?",
+                           -1, &q, NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(q, 1, target_id);
+        if (sqlite3_step(q) == SQLITE_ROW)
+            *ret = sqlite3_column_int64(q, 0);
+        else
+            r = -EIO;
+    } else {
+        r = -EIO;
+    }
+    return finish(db, q, r, db_path, "numbering a profile", err);
 }
 
 int records_torch_tracing(const char *db_path, int64_t target_id, bool on, int every,

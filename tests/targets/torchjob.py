@@ -121,6 +121,8 @@ class Features(torch.utils.data.Dataset):
 
 
 def batches(model_name, steps, loader):
+    if loader is None and model_name.endswith('-cuda'):  # made on the host, copied over
+        return (tuple(t.cuda() for t in batch(model_name)) for _ in range(steps))
     if loader is None:
         return (batch(model_name) for _ in range(steps))
     return iter(loader)
@@ -160,7 +162,8 @@ def infer(model, model_name, epochs, steps, log):
 def main():
     model_name, mode, epochs, steps, go, log_path = sys.argv[1:7]
     model = {'mlp': MLP, 'inplace': InPlace, 'oddnames': Modèle, 'transformer': TinyTransformer,
-             'transformer-128': lambda: TinyTransformer(dim=128, heads=4)}[model_name]()
+             'transformer-128': lambda: TinyTransformer(dim=128, heads=4),
+             'transformer-cuda': lambda: TinyTransformer().cuda()}[model_name]()
     print('READY ' + json.dumps({'pid': os.getpid()}))
     sys.stdout.flush()
     while not os.path.exists(go):

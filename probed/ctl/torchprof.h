@@ -1,0 +1,23 @@
+/*
+ * torchprof.h - `probectl torch <pid> profile`: torch.profiler turned on in a running job for
+ * some steps (or a duration) through the daemon (POST /v1/torch, action "profile"), then its
+ * events read back from the tables (torch_profiles, torch_ops, gpu_kernels): a summary of
+ * where the time went, and with -o a Chrome/Perfetto trace file built from the stored rows.
+ *
+ * Failure: messages on stderr; the exit status is probectl's (0, 1 failed, 2 usage). Ctrl-C or
+ * the timeout cancels the profile in the job.
+ */
+#ifndef PROBECTL_TORCHPROF_H
+#define PROBECTL_TORCHPROF_H
+
+struct torch_profile_options {
+    int steps;             /* steps to profile, or 0: */
+    long long duration_ms; /* this long, in whole steps */
+    long long timeout_ms;  /* how long to wait for it to start and end */
+    const char *output;    /* Chrome trace file, or NULL */
+    int top;               /* rows of each summary table */
+};
+
+int torch_profile(const char *socket, int pid, const struct torch_profile_options *o);
+
+#endif

@@ -1,0 +1,39 @@
+-- 0014_torch_profile.sql - on-demand op and kernel traces (probectl torch PID profile;
+-- torchtrace.py's Profiler): torch.profiler turned on in a running job for some steps, then off.
+-- One row per profile, and one per event it recorded: CPU ops, record_function ranges (each
+-- module's forward is one, "nn.Module: <name>"), CUDA runtime calls, and on a GPU the kernels,
+-- memcpys and memsets with their device and stream. Views torch_ops, gpu_kernels read them.
+CREATE TABLE torch_profiles (
+    target_id   INTEGER NOT NULL,
+    profile     INTEGER NOT NULL,  -- numbered per process from 1, in the order they were asked
+    ts_ns       INTEGER NOT NULL,  -- unix time the profiler started (or was asked, if it did not)
+    duration_ns INTEGER NOT NULL,  -- how long it ran
+    steps       INTEGER NOT NULL,  -- whole steps it spanned
+    events      INTEGER NOT NULL,  -- rows of torch_profile_events
+    dropped     INTEGER NOT NULL,  -- events past the limit of one profile, not stored
+    activities  TEXT NOT NULL,     -- 'cpu' or 'cpu,cuda'
+    profiler    TEXT NOT NULL,     -- 'kineto' (torch's Kineto/CUPTI) or 'legacy' (CPU ops only)
+    state       TEXT NOT NULL,     -- armed | running | stopped | storing | done | failed | cancelled
+    error       TEXT,              -- why it failed
+    PRIMARY KEY (target_id, profile)
+) WITHOUT ROWID;
+
+CREATE TABLE torch_profile_events (
+    target_id   INTEGER NOT NULL,
+    profile     INTEGER NOT NULL,
+    seq         INTEGER NOT NULL,  -- its index in the profile, in time order
+    kind        TEXT NOT NULL,     -- cpu_op | user_annotation | cuda_runtime | kernel | gpu_memcpy
+                                   -- | gpu_memset | ... (the trace's category)
+    name        TEXT NOT NULL,
+    module      TEXT,              -- the module it ran under (a kernel: its launch's; a backward
+                                   -- op: its forward op's), qualified name as in torch_trace
+    stage       TEXT,              -- forward | backward | step (the optimizer's), where known
+    step        INTEGER,           -- 0: the first step profiled
+    ts_ns       INTEGER NOT NULL,  -- unix time it began, nanoseconds
+    duration_ns INTEGER NOT NULL,
+    tid         INTEGER,           -- the CPU thread, as the profiler numbers it; NULL on a device
+    device      INTEGER,           -- the GPU, for device activity
+    stream      INTEGER,           -- its CUDA stream
+    PRIMARY KEY (target_id, profile, seq)
+) WITHOUT ROWID;
+CREATE INDEX torch_profile_events_time ON torch_profile_events (target_id, ts_ns);

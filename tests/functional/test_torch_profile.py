@@ -1,0 +1,177 @@
+"""probectl torch PID profile: torch.profiler turned on in a running job for some steps, then
+off, its events stored (torch_profiles, torch_ops, gpu_kernels) and written as a Chrome trace.
+On CPU the profiler records CPU ops; a GPU's kernels need a GPU (that test says so when there
+is none)."""
+import json
+import os
+import subprocess
+import tempfile
+
+import pytest
+from conftest import wait_for
+from daemon import Daemon
+from test_torch import PYTHON, TRANSFORMER_MODULES, Job, hooks_left, torch_installed  # noqa: F401
+
+
+def profile_row(d, pid, number):
+    rows = d.rows("SELECT p.state, p.steps, p.events, p.dropped, p.activities, p.profiler,"
+                  " p.ts_ns, p.duration_ns, p.error FROM torch_profiles p JOIN targets t ON"
+                  " t.id = p.target_id WHERE t.pid = %d AND p.profile = %d" % (pid, number))
+    return rows[0] if rows else None
+
+
+def test_a_training_job_profiled_for_three_steps():
+    d = Daemon()
+    job = Job('transformer', 'train', 1, 5000)
+    out_file = os.path.join(tempfile.mkdtemp(prefix='probed-profile-'), 'trace.json')
+    try:
+        job.start()
+        r = d.ctl('torch', job.pid, 'profile', '--steps', '3', '-o', out_file)
+        assert r.returncode == 0, r.stderr
+        assert 'armed' in r.stderr, r.stderr
+        assert 'profile 1 done: 3 steps in ' in r.stdout, r.stdout
+        assert 'CPU ops (host time' in r.stdout and 'aten::' in r.stdout, r.stdout
+        assert 'wrote %s' % out_file in r.stdout, r.stdout
+
+        state, steps, events, dropped, activities, profiler, ts_ns, duration_ns, error = \
+            profile_row(d, job.pid, 1)
+        assert (state, steps, dropped, activities, error) == ('done', 3, 0, 'cpu', None)
+        assert profiler in ('legacy', 'kineto')
+        ops = d.rows("SELECT name, module, stage, step, ts_ns, duration_ns, kind FROM torch_ops"
+                     " WHERE pid = %d AND profile = 1" % job.pid)
+        assert len(ops) == events > 100
+        assert d.rows("SELECT count(*) FROM gpu_kernels WHERE pid = %d" % job.pid) == [[0]]
+        # every event within the profile's time, in one of its three steps
+        assert all(ts_ns - 10 ** 6 <= o[4] and o[4] + o[5] <= ts_ns + duration_ns + 10 ** 7
+                   for o in ops), [o for o in ops if not ts_ns <= o[4]][:3]
+        assert {o[3] for o in ops} <= {0, 1, 2, None} and {0, 1, 2} <= {o[3] for o in ops}
+        # each module's forward is a range, and the ops it ran are attributed to it
+        ranges = {o[1] for o in ops if o[0].startswith('nn.Module: ')}
+        assert ranges == TRANSFORMER_MODULES, ranges ^ TRANSFORMER_MODULES
+        assert all(o[0] == 'nn.Module: ' + o[1] for o in ops if o[0].startswith('nn.Module: '))
+        linear_in = {o[1] for o in ops if o[0] in ('aten::linear', 'aten::addmm')}
+        assert {'head', 'block.mlp.0', 'block.mlp.2'} <= linear_in, linear_in
+        assert {o[1] for o in ops if o[0] == 'aten::embedding'} == {'embed'}
+        # the stages: the autograd engine's work is the backward, the optimizer's the step
+        assert {o[2] for o in ops if o[0].startswith('autograd::engine::evaluate_function')} \
+            == {'backward'}
+        assert 'step' in {o[2] for o in ops if o[0].startswith('Optimizer.step#')}
+
+        # the trace file is the stored rows, in Chrome's format
+        with open(out_file) as f:
+            trace = json.load(f)
+        spans = trace['traceEvents']
+        assert len(spans) == events
+        assert all(e['ph'] == 'X' and e['pid'] == 'pid %d' % job.pid and e['ts'] >= 0 and
+                   e['dur'] >= 0 for e in spans)
+        assert [e['ts'] for e in spans] == sorted(e['ts'] for e in spans)
+        assert trace['otherData']['profile'] == 1
+        assert {e['args']['module'] for e in spans} >= TRANSFORMER_MODULES
+
+        # a second profile gets the next number; --duration profiles whole steps
+        r = d.ctl('torch', job.pid, 'profile', '--duration', '300ms')
+        assert r.returncode == 0 and 'profile 2 done: ' in r.stdout, (r.stdout, r.stderr)
+        state, steps, _, _, _, _, _, duration_ns, _ = profile_row(d, job.pid, 2)
+        assert state == 'done' and steps >= 1 and duration_ns >= 300 * 10 ** 6
+        assert d.rows("SELECT code FROM evals WHERE mode = 'torch' ORDER BY ts_ns") == [
+            ['torch profile --steps 3'], ['torch profile --duration 300ms']]
+        # the job goes on, its hooks out once the next forward runs
+        wait_for(lambda: hooks_left(d, job.pid)[:2] == ['0', '0'], what='hooks removed')
+        assert job.target.proc.poll() is None
+    finally:
+        job.close()
+        d.close()
+
+
+def test_an_inference_job_steps_at_each_call():
+    d = Daemon()
+    job = Job('transformer', 'infer', 1, 5000)
+    try:
+        job.start()
+        r = d.ctl('torch', job.pid, 'profile', '--steps', '2')
+        assert r.returncode == 0 and 'profile 1 done: 2 steps' in r.stdout, (r.stdout, r.stderr)
+        ops = d.rows("SELECT module, stage, step FROM torch_ops WHERE pid = %d" % job.pid)
+        assert {o[0] for o in ops} >= TRANSFORMER_MODULES - {'CrossEntropyLoss'}
+        assert {o[1] for o in ops} <= {'forward', None}  # no_grad: no backward, no optimizer
+        assert {o[2] for o in ops} >= {0, 1}
+    finally:
+        job.close()
+        d.close()
+
+
+def test_a_job_that_does_not_step_is_cancelled_at_the_timeout():
+    d = Daemon()
+    job = Job('mlp', 'train', 1, 2)  # waits for its go file: torch loaded, never steps
+    try:
+        r = d.ctl('torch', job.pid, 'profile', '--steps', '2', '--timeout', '2s')
+        assert r.returncode == 1, (r.stdout, r.stderr)
+        assert 'still armed after 2 s: cancelled' in r.stderr and 'step boundaries' in r.stderr
+        assert profile_row(d, job.pid, 1)[0] == 'cancelled'
+        # its hooks go (no forward runs to take them out: a drain does, a few seconds on)
+        wait_for(lambda: hooks_left(d, job.pid)[:2] == ['0', '0'], timeout=30,
+                 what='hooks removed')
+        # and a new one may be asked for: it runs once the job steps
+        job.start()
+        r = d.ctl('torch', job.pid, 'profile', '--steps', '1', '--timeout', '2s')
+        assert r.returncode in (0, 1), r.stderr  # two steps only: it may end before one
+    finally:
+        job.close()
+        d.close()
+
+
+def test_one_profile_at_a_time_and_bad_requests():
+    d = Daemon()
+    job = Job('mlp', 'train', 1, 2)
+    try:
+        d.ctl('attach', job.pid, check=True)
+        status, reply = d.api('POST', '/v1/torch', {'pid': job.pid, 'action': 'profile',
+                                                    'steps': 2})
+        assert status == 200 and reply['profile']['state'] == 'armed', reply
+        status, reply = d.api('POST', '/v1/torch', {'pid': job.pid, 'action': 'profile',
+                                                    'steps': 2})
+        assert status == 409 or 'one at a time' in json.dumps(reply), (status, reply)
+        status, reply = d.api('POST', '/v1/torch', {'pid': job.pid, 'action': 'profile',
+                                                    'cancel': True})
+        assert status == 200 and reply['profile']['state'] == 'cancelled', reply
+        for body in [{'pid': job.pid, 'action': 'profile'},
+                     {'pid': job.pid, 'action': 'profile', 'steps': 2, 'duration_ms': 100},
+                     {'pid': job.pid, 'action': 'profile', 'steps': 0},
+                     {'pid': job.pid, 'action': 'profile', 'steps': 1001},
+                     {'pid': job.pid, 'action': 'profile', 'duration_ms': 'x'},
+                     {'pid': job.pid, 'action': 'profile', 'steps': 1, 'cancel': 'yes'}]:
+            status, reply = d.api('POST', '/v1/torch', body)
+            assert status == 400, (body, status, reply)
+        for args, why in [(['--steps', '0'], '--steps takes'),
+                          (['--steps', '2', '--duration', '1s'], 'not both'),
+                          (['--duration', 'soon'], '--duration takes'),
+                          (['--timeout', '-1'], '--timeout takes')]:
+            r = d.ctl('torch', job.pid, 'profile', *args)
+            assert r.returncode == 2 and why in r.stderr, (args, r.stderr)
+        r = d.ctl('torch', job.pid, 'on', '--steps', '3')
+        assert r.returncode == 2 and "profile's" in r.stderr, r.stderr
+    finally:
+        job.close()
+        d.close()
+
+
+def test_on_a_gpu_the_kernels_are_recorded():
+    """Needs a CUDA device and a torch built for it: says so when either is missing."""
+    have = subprocess.run([PYTHON, '-c', 'import torch; print(torch.cuda.is_available())'],
+                          stdout=subprocess.PIPE, universal_newlines=True).stdout.strip()
+    if have != 'True':
+        pytest.skip('not run: no GPU (torch.cuda.is_available() is %s for %s)' % (have, PYTHON))
+    d = Daemon()
+    job = Job('transformer-cuda', 'train', 1, 5000)
+    try:
+        job.start()
+        r = d.ctl('torch', job.pid, 'profile', '--steps', '3')
+        assert r.returncode == 0 and 'GPU kernels' in r.stdout, (r.stdout, r.stderr)
+        kernels = d.rows("SELECT name, module, stage, device, stream, duration_ns FROM"
+                         " gpu_kernels WHERE pid = %d AND kind = 'kernel'" % job.pid)
+        assert kernels and all(k[3] is not None and k[4] is not None and k[5] > 0
+                               for k in kernels)
+        assert {k[1] for k in kernels} & TRANSFORMER_MODULES, kernels[:5]
+        assert {k[2] for k in kernels} >= {'forward', 'backward'}
+    finally:
+        job.close()
+        d.close()
