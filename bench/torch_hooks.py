@@ -2,7 +2,7 @@
 """What one module call costs the job under the torch trace, against what torch's own hook
 machinery costs; prints figures, asserts nothing.
 
-usage: bench/torch_hooks.py [--build DIR] [--layers N] [--rounds N] [--steps N]
+usage: bench/torch_hooks.py [--build DIR] [--layers N] [--rounds N] [--steps N] [--device D]
 
 A training step of a chain of N small Linear layers (plus the Sequential around them: N + 1
 module calls forward and backward, SGD) runs in this process, with probed's stub loaded here
@@ -14,7 +14,11 @@ trace. Batches of steps alternate, round after round, between:
   dispatch   two global module hooks that do nothing: torch's slow path in Module._call_impl;
   floor      the same plus an autograd pre-hook that does nothing on each module's output
              node: what this design (docs/torch.md) costs before any of probed's code runs;
-  trace      the torch trace, --every 1, no --exprs.
+  trace      the torch trace, --every 1, no --exprs (--backward auto: the default);
+  trace-all  the same with --backward all (every module's backward timed).
+
+--device cuda runs the same on a GPU (each batch of steps ends with a synchronize, which the
+trace never does): there the host's cost per call is what a launch-bound job pays.
 
 Printed: the median step time of each, and per module call, the extra time over `off`. The
 part of the trace's cost that is probed's own is `trace - floor`.
@@ -81,6 +85,7 @@ def main():
     ap.add_argument('--layers', type=int, default=20)
     ap.add_argument('--rounds', type=int, default=40)
     ap.add_argument('--steps', type=int, default=20)
+    ap.add_argument('--device', default='cpu')
     args = ap.parse_args()
 
     import torch
@@ -93,16 +98,21 @@ def main():
     trace = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(trace)
 
-    model = nn.Sequential(*[nn.Linear(4, 4) for _ in range(args.layers)])
+    if args.device == 'cuda' and not torch.cuda.is_available():
+        sys.exit('torch_hooks.py: not run: no GPU (torch.cuda.is_available() is False)')
+    model = nn.Sequential(*[nn.Linear(4, 4) for _ in range(args.layers)]).to(args.device)
     opt = torch.optim.SGD(model.parameters(), lr=0.001)
-    x = torch.randn(2, 4)
+    x = torch.randn(2, 4, device=args.device)
+    sync = torch.cuda.synchronize if args.device == 'cuda' else (lambda: None)
 
     def steps(n):
+        sync()
         t0 = time.perf_counter()
         for _ in range(n):
             opt.zero_grad()
             model(x).sum().backward()
             opt.step()
+        sync()
         return (time.perf_counter() - t0) / n
 
     def nothing_node(grads):
@@ -151,9 +161,15 @@ def main():
             off()
     calls = args.layers + 1
     base = statistics.median(times['off'])
-    print('torch trace hooks: %d Linear(4, 4) in a Sequential (%d module calls a step), %d rounds'
-          ' of %d steps each, torch %s, Python %s' % (args.layers, calls, args.rounds, args.steps,
-                                                     torch.__version__, sys.version.split()[0]))
+    print('torch trace hooks: %d Linear(4, 4) in a Sequential (%d module calls a step) on %s, %d'
+          ' rounds of %d steps each, torch %s, Python %s'
+          % (args.layers, calls, args.device, args.rounds, args.steps, torch.__version__,
+             sys.version.split()[0]))
+    # the noise floor: how far the medians of two halves of the baseline's rounds differ
+    half = len(times['off']) // 2
+    floor = abs(statistics.median(times['off'][:half]) - statistics.median(times['off'][half:]))
+    print('noise floor: the baseline\'s two halves differ by %.1f us a step (ratio %.3f)'
+          % (floor * 1e6, 1 + floor / base))
     for name, _ in variants:
         med = statistics.median(times[name])
         print('%-9s median step %7.1f us   per module call +%5.2f us over off   ratio %.3f'

@@ -67,7 +67,7 @@ static int turn_on(const char *socket, int pid, int every, const char *exprs, in
            exprs && *exprs ? ", tracking " : "", exprs && *exprs ? exprs : "",
            strcmp(backward, "all") == 0    ? "every module"
            : strcmp(backward, "none") == 0 ? "top-level modules only"
-                                           : "modules whose forward takes 100 us or more",
+                                           : "modules whose forward takes 200 us or more",
            json_string_value(json_object_get(reply, "optimizer_hooks")));
     printf("  see: probectl torch %d summary; probectl query \"SELECT * FROM python.torch_trace"
            " WHERE pid = %d\"\n",
@@ -278,7 +278,7 @@ static void usage(void)
            "           Attaches the process first when it is not.\n"
            "  --every N   record every Nth step only (default 1)\n"
            "  --backward  whose backward is timed: auto (default) a module's once one of its\n"
-           "              forwards took 100 us three times (timing one costs a few us);\n"
+           "              first 8 forwards took 200 us or more (timing one costs a few us);\n"
            "              all; none (top-level modules only: the backward pass)\n"
            "  --exprs     read these locals of live frames once per recorded step\n"
            "              (e.g. loss@train,acc1@train) into python.variables\n"

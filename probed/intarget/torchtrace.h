@@ -28,7 +28,7 @@
  * tables torch_profiles, torch_profile_events) or, with cancel, stops it. */
 enum torch_action { TORCH_ON, TORCH_DRAIN, TORCH_OFF, TORCH_PROFILE };
 
-/* --backward: whose backward is timed. AUTO: a module's once three of its forwards took 100 us
+/* --backward: whose backward is timed. AUTO: a module's when its first 8 forwards took 200 us
  * (timing one costs a few us, torchtrace.py); ALL: every module's; NONE: only the top-level
  * modules' (the backward pass), as the others always are too. */
 enum torch_backward { TORCH_BACKWARD_AUTO, TORCH_BACKWARD_ALL, TORCH_BACKWARD_NONE };

@@ -49,11 +49,11 @@ MAX_RECORDS = 200000  # buffered while the daemon does not drain; then counted a
 MAX_DRAIN = 20000  # records per drain; the daemon asks again when more are left
 RSS_EVERY_NS = 50000000  # RSS (CPU) at step boundaries, at most every 50 ms (a 10-20 us read)
 STAGE_STEP = 2  # torchhot.c's stages: forward, backward, step
-# --backward: a module's backward is timed once three of its forwards took this long (ns); a
-# top-level module's always is (the backward pass). The autograd pre-hooks that time a
-# backward cost ~5 us a module (torch's, mostly: bench/torch_hooks.py), more than 5 % of a
-# smaller module; its backward is inside its parent's.
-BACKWARD_MIN_NS = {'auto': 100000, 'all': 0, 'none': 1 << 62}
+# --backward: a module's backward is timed when the fastest of its first 8 forwards took this
+# long (ns); a top-level module's always is (the backward pass). The autograd pre-hooks that
+# time a backward cost ~5 us a module (torch's, mostly: bench/torch_hooks.py), more than 2-3 %
+# of a smaller module; its backward is inside its parent's.
+BACKWARD_MIN_NS = {'auto': 200000, 'all': 0, 'none': 1 << 62}
 CO_OPTIMIZED = 0x1  # a function's code: its locals are fast locals, f_locals a copy
 _now = time.perf_counter_ns
 

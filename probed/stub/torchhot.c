@@ -12,7 +12,7 @@
 
 #define HOT_THREADS_MAX 64         /* threads running modules at once (DataParallel: one per GPU) */
 #define HOT_DEPTH_MAX 1024         /* nested module calls timed per thread; deeper ones are not */
-#define HOT_SLOW_CALLS 3           /* slow forwards before a module's backward is timed */
+#define HOT_DECIDE_CALLS 8         /* forwards seen before deciding to time a module's backward */
 #define GENERATION_MASK 0x7fffffff /* a node hook's key: generation << 32 | index, positive */
 
 enum hot_stage { STAGE_FORWARD, STAGE_BACKWARD, STAGE_STEP };
@@ -348,16 +348,22 @@ static PyObject *forward_post(PyObject *self, PyObject *args)
     if (!start || (id = module_name(h, module)) < 0)
         goto out;
     add_record(h, h->step, h->names[id], STAGE_FORWARD, start, end);
-    /* A module's backward is timed once HOT_SLOW_CALLS of its forwards took backward_min_ns
-     * (not one: a first call, or one preempted, is slow for other reasons): the autograd
-     * pre-hooks cost a few microseconds a module (torch's, mostly), too much for a small one,
-     * whose backward is inside its parent's. Once timed, always: its rows do not flicker.
-     * A top-level module's always is: once a step, it times the backward pass (and its end
-     * is where the optimizer's stage begins, on a torch without optimizer hooks). */
-    if (t->depth > 0 && h->backward_min_ns > 0 && h->slow_calls[id] < HOT_SLOW_CALLS) {
-        if (end - start >= h->backward_min_ns)
-            h->slow_calls[id]++;
-        if (h->slow_calls[id] < HOT_SLOW_CALLS)
+    /* A module's backward is timed when the fastest of its first HOT_DECIDE_CALLS forwards
+     * took backward_min_ns: the autograd pre-hooks cost a few microseconds a module (torch's,
+     * mostly), too much for a small one, whose backward is inside its parent's. The fastest,
+     * not one: a first call, or one preempted, is slow for other reasons. Decided once: the
+     * rows do not flicker. A top-level module's always is timed: once a step, it times the
+     * backward pass (whose end is where the optimizer's stage begins on a torch without
+     * optimizer hooks). */
+    if (t->depth > 0 && h->backward_min_ns > 0) {
+        struct hot_name_stat *ns = &h->name_stats[id];
+        if (ns->calls < HOT_DECIDE_CALLS) {
+            if (ns->calls == 0 || end - start < ns->min_ns)
+                ns->min_ns = end - start;
+            if (++ns->calls == HOT_DECIDE_CALLS)
+                ns->timed = ns->min_ns >= h->backward_min_ns;
+        }
+        if (!ns->timed)
             goto out;
     }
     grad = api->PyObject_CallFunctionObjArgs(h->grad_enabled, NULL);
@@ -458,10 +464,10 @@ static void free_names(struct torch_hot *h)
     for (int64_t i = 0; i < h->n_names; i++)
         free(h->names[i]);
     free(h->names);
-    free(h->slow_calls);
+    free(h->name_stats);
     h->names = NULL;
-    h->slow_calls = NULL;
-    h->n_names = h->cap_names = h->cap_slow = 0;
+    h->name_stats = NULL;
+    h->n_names = h->cap_names = h->cap_stats = 0;
 }
 
 /* Releases what torch_start took; the records go too. Idempotent. */
@@ -591,8 +597,8 @@ static PyObject *torch_flags(PyObject *self, PyObject *args)
     return none(h->api);
 }
 
-/* torch_backward_min(ns): from now on, a module's backward is timed once its forwards took @ns
- * HOT_SLOW_CALLS times (0: every module's). */
+/* torch_backward_min(ns): from now on, a module's backward is timed when the fastest of its
+ * first HOT_DECIDE_CALLS forwards took @ns (0: every module's). */
 static PyObject *torch_backward_min(PyObject *self, PyObject *args)
 {
     struct torch_hot *h = the_hot;
@@ -657,11 +663,11 @@ static PyObject *torch_name(PyObject *self, PyObject *args)
         return py_raise(h, "torch_name(): names are numbered in order");
     json = json_string(s, (size_t)len);
     if (!json || grow(&h->names, &h->cap_names, h->n_names + 1, sizeof(*h->names)) < 0 ||
-        grow(&h->slow_calls, &h->cap_slow, h->n_names + 1, sizeof(*h->slow_calls)) < 0) {
+        grow(&h->name_stats, &h->cap_stats, h->n_names + 1, sizeof(*h->name_stats)) < 0) {
         free(json);
         return py_raise(h, "out of memory");
     }
-    h->slow_calls[h->n_names] = 0;
+    h->name_stats[h->n_names] = (struct hot_name_stat){0, false, 0};
     h->names[h->n_names++] = json;
     return none(api);
 }

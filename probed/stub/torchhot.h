@@ -30,6 +30,11 @@
 #define TORCH_HOT_ABI 2
 
 struct hot_thread;
+struct hot_name_stat {
+    uint8_t calls;  /* forwards seen, up to the number that decides */
+    bool timed;     /* its backward is timed */
+    int64_t min_ns; /* the fastest of those forwards */
+};
 struct hot_node;
 struct hot_span;
 struct hot_event;
@@ -46,13 +51,12 @@ struct torch_hot {
     PyObject *first_node; /* first_node(value) -> node or None, for outputs not a tensor,
                              tuple or list */
     PyObject *grad_enabled, *queue_callback, *tensor_type;
-    PyObject *node_ids;  /* dict id(node) -> index in nodes, this backward pass */
-    PyObject *pass_end;  /* torch_pass_end, bound to this object: queued once per pass */
-    char **names;        /* name id -> text (JSON-ready), owned */
-    uint8_t *slow_calls; /* name id -> forwards that took backward_min_ns, up to the count
-                            after which its backward is timed (torchhot.c) */
-    int64_t n_names, cap_names, cap_slow;
-    int64_t backward_min_ns; /* see slow_calls; 0: every module's backward is timed */
+    PyObject *node_ids; /* dict id(node) -> index in nodes, this backward pass */
+    PyObject *pass_end; /* torch_pass_end, bound to this object: queued once per pass */
+    char **names;       /* name id -> text (JSON-ready), owned */
+    struct hot_name_stat *name_stats; /* name id -> whether its backward is timed (torchhot.c) */
+    int64_t n_names, cap_names, cap_stats;
+    int64_t backward_min_ns; /* see name_stats; 0: every module's backward is timed */
     /* forward stacks, per thread */
     struct hot_thread *threads;
     int n_threads;
