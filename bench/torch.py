@@ -2,6 +2,7 @@
 """Torch trace benchmark; prints figures, asserts nothing.
 
 usage: bench/torch.py [--build DIR] [--window S] [--rounds N] [--every 1,10] [--models mlp,...]
+                     [--exprs loss@train]
 
 For each model of tests/targets/torchjob.py (a small MLP; an embedding + transformer block +
 head at dim 64, the tests' model, and at dim 128), one training job runs without end under a
@@ -45,7 +46,7 @@ def step_times(log_path, since, until):
     return [b - a for a, b in zip(stamps, stamps[1:])]
 
 
-def run_model(build, model, every, window, rounds):
+def run_model(build, model, every, window, rounds, exprs):
     from daemon import Daemon
     d = Daemon()
     tmp = tempfile.mkdtemp(prefix='probed-bench-torch-')
@@ -69,8 +70,8 @@ def run_model(build, model, every, window, rounds):
         for _ in range(rounds):
             for phase in ('off', 'on'):
                 if phase == 'on':
-                    d.ctl('torch', pid, 'on', '--every', every, '--exprs', 'loss@train',
-                          check=True)
+                    d.ctl('torch', pid, 'on', '--every', every, *(
+                        ['--exprs', exprs] if exprs else []), check=True)
                 else:
                     d.ctl('torch', pid, 'off')  # the first is refused: not on yet
                 start = time.perf_counter()
@@ -100,6 +101,7 @@ def main():
     ap.add_argument('--rounds', type=int, default=15)
     ap.add_argument('--every', default='1,10')
     ap.add_argument('--models', default='mlp,transformer,transformer-128')
+    ap.add_argument('--exprs', default='loss@train', help="the trace's --exprs ('' for none)")
     args = ap.parse_args()
     os.environ['PROBED_BUILD'] = os.path.abspath(args.build)
     conftest.BUILD = os.environ['PROBED_BUILD']
@@ -110,7 +112,7 @@ def main():
           ' %.1f s, ABAB)' % (2 * args.rounds, args.window))
     for model in args.models.split(','):
         for every in args.every.split(','):
-            run_model(args.build, model, every, args.window, args.rounds)
+            run_model(args.build, model, every, args.window, args.rounds, args.exprs)
 
 
 if __name__ == '__main__':

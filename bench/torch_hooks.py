@@ -93,8 +93,8 @@ def main():
     from torch.nn.modules import module as hooks
     torch.set_num_threads(1)
     lib_dir = load_stub(args.build)
-    spec = importlib.util.spec_from_file_location('_probed_torch',
-                                                  os.path.join(ROOT, 'probed', 'intarget', 'torchtrace.py'))
+    spec = importlib.util.spec_from_file_location(
+        '_probed_torch', os.path.join(ROOT, 'probed', 'intarget', 'torchtrace.py'))
     trace = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(trace)
 

@@ -17,8 +17,9 @@
 #include "pyframes.h"
 
 /* @locals_depth: the innermost frames whose locals are included (0: none). @native: mixed
- * stacks (pyframes_native.h): the process's threads are held by ptrace while their stacks are
- * read (milliseconds), then let go in every path. */
+ * stacks (pyframes_native.h): the process's threads are held by ptrace while their Python
+ * stacks are read and their registers and native stacks copied (milliseconds), then let go in
+ * every path; the copies are unwound after. */
 int dump_json(pid_t pid, int locals_depth, bool native, json_t **ret, struct pyf_err *e);
 
 /* The same in three steps, for reading many processes at one instant (`probectl hang`): open
@@ -31,6 +32,11 @@ int dump_capture(struct dump *d, struct pyf_err *e); /* again: replaces the last
 int64_t dump_read_ns(const struct dump *d);          /* when the last capture began (wall ns) */
 int dump_render(struct dump *d, int locals_depth, json_t **ret, struct pyf_err *e);
 void dump_free(struct dump *d); /* NULL is a no-op */
+
+/* Unwinds native stacks while the threads are held rather than from copies (longer holds):
+ * for a thread in a signal handler on an alternate stack (sigaltstack), whose interrupted
+ * frames lie outside the copy of the stack it runs on, as `catch` reads a failing thread. */
+void dump_unwind_held(struct dump *d);
 
 /* A core file's threads instead of a live process's (pyf_target_open_core): nothing is
  * stopped, no thread is on a CPU; the document has "core" (its path) and "signal" (the one

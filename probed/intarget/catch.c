@@ -569,7 +569,9 @@ static int open_channel(struct stubctl *sc, struct catcher *ct, const struct cat
     if (r < 0)
         return r;
     /* opened now so that a signal's read is quick: native stacks where ptrace is allowed */
-    if (dump_open(rq->pid, true, &c.dump, &e) < 0 && dump_open(rq->pid, false, &c.dump, &e) < 0) {
+    if (dump_open(rq->pid, true, &c.dump, &e) == 0)
+        dump_unwind_held(c.dump); /* the failing thread's handler runs on an alternate stack */
+    else if (dump_open(rq->pid, false, &c.dump, &e) < 0) {
         log_msg(LOG_WARN, "pid %d: the catch reads stacks afresh at a signal: %s", (int)rq->pid,
                 e.msg);
         c.dump = NULL;
