@@ -1,0 +1,88 @@
+#!/bin/bash
+# bench/gpu_torch.sh - the torch trace and the on-demand profile on a real training job, on a GPU
+# (or, to rehearse, the CPU); prints figures, asserts nothing.
+#
+# usage: bench/gpu_torch.sh BUNDLE PYTHON cuda|cpu OUT
+#
+# BUNDLE holds probed, probectl, libprobed-stub.so and lib/ (their shared libraries), as
+# ../shared/gpu/README.md bundles them; the job is ../shared/gpu/train_gpu.py (a small GPT,
+# AdamW, bf16 autocast on CUDA), copied into BUNDLE/gpu/. Phases of PHASE_S seconds (default 8)
+# on one job: no trace, the trace at its defaults, --every 10, --backward all, no trace again;
+# then `torch profile --steps 5 -o`. Written to OUT: overhead.txt (each phase's mean and median
+# step time and its ratio to the first: the noise floor is the last phase's), profile.txt
+# (probectl's summary), profile.json (the Chrome trace), kernels.txt (kernels by module),
+# trace.txt (module forward host time per block under the trace), and the daemon's log.
+# SIZE picks the model (default launch-bound: --dim 512 --layers 6 --seq 256 --batch 16;
+# GPU-bound: --dim 2048 --layers 8 --seq 1024 --batch 8). Rehearse on CPU:
+#   PHASE_S=4 SIZE="--dim 64 --layers 2 --seq 32 --batch 4" bash bench/gpu_torch.sh B python3 cpu /tmp/o
+set -u
+B=$(cd "$1" && pwd)
+PY=$2
+DEV=$3
+OUT=$4
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH=$B/lib
+W=$(mktemp -d /tmp/probed-gpu-torch.XXXXXX)
+export PROBED_SOCKET=$W/probed.sock
+PH=${PHASE_S:-8}
+SZ=${SIZE:---dim 512 --layers 6 --seq 256 --batch 16}
+JOB=$B/gpu/train_gpu.py
+[ -f "$JOB" ] || JOB=$(cd "$(dirname "$0")/../../shared/gpu" && pwd)/train_gpu.py
+ctl=$B/probectl
+
+"$B/probed" --foreground --socket "$PROBED_SOCKET" --db "$W/probed.db" --metrics off 2>"$W/probed.log" &
+D=$!
+for _ in $(seq 50); do [ -S "$PROBED_SOCKET" ] && break; sleep 0.1; done
+# shellcheck disable=SC2086
+"$PY" -u "$JOB" --device "$DEV" --log "$W/steps.jsonl" --truth "$W/truth.json" \
+    --seconds $((PH * 5 + 60)) $SZ >"$W/job.out" 2>&1 &
+J=$!
+for _ in $(seq 900); do grep -q READY "$W/job.out" && break; sleep 0.1; done
+mark() { echo "$1 $(date +%s.%N)" >>"$W/phases"; }
+"$ctl" attach $J >"$OUT/attach.txt" 2>&1
+mark none
+sleep "$PH"
+mark default
+"$ctl" torch $J on >"$OUT/torch-on.txt" 2>&1
+sleep "$PH"
+"$ctl" torch $J off >>"$OUT/torch-on.txt" 2>&1
+mark every10
+"$ctl" torch $J on --every 10 >>"$OUT/torch-on.txt" 2>&1
+sleep "$PH"
+"$ctl" torch $J off >>"$OUT/torch-on.txt" 2>&1
+mark backward-all
+"$ctl" torch $J on --backward all >>"$OUT/torch-on.txt" 2>&1
+sleep "$PH"
+"$ctl" torch $J off >>"$OUT/torch-on.txt" 2>&1
+mark none2
+sleep "$PH"
+mark end
+"$ctl" torch $J profile --steps 5 -o "$OUT/profile.json" >"$OUT/profile.txt" 2>&1
+"$ctl" query "SELECT module, stage, count(*), round(sum(duration_ms), 3) AS ms FROM gpu_kernels
+              WHERE pid = $J GROUP BY 1, 2 ORDER BY ms DESC LIMIT 30" >"$OUT/kernels.txt" 2>&1
+"$ctl" query "SELECT module, stage, count(*), round(avg(duration) * 1e3, 3) AS mean_ms FROM
+              torch_trace WHERE pid = $J AND module LIKE 'blocks.%' AND module NOT LIKE '%.%.%'
+              GROUP BY 1, 2 ORDER BY 1, 2" >"$OUT/trace.txt" 2>&1
+kill $J
+kill $D
+wait $D
+cp "$W/probed.log" "$W/phases" "$W/truth.json" "$OUT/" 2>/dev/null
+"$PY" - "$W/steps.jsonl" "$W/phases" >"$OUT/overhead.txt" <<'PYEOF'
+import json, sys
+steps = [json.loads(l) for l in open(sys.argv[1])]
+ph = [l.split() for l in open(sys.argv[2])]
+base = None
+for (name, t0), (_, t1) in zip(ph, ph[1:]):
+    t0, t1 = float(t0) + 1.0, float(t1)  # the first second of a phase: the switch settles
+    d = sorted(s['dt'] for s in steps if t0 <= s['t'] < t1)
+    if not d:
+        print(name, 'no steps')
+        continue
+    med, mean = d[len(d) // 2], sum(d) / len(d)
+    base = base or mean
+    print('%-13s steps %5d median %8.3f ms mean %8.3f ms ratio %.4f'
+          % (name, len(d), med * 1e3, mean * 1e3, mean / base))
+PYEOF
+cat "$OUT/overhead.txt"
+head -5 "$OUT/profile.txt"
+rm -rf "$W"
