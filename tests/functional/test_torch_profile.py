@@ -133,7 +133,8 @@ def test_one_profile_at_a_time_and_bad_requests():
         assert status == 200 and reply['profile']['state'] == 'armed', reply
         status, reply = d.api('POST', '/v1/torch', {'pid': job.pid, 'action': 'profile',
                                                     'steps': 2})
-        assert status == 409 or 'one at a time' in json.dumps(reply), (status, reply)
+        assert status == 409 and 'profile 1 is armed in this process: one at a time' in \
+            reply['error'], (status, reply)
         status, reply = d.api('POST', '/v1/torch', {'pid': job.pid, 'action': 'profile',
                                                     'cancel': True})
         assert status == 200 and reply['profile']['state'] == 'cancelled', reply
