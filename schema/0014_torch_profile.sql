@@ -2,7 +2,8 @@
 -- torchtrace.py's Profiler): torch.profiler turned on in a running job for some steps, then off.
 -- One row per profile, and one per event it recorded: CPU ops, record_function ranges (each
 -- module's forward is one, "nn.Module: <name>"), CUDA runtime calls, and on a GPU the kernels,
--- memcpys and memsets with their device and stream. Views torch_ops, gpu_kernels read them.
+-- memcpys and memsets with their device and stream; each profiled step with its GPU busy time.
+-- Views torch_ops, gpu_kernels, gpu_step_busy read them.
 CREATE TABLE torch_profiles (
     target_id   INTEGER NOT NULL,
     profile     INTEGER NOT NULL,  -- numbered per process from 1, in the order they were asked
@@ -37,3 +38,18 @@ CREATE TABLE torch_profile_events (
     PRIMARY KEY (target_id, profile, seq)
 ) WITHOUT ROWID;
 CREATE INDEX torch_profile_events_time ON torch_profile_events (target_id, ts_ns);
+
+-- Each profiled step, and how busy the GPU was in it: per GPU that ran the kernels, memcpys and
+-- memsets the step launched, busy_ns is the union of their device intervals (several streams at
+-- once count once), so the GPU idled duration_ns - busy_ns of the step's time.
+CREATE TABLE torch_profile_steps (
+    target_id   INTEGER NOT NULL,
+    profile     INTEGER NOT NULL,
+    step        INTEGER NOT NULL,  -- 0: the first profiled
+    ts_ns       INTEGER NOT NULL,  -- unix time it began (a step boundary on the training thread)
+    duration_ns INTEGER NOT NULL,  -- to the next boundary
+    device      INTEGER,           -- the GPU; NULL: the step launched no device work
+    busy_ns     INTEGER,           -- NULL with device
+    kernels     INTEGER NOT NULL   -- kernels, memcpys and memsets launched
+);
+CREATE INDEX torch_profile_steps_time ON torch_profile_steps (target_id, ts_ns);

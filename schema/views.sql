@@ -161,6 +161,18 @@ FROM torch_profile_events e
 JOIN targets t ON t.id = e.target_id
 WHERE e.kind IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'gpu_user_annotation');
 
+-- Per profiled step, the GPU's share of its time: busy (the union of the device intervals of
+-- what the step launched) and idle (the rest of the step's wall time). A CPU profile's steps
+-- have no device and NULL shares.
+CREATE TEMP VIEW gpu_step_busy AS
+SELECT s.profile, s.step, s.device, s.duration_ns / 1e6 AS step_ms, s.busy_ns / 1e6 AS busy_ms,
+       (s.duration_ns - s.busy_ns) / 1e6 AS idle_ms,
+       round(100.0 * s.busy_ns / s.duration_ns, 1) AS busy_pct, s.kernels,
+       strftime('%Y-%m-%d %H:%M:%f', s.ts_ns / 1e9, 'unixepoch') AS ts, t.pid, t.rank, s.ts_ns,
+       s.target_id
+FROM torch_profile_steps s
+JOIN targets t ON t.id = s.target_id;
+
 -- How attached processes ended (sample/exits.c) and what `probectl catch` saw as they failed
 -- (kind 'exception', 'fatal-signal': detail holds the traceback or the stacks), with who they
 -- were, and each thread's last sampled stack before it (innermost frame at depth 0; the last

@@ -152,6 +152,35 @@ static void print_table(const char *socket, int pid, const char *title, const ch
     json_decref(keep);
 }
 
+/* The steps' wall times and, per GPU, its busy share of them (torch_profile_steps). */
+static void print_steps(const char *socket, int pid, long long target, long long number)
+{
+    char sql[512];
+    json_t *keep, *rows, *row;
+    size_t i;
+
+    snprintf(sql, sizeof(sql),
+             "SELECT device, count(*), avg(duration_ns) / 1e6, min(duration_ns) / 1e6,"
+             " max(duration_ns) / 1e6, 100.0 * sum(busy_ns) / sum(duration_ns), sum(kernels)"
+             " FROM torch_profile_steps WHERE target_id = %lld AND profile = %lld"
+             " GROUP BY device ORDER BY device",
+             target, number);
+    rows = client_rows(socket, pid, sql, &keep);
+    json_array_foreach(rows, i, row)
+    {
+        if (json_is_integer(json_array_get(row, 0)))
+            printf("GPU %lld: busy %.1f %% of the steps' time (%lld kernels, memcpys and memsets;"
+                   " steps %.2f ms mean, %.2f-%.2f)\n",
+                   client_int(row, 0), client_num(row, 5), client_int(row, 6), client_num(row, 2),
+                   client_num(row, 3), client_num(row, 4));
+        else
+            printf("steps: %.2f ms mean (%.2f-%.2f)%s\n", client_num(row, 2), client_num(row, 3),
+                   client_num(row, 4),
+                   json_array_size(rows) > 1 ? " without device work" : ", no device work");
+    }
+    json_decref(keep);
+}
+
 static void print_summary(const char *socket, int pid, long long target, long long number,
                           json_t *row, int top)
 {
@@ -169,6 +198,7 @@ static void print_summary(const char *socket, int pid, long long target, long lo
            client_num(row, 7) / 1e6, client_int(row, 2), json_string_value(json_array_get(row, 6)),
            json_string_value(json_array_get(row, 5)),
            client_int(row, 3) ? ", some dropped (the limit of one profile)" : "");
+    print_steps(socket, pid, target, number);
     snprintf(sql, sizeof(sql), by_name, "gpu_kernels", "gpu_kernels", target, number, "", top);
     print_table(socket, pid, "GPU kernels, memcpys and memsets (device time):", sql);
     snprintf(sql, sizeof(sql), by_name, "torch_ops", "torch_ops", target, number,

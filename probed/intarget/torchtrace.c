@@ -222,6 +222,7 @@ static int run_once(struct stubctl *sc, const char *db_path, const struct torch_
     json_object_del(result, "comm");
     json_object_del(result, "profiles");
     json_object_del(result, "profile_events");
+    json_object_del(result, "profile_steps");
     *ret = result;
     return 0;
 }

@@ -599,6 +599,7 @@ class Profiler:
         self.handles = []
         self.saved_step_code = None
         self.finished_ns = None  # when a drain first found it finished
+        self.step_rows = []  # torch_profile_steps' rows, sent with the first drain after
 
     # ---- hooks (training thread) ----
 
@@ -765,8 +766,10 @@ class Profiler:
         finally:
             os.unlink(path)
         self.prof = None
-        for row in profile_rows(trace, self.wall_start, self.wall(self.perf_stop),
-                                [self.wall(b) for b in self.bounds]):
+        bounds = [self.wall(b) for b in self.bounds]
+        rows = profile_rows(trace, self.wall_start, self.wall(self.perf_stop), bounds)
+        self.step_rows = [[self.number] + r for r in profile_steps(rows, bounds)]
+        for row in rows:
             if self.events < PROFILE_MAX_EVENTS:
                 self.rows.append([self.number, self.events] + row)
                 self.events += 1
@@ -788,7 +791,8 @@ class Profiler:
                 self.remove()  # no forward came to do it on the training thread
         n = min(len(self.rows), MAX_DRAIN)
         rows = [self.rows.popleft() for _ in range(n)]
-        return rows, bool(self.rows)
+        steps, self.step_rows = self.step_rows, []
+        return rows, steps, bool(self.rows)
 
     def summary(self):
         """The torch_profiles row, stored with the rows of the same drain: its state is
@@ -806,6 +810,33 @@ class Profiler:
                 'duration_ms': self.duration_ns // 1000000, 'events': self.events,
                 'dropped': self.dropped, 'activities': self.activities,
                 'profiler': self.kind, 'left': len(self.rows)}
+
+
+def profile_steps(rows, bounds):
+    """Each profiled step: [step, ts_ns, duration_ns (host, boundary to boundary), device,
+    busy_ns, kernels] per GPU that ran its kernels (device and busy_ns None for a step with
+    none): busy_ns is the union of the device intervals of the kernels, memcpys and memsets the
+    step launched, so the GPU idled for duration_ns - busy_ns of the step's time."""
+    out = []
+    for i in range(len(bounds) - 1):
+        spans = collections.defaultdict(list)  # device -> [(start, end)]
+        for kind, _, _, _, step, ts_ns, dur_ns, _, device, _ in rows:
+            if step == i and kind in PROFILE_GPU_KINDS and kind != 'gpu_user_annotation':
+                spans[device].append((ts_ns, ts_ns + dur_ns))
+        if not spans:
+            out.append([i, bounds[i], bounds[i + 1] - bounds[i], None, None, 0])
+        for device, intervals in sorted(spans.items(), key=lambda kv: str(kv[0])):
+            intervals.sort()
+            busy, end = 0, None
+            for a, b in intervals:  # the union: overlaps (several streams) count once
+                if end is None or a > end:
+                    busy += b - a
+                    end = b
+                elif b > end:
+                    busy += b - end
+                    end = b
+            out.append([i, bounds[i], bounds[i + 1] - bounds[i], device, busy, len(intervals)])
+    return out
 
 
 def _trace_kind(event, legacy):
@@ -851,9 +882,9 @@ def profile_rows(trace, wall_start, wall_stop, bounds):
         dur_ns = int(e['dur'] * 1000)
         step = bisect.bisect_right(bounds, ts_ns) - 1
         step = step if 0 <= step < len(bounds) - 1 else None
-        if kind in PROFILE_GPU_KINDS:
-            module, stage, _ = launches.get(args.get('correlation'), (None, None, None))
-            out.append([kind, name, module, stage, step, ts_ns, dur_ns, None,
+        if kind in PROFILE_GPU_KINDS:  # its launch's module, stage and step: it may run later
+            module, stage, launched = launches.get(args.get('correlation'), (None, None, step))
+            out.append([kind, name, module, stage, launched, ts_ns, dur_ns, None,
                         args.get('device'), args.get('stream')])
             continue
         tid = e.get('tid')
@@ -920,10 +951,10 @@ def _profile_part(action, args):
         if _profile.state == 'armed':
             _profile.state = 'cancelled'
     if _profile is None:
-        return {'profile': None, 'profiles': [], 'profile_events': []}, False
-    rows, more = _profile.drain()
+        return {'profile': None, 'profiles': [], 'profile_events': [], 'profile_steps': []}, False
+    rows, steps, more = _profile.drain()
     part = {'profile': _profile.state_dict(), 'profiles': [_profile.summary()],
-            'profile_events': rows}
+            'profile_events': rows, 'profile_steps': steps}
     if _profile.finished() and not more and not _profile.handles:
         _profile = None  # its hooks are out (the next forward took them out, or a drain)
     return part, more

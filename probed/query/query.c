@@ -70,12 +70,25 @@ static bool pragma_reads(const char *name, const char *arg)
 static int shadowed_table(const char *name)
 {
     static const char *const shadowed[] = {
-        "targets",      "threads",        "samples",
-        "stack_counts", "strings",        "frames",
-        "stack_frames", "evals",          "memory",
-        "thread_cpu",   "allocations",    "torch_records",
-        "torch_values", "torch_steps",    "comm_calls",
-        "crashes",      "torch_profiles", "torch_profile_events",
+        "targets",
+        "threads",
+        "samples",
+        "stack_counts",
+        "strings",
+        "frames",
+        "stack_frames",
+        "evals",
+        "memory",
+        "thread_cpu",
+        "allocations",
+        "torch_records",
+        "torch_values",
+        "torch_steps",
+        "comm_calls",
+        "crashes",
+        "torch_profiles",
+        "torch_profile_events",
+        "torch_profile_steps",
     };
     for (size_t i = 0; i < sizeof(shadowed) / sizeof(shadowed[0]); i++)
         if (name && strcasecmp(name, shadowed[i]) == 0)
@@ -306,6 +319,8 @@ static int shadow_tables(sqlite3 *db, const struct query_scope *sc, struct errbu
         "CREATE TEMP VIEW torch_profiles AS SELECT * FROM main.torch_profiles"
         " WHERE target_id IN (SELECT id FROM temp.targets);"
         "CREATE TEMP VIEW torch_profile_events AS SELECT * FROM main.torch_profile_events"
+        " WHERE target_id IN (SELECT id FROM temp.targets);"
+        "CREATE TEMP VIEW torch_profile_steps AS SELECT * FROM main.torch_profile_steps"
         " WHERE target_id IN (SELECT id FROM temp.targets);"
         "CREATE TEMP VIEW crashes AS SELECT * FROM main.crashes"
         " WHERE target_id IN (SELECT id FROM temp.targets);"

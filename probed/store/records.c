@@ -202,6 +202,11 @@ int records_torch_drain(const char *db_path, int64_t target_id, json_t *drain, i
                          " stream) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                          target_id, json_object_get(drain, "profile_events"), "iissvvviivvv",
                          ret_stored);
+    if (rc == SQLITE_OK) /* once, with the first drain after the profile stopped */
+        rc = insert_rows(db,
+                         "INSERT INTO torch_profile_steps (target_id, profile, step, ts_ns,"
+                         " duration_ns, device, busy_ns, kernels) VALUES (?,?,?,?,?,?,?,?)",
+                         target_id, json_object_get(drain, "profile_steps"), "iiiivvi", ret_stored);
     if (rc == SQLITE_OK)
         rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
     return finish(db, NULL, rc == SQLITE_OK ? 0 : -EIO, db_path, "storing the torch trace", err);

@@ -2,8 +2,10 @@
 off, its events stored (torch_profiles, torch_ops, gpu_kernels) and written as a Chrome trace.
 On CPU the profiler records CPU ops; a GPU's kernels need a GPU (that test says so when there
 is none)."""
+import importlib.util
 import json
 import os
+import re
 import subprocess
 import tempfile
 
@@ -32,6 +34,8 @@ def test_a_training_job_profiled_for_three_steps():
         assert 'profile 1 done: 3 steps in ' in r.stdout, r.stdout
         assert 'CPU ops (host time' in r.stdout and 'aten::' in r.stdout, r.stdout
         assert 'wrote %s' % out_file in r.stdout, r.stdout
+        assert re.search(r'^steps: [\d.]+ ms mean \([\d.]+-[\d.]+\), no device work$', r.stdout,
+                         re.M), r.stdout
 
         state, steps, events, dropped, activities, profiler, ts_ns, duration_ns, error = \
             profile_row(d, job.pid, 1)
@@ -56,6 +60,15 @@ def test_a_training_job_profiled_for_three_steps():
         assert {o[2] for o in ops if o[0].startswith('autograd::engine::evaluate_function')} \
             == {'backward'}
         assert 'step' in {o[2] for o in ops if o[0].startswith('Optimizer.step#')}
+        # each step's wall time, boundary to boundary; no device, no GPU share, on CPU
+        steps_rows = d.rows("SELECT step, ts_ns, step_ms, device, busy_ms, idle_ms, kernels FROM"
+                            " gpu_step_busy WHERE pid = %d AND profile = 1 ORDER BY step"
+                            % job.pid)
+        assert [r[0] for r in steps_rows] == [0, 1, 2], steps_rows
+        assert all(r[3] is None and r[4] is None and r[6] == 0 for r in steps_rows), steps_rows
+        assert steps_rows[0][1] == ts_ns
+        assert abs(sum(r[2] for r in steps_rows) * 1e6 - duration_ns) < 1e6, (steps_rows,
+                                                                             duration_ns)
 
         # the trace file is the stored rows, in Chrome's format
         with open(out_file) as f:
@@ -180,3 +193,87 @@ def test_on_a_gpu_the_kernels_are_recorded():
     finally:
         job.close()
         d.close()
+
+
+def trace_module():
+    """probed/intarget/torchtrace.py, as the daemon loads it into a job (without a stub here)."""
+    path = os.path.join(os.path.dirname(__file__), '..', '..', 'probed', 'intarget',
+                        'torchtrace.py')
+    spec = importlib.util.spec_from_file_location('_probed_torch_test', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_kineto_trace_becomes_rows_with_modules_stages_steps_and_gpu_busy_time():
+    """Kineto's Chrome trace, as torch 2.x's profiler exports it on a GPU (categories, the
+    correlation between a launch and its kernel, sequence numbers from a forward op to its
+    backward, times in microseconds since baseTimeNanoseconds), written out by hand here where
+    no GPU is: each row's module, stage and step, and each step's GPU busy time, are known."""
+    base = 1795000000000000000
+    wall_start = base + 1000 * 1000  # the profiler started 1 ms past the base
+    bounds = [wall_start, wall_start + 10 ** 7, wall_start + 2 * 10 ** 7]  # two steps of 10 ms
+
+    def x(cat, name, ts_us, dur_us, **kw):
+        e = {'ph': 'X', 'cat': cat, 'name': name, 'ts': ts_us, 'dur': dur_us, 'pid': 1,
+             'tid': kw.pop('tid', 7), 'args': kw.pop('args', {})}
+        e.update(kw)
+        return e
+
+    trace = {'baseTimeNanoseconds': base, 'traceEvents': [
+        x('Trace', 'PyTorch Profiler (0)', 1000, 20000),
+        x('user_annotation', 'nn.Module: fc1', 1100, 300),
+        x('cpu_op', 'aten::linear', 1150, 200, args={'Sequence number': 42}),
+        x('cuda_runtime', 'cudaLaunchKernel', 1200, 10, args={'correlation': 11}),
+        x('cuda_runtime', 'cudaLaunchKernel', 1250, 10, args={'correlation': 12}),
+        # launched in step 0, run on the GPU in step 1's host time
+        x('kernel', 'sgemm_128x64', 10900, 400, tid=7, pid=0,
+          args={'correlation': 11, 'device': 0, 'stream': 7}),
+        # on another stream, overlapping the first by 100 us
+        x('kernel', 'bias_add', 11200, 300, pid=0,
+          args={'correlation': 12, 'device': 0, 'stream': 8}),
+        x('ac2g', 'flow', 1200, 0, ph='s'),  # a flow arrow: not a span
+        x('cpu_op', 'autograd::engine::evaluate_function: AddmmBackward0', 12000, 500, tid=8,
+          args={'Sequence number': 42, 'Fwd thread id': 1}),
+        x('cpu_op', 'aten::mm', 12100, 100, tid=8),
+        x('cuda_runtime', 'cudaLaunchKernel', 12150, 10, tid=8, args={'correlation': 13}),
+        x('kernel', 'sgemm_backward', 12300, 200, pid=0,
+          args={'correlation': 13, 'device': 0, 'stream': 7}),
+        x('gpu_memcpy', 'Memcpy HtoD (Pageable -> Device)', 13000, 50, pid=0,
+          args={'device': 0, 'stream': 7}),
+        x('user_annotation', 'Optimizer.step#AdamW.step', 15000, 1000),
+        x('cpu_op', 'aten::_foreach_add_', 15100, 100),
+    ]}
+    torchtrace = trace_module()
+    rows = torchtrace.profile_rows(trace, wall_start, bounds[-1], bounds)
+    by_name = {r[1]: r for r in rows}
+    assert 'PyTorch Profiler (0)' not in by_name and 'flow' not in by_name
+    us = 1000
+    # [kind, name, module, stage, step, ts_ns, duration_ns, tid, device, stream]
+    assert by_name['aten::linear'] == ['cpu_op', 'aten::linear', 'fc1', 'forward', 0,
+                                       base + 1150 * us, 200 * us, 7, None, None]
+    assert by_name['sgemm_128x64'] == ['kernel', 'sgemm_128x64', 'fc1', 'forward', 0,
+                                       base + 10900 * us, 400 * us, None, 0, 7]
+    assert by_name['bias_add'][2:5] == ['fc1', 'forward', 0] and by_name['bias_add'][9] == 8
+    assert by_name['autograd::engine::evaluate_function: AddmmBackward0'][2:5] == [
+        'fc1', 'backward', 1]
+    assert by_name['aten::mm'][2:5] == ['fc1', 'backward', 1]
+    assert by_name['sgemm_backward'][2:5] == ['fc1', 'backward', 1]
+    assert by_name['Memcpy HtoD (Pageable -> Device)'][2:5] == [None, None, 1]
+    assert by_name['aten::_foreach_add_'][3:5] == ['step', 1]
+    assert [r[5] for r in rows] == sorted(r[5] for r in rows)
+    # step 0 launched 400 + 300 us of kernels that overlap by 100: 600 us busy; step 1 200 + 50
+    steps = torchtrace.profile_steps(rows, bounds)
+    assert steps == [[0, bounds[0], 10 ** 7, 0, 600 * us, 2],
+                     [1, bounds[1], 10 ** 7, 0, 250 * us, 2]], steps
+
+    # the legacy profiler's trace (a list, times since it began, no categories)
+    legacy = [{'name': 'nn.Module: head', 'ph': 'X', 'ts': 5, 'dur': 50, 'tid': 1,
+               'pid': 'CPU functions', 'args': {}},
+              {'name': 'aten::addmm', 'ph': 'X', 'ts': 10, 'dur': 20, 'tid': 1,
+               'pid': 'CPU functions', 'args': {}}]
+    rows = torchtrace.profile_rows(legacy, wall_start, bounds[-1], bounds)
+    assert rows == [['user_annotation', 'nn.Module: head', 'head', 'forward', 0, wall_start,
+                     50 * us, 1, None, None],
+                    ['cpu_op', 'aten::addmm', 'head', 'forward', 0, wall_start + 5 * us,
+                     20 * us, 1, None, None]], rows
