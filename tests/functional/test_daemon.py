@@ -278,8 +278,9 @@ def counts_mismatch(tids=None):
 
 # A fresh database taken back to schema 11: a row per sample, no counts (the migrations to
 # 12 and 13 count and pack what it holds when a daemon opens it).
-AS_OF_SCHEMA_11 = (
-    'DROP TABLE stack_counts; DROP TABLE sample_blocks;'
+AS_OF_SCHEMA_11 = (  # the tables of 0012 and later go too
+    'DROP TABLE stack_counts; DROP TABLE sample_blocks; DROP TABLE torch_profiles;'
+    ' DROP TABLE torch_profile_events; DROP TABLE torch_profile_steps;'
     ' CREATE TABLE samples (target_id INTEGER NOT NULL, ts_ns INTEGER NOT NULL,'
     ' tid INTEGER NOT NULL, stack_id INTEGER NOT NULL, state INTEGER NOT NULL,'
     ' PRIMARY KEY (target_id, ts_ns, tid)) WITHOUT ROWID;'
