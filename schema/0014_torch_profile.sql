@@ -3,7 +3,8 @@
 -- One row per profile, and one per event it recorded: CPU ops, record_function ranges (each
 -- module's forward is one, "nn.Module: <name>"), CUDA runtime calls, and on a GPU the kernels,
 -- memcpys and memsets with their device and stream; each profiled step with its GPU busy time.
--- Views torch_ops, gpu_kernels, gpu_step_busy read them.
+-- Views torch_ops, gpu_kernels, gpu_step_busy read them. And the live GPU memory of a job by
+-- allocating stack (probectl torch PID memory).
 CREATE TABLE torch_profiles (
     target_id   INTEGER NOT NULL,
     profile     INTEGER NOT NULL,  -- numbered per process from 1, in the order they were asked
@@ -53,3 +54,18 @@ CREATE TABLE torch_profile_steps (
     kernels     INTEGER NOT NULL   -- kernels, memcpys and memsets launched
 );
 CREATE INDEX torch_profile_steps_time ON torch_profile_steps (target_id, ts_ns);
+
+-- Live GPU memory by allocating stack, from the caching allocator's snapshot
+-- (torch.cuda.memory._snapshot(), its history recorded for a few seconds first): the blocks
+-- allocated and not freed, summed per device and stack. Blocks allocated before the recording
+-- began are under one label frame, and so is what the allocator keeps reserved but free.
+CREATE TABLE gpu_memory (
+    target_id INTEGER NOT NULL,
+    snapshot  INTEGER NOT NULL,  -- numbered per attach from 1
+    ts_ns     INTEGER NOT NULL,  -- unix time it was taken
+    device    INTEGER,
+    frames    TEXT NOT NULL,     -- JSON, root first: [kind, function, file, line] each
+    bytes     INTEGER NOT NULL,  -- requested by the allocations (the free share: reserved)
+    blocks    INTEGER NOT NULL
+);
+CREATE INDEX gpu_memory_time ON gpu_memory (target_id, ts_ns);

@@ -325,17 +325,19 @@ struct job *allocs_post(struct api *a, const struct request *rq)
     return &sj->j;
 }
 
-/* POST /v1/torch {"pid", "action": "on"|"drain"|"off"|"profile", "every": 1.., "exprs":
- * "n@f,...", "comm": bool, "modules": bool, "backward": "auto"|"all"|"none", "steps": 1..1000,
- * "duration_ms": 1..600000, "cancel": bool} */
+/* POST /v1/torch {"pid", "action": "on"|"drain"|"off"|"profile"|"memory", "every": 1..,
+ * "exprs": "n@f,...", "comm": bool, "modules": bool, "backward": "auto"|"all"|"none",
+ * "steps": 1..1000, "duration_ms": 1..600000, "cancel": bool, "record_ms": 1..30000} */
 struct job *torch_post(struct api *a, const struct request *rq)
 {
-    static const char *const actions[] = {"on", "drain", "off", "profile"};
+    static const char *const actions[] = {"on", "drain", "off", "profile", "memory"};
     json_t *jevery = json_object_get(rq->body, "every"),
            *jexprs = json_object_get(rq->body, "exprs");
     json_t *jcomm = json_object_get(rq->body, "comm"),
            *jmodules = json_object_get(rq->body, "modules");
-    int k = action_of(json_object_get(rq->body, "action"), actions, 4);
+    int k = action_of(json_object_get(rq->body, "action"), actions, 5);
+    json_t *jrecord = json_object_get(rq->body, "record_ms");
+    int64_t record = !jrecord ? 5000 : json_is_integer(jrecord) ? json_integer_value(jrecord) : -1;
     json_t *jsteps = json_object_get(rq->body, "steps"),
            *jduration = json_object_get(rq->body, "duration_ms"),
            *jcancel = json_object_get(rq->body, "cancel");
@@ -357,13 +359,15 @@ struct job *torch_post(struct api *a, const struct request *rq)
         (json_is_false(jmodules) && !json_is_true(jcomm)) || backward < 0 || steps < 0 ||
         steps > 1000 || duration < 0 || duration > 600000 ||
         (jcancel && !json_is_boolean(jcancel)) ||
-        (k == TORCH_PROFILE && !json_is_true(jcancel) && !steps == !duration)) {
+        (k == TORCH_PROFILE && !json_is_true(jcancel) && !steps == !duration) || record < 1 ||
+        record > 30000) {
         reply_error(rq->req, 400,
                     "expected {\"pid\": int, \"action\": \"on\"|\"drain\"|\"off\","
                     " optional \"every\": 1..1000000, \"exprs\": \"name@function,...\","
                     " \"comm\": bool, \"modules\": bool (false only with comm),"
                     " \"backward\": \"auto\"|\"all\"|\"none\"; for \"profile\": \"steps\":"
-                    " 1..1000 or \"duration_ms\": 1..600000, or \"cancel\": true}");
+                    " 1..1000 or \"duration_ms\": 1..600000, or \"cancel\": true; for"
+                    " \"memory\": \"record_ms\": 1..30000}");
         return NULL;
     }
     if (torch_parse_exprs(jexprs ? json_string_value(jexprs) : "", &why) < 0) {
@@ -401,6 +405,7 @@ struct job *torch_post(struct api *a, const struct request *rq)
                                        .steps = (int)steps,
                                        .duration_ms = (int)duration,
                                        .cancel = json_is_true(jcancel),
+                                       .record_ms = (int)record,
                                        .exprs = strdup(jexprs ? json_string_value(jexprs) : "")};
     if (!sj->torch.exprs) {
         reply_error(rq->req, 500, "out of memory");

@@ -3,6 +3,7 @@
 #include "ctl/flameout.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,4 +86,20 @@ void flame_sums_free(struct flame_sums *s)
 {
     json_decref(s->counts);
     s->counts = NULL;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+const char *flame_format_of(const char *path)
+{
+    if (path && (ends_with(path, ".folded") || ends_with(path, ".txt")))
+        return "folded";
+    if (path && ends_with(path, ".json"))
+        return "speedscope";
+    return "svg";
 }

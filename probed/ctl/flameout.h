@@ -27,4 +27,7 @@ void flame_sums_free(struct flame_sums *s);
 /* Whether @format is one flame_sums_write() takes. */
 int flame_format_ok(const char *format);
 
+/* The format a file's name asks for: .folded or .txt folded, .json speedscope, else svg. */
+const char *flame_format_of(const char *path);
+
 #endif

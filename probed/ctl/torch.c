@@ -13,6 +13,7 @@
 
 #include "common/units.h"
 #include "ctl/client.h"
+#include "ctl/flameout.h"
 #include "ctl/torchprof.h"
 
 #define TREND_BUCKETS 10
@@ -271,6 +272,7 @@ static void usage(void)
            "       probectl torch <pid> summary [--top N]\n"
            "       probectl torch <pid> profile [--steps N | --duration D] [-o trace.json]\n"
            "                                    [--timeout D] [--top N]\n"
+           "       probectl torch <pid> memory [--record D] [-o FILE] [--format F] [--top N]\n"
            "  on       record, in a running PyTorch job, what each step and module costs:\n"
            "           forward and backward of every module and the optimizer step, with\n"
            "           their time and memory (CUDA allocated/reserved, or RSS on CPU), in\n"
@@ -291,7 +293,11 @@ static void usage(void)
            "           steps), then off: CPU ops and, on a GPU, kernels, memcpys and memsets\n"
            "           with stream, time and the module they ran under, in the tables\n"
            "           torch_ops and gpu_kernels; -o writes them as a Chrome/Perfetto trace.\n"
-           "           --timeout (default 60s past --duration) cancels one that does not end\n");
+           "           --timeout (default 60s past --duration) cancels one that does not end\n"
+           "  memory   the job's live GPU memory by the Python stack that allocated it: the\n"
+           "           caching allocator's history recorded for --record D (default 5s, at\n"
+           "           most 30s), then its snapshot (table gpu_memory); -o draws it as a\n"
+           "           flame graph (.svg, .folded, .json: speedscope; or --format)\n");
 }
 
 int torch_main(int argc, char **argv)
@@ -307,10 +313,14 @@ int torch_main(int argc, char **argv)
                                              {"duration", required_argument, NULL, 'd'},
                                              {"timeout", required_argument, NULL, 'T'},
                                              {"output", required_argument, NULL, 'o'},
+                                             {"record", required_argument, NULL, 'r'},
+                                             {"format", required_argument, NULL, 'f'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     const char *socket = NULL, *exprs = NULL, *action, *backward = "auto";
     struct torch_profile_options prof = {.timeout_ms = -1};
+    long long record_ms = -1;
+    const char *format = NULL;
     long every = 1, top = 15, n;
     int64_t ns;
     char *end;
@@ -338,6 +348,21 @@ int torch_main(int argc, char **argv)
             break;
         case 'o':
             prof.output = optarg;
+            break;
+        case 'r':
+            ns = units_duration_ns(optarg);
+            if (ns <= 0 || ns > 30 * 1000000000LL) {
+                fprintf(stderr, "probectl torch: --record takes a duration up to 30s\n");
+                return 2;
+            }
+            record_ms = ns / 1000000 ? ns / 1000000 : 1;
+            break;
+        case 'f':
+            if (!flame_format_ok(optarg)) {
+                fprintf(stderr, "probectl torch: --format takes svg, folded or speedscope\n");
+                return 2;
+            }
+            format = optarg;
             break;
         case 'e':
             every = strtol(optarg, &end, 10);
@@ -381,12 +406,24 @@ int torch_main(int argc, char **argv)
         }
     }
     if (optind + 2 != argc) {
-        fprintf(stderr, "probectl torch: expected <pid> on|off|summary|profile\n");
+        fprintf(stderr, "probectl torch: expected <pid> on|off|summary|profile|memory\n");
         return 2;
     }
     if ((pid = client_parse_pid(argv[optind], "torch")) < 0)
         return 2;
     action = argv[optind + 1];
+    if (strcmp(action, "memory") == 0) {
+        if (prof.steps || prof.duration_ms || prof.timeout_ms >= 0) {
+            fprintf(stderr, "probectl torch: memory takes --record, -o, --format and --top\n");
+            return 2;
+        }
+        return torch_memory(socket, pid, record_ms < 0 ? 5000 : record_ms, prof.output,
+                            format ? format : flame_format_of(prof.output), (int)top);
+    }
+    if (record_ms >= 0 || format) {
+        fprintf(stderr, "probectl torch: --record and --format are memory's\n");
+        return 2;
+    }
     if (strcmp(action, "profile") != 0 &&
         (prof.steps || prof.duration_ms || prof.output || prof.timeout_ms >= 0)) {
         fprintf(stderr, "probectl torch: --steps, --duration, --timeout and -o are profile's\n");
@@ -410,6 +447,6 @@ int torch_main(int argc, char **argv)
         prof.top = (int)top;
         return torch_profile(socket, pid, &prof);
     }
-    fprintf(stderr, "probectl torch: '%s': expected on, off, summary or profile\n", action);
+    fprintf(stderr, "probectl torch: '%s': expected on, off, summary, profile or memory\n", action);
     return 2;
 }

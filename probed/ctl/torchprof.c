@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "ctl/client.h"
+#include "ctl/flameout.h"
 
 #define POLL_MS 250
 #define PAGE_ROWS 20000 /* events read per query while writing the trace file */
@@ -329,5 +330,85 @@ int torch_profile(const char *socket, int pid, const struct torch_profile_option
     print_summary(socket, pid, target, number, row, o->top);
     json_decref(keep);
     rc = o->output ? (write_trace(socket, pid, target, number, o->output) < 0) : 0;
+    return rc;
+}
+
+/* The frame a stack is best known by: its innermost, "function (file:line)". */
+static void innermost(json_t *frames, char *out, size_t size)
+{
+    json_t *f = json_array_get(frames, json_array_size(frames) - 1);
+    const char *func = json_string_value(json_array_get(f, 1));
+    const char *file = json_string_value(json_array_get(f, 2));
+
+    if (file)
+        snprintf(out, size, "%s (%s:%lld)", func ? func : "?", file,
+                 (long long)json_integer_value(json_array_get(f, 3)));
+    else
+        snprintf(out, size, "%s", func ? func : "?");
+}
+
+int torch_memory(const char *socket, int pid, long long record_ms, const char *output,
+                 const char *format, int top)
+{
+    json_t *body = json_pack("{s:i, s:s, s:I}", "pid", pid, "action", "memory", "record_ms",
+                             (json_int_t)record_ms),
+           *reply, *keep = NULL, *rows, *row;
+    struct flame_sums sums;
+    long long target, snapshot;
+    long status = 0;
+    double total = 0;
+    char sql[512], where[160];
+    size_t i;
+    int rc = 0;
+
+    fprintf(stderr, "probectl torch: recording pid %d's GPU allocations for %.1f s\n", pid,
+            (double)record_ms / 1e3);
+    reply = profile_call(socket, body, &status, true);
+    if (!reply && status == 404 && client_ensure_attached(socket, pid) == 0) {
+        reply = profile_call(socket, body, &status, false);
+        if (!reply)
+            client_detach_quietly(socket, pid);
+    }
+    json_decref(body);
+    if (!reply)
+        return 1;
+    target = (long long)json_integer_value(json_object_get(reply, "target_id"));
+    snapshot = (long long)json_integer_value(json_object_get(reply, "snapshot"));
+    json_decref(reply);
+    snprintf(where, sizeof(where), "target_id = %lld AND snapshot = %lld", target, snapshot);
+    snprintf(sql, sizeof(sql),
+             "SELECT frames, bytes, blocks, device FROM gpu_memory WHERE %s ORDER BY bytes DESC",
+             where);
+    rows = client_rows(socket, pid, sql, &keep);
+    if (!rows)
+        return 1;
+    json_array_foreach(rows, i, row) total += client_num(row, 1);
+    printf("pid %d: GPU memory snapshot %lld: %.1f MiB in %zu stacks (allocations' Python stacks"
+           " recorded for %.1f s; older blocks under <allocated before recording>)\n",
+           pid, snapshot, total / 1048576.0, json_array_size(rows), (double)record_ms / 1e3);
+    printf("%12s %8s %7s  %s\n", "MiB", "BLOCKS", "DEVICE", "ALLOCATED AT (innermost frame)");
+    flame_sums_init(&sums);
+    json_array_foreach(rows, i, row)
+    {
+        json_t *frames = json_loads(json_string_value(json_array_get(row, 0)), 0, NULL);
+        char at[512];
+
+        if (!frames)
+            continue; /* never from torchtrace.py */
+        if ((int)i < top) {
+            innermost(frames, at, sizeof(at));
+            printf("%12.2f %8lld %7lld  %s\n", client_num(row, 1) / 1048576.0, client_int(row, 2),
+                   client_int(row, 3), at);
+        }
+        flame_sums_add(&sums, frames, NULL, (int64_t)client_int(row, 1));
+        json_decref(frames);
+    }
+    if (output)
+        rc = flame_sums_write(&sums, format, "live GPU memory (bytes) by allocating stack", output,
+                              "torch") < 0;
+    if (output && !rc)
+        printf("wrote %s\n", output);
+    flame_sums_free(&sums);
+    json_decref(keep);
     return rc;
 }

@@ -20,4 +20,10 @@ struct torch_profile_options {
 
 int torch_profile(const char *socket, int pid, const struct torch_profile_options *o);
 
+/* `probectl torch <pid> memory`: the job's live GPU memory by allocating stack (POST /v1/torch,
+ * action "memory"; table gpu_memory): the largest stacks, and with @output a flame graph
+ * (@format: svg, folded or speedscope). */
+int torch_memory(const char *socket, int pid, long long record_ms, const char *output,
+                 const char *format, int top);
+
 #endif

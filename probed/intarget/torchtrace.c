@@ -70,7 +70,7 @@ static int add_expr(const char *name, size_t name_len, const char *func, size_t 
  * its command() returns. The module is sent only then, not with every drain. */
 static char *script(const struct torch_request *rq)
 {
-    static const char *const actions[] = {"on", "drain", "off", "profile"};
+    static const char *const actions[] = {"on", "drain", "off", "profile", "memory"};
     json_t *args =
         json_pack("{s:s, s:i, s:[], s:b, s:b, s:s, s:i, s:i, s:b}", "action", actions[rq->action],
                   "every", rq->every > 0 ? rq->every : 1, "exprs", "comm", rq->comm, "modules",
@@ -78,25 +78,29 @@ static char *script(const struct torch_request *rq)
                   rq->steps, "duration_ms", rq->duration_ms, "cancel", rq->cancel);
     char *args_text = NULL, *args_hex = NULL, *src_hex = NULL, *code = NULL;
 
-    if (args && rq->action == TORCH_PROFILE)
+    if (args && (rq->action == TORCH_PROFILE || rq->action == TORCH_MEMORY))
         json_object_set_new(args, "number", json_integer(rq->profile));
+    if (args && rq->action == TORCH_MEMORY)
+        json_object_set_new(args, "record_ms", json_integer(rq->record_ms));
     if (args && rq->exprs && each_expr(rq->exprs, add_expr, json_object_get(args, "exprs")) < 0)
         goto out;
     args_text = args ? json_dumps(args, JSON_COMPACT) : NULL;
     args_hex = args_text ? eval_hex(args_text) : NULL;
-    src_hex = rq->action == TORCH_ON || rq->action == TORCH_PROFILE ? eval_hex(torchtrace_py)
-                                                                    : strdup("");
+    src_hex = rq->action == TORCH_ON || rq->action == TORCH_PROFILE || rq->action == TORCH_MEMORY
+                  ? eval_hex(torchtrace_py)
+                  : strdup("");
     if (!args_hex || !src_hex)
         goto out;
     if (asprintf(&code,
                  "import sys as _sys, json as _json\n"
                  "_args = _json.loads(bytes.fromhex('%s').decode())\n"
                  "_mod = _sys.modules.get('_probed_torch')\n"
-                 "if _args['action'] in ('on', 'profile') and 'torch' not in _sys.modules:\n"
+                 "if _args['action'] in ('on', 'profile', 'memory') and 'torch' not in"
+                 " _sys.modules:\n"
                  "    print(_json.dumps({'error': 'torch is not loaded in this process (no"
                  " torch in sys.modules): nothing to trace', 'no_torch': True}))\n"
                  "else:\n"
-                 "    if _args['action'] in ('on', 'profile') and (_mod is None or not"
+                 "    if _args['action'] in ('on', 'profile', 'memory') and (_mod is None or not"
                  " _mod.tracing()):\n"
                  "        import types as _types\n"
                  "        _mod = _types.ModuleType('_probed_torch')\n"
@@ -128,6 +132,8 @@ static char *audit_text(const struct torch_request *rq)
                                        : "") < 0
                    ? NULL
                    : text;
+    if (rq->action == TORCH_MEMORY)
+        return asprintf(&text, "torch memory --record %dms", rq->record_ms) < 0 ? NULL : text;
     if (rq->action == TORCH_PROFILE && rq->cancel)
         return strdup("torch profile --cancel");
     if (rq->action == TORCH_PROFILE)
@@ -158,7 +164,11 @@ static int check_reply(const struct torch_request *rq, json_t *result, struct er
 
     if (!json_is_string(error))
         return 0;
-    return errbuf_set(err, json_is_true(json_object_get(result, "no_torch")) ? -ENOPKG : -EALREADY,
+    return errbuf_set(err,
+                      json_is_true(json_object_get(result, "no_torch")) ||
+                              json_is_true(json_object_get(result, "no_cuda"))
+                          ? -ENOPKG
+                          : -EALREADY,
                       "pid %d: %s", (int)rq->pid, json_string_value(error));
 }
 
@@ -190,7 +200,8 @@ static int run_once(struct stubctl *sc, const char *db_path, const struct torch_
                               .grant = rq->grant,
                               .uid = rq->uid,
                               .kind = STUB_RUN,
-                              .timeout_ms = TORCH_TIMEOUT_MS,
+                              .timeout_ms = TORCH_TIMEOUT_MS +
+                                            (rq->action == TORCH_MEMORY ? rq->record_ms : 0),
                               .mode = "torch",
                               .unaudited = rq->action == TORCH_DRAIN};
     json_t *result = NULL;
@@ -223,6 +234,7 @@ static int run_once(struct stubctl *sc, const char *db_path, const struct torch_
     json_object_del(result, "profiles");
     json_object_del(result, "profile_events");
     json_object_del(result, "profile_steps");
+    json_object_del(result, "gpu_memory");
     *ret = result;
     return 0;
 }
@@ -237,8 +249,9 @@ int torch_run(struct stubctl *sc, const char *db_path, const struct torch_reques
 
     /* a profile's number is the attach's next: a process's profiles do not replace those of
      * an earlier trace module (torchtrace.py is loaded afresh when nothing runs) */
-    if (rq->action == TORCH_PROFILE && !rq->cancel) {
-        r = records_torch_next_profile(db_path, rq->target_id, &profile.profile, err);
+    if ((rq->action == TORCH_PROFILE && !rq->cancel) || rq->action == TORCH_MEMORY) {
+        r = records_torch_next(db_path, rq->target_id, rq->action == TORCH_MEMORY, &profile.profile,
+                               err);
         rq = &profile;
     }
     if (r == 0)

@@ -25,8 +25,9 @@
 #include "intarget/stubctl.h"
 
 /* PROFILE arms an on-demand profile (torch.profiler for some steps: torchtrace.py's Profiler;
- * tables torch_profiles, torch_profile_events) or, with cancel, stops it. */
-enum torch_action { TORCH_ON, TORCH_DRAIN, TORCH_OFF, TORCH_PROFILE };
+ * tables torch_profiles, torch_profile_events) or, with cancel, stops it. MEMORY records the
+ * allocator's history for record_ms, then stores the live GPU memory by stack (gpu_memory). */
+enum torch_action { TORCH_ON, TORCH_DRAIN, TORCH_OFF, TORCH_PROFILE, TORCH_MEMORY };
 
 /* --backward: whose backward is timed. AUTO: a module's when its first 8 forwards took 200 us
  * (timing one costs a few us, torchtrace.py); ALL: every module's; NONE: only the top-level
@@ -48,7 +49,8 @@ struct torch_request {
     int steps;                    /* PROFILE: steps to profile, or 0: */
     int duration_ms;              /* PROFILE: for this long (whole steps) */
     bool cancel;                  /* PROFILE: stop the one armed or running instead */
-    int64_t profile;              /* PROFILE: its number (torch_run sets it) */
+    int64_t profile;              /* PROFILE, MEMORY: its number (torch_run sets it) */
+    int record_ms;                /* MEMORY: how long the allocations' stacks are recorded */
 };
 
 /* Checks "loss@train,acc1@train" (identifiers, at most 16); 0 or -EINVAL with the reason. */

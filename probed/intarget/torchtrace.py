@@ -913,6 +913,98 @@ def profile_rows(trace, wall_start, wall_stop, bounds):
     return out
 
 
+# ---- live GPU memory by allocating stack (probectl torch PID memory) ----
+#
+# The caching allocator records the Python stack of each allocation while its history is on
+# (torch.cuda.memory._record_memory_history); its snapshot lists every block of every segment
+# with its state and, for those allocated while recording, that stack. The history is turned on
+# for the time asked (the stub's thread sleeps meanwhile, the GIL free), the snapshot taken, the
+# history turned off again (unless the job had it on itself), and the live blocks summed by
+# stack. Blocks allocated before recording have no stack: they are summed under one label, and
+# so is what the allocator holds reserved but free.
+
+GPU_MEMORY_STACKS = 2000  # stacks kept, largest first; the rest summed as one
+GPU_BEFORE = '<allocated before recording>'
+GPU_FREE = '<reserved by the caching allocator, free>'
+GPU_OTHER = '<other stacks>'
+
+
+def _history(on):
+    """Turns the allocator's history on (Python stacks) or off, whatever this torch calls it."""
+    record = torch.cuda.memory._record_memory_history
+    try:  # torch >= 2.1
+        if on:
+            record(enabled='all', context='alloc', stacks='python', max_entries=100000)
+        else:
+            record(enabled=None)
+    except TypeError:  # torch 1.13 and 2.0: a bool
+        record(on)
+
+
+def gpu_memory_rows(snapshot):
+    """A torch.cuda.memory._snapshot() as rows [device, frames, bytes, blocks], largest first:
+    frames is the JSON text of the allocating stack, root first, as flame graphs take it
+    ([kind, function, file, line]); the live blocks summed by device and stack."""
+    sums = collections.defaultdict(lambda: [0, 0])
+    free = collections.defaultdict(int)
+    segments = snapshot.get('segments', []) if isinstance(snapshot, dict) else snapshot
+    for seg in segments:
+        device = seg.get('device')
+        used = 0
+        for b in seg.get('blocks', []):
+            if b.get('state') != 'active_allocated':
+                continue
+            size = b.get('requested_size') or b.get('size', 0)
+            used += b.get('size', 0)
+            frames = b.get('frames')
+            if frames is None and b.get('history'):  # torch 2.0 and before
+                frames = b['history'][-1].get('frames')
+            if frames:  # innermost first
+                stack = [['python', f.get('name'), f.get('filename'), f.get('line', 0)]
+                         for f in reversed(frames)]
+            else:
+                stack = [['label', GPU_BEFORE, None, 0]]
+            key = (device, json.dumps(stack))
+            sums[key][0] += size
+            sums[key][1] += 1
+        free[device] += max(seg.get('total_size', 0) - used, 0)
+    for device, n in free.items():
+        if n:
+            sums[(device, json.dumps([['label', GPU_FREE, None, 0]]))][0] += n
+    rows = sorted(([d, f, n, blocks] for (d, f), (n, blocks) in sums.items()),
+                  key=lambda r: -r[2])
+    if len(rows) > GPU_MEMORY_STACKS:
+        other = collections.defaultdict(lambda: [0, 0])
+        for d, _, n, blocks in rows[GPU_MEMORY_STACKS:]:
+            other[d][0] += n
+            other[d][1] += blocks
+        rows = rows[:GPU_MEMORY_STACKS] + [
+            [d, json.dumps([['label', GPU_OTHER, None, 0]]), n, blocks]
+            for d, (n, blocks) in other.items()]
+    return rows
+
+
+def gpu_memory(number, record_ms):
+    """The 'memory' request: the job's live GPU memory by allocating stack."""
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return {'error': 'CUDA is not initialised in this process (torch.cuda.is_initialized()'
+                ' is False): it has no GPU memory to read', 'no_cuda': True}
+    is_on = getattr(torch._C, '_cuda_isHistoryEnabled', None)
+    ours = not (is_on and is_on())
+    if ours:
+        _history(True)
+    try:
+        time.sleep(record_ms / 1000.0)
+        snapshot = torch.cuda.memory._snapshot()
+    finally:
+        if ours:
+            _history(False)
+    ts = time.time_ns()
+    rows = [[number, ts] + r for r in gpu_memory_rows(snapshot)]
+    return {'gpu_memory': rows, 'snapshot': number, 'recorded_ms': record_ms,
+            'history': 'ours' if ours else "the job's own"}
+
+
 def tracing():
     return _tracer is not None or _comm is not None or _profile is not None
 
@@ -999,6 +1091,11 @@ def command(args):
         result.update(part)
         if _comm is not None:
             result['tracing'] = result['tracing'] or _comm.active
+        result['profiling'] = _profile is not None
+        return json.dumps(result)
+    if action == 'memory':  # answered now, whatever else runs
+        result = gpu_memory(args['number'], args.get('record_ms', 5000))
+        result['tracing'] = _tracer is not None or _comm is not None
         result['profiling'] = _profile is not None
         return json.dumps(result)
     if action == 'profile':

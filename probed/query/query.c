@@ -89,7 +89,9 @@ static int shadowed_table(const char *name)
         "torch_profiles",
         "torch_profile_events",
         "torch_profile_steps",
+        "gpu_memory",
     };
+    _Static_assert(sizeof(shadowed) / sizeof(shadowed[0]) <= 32, "guard.via_view has 32 bits");
     for (size_t i = 0; i < sizeof(shadowed) / sizeof(shadowed[0]); i++)
         if (name && strcasecmp(name, shadowed[i]) == 0)
             return (int)i;
@@ -321,6 +323,8 @@ static int shadow_tables(sqlite3 *db, const struct query_scope *sc, struct errbu
         "CREATE TEMP VIEW torch_profile_events AS SELECT * FROM main.torch_profile_events"
         " WHERE target_id IN (SELECT id FROM temp.targets);"
         "CREATE TEMP VIEW torch_profile_steps AS SELECT * FROM main.torch_profile_steps"
+        " WHERE target_id IN (SELECT id FROM temp.targets);"
+        "CREATE TEMP VIEW gpu_memory AS SELECT * FROM main.gpu_memory"
         " WHERE target_id IN (SELECT id FROM temp.targets);"
         "CREATE TEMP VIEW crashes AS SELECT * FROM main.crashes"
         " WHERE target_id IN (SELECT id FROM temp.targets);"

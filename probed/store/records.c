@@ -208,12 +208,17 @@ int records_torch_drain(const char *db_path, int64_t target_id, json_t *drain, i
                          " duration_ns, device, busy_ns, kernels) VALUES (?,?,?,?,?,?,?,?)",
                          target_id, json_object_get(drain, "profile_steps"), "iiiivvi", ret_stored);
     if (rc == SQLITE_OK)
+        rc = insert_rows(db,
+                         "INSERT INTO gpu_memory (target_id, snapshot, ts_ns, device, frames,"
+                         " bytes, blocks) VALUES (?,?,?,?,?,?,?)",
+                         target_id, json_object_get(drain, "gpu_memory"), "iivsii", ret_stored);
+    if (rc == SQLITE_OK)
         rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
     return finish(db, NULL, rc == SQLITE_OK ? 0 : -EIO, db_path, "storing the torch trace", err);
 }
 
-int records_torch_next_profile(const char *db_path, int64_t target_id, int64_t *ret,
-                               struct errbuf *err)
+int records_torch_next(const char *db_path, int64_t target_id, bool snapshot, int64_t *ret,
+                       struct errbuf *err)
 {
     sqlite3 *db = NULL;
     sqlite3_stmt *q = NULL;
@@ -222,8 +227,10 @@ int records_torch_next_profile(const char *db_path, int64_t target_id, int64_t *
     if (r < 0)
         return r;
     if (sqlite3_prepare_v2(db,
-                           "SELECT coalesce(max(profile), 0) + 1 FROM torch_profiles WHERE"
-                           " target_id = ?",
+                           snapshot ? "SELECT coalesce(max(snapshot), 0) + 1 FROM gpu_memory"
+                                      " WHERE target_id = ?"
+                                    : "SELECT coalesce(max(profile), 0) + 1 FROM torch_profiles"
+                                      " WHERE target_id = ?",
                            -1, &q, NULL) == SQLITE_OK) {
         sqlite3_bind_int64(q, 1, target_id);
         if (sqlite3_step(q) == SQLITE_ROW)

@@ -40,9 +40,10 @@ int records_allocations(const char *db_path, int64_t target_id, int64_t ts_ns, j
 int records_allocation_tracking(const char *db_path, int64_t target_id, bool on,
                                 struct errbuf *err);
 
-/* The number the next profile of @target_id takes (torch_profiles: 1 + the last). */
-int records_torch_next_profile(const char *db_path, int64_t target_id, int64_t *ret,
-                               struct errbuf *err);
+/* The number the next profile (torch_profiles), or @snapshot the next GPU memory snapshot
+ * (gpu_memory), of @target_id takes: 1 + the last. */
+int records_torch_next(const char *db_path, int64_t target_id, bool snapshot, int64_t *ret,
+                       struct errbuf *err);
 
 /* A torch trace drain ("records", "variables", "steps" of @drain) into torch_records,
  * torch_values and torch_steps, in one transaction; *ret_stored: the rows. A row of the wrong

@@ -678,7 +678,8 @@ static int64_t delete_before(struct store *st, int64_t before_ns, struct errbuf 
                    delete_from(st, "comm_calls", before_ns, err) < 0 ||
                    delete_from(st, "torch_profiles", before_ns, err) < 0 ||
                    delete_from(st, "torch_profile_events", before_ns, err) < 0 ||
-                   delete_from(st, "torch_profile_steps", before_ns, err) < 0))
+                   delete_from(st, "torch_profile_steps", before_ns, err) < 0 ||
+                   delete_from(st, "gpu_memory", before_ns, err) < 0))
         n = -EIO;
     if (n < 0) {
         sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);

@@ -277,3 +277,85 @@ def test_a_kineto_trace_becomes_rows_with_modules_stages_steps_and_gpu_busy_time
                      50 * us, 1, None, None],
                     ['cpu_op', 'aten::addmm', 'head', 'forward', 0, wall_start + 5 * us,
                      20 * us, 1, None, None]], rows
+
+
+def test_gpu_memory_of_a_job_without_cuda_is_refused_and_bad_requests():
+    d = Daemon()
+    job = Job('mlp', 'train', 1, 2)
+    try:
+        r = d.ctl('torch', job.pid, 'memory', '--record', '100ms')
+        assert r.returncode == 1, (r.stdout, r.stderr)
+        assert 'CUDA is not initialised in this process' in r.stderr, r.stderr
+        assert d.rows("SELECT count(*) FROM gpu_memory") == [[0]]
+        assert d.rows("SELECT code FROM evals WHERE mode = 'torch'") == [
+            ['torch memory --record 100ms']]
+        for body in [{'pid': job.pid, 'action': 'memory', 'record_ms': 0},
+                     {'pid': job.pid, 'action': 'memory', 'record_ms': 30001},
+                     {'pid': job.pid, 'action': 'memory', 'record_ms': '5s'}]:
+            status, reply = d.api('POST', '/v1/torch', body)
+            assert status == 400, (body, status, reply)
+        for args, why in [(['--record', '31s'], '--record takes'),
+                          (['--format', 'png'], '--format takes'),
+                          (['--steps', '2'], 'memory takes')]:
+            r = d.ctl('torch', job.pid, 'memory', *args)
+            assert r.returncode == 2 and why in r.stderr, (args, r.stderr)
+        r = d.ctl('torch', job.pid, 'profile', '--record', '1s')
+        assert r.returncode == 2 and "memory's" in r.stderr, r.stderr
+    finally:
+        job.close()
+        d.close()
+
+
+def test_an_allocator_snapshot_becomes_live_memory_by_stack():
+    """torch.cuda.memory._snapshot() as torch 2.x returns it (segments of blocks, each live
+    block with its state and the Python frames that allocated it, innermost first; torch 2.0's
+    under history), written out by hand here where no GPU is."""
+    def frames(*names):  # innermost first
+        return [{'filename': '/app/train.py', 'line': 10 * (i + 1), 'name': n}
+                for i, n in enumerate(names)]
+
+    snapshot = {'segments': [
+        {'device': 0, 'total_size': 8 << 20, 'blocks': [
+            {'size': 2 << 20, 'requested_size': 2000000, 'state': 'active_allocated',
+             'frames': frames('forward', 'train')},
+            {'size': 2 << 20, 'requested_size': 2000000, 'state': 'active_allocated',
+             'frames': frames('forward', 'train')},
+            {'size': 1 << 20, 'state': 'active_allocated'},  # before the recording
+            {'size': 3 << 20, 'state': 'inactive'},
+        ]},
+        {'device': 1, 'total_size': 2 << 20, 'blocks': [
+            {'size': 2 << 20, 'state': 'active_allocated',
+             'history': [{'frames': frames('step', 'train')}]},  # torch 2.0
+        ]},
+    ]}
+    rows = trace_module().gpu_memory_rows(snapshot)
+    stack = [['python', 'train', '/app/train.py', 20], ['python', 'forward', '/app/train.py', 10]]
+    assert rows == [
+        [0, json.dumps(stack), 4000000, 2],
+        [0, json.dumps([['label', '<reserved by the caching allocator, free>', None, 0]]),
+         3 << 20, 0],
+        [1, json.dumps([['python', 'train', '/app/train.py', 20],
+                        ['python', 'step', '/app/train.py', 10]]), 2 << 20, 1],
+        [0, json.dumps([['label', '<allocated before recording>', None, 0]]), 1 << 20, 1],
+    ], rows
+
+
+def test_on_a_gpu_live_memory_by_stack():
+    """Needs a CUDA device and a torch built for it: says so when either is missing."""
+    have = subprocess.run([PYTHON, '-c', 'import torch; print(torch.cuda.is_available())'],
+                          stdout=subprocess.PIPE, universal_newlines=True).stdout.strip()
+    if have != 'True':
+        pytest.skip('not run: no GPU (torch.cuda.is_available() is %s for %s)' % (have, PYTHON))
+    d = Daemon()
+    job = Job('transformer-cuda', 'train', 1, 100000)
+    out = os.path.join(tempfile.mkdtemp(prefix='probed-gpu-memory-'), 'memory.svg')
+    try:
+        job.start()
+        r = d.ctl('torch', job.pid, 'memory', '--record', '3s', '-o', out)
+        assert r.returncode == 0 and 'GPU memory snapshot 1: ' in r.stdout, (r.stdout, r.stderr)
+        rows = d.rows("SELECT frames, bytes FROM gpu_memory ORDER BY bytes DESC")
+        assert any('torchjob.py' in f for f, _ in rows), rows[:5]
+        assert open(out).read().startswith('<?xml')
+    finally:
+        job.close()
+        d.close()
