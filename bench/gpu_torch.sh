@@ -11,7 +11,9 @@
 # then `torch profile --steps 5 -o`. Written to OUT: overhead.txt (each phase's mean and median
 # step time and its ratio to the first: the noise floor is the last phase's), profile.txt
 # (probectl's summary), profile.json (the Chrome trace), kernels.txt (kernels by module),
-# trace.txt (module forward host time per block under the trace), and the daemon's log.
+# step-busy.txt (each profiled step's GPU busy time), trace.txt (module forward host time per
+# block under the trace), memory.txt and gpu-memory.svg (live GPU memory by stack), and the
+# daemon's log.
 # SIZE picks the model (default launch-bound: --dim 512 --layers 6 --seq 256 --batch 16;
 # GPU-bound: --dim 2048 --layers 8 --seq 1024 --batch 8). Rehearse on CPU:
 #   PHASE_S=4 SIZE="--dim 64 --layers 2 --seq 32 --batch 4" bash bench/gpu_torch.sh B python3 cpu /tmp/o
@@ -58,6 +60,8 @@ mark none2
 sleep "$PH"
 mark end
 "$ctl" torch $J profile --steps 5 -o "$OUT/profile.json" >"$OUT/profile.txt" 2>&1
+"$ctl" torch $J memory --record 3s -o "$OUT/gpu-memory.svg" >"$OUT/memory.txt" 2>&1
+"$ctl" query "SELECT * FROM gpu_step_busy WHERE pid = $J" >"$OUT/step-busy.txt" 2>&1
 "$ctl" query "SELECT module, stage, count(*), round(sum(duration_ms), 3) AS ms FROM gpu_kernels
               WHERE pid = $J GROUP BY 1, 2 ORDER BY ms DESC LIMIT 30" >"$OUT/kernels.txt" 2>&1
 "$ctl" query "SELECT module, stage, count(*), round(avg(duration) * 1e3, 3) AS mean_ms FROM
