@@ -567,7 +567,7 @@ def test_a_process_without_torch_and_bad_requests():
                           (['on', '--exprs', '1x@train'], 'bad --exprs'),
                           (['on', '--every', '0'], '--every takes'),
                           (['on', '--backward', 'leaves'], '--backward takes'),
-                          (['sideways'], "expected on, off, summary or profile")]:
+                          (['sideways'], "expected on, off, summary, profile or memory")]:
             r = d.ctl('torch', plain.pid, *args)
             assert r.returncode != 0 and why in r.stderr, (args, r.stderr)
         for body in [{'pid': plain.pid}, {'pid': plain.pid, 'action': 'on', 'every': 'x'},
