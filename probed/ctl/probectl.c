@@ -43,7 +43,9 @@ static const struct command commands[] = {
     {"repl", repl_main, "an interactive Python prompt inside a running process"},
     {"memory", memory_main, "memory now, peak and growth per minute of an attached process"},
     {"config", config_main, "read or change the daemon's settings live"},
-    {"torch", torch_main, "per-step, per-module time and memory of a PyTorch job (on|off|summary)"},
+    {"torch", torch_main,
+     "a PyTorch job: per-step, per-module trace (on|off|summary), profile (ops, GPU kernels), GPU "
+     "memory"},
     {"crashes", crashes_main, "how attached processes ended: status, signal, OOM, last stacks"},
     {"catch", catch_main,
      "record a process's uncaught exceptions and fatal signals as they happen"},
