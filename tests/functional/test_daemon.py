@@ -280,7 +280,7 @@ def counts_mismatch(tids=None):
 # 12 and 13 count and pack what it holds when a daemon opens it).
 AS_OF_SCHEMA_11 = (  # the tables of 0012 and later go too
     'DROP TABLE stack_counts; DROP TABLE sample_blocks; DROP TABLE torch_profiles;'
-    ' DROP TABLE torch_profile_events; DROP TABLE torch_profile_steps;'
+    ' DROP TABLE torch_profile_events; DROP TABLE torch_profile_steps; DROP TABLE gpu_memory;'
     ' CREATE TABLE samples (target_id INTEGER NOT NULL, ts_ns INTEGER NOT NULL,'
     ' tid INTEGER NOT NULL, stack_id INTEGER NOT NULL, state INTEGER NOT NULL,'
     ' PRIMARY KEY (target_id, ts_ns, tid)) WITHOUT ROWID;'
@@ -896,7 +896,10 @@ def test_run_state_comes_from_the_scheduler_not_proc(daemon):
         # threads that come and go: those gone are freed
         daemon.ctl('attach', churn.pid, '--rate', '100', check=True)
         wait_for(lambda: run_state(daemon)['exited'] >= 20, what='20 exited threads freed')
-        assert run_state(daemon)['threads'] < 2 + 2 + 2 * 6 + 1, run_state(daemon)
+        # a slot is freed at the tick after its thread exits; churn starts more meanwhile,
+        # and on a busy machine its exits come late: the count comes down, or slots leak
+        wait_for(lambda: run_state(daemon)['threads'] < 2 + 2 + 2 * 6 + 1,
+                 what='only the live threads tracked')
         for p in (t.pid, churn.pid):
             daemon.ctl('detach', p, check=True)
         wait_for(lambda: run_state(daemon)['threads'] == 0, what='every slot given back')
