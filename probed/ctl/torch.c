@@ -34,15 +34,8 @@ static int turn_on(const char *socket, int pid, int every, const char *exprs, in
     json_t *body = json_pack("{s:i, s:s, s:i, s:s, s:b, s:b, s:s}", "pid", pid, "action", "on",
                              "every", every, "exprs", exprs ? exprs : "", "comm", comm > 0,
                              "modules", comm < 2, "backward", backward),
-           *reply;
-    long status = 0;
+           *reply = torch_post_attaching(socket, pid, body);
 
-    reply = torch_call(socket, body, &status, true);
-    if (!reply && status == 404 && client_ensure_attached(socket, pid) == 0) {
-        reply = torch_call(socket, body, &status, false);
-        if (!reply) /* no trace: no attach left behind either */
-            client_detach_quietly(socket, pid);
-    }
     json_decref(body);
     if (!reply)
         return 1;

@@ -38,21 +38,28 @@ static json_t *profile_call(const char *socket, json_t *body, long *status, bool
     return client_post(socket, "/v1/torch", body, "being drained", "torch", quiet_404, status);
 }
 
+json_t *torch_post_attaching(const char *socket, int pid, json_t *body)
+{
+    long status = 0;
+    json_t *reply = profile_call(socket, body, &status, true);
+
+    if (!reply && status == 404 && client_ensure_attached(socket, pid) == 0) {
+        reply = profile_call(socket, body, &status, false);
+        if (!reply) /* nothing done: no attach left behind either */
+            client_detach_quietly(socket, pid);
+    }
+    return reply;
+}
+
 /* Arms the profile (attaching first when the process is not): the daemon's reply, or NULL
  * after printing why. */
 static json_t *arm(const char *socket, int pid, const struct torch_profile_options *o)
 {
     json_t *body = json_pack("{s:i, s:s}", "pid", pid, "action", "profile"), *reply;
-    long status = 0;
 
     json_object_set_new(body, o->steps ? "steps" : "duration_ms",
                         json_integer(o->steps ? o->steps : o->duration_ms));
-    reply = profile_call(socket, body, &status, true);
-    if (!reply && status == 404 && client_ensure_attached(socket, pid) == 0) {
-        reply = profile_call(socket, body, &status, false);
-        if (!reply)
-            client_detach_quietly(socket, pid);
-    }
+    reply = torch_post_attaching(socket, pid, body);
     json_decref(body);
     return reply;
 }
@@ -355,7 +362,6 @@ int torch_memory(const char *socket, int pid, long long record_ms, const char *o
            *reply, *keep = NULL, *rows, *row;
     struct flame_sums sums;
     long long target, snapshot;
-    long status = 0;
     double total = 0;
     char sql[512], where[160];
     size_t i;
@@ -363,12 +369,7 @@ int torch_memory(const char *socket, int pid, long long record_ms, const char *o
 
     fprintf(stderr, "probectl torch: recording pid %d's GPU allocations for %.1f s\n", pid,
             (double)record_ms / 1e3);
-    reply = profile_call(socket, body, &status, true);
-    if (!reply && status == 404 && client_ensure_attached(socket, pid) == 0) {
-        reply = profile_call(socket, body, &status, false);
-        if (!reply)
-            client_detach_quietly(socket, pid);
-    }
+    reply = torch_post_attaching(socket, pid, body);
     json_decref(body);
     if (!reply)
         return 1;

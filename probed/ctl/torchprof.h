@@ -10,6 +10,8 @@
 #ifndef PROBECTL_TORCHPROF_H
 #define PROBECTL_TORCHPROF_H
 
+#include <jansson.h>
+
 struct torch_profile_options {
     int steps;             /* steps to profile, or 0: */
     long long duration_ms; /* this long, in whole steps */
@@ -19,6 +21,10 @@ struct torch_profile_options {
 };
 
 int torch_profile(const char *socket, int pid, const struct torch_profile_options *o);
+
+/* POST @body to /v1/torch, attaching @pid first when the daemon says it is not (and detaching
+ * again when the request then fails): the reply, or NULL after printing why. */
+json_t *torch_post_attaching(const char *socket, int pid, json_t *body);
 
 /* `probectl torch <pid> memory`: the job's live GPU memory by allocating stack (POST /v1/torch,
  * action "memory"; table gpu_memory): the largest stacks, and with @output a flame graph
