@@ -25,8 +25,10 @@ static struct runstate_stats stats; /* under lock, as everything below */
 #include "runboard.skel.h"
 
 #define BUCKETS 16384 /* tid -> slot chains: 2 slots a bucket when full */
-/* With every slot taken, a look for a new thread sweeps for exited ones at most this often:
- * a sweep walks every slot, and past the limit each tick has threads that find none free. */
+/* A look for a new thread sweeps for exited ones at most this often: a sweep walks every slot.
+ * Not only when every slot is taken: a thread's slot is otherwise freed only if it is looked at
+ * again after it exited, and a process whose threads come and go would hold the slots of the
+ * gone ones until the board filled. */
 #define SWEEP_EVERY_NS 1000000000LL
 
 /* The daemon's side of a slot (the shared side is struct runboard_slot). */
@@ -124,8 +126,8 @@ static int32_t watch(pid_t pid, pid_t tid)
     int32_t k;
     int r;
 
-    if (board->n_free == 0 && mono_ns() - board->swept_ns > SWEEP_EVERY_NS) {
-        board->swept_ns = mono_ns(); /* not at every look of every thread past the limit */
+    if (mono_ns() - board->swept_ns > SWEEP_EVERY_NS) {
+        board->swept_ns = mono_ns(); /* not at every new thread's look */
         sweep();
     }
     if (board->n_free == 0) {

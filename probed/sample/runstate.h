@@ -9,10 +9,11 @@
  * A thread is watched from libpyframes' first question about it: its slot is set, its tid put
  * in the program's map, then its state read once from /proc/PID/task/TID/stat (the program
  * notes every switch after that). A thread the program saw exit frees its slot at its next
- * look, or when the slots run out; a process's go when a pyf_target of it is freed (a detach,
- * a backtrace's one-off read). The program is attached only while some thread is watched:
- * without targets, a switch costs nothing. Past RUNBOARD_SLOTS threads, and wherever the
- * board is not running, libpyframes reads /proc as before.
+ * look, or at the next sweep (when a new thread is watched, at most once a second); a
+ * process's go when a pyf_target of it is freed (a detach, a backtrace's one-off read). The
+ * program is attached only while some thread is watched: without targets, a switch costs
+ * nothing. Past RUNBOARD_SLOTS threads, and wherever the board is not running, libpyframes
+ * reads /proc as before.
  *
  * One board a process, as libpyframes' source is: runstate_start() from main before any target
  * is read, runstate_stop() after the last read. Threads: any; one mutex, held for a look (a
