@@ -61,6 +61,9 @@ static const struct key_def keys[CFG_N] = {
                            "samples the database would not take (a full disk) are kept up to"
                            " this much memory and written when it takes them again; past it"
                            " they are lost and counted (0: none kept)"},
+    [CFG_NVML] = {"nvml", K_PATH, false, "", 0, 0, true,
+                  "NVIDIA's libnvidia-ml.so.1, which GPU readings come from (empty: the loader's"
+                  " path, then the driver's usual folders; off: GPUs are not read)"},
 };
 
 void config_init(struct config *c)
@@ -163,7 +166,7 @@ int config_check(enum config_key k, const char *value, int64_t *num, struct errb
             return errbuf_set(err, -EINVAL, "%s: control character in the value", d->name);
     switch (d->kind) {
     case K_PATH:
-        if (!*value && d->zero_ok)
+        if ((!*value && d->zero_ok) || (k == CFG_NVML && strcmp(value, "off") == 0))
             return 0;
         if (value[0] != '/')
             return errbuf_set(err, -EINVAL, "%s: '%s' is not an absolute path", d->name, value);

@@ -46,6 +46,7 @@ enum config_key {
     CFG_ALLOCATION_INTERVAL, /* ns between allocation snapshots while tracking; 0 = on request */
     CFG_METRICS_CMDLINE,     /* /metrics cmd label: "script" (program and script) or "full" */
     CFG_WRITE_BACKLOG,       /* bytes of batches kept while the database fails; 0 = none */
+    CFG_NVML,                /* libnvidia-ml.so.1: "" = search, "off" = GPUs not read (restart) */
     CFG_N
 };
 

@@ -5,6 +5,7 @@
  *   probed [--config PATH] [--socket PATH] [--db PATH] [--foreground] [--rate HZ]
  *          [--retention DUR] [--max-db-size SIZE] [--query-timeout DUR] [--metrics ADDR]
  *          [--memory-interval DUR] [--metrics-cmdline script|full] [--group NAME] [--stub PATH]
+ *          [--nvml PATH|off]
  *
  * Settings come from config.h: defaults, then probed.conf, then these options; SIGHUP
  * re-reads the file and the API changes the live ones (probectl config).
@@ -77,6 +78,8 @@ static void usage(FILE *out)
             "  --group NAME           group owning the socket (default probed, if it exists)\n"
             "  --stub PATH            the library eval loads into targets (default: next to\n"
             "                         probed, else %s/libprobed-stub.so)\n"
+            "  --nvml PATH|off        NVIDIA's libnvidia-ml.so.1 for GPU readings (default: the\n"
+            "                         loader's path, then the driver's folders; off: none)\n"
             "  --version              print the version and exit\n"
             "Options override %s (see probed.conf(5)); SIGHUP re-reads it.\n",
             CONFIG_DEFAULT_PATH, PROBED_STUB_DIR, CONFIG_DEFAULT_PATH);
@@ -119,6 +122,7 @@ static const struct {
     {"write-backlog", CFG_WRITE_BACKLOG},
     {"group", CFG_GROUP},
     {"stub", CFG_STUB},
+    {"nvml", CFG_NVML},
 };
 #define N_OPTION_KEYS (sizeof(option_keys) / sizeof(option_keys[0]))
 

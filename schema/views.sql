@@ -197,3 +197,38 @@ JOIN last l ON l.target_id = c.target_id
 JOIN samples s ON s.target_id = l.target_id AND s.tid = l.tid AND s.ts_ns = l.ts_ns
 JOIN stacks st ON st.stack_id = s.stack_id
 LEFT JOIN threads th ON th.target_id = s.target_id AND th.tid = s.tid;
+
+-- The GPUs every memory_interval (NVML: gpu/nvml.h), under the seeds' names: one row per
+-- reading of a GPU or MIG device. gpu is nvidia-smi's index (mig: the MIG device on it, NULL
+-- for a whole GPU); NULL figures are ones the driver does not give for that device.
+-- SELECT gpu, avg(gpu_util), max(memory_used_mb) FROM gpu_metrics
+--   WHERE timestamp > datetime('now', '-1 minute') GROUP BY gpu
+CREATE TEMP VIEW gpu_metrics AS
+SELECT strftime('%Y-%m-%d %H:%M:%f', r.ts_ns / 1e9, 'unixepoch') AS timestamp, g.gpu_index AS gpu,
+       g.mig_index AS mig, g.name, g.uuid, r.util_pct AS gpu_util, r.mem_util_pct AS memory_util,
+       round(r.memory_used / 1048576.0, 1) AS memory_used_mb,
+       round(g.memory_total / 1048576.0, 1) AS memory_total_mb, r.power_mw / 1000.0 AS power_w,
+       r.temp_c AS temperature_c, r.sm_clock_mhz, r.mem_clock_mhz AS memory_clock_mhz,
+       r.throttle_reasons, r.ecc_corrected, r.ecc_uncorrected,
+       (SELECT count(*) FROM gpu_xids x WHERE x.gpu_id = r.gpu_id AND x.ts_ns = r.ts_ns)
+           AS xid_errors,
+       r.ts_ns, r.gpu_id
+FROM gpu_readings r
+JOIN gpus g ON g.id = r.gpu_id;
+
+-- Each attached process's memory on each GPU at the same instants (nvidia-smi's process list).
+CREATE TEMP VIEW gpu_processes AS
+SELECT strftime('%Y-%m-%d %H:%M:%f', p.ts_ns / 1e9, 'unixepoch') AS timestamp, p.pid,
+       g.gpu_index AS gpu, g.mig_index AS mig, g.uuid,
+       round(p.memory_used / 1048576.0, 1) AS memory_used_mb, p.sm_util_pct AS sm_util, t.rank,
+       p.ts_ns, p.memory_used, p.target_id
+FROM gpu_process_readings p
+JOIN targets t ON t.id = p.target_id
+LEFT JOIN gpus g ON g.id = p.gpu_id;
+
+-- Xid errors as they were seen, with the GPU that raised them.
+CREATE TEMP VIEW gpu_errors AS
+SELECT strftime('%Y-%m-%d %H:%M:%f', x.ts_ns / 1e9, 'unixepoch') AS timestamp, g.gpu_index AS gpu,
+       g.uuid, x.xid, x.ts_ns
+FROM gpu_xids x
+LEFT JOIN gpus g ON g.id = x.gpu_id;

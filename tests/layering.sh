@@ -12,11 +12,12 @@ allowed() {
     common) echo "common" ;;
     base) echo "common base" ;;
     native) echo "common base native" ;;
-    sample) echo "common base native sample" ;;
-    store) echo "common base native sample store" ;;
+    gpu) echo "common base gpu" ;;
+    sample) echo "common base native gpu sample" ;;
+    store) echo "common base native gpu sample store" ;;
     query) echo "common base store query" ;;
     intarget) echo "common base store intarget stub" ;;
-    api) echo "common base native sample store query intarget api" ;;
+    api) echo "common base native gpu sample store query intarget api" ;;
     ctl) echo "common ctl" ;;
     stub) echo "stub" ;;
     esac
@@ -39,7 +40,7 @@ check() { # file folder
 }
 
 out=$(
-    for d in common native sample store query intarget api ctl stub; do
+    for d in common native gpu sample store query intarget api ctl stub; do
         for f in "$d"/*.c "$d"/*.h; do
             [ -e "$f" ] && check "$f" "$d"
         done

@@ -40,6 +40,7 @@ struct row {
     struct target_torch torch;
     bool native; /* attach --native, perf running */
     struct native_stats native_stats;
+    int64_t gpu_bytes; /* -1: no GPU reading */
 };
 
 struct metrics {
@@ -52,6 +53,9 @@ struct metrics {
     struct target_info *infos; /* TARGETS_MAX: the registry's copy, for one scrape */
     struct row rows[TARGETS_MAX];
     size_t n_rows, n_ended;
+    struct gpu_snapshot *gpu; /* the meter's latest GPU reading, copied for one scrape */
+    struct meter_gpu_xids gpu_xids[GPU_DEVICES_MAX];
+    char gpu_labels[GPU_DEVICES_MAX][384];
 };
 
 /* Appends label @name="@value" to @buf (at *@len, @size bytes), escaping backslash, double
@@ -153,6 +157,7 @@ static void copy_row(struct metrics *m, const struct target_info *t)
     if (r->main_stack_unchanged_s < 0 && t->main_stack_since_ns)
         r->main_stack_unchanged_s = 0;
     r->torch = t->torch;
+    r->gpu_bytes = t->gpu_bytes;
     r->native = t->has_native;
     if (t->has_native)
         r->native_stats = t->native_stats;
@@ -307,6 +312,11 @@ static double r_native_waiting_unread(const struct row *r)
     return (double)r->native_stats.waiting_unread;
 }
 
+static double r_gpu_memory(const struct row *r)
+{
+    return (double)r->gpu_bytes;
+}
+
 /* Which rows have a value: a series not known yet is absent rather than a false 0. */
 enum needs {
     ALWAYS,
@@ -315,7 +325,8 @@ enum needs {
     NEEDS_TORCH,
     NEEDS_TORCH_MEMORY,
     NEEDS_TORCH_RESERVED,
-    NEEDS_NATIVE
+    NEEDS_NATIVE,
+    NEEDS_GPU
 };
 
 static bool has_value(const struct row *r, enum needs needs)
@@ -333,6 +344,8 @@ static bool has_value(const struct row *r, enum needs needs)
         return r->torch.on && r->torch.has_reserved;
     case NEEDS_NATIVE:
         return r->native;
+    case NEEDS_GPU:
+        return r->gpu_bytes >= 0;
     default:
         return true;
     }
@@ -385,6 +398,130 @@ static void tick_histogram(struct metrics *m, struct evbuffer *out)
     evbuffer_add_printf(out, "probed_sample_tick_seconds_sum %.9f\n", (double)s->tick_ns_sum / 1e9);
     evbuffer_add_printf(out, "probed_sample_tick_seconds_count %llu\n",
                         (unsigned long long)cumulative);
+}
+
+/* ---- the GPUs, under the names of NVIDIA's DCGM exporter (dcgm-exporter's default counters),
+ * so that dashboards and alerts written for it read these; labels gpu, UUID, device,
+ * modelName as it sets them, GPU_I_ID for a MIG device ---- */
+
+typedef int64_t (*gpu_value_fn)(const struct gpu_device *d);
+
+static int64_t g_util(const struct gpu_device *d)
+{
+    return d->util_pct;
+}
+static int64_t g_mem_util(const struct gpu_device *d)
+{
+    return d->mem_util_pct;
+}
+static int64_t g_fb_used_mib(const struct gpu_device *d)
+{
+    return d->mem_used_bytes < 0 ? -1 : d->mem_used_bytes >> 20;
+}
+static int64_t g_fb_free_mib(const struct gpu_device *d)
+{
+    return d->mem_used_bytes < 0 || d->mem_total_bytes < 0
+               ? -1
+               : (d->mem_total_bytes - d->mem_used_bytes) >> 20;
+}
+static int64_t g_temp(const struct gpu_device *d)
+{
+    return d->temp_c;
+}
+static int64_t g_sm_clock(const struct gpu_device *d)
+{
+    return d->sm_clock_mhz;
+}
+static int64_t g_mem_clock(const struct gpu_device *d)
+{
+    return d->mem_clock_mhz;
+}
+static int64_t g_throttle(const struct gpu_device *d)
+{
+    return d->throttle_reasons;
+}
+static int64_t g_ecc_sbe(const struct gpu_device *d)
+{
+    return d->ecc_corrected;
+}
+static int64_t g_ecc_dbe(const struct gpu_device *d)
+{
+    return d->ecc_uncorrected;
+}
+
+static void per_gpu(struct metrics *m, struct evbuffer *out, const char *name, const char *type,
+                    const char *help, gpu_value_fn fn)
+{
+    family(out, name, type, help);
+    for (size_t i = 0; i < m->gpu->n_devices; i++) {
+        int64_t v = fn(&m->gpu->devices[i]);
+        if (v >= 0) /* not given for this device: absent, not 0 */
+            evbuffer_add_printf(out, "%s{%s} %lld\n", name, m->gpu_labels[i], (long long)v);
+    }
+}
+
+static void gpus(struct metrics *m, struct evbuffer *out)
+{
+    struct meter_gpu_status st;
+
+    meter__gpu(m->src.meter, m->gpu, &st, m->gpu_xids);
+    one(out, "probed_gpu_up", "gauge",
+        "1: the GPUs are read through NVML; 0: they are not (GET /v1/status says why)",
+        st.reading ? 1 : 0);
+    if (!st.reading)
+        return;
+    for (size_t i = 0; i < m->gpu->n_devices; i++) {
+        const struct gpu_device *d = &m->gpu->devices[i];
+        char num[16], *l = m->gpu_labels[i];
+        size_t len = 0;
+
+        l[0] = '\0';
+        snprintf(num, sizeof(num), "%d", d->index);
+        add_label(l, sizeof(m->gpu_labels[i]), &len, "gpu", num, sizeof(num));
+        add_label(l, sizeof(m->gpu_labels[i]), &len, "UUID", d->uuid, sizeof(d->uuid));
+        snprintf(num, sizeof(num), "nvidia%d", d->index);
+        add_label(l, sizeof(m->gpu_labels[i]), &len, "device", num, sizeof(num));
+        add_label(l, sizeof(m->gpu_labels[i]), &len, "modelName", d->name, sizeof(d->name));
+        if (d->mig >= 0) {
+            snprintf(num, sizeof(num), "%d", d->mig);
+            add_label(l, sizeof(m->gpu_labels[i]), &len, "GPU_I_ID", num, sizeof(num));
+        }
+    }
+    per_gpu(m, out, "DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)", g_util);
+    per_gpu(m, out, "DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %)", g_mem_util);
+    per_gpu(m, out, "DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)",
+            g_fb_used_mib);
+    per_gpu(m, out, "DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)",
+            g_fb_free_mib);
+    family(out, "DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)");
+    for (size_t i = 0; i < m->gpu->n_devices; i++) {
+        char text[32];
+        if (m->gpu->devices[i].power_mw >= 0)
+            evbuffer_add_printf(out, "DCGM_FI_DEV_POWER_USAGE{%s} %s\n", m->gpu_labels[i],
+                                value_text((double)m->gpu->devices[i].power_mw / 1000.0, text));
+    }
+    per_gpu(m, out, "DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)", g_temp);
+    per_gpu(m, out, "DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz)", g_sm_clock);
+    per_gpu(m, out, "DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz)",
+            g_mem_clock);
+    per_gpu(m, out, "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "gauge",
+            "Current clock throttle reasons (NVML's bit mask)", g_throttle);
+    per_gpu(m, out, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter",
+            "Total number of single-bit volatile ECC errors", g_ecc_sbe);
+    per_gpu(m, out, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter",
+            "Total number of double-bit volatile ECC errors", g_ecc_dbe);
+    family(out, "DCGM_FI_DEV_XID_ERRORS", "gauge",
+           "Value of the last XID error encountered (0: none since probed started)");
+    for (size_t i = 0; i < m->gpu->n_devices; i++)
+        if (m->gpu->devices[i].mig < 0)
+            evbuffer_add_printf(out, "DCGM_FI_DEV_XID_ERRORS{%s} %lld\n", m->gpu_labels[i],
+                                (long long)m->gpu_xids[i].last);
+    family(out, "probed_gpu_xid_errors_total", "counter",
+           "Xid errors the GPU raised since probed started");
+    for (size_t i = 0; i < m->gpu->n_devices; i++)
+        if (m->gpu->devices[i].mig < 0)
+            evbuffer_add_printf(out, "probed_gpu_xid_errors_total{%s} %llu\n", m->gpu_labels[i],
+                                (unsigned long long)m->gpu_xids[i].n);
 }
 
 static int64_t file_size(const char *path, const char *suffix)
@@ -488,6 +625,7 @@ static void render(struct metrics *m, struct evbuffer *out)
     one(out, "probed_memory_pass_seconds", "gauge",
         "Time the last memory/CPU reading of every target took", (double)mt->last_pass_ns / 1e9);
     own_process(out);
+    gpus(m, out);
 
     per_target(m, out, "probed_target_cpu_seconds_total", "counter",
                "CPU time of the target, all threads, user + system", r_cpu, NEEDS_USAGE);
@@ -532,6 +670,9 @@ static void render(struct metrics *m, struct evbuffer *out)
     per_target(m, out, "probed_torch_dropped_total", "counter",
                "Torch trace records the target could not buffer before a drain", r_torch_dropped,
                NEEDS_TORCH);
+    per_target(m, out, "probed_target_gpu_memory_bytes", "gauge",
+               "GPU memory of the process on every GPU, as the driver reports it (NVML)",
+               r_gpu_memory, NEEDS_GPU);
     per_target(m, out, "probed_native_samples_total", "counter",
                "Native stack samples the kernel took (attach --native)", r_native_samples,
                NEEDS_NATIVE);
@@ -598,7 +739,10 @@ int metrics_new(struct event_base *base, const struct metrics_sources *src, stru
 {
     struct metrics *m = calloc(1, sizeof(*m));
 
-    if (!m || !(m->infos = calloc(TARGETS_MAX, sizeof(*m->infos)))) {
+    if (!m || !(m->infos = calloc(TARGETS_MAX, sizeof(*m->infos))) ||
+        !(m->gpu = calloc(1, sizeof(*m->gpu)))) {
+        if (m)
+            free(m->infos);
         free(m);
         return -ENOMEM;
     }
@@ -617,6 +761,7 @@ void metrics_free(struct metrics *m)
         evhttp_free(m->http);
     connlimit_free(m->clients);
     free(m->infos);
+    free(m->gpu);
     free(m);
 }
 

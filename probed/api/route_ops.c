@@ -1,6 +1,7 @@
 /* route_ops.c - /v1/status and /v1/config: the daemon's own state and settings. */
 #define _GNU_SOURCE
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "api/server.h"
@@ -8,6 +9,42 @@
 #include "log.h"
 #include "query/sqlmem.h"
 #include "sample/runstate.h"
+
+/* Where GPU readings come from (NVML) and the devices of the latest, or why there are none. */
+static json_t *gpu_json(struct meter *m)
+{
+    struct gpu_snapshot *s = malloc(sizeof(*s));
+    struct meter_gpu_status st;
+    json_t *j, *devices = json_array();
+
+    meter__gpu(m, s, &st, NULL);
+    j = json_pack("{s:s, s:I, s:I, s:I}", "source", st.reading ? "nvml" : "none", "readings",
+                  (json_int_t)st.readings, "failures", (json_int_t)st.failures, "xid_errors",
+                  (json_int_t)st.xids);
+    if (!st.reading)
+        json_object_set_new(j, "error",
+                            json_string(st.error[0] ? st.error
+                                                    : "not read yet (memory_interval 0 reads"
+                                                      " no GPU)"));
+    if (st.driver[0]) {
+        json_object_set_new(j, "driver", json_string(st.driver));
+        json_object_set_new(j, "library", json_string(st.library));
+    }
+    for (size_t i = 0; s && st.reading && i < s->n_devices; i++) {
+        const struct gpu_device *d = &s->devices[i];
+        json_t *dj = json_pack("{s:i, s:s, s:s, s:I, s:I}", "gpu", d->index, "name", d->name,
+                               "uuid", d->uuid, "memory_used", (json_int_t)d->mem_used_bytes,
+                               "memory_total", (json_int_t)d->mem_total_bytes);
+        if (d->mig >= 0)
+            json_object_set_new(dj, "mig", json_integer(d->mig));
+        if (d->util_pct >= 0)
+            json_object_set_new(dj, "util_pct", json_integer(d->util_pct));
+        json_array_append_new(devices, dj);
+    }
+    json_object_set_new(j, "devices", devices);
+    free(s);
+    return j;
+}
 
 int status_get(struct api *a, const struct request *rq)
 {
@@ -35,6 +72,7 @@ int status_get(struct api *a, const struct request *rq)
                                   rs.running ? "ebpf" : "proc", "error", rs.error, "threads",
                                   (json_int_t)rs.watched, "watches", (json_int_t)rs.watches,
                                   "exited", (json_int_t)rs.exited, "full", (json_int_t)rs.full));
+    json_object_set_new(body, "gpu", gpu_json(a->parts.meter));
     /* the daemon's wall clock: `probectl hang` aligns its instant on every node with it */
     json_object_set_new(body, "now_ns", json_integer((json_int_t)real_ns()));
     return reply_json(rq->req, 200, body);

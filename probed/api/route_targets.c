@@ -98,6 +98,8 @@ static json_t *target_json(const struct target_info *t)
         json_object_set_new(j, "native_error", json_string(t->native_error));
     if (t->torch.on) /* the torch trace's totals (torchtrace.h) */
         json_object_set_new(j, "torch", torch_json(&t->torch));
+    if (t->gpu_bytes >= 0) /* on every GPU at the meter's latest reading (NVML) */
+        json_object_set_new(j, "gpu_memory", json_integer((json_int_t)t->gpu_bytes));
     if (t->usage_ns) /* the meter's latest reading (meter.h) */
         json_object_set_new(
             j, "usage",

@@ -40,29 +40,50 @@ static void print_gap(const json_t *gap)
            json_string_value(json_object_get(gap, "why")));
 }
 
-static void print_target(json_t *t)
+/* @bytes as 512K, 6.0G ("-": not known). */
+static const char *size_text(json_t *bytes, char buf[16])
+{
+    double b = (double)json_integer_value(bytes);
+
+    if (!json_is_integer(bytes))
+        return "-";
+    if (b >= 1024.0 * 1024 * 1024)
+        snprintf(buf, 16, "%.1fG", b / (1024.0 * 1024 * 1024));
+    else if (b >= 1024.0 * 1024)
+        snprintf(buf, 16, "%.0fM", b / (1024.0 * 1024));
+    else
+        snprintf(buf, 16, "%.0fK", b / 1024.0);
+    return buf;
+}
+
+/* @gpu: the GPU MEM column is shown (some target is on a GPU). */
+static void print_target(json_t *t, bool gpu)
 {
     json_t *st = json_object_get(t, "stats");
     bool torch = json_is_true(json_object_get(json_object_get(t, "torch"), "tracing"));
-    char mode[32];
+    char mode[32], size[16];
 
     snprintf(mode, sizeof(mode), "%s%s", json_string_value(json_object_get(t, "mode")),
              torch ? "+torch" : "");
-    printf("%-8lld %-9s %-7lld %-8s %-10lld %-6lld %-17s %s\n",
+    printf("%-8lld %-9s %-7lld %-8s %-10lld %-6lld ",
            (long long)json_integer_value(json_object_get(t, "pid")),
            json_string_value(json_object_get(t, "state")),
            (long long)json_integer_value(json_object_get(t, "rate_hz")),
            json_string_value(json_object_get(t, "python_version")),
            (long long)json_integer_value(json_object_get(st, "samples")),
-           (long long)json_integer_value(json_object_get(st, "torn")), mode,
-           json_string_value(json_object_get(t, "cmdline")));
+           (long long)json_integer_value(json_object_get(st, "torn")));
+    if (gpu)
+        printf("%-8s ", size_text(json_object_get(t, "gpu_memory"), size));
+    printf("%-17s %s\n", mode, json_string_value(json_object_get(t, "cmdline")));
     print_gap(json_object_get(t, "gap"));
 }
 
-static void print_header(void)
+static void print_header(bool gpu)
 {
-    printf("%-8s %-9s %-7s %-8s %-10s %-6s %-17s %s\n", "PID", "STATE", "RATE", "PYTHON", "SAMPLES",
-           "TORN", "MODE", "COMMAND");
+    printf("%-8s %-9s %-7s %-8s %-10s %-6s ", "PID", "STATE", "RATE", "PYTHON", "SAMPLES", "TORN");
+    if (gpu)
+        printf("%-8s ", "GPU MEM");
+    printf("%-17s %s\n", "MODE", "COMMAND");
 }
 
 /* ---- attach / detach / list ---- */
@@ -230,14 +251,18 @@ int list_main(int argc, char **argv)
         json_dumpf(reply, stdout, JSON_INDENT(2));
         printf("\n");
     } else {
-        print_header();
-        json_array_foreach(json_object_get(reply, "targets"), i, t) print_target(t);
+        bool gpu = false;
+        json_array_foreach(json_object_get(reply, "targets"), i, t) gpu |=
+            json_integer_value(json_object_get(t, "gpu_memory")) > 0;
+        print_header(gpu);
+        json_array_foreach(json_object_get(reply, "targets"), i, t) print_target(t, gpu);
         json_array_foreach(json_object_get(reply, "following"), i, t)
         {
-            printf("%-8lld %-9s %-7lld %-8s %-10s %-6s %-17s %s\n",
+            printf("%-8lld %-9s %-7lld %-8s %-10s %-6s %s%-17s %s\n",
                    (long long)json_integer_value(json_object_get(t, "pid")), "following",
                    (long long)json_integer_value(json_object_get(t, "rate_hz")), "-", "-", "-",
-                   "children", json_string_value(json_object_get(t, "cmdline")));
+                   gpu ? "-        " : "", "children",
+                   json_string_value(json_object_get(t, "cmdline")));
         }
     }
     json_decref(reply);

@@ -90,6 +90,10 @@ static int shadowed_table(const char *name)
         "torch_profile_events",
         "torch_profile_steps",
         "gpu_memory",
+        "gpus",
+        "gpu_readings",
+        "gpu_process_readings",
+        "gpu_xids",
     };
     _Static_assert(sizeof(shadowed) / sizeof(shadowed[0]) <= 32, "guard.via_view has 32 bits");
     for (size_t i = 0; i < sizeof(shadowed) / sizeof(shadowed[0]); i++)
@@ -326,6 +330,13 @@ static int shadow_tables(sqlite3 *db, const struct query_scope *sc, struct errbu
         " WHERE target_id IN (SELECT id FROM temp.targets);"
         "CREATE TEMP VIEW gpu_memory AS SELECT * FROM main.gpu_memory"
         " WHERE target_id IN (SELECT id FROM temp.targets);"
+        "CREATE TEMP VIEW gpu_process_readings AS SELECT * FROM main.gpu_process_readings"
+        " WHERE target_id IN (SELECT id FROM temp.targets);"
+        /* the machine's GPUs, as nvidia-smi shows them to every user; their processes are
+         * not in these */
+        "CREATE TEMP VIEW gpus AS SELECT * FROM main.gpus;"
+        "CREATE TEMP VIEW gpu_readings AS SELECT * FROM main.gpu_readings;"
+        "CREATE TEMP VIEW gpu_xids AS SELECT * FROM main.gpu_xids;"
         "CREATE TEMP VIEW crashes AS SELECT * FROM main.crashes"
         " WHERE target_id IN (SELECT id FROM temp.targets);"
         "CREATE TEMP VIEW evals AS SELECT * FROM main.evals WHERE %s;"

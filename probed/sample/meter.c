@@ -4,20 +4,27 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "clock.h"
 #include "log.h"
 #include "common/procfs.h"
+#include "sample/hashid.h"
 
 #define IDLE_CHECK_NS 60000000000LL /* memory_interval 0: a change wakes us; this is a backstop */
 
 #define METER_THREADS_MAX 4096 /* threads read per target */
 
+#define NVML_RETRY_NS 60000000000LL /* a failed load of NVML is tried again this much later */
+
 struct due_list {
     struct target_key items[TARGETS_MAX]; /* who to read this pass, copied from the registry */
     size_t n;
     struct ob_thread_cpu threads[METER_THREADS_MAX]; /* one target's, being read */
+    struct gpu_snapshot gpu;                         /* this pass's GPU reading */
+    int64_t gpu_bytes[TARGETS_MAX];                  /* per item: its memory on the GPUs */
 };
 
 /* Every thread's CPU time into @l->threads (a directory listing and one small read per
@@ -72,6 +79,130 @@ static void read_target(struct meter *m, struct due_list *l, const struct target
     targets__set_usage(m->reg, d->id, &u, ts);
 }
 
+/* The GPU status says @why (NULL: reading fine); logged when it changes, not each interval. */
+static void gpu_status(struct meter *m, const char *why)
+{
+    bool changed;
+
+    pthread_mutex_lock(&m->gpu_lock);
+    changed = strcmp(m->gpu_status.error, why ? why : "") != 0;
+    snprintf(m->gpu_status.error, sizeof(m->gpu_status.error), "%s", why ? why : "");
+    m->gpu_status.reading = !why;
+    if (why)
+        m->gpu_status.failures++;
+    pthread_mutex_unlock(&m->gpu_lock);
+    if (changed && why)
+        log_msg(LOG_INFO, "GPU readings: none: %s", why);
+}
+
+/* NVML loaded, or why not (a minute later it is tried again). */
+static bool nvml_ready(struct meter *m)
+{
+    char path[CONFIG_VALUE_MAX];
+    struct errbuf err;
+
+    if (m->nvml)
+        return true;
+    if (mono_ns() < m->nvml_retry_ns)
+        return false;
+    m->nvml_retry_ns = mono_ns() + NVML_RETRY_NS;
+    config_text(m->cfg, CFG_NVML, path, sizeof(path));
+    if (strcmp(path, "off") == 0) {
+        gpu_status(m, "turned off (nvml = off in probed.conf)");
+        return false;
+    }
+    if (nvml_open(path, &m->nvml, &err) < 0) {
+        gpu_status(m, err.msg);
+        return false;
+    }
+    pthread_mutex_lock(&m->gpu_lock);
+    snprintf(m->gpu_status.driver, sizeof(m->gpu_status.driver), "%s", nvml__driver(m->nvml));
+    snprintf(m->gpu_status.library, sizeof(m->gpu_status.library), "%s", nvml__path(m->nvml));
+    pthread_mutex_unlock(&m->gpu_lock);
+    log_msg(LOG_INFO, "GPU readings: NVML %s, driver %s", nvml__path(m->nvml),
+            nvml__driver(m->nvml));
+    return true;
+}
+
+/* The devices' Xid counts follow them by UUID: a device that goes (a lost GPU) takes its own. */
+static void count_xids(struct meter *m, const struct gpu_snapshot *s)
+{
+    struct meter_gpu_xids now[GPU_DEVICES_MAX];
+
+    memset(now, 0, sizeof(now));
+    for (size_t i = 0; i < s->n_devices; i++) {
+        snprintf(now[i].uuid, sizeof(now[i].uuid), "%s", s->devices[i].uuid);
+        for (size_t k = 0; k < GPU_DEVICES_MAX && m->gpu_xids[k].uuid[0]; k++)
+            if (strcmp(m->gpu_xids[k].uuid, now[i].uuid) == 0)
+                now[i] = m->gpu_xids[k];
+    }
+    for (size_t x = 0; x < s->n_xids; x++)
+        if (s->xids[x].device >= 0) {
+            now[s->xids[x].device].n++;
+            now[s->xids[x].device].last = s->xids[x].xid;
+        }
+    memcpy(m->gpu_xids, now, sizeof(now));
+    m->gpu_status.xids += s->n_xids;
+}
+
+/* The GPUs, and each target's memory on them, at this pass's instant. */
+static void read_gpus(struct meter *m, struct due_list *l)
+{
+    struct gpu_snapshot *s = &l->gpu;
+    struct errbuf err;
+    struct ob_half *h;
+
+    for (size_t i = 0; i < l->n; i++)
+        l->gpu_bytes[i] = -1;
+    if (!nvml_ready(m)) {
+        for (size_t i = 0; i < l->n; i++)
+            targets__set_gpu(m->reg, l->items[i].id, -1);
+        return;
+    }
+    if (nvml__read(m->nvml, s, &err) < 0) {
+        gpu_status(m, err.msg);
+        s->n_devices = s->n_procs = s->n_xids = 0;
+    } else {
+        gpu_status(m, NULL);
+        for (size_t i = 0; i < l->n; i++)
+            l->gpu_bytes[i] = 0;
+    }
+    h = outbox__lock(m->ob);
+    for (size_t i = 0; i < s->n_devices; i++)
+        ob_half__gpu(h, &(struct ob_gpu){.ts_ns = s->ts_ns,
+                                         .gpu_id = hashid_string(s->devices[i].uuid),
+                                         .d = s->devices[i]});
+    for (size_t p = 0; p < s->n_procs; p++)
+        for (size_t i = 0; i < l->n; i++) { /* a process not attached is not ours to store */
+            const struct gpu_process *gp = &s->procs[p];
+            if (l->items[i].pid != gp->pid)
+                continue;
+            ob_half__gpu_proc(
+                h, &(struct ob_gpu_proc){.target_id = l->items[i].id,
+                                         .ts_ns = s->ts_ns,
+                                         .gpu_id = hashid_string(s->devices[gp->device].uuid),
+                                         .pid = gp->pid,
+                                         .mem_used_bytes = gp->mem_used_bytes,
+                                         .sm_util_pct = gp->sm_util_pct});
+            l->gpu_bytes[i] += gp->mem_used_bytes;
+        }
+    for (size_t x = 0; x < s->n_xids; x++)
+        ob_half__gpu_xid(h, &(struct ob_gpu_xid){
+                                .ts_ns = s->ts_ns,
+                                .gpu_id = s->xids[x].device >= 0
+                                              ? hashid_string(s->devices[s->xids[x].device].uuid)
+                                              : 0,
+                                .xid = s->xids[x].xid});
+    outbox__unlock(m->ob);
+    for (size_t i = 0; i < l->n; i++)
+        targets__set_gpu(m->reg, l->items[i].id, l->gpu_bytes[i]);
+    pthread_mutex_lock(&m->gpu_lock);
+    *m->gpu_last = *s;
+    m->gpu_status.readings++;
+    count_xids(m, s);
+    pthread_mutex_unlock(&m->gpu_lock);
+}
+
 static void pass(struct meter *m, struct due_list *l)
 {
     int64_t t0 = mono_ns();
@@ -81,6 +212,7 @@ static void pass(struct meter *m, struct due_list *l)
     l->n = l->n < TARGETS_MAX ? l->n : TARGETS_MAX;
     for (size_t i = 0; i < l->n; i++)
         read_target(m, l, &l->items[i]);
+    read_gpus(m, l);
     m->last_pass_ns = mono_ns() - t0;
 }
 
@@ -118,12 +250,45 @@ static void *meter_main(void *arg)
 
 int meter_start(struct meter *m)
 {
-    return bgthread_start(&m->bg, "probed-meter", meter_main, m);
+    int r;
+
+    pthread_mutex_init(&m->gpu_lock, NULL);
+    m->gpu_last = calloc(1, sizeof(*m->gpu_last));
+    if (!m->gpu_last)
+        return -ENOMEM;
+    r = bgthread_start(&m->bg, "probed-meter", meter_main, m);
+    if (r < 0) {
+        free(m->gpu_last);
+        m->gpu_last = NULL;
+    }
+    return r;
 }
 
 void meter_stop(struct meter *m)
 {
     bgthread_stop(&m->bg);
+    nvml_free(m->nvml);
+    m->nvml = NULL;
+    free(m->gpu_last);
+    m->gpu_last = NULL;
+    pthread_mutex_destroy(&m->gpu_lock);
+}
+
+void meter__gpu(struct meter *m, struct gpu_snapshot *ret_last, struct meter_gpu_status *ret_status,
+                struct meter_gpu_xids *ret_xids)
+{
+    pthread_mutex_lock(&m->gpu_lock);
+    if (ret_last) {
+        if (m->gpu_last)
+            *ret_last = *m->gpu_last;
+        else
+            ret_last->n_devices = ret_last->n_procs = ret_last->n_xids = 0;
+    }
+    if (ret_status)
+        *ret_status = m->gpu_status;
+    if (ret_xids)
+        memcpy(ret_xids, m->gpu_xids, sizeof(m->gpu_xids));
+    pthread_mutex_unlock(&m->gpu_lock);
 }
 
 void meter__wake(struct meter *m)

@@ -196,6 +196,36 @@ bool ob_half__usage(struct ob_half *h, const struct ob_usage *u)
     return true;
 }
 
+bool ob_half__gpu(struct ob_half *h, const struct ob_gpu *g)
+{
+    if (h->n_gpus == OB_GPU_MAX) {
+        h->n_gpu_dropped++;
+        return false;
+    }
+    h->gpus[h->n_gpus++] = *g;
+    return true;
+}
+
+bool ob_half__gpu_proc(struct ob_half *h, const struct ob_gpu_proc *p)
+{
+    if (h->n_gpu_procs == OB_GPU_PROCS_MAX) {
+        h->n_gpu_dropped++;
+        return false;
+    }
+    h->gpu_procs[h->n_gpu_procs++] = *p;
+    return true;
+}
+
+bool ob_half__gpu_xid(struct ob_half *h, const struct ob_gpu_xid *x)
+{
+    if (h->n_gpu_xids == OB_GPU_XIDS_MAX) {
+        h->n_gpu_dropped++;
+        return false;
+    }
+    h->gpu_xids[h->n_gpu_xids++] = *x;
+    return true;
+}
+
 bool ob_half__thread_cpu(struct ob_half *h, const struct ob_thread_cpu *c)
 {
     if (h->n_thread_cpu == OB_THREAD_CPU_MAX) {
@@ -218,6 +248,8 @@ struct ob_half *outbox__swap(struct outbox *ob)
     empty->n_dropped = 0;
     empty->n_usage = empty->n_thread_cpu = 0;
     empty->n_usage_dropped = 0;
+    empty->n_gpus = empty->n_gpu_procs = empty->n_gpu_xids = 0;
+    empty->n_gpu_dropped = 0;
     pthread_mutex_lock(&ob->lock);
     full = ob->fill;
     ob->fill = empty;
@@ -278,7 +310,9 @@ int ob_backlog_add(struct ob_backlog *b, const struct ob_half *h, size_t max_byt
 
     if (b->bytes + bytes > max_bytes || b->h.n_targets + h->n_targets > OB_TARGETS_MAX ||
         b->h.n_ends + h->n_ends > OB_TARGETS_MAX ||
-        b->h.n_crashes + h->n_crashes > OB_CRASHES_MAX || base + h->arena_used > UINT32_MAX)
+        b->h.n_crashes + h->n_crashes > OB_CRASHES_MAX || b->h.n_gpus + h->n_gpus > OB_GPU_MAX ||
+        b->h.n_gpu_procs + h->n_gpu_procs > OB_GPU_PROCS_MAX ||
+        b->h.n_gpu_xids + h->n_gpu_xids > OB_GPU_XIDS_MAX || base + h->arena_used > UINT32_MAX)
         return -ENOSPC;
     if (!APPEND(b, samples, n_samples, cap_samples, h) ||
         !APPEND(b, frames, n_frames, cap_frames, h) ||
@@ -309,6 +343,12 @@ int ob_backlog_add(struct ob_backlog *b, const struct ob_half *h, size_t max_byt
     b->h.n_ends += h->n_ends;
     memcpy(b->h.crashes + b->h.n_crashes, h->crashes, h->n_crashes * sizeof(*h->crashes));
     b->h.n_crashes += h->n_crashes;
+    memcpy(b->h.gpus + b->h.n_gpus, h->gpus, h->n_gpus * sizeof(*h->gpus));
+    b->h.n_gpus += h->n_gpus;
+    memcpy(b->h.gpu_procs + b->h.n_gpu_procs, h->gpu_procs, h->n_gpu_procs * sizeof(*h->gpu_procs));
+    b->h.n_gpu_procs += h->n_gpu_procs;
+    memcpy(b->h.gpu_xids + b->h.n_gpu_xids, h->gpu_xids, h->n_gpu_xids * sizeof(*h->gpu_xids));
+    b->h.n_gpu_xids += h->n_gpu_xids;
     b->bytes += bytes;
     return 0;
 }

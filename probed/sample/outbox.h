@@ -23,6 +23,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gpu/nvml.h"
+
 struct ob_sample {
     int64_t ts_ns, target_id, stack_id;
     int32_t tid, state;
@@ -80,6 +82,26 @@ struct ob_thread_cpu {
     int32_t tid;
 };
 
+/* A reading of a GPU (gpu/nvml.h), a target's process on one, an Xid error one raised. gpu_id
+ * is the hash of the device's UUID (hashid.h): the same GPU has the same id in every run. */
+struct ob_gpu {
+    int64_t ts_ns, gpu_id;
+    struct gpu_device d;
+};
+
+struct ob_gpu_proc {
+    int64_t target_id, ts_ns, gpu_id, mem_used_bytes, sm_util_pct;
+    int32_t pid;
+};
+
+struct ob_gpu_xid {
+    int64_t ts_ns, gpu_id, xid;
+};
+
+#define OB_GPU_MAX 256       /* GPU readings per half: 8 GPUs at 10 readings a second, x3 */
+#define OB_GPU_PROCS_MAX 512 /* target processes on GPUs, per half */
+#define OB_GPU_XIDS_MAX 64
+
 #define OB_USAGE_MAX 4096       /* target readings per half */
 #define OB_THREAD_CPU_MAX 65536 /* thread readings per half */
 
@@ -99,6 +121,11 @@ struct ob_half {
     struct ob_thread_cpu *thread_cpu;
     size_t n_usage, n_thread_cpu;
     uint64_t n_usage_dropped; /* usage and thread rows lost because this half was full */
+    struct ob_gpu gpus[OB_GPU_MAX];
+    struct ob_gpu_proc gpu_procs[OB_GPU_PROCS_MAX];
+    struct ob_gpu_xid gpu_xids[OB_GPU_XIDS_MAX];
+    size_t n_gpus, n_gpu_procs, n_gpu_xids;
+    uint64_t n_gpu_dropped; /* GPU rows lost because this half was full */
 };
 
 struct outbox {
@@ -132,6 +159,9 @@ bool ob_half__end(struct ob_half *h, int64_t target_id, int64_t ended_ns, const 
 bool ob_half__crash(struct ob_half *h, const struct ob_crash *c);
 bool ob_half__usage(struct ob_half *h, const struct ob_usage *u);
 bool ob_half__thread_cpu(struct ob_half *h, const struct ob_thread_cpu *c);
+bool ob_half__gpu(struct ob_half *h, const struct ob_gpu *g);
+bool ob_half__gpu_proc(struct ob_half *h, const struct ob_gpu_proc *p);
+bool ob_half__gpu_xid(struct ob_half *h, const struct ob_gpu_xid *x);
 
 /* Writer: takes the filled half (the sampler continues in the other, emptied one). The
  * returned half is the writer's until the next swap. */
@@ -152,7 +182,8 @@ struct ob_backlog {
     size_t bytes; /* held */
 };
 
-/* Appends @h; -ENOSPC past @max_bytes (or 256 attaches or ends): nothing appended, @h is lost. */
+/* Appends @h; -ENOSPC past @max_bytes (or 256 attaches or ends, or a half's GPU rows): nothing
+ * appended, @h is lost. */
 int ob_backlog_add(struct ob_backlog *b, const struct ob_half *h, size_t max_bytes);
 void ob_backlog_clear(struct ob_backlog *b); /* empty, its memory freed */
 

@@ -132,6 +132,7 @@ int target_new(pid_t pid, uint32_t rate_hz, struct target **ret, struct pyf_err 
     if (!t)
         return -ENOMEM;
     t->pid = pid;
+    t->gpu_bytes = -1;
     r = procfs_identity(pid, &t->start_time, &t->start_stack);
     snprintf(path, sizeof(path), "/proc/%d", pid);
     if (r < 0 || stat(path, &st) < 0) {

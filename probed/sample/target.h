@@ -92,6 +92,7 @@ struct target {
     struct target_gap gap;
     struct proc_usage usage; /* the meter's latest reading (meter.h); usage_ns 0: none yet */
     int64_t usage_ns;
+    int64_t gpu_bytes;         /* on every GPU at the meter's latest reading; -1: no GPU reading */
     struct target_torch torch; /* the torch trace's totals, from its drains */
     uint64_t errors_seen;      /* stats.errors when the process was last checked to be the same */
     /* the main thread's (tid == pid) latest stack, and since when it has been that one

@@ -128,6 +128,7 @@ static void info_of(const struct target *t, struct target_info *i)
         .gap = t->gap,
         .usage = t->usage,
         .usage_ns = t->usage_ns,
+        .gpu_bytes = t->gpu_bytes,
         .main_stack_since_ns = t->main_stack_since_ns,
         .torch = t->torch,
         .threads_room = t->threads_cap,
@@ -370,6 +371,16 @@ void targets__set_usage(struct targets *reg, int64_t id, const struct proc_usage
         t->usage = *u;
         t->usage_ns = ts_ns;
     }
+    targets__unlock(reg);
+}
+
+void targets__set_gpu(struct targets *reg, int64_t id, int64_t bytes)
+{
+    struct target *t;
+
+    targets__lock(reg);
+    if ((t = by_id(reg, id)) != NULL)
+        t->gpu_bytes = bytes;
     targets__unlock(reg);
 }
 

@@ -76,6 +76,7 @@ struct target_info {
     struct target_gap gap;
     struct proc_usage usage;
     int64_t usage_ns;            /* 0: no reading yet */
+    int64_t gpu_bytes;           /* GPU memory (NVML) at the latest reading; -1: none */
     int64_t main_stack_since_ns; /* the main thread's stack is this one since (0: not yet) */
     struct target_torch torch;
     size_t threads_room;
@@ -144,6 +145,8 @@ int targets__find(struct targets *reg, pid_t pid, bool sampling_only, struct tar
 
 /* Totals others keep for a target, by its id (a target no longer listed: ignored). */
 void targets__set_usage(struct targets *reg, int64_t id, const struct proc_usage *u, int64_t ts_ns);
+/* The meter: @id's memory on every GPU now (-1: the GPUs could not be read). */
+void targets__set_gpu(struct targets *reg, int64_t id, int64_t bytes);
 /* @n samples taken from @from_ns to @to_ns could not be written (@why): counted in its stats
  * (lost) and its gap, which a loss within a minute of the last one extends. */
 void targets__add_lost(struct targets *reg, int64_t id, uint64_t n, int64_t from_ns, int64_t to_ns,

@@ -28,6 +28,10 @@ enum stmt_id {
     INS_USAGE,
     INS_THREAD_CPU,
     INS_CRASH,
+    INS_GPU,
+    INS_GPU_READING,
+    INS_GPU_PROC,
+    INS_GPU_XID,
     ADD_COUNT,
     N_STMTS,
 };
@@ -50,6 +54,17 @@ static const char *const stmt_sql[N_STMTS] = {
                   " threads) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
     [INS_CRASH] = "INSERT INTO crashes(target_id, pid, ts_ns, kind, exit_code, signal, core_dumped,"
                   " message, kernel) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''))",
+    [INS_GPU] = "INSERT INTO gpus(id, uuid, name, gpu_index, mig_index, memory_total, last_ns)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET name = excluded.name,"
+                " gpu_index = excluded.gpu_index, mig_index = excluded.mig_index,"
+                " memory_total = excluded.memory_total, last_ns = excluded.last_ns",
+    [INS_GPU_READING] = "INSERT OR IGNORE INTO gpu_readings(gpu_id, ts_ns, util_pct, mem_util_pct,"
+                        " memory_used, power_mw, temp_c, sm_clock_mhz, mem_clock_mhz,"
+                        " throttle_reasons, ecc_corrected, ecc_uncorrected)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    [INS_GPU_PROC] = "INSERT OR IGNORE INTO gpu_process_readings(target_id, ts_ns, gpu_id, pid,"
+                     " memory_used, sm_util_pct) VALUES (?, ?, ?, ?, ?, ?)",
+    [INS_GPU_XID] = "INSERT INTO gpu_xids(ts_ns, gpu_id, xid) VALUES (?, ?, ?)",
     [ADD_COUNT] = "INSERT INTO stack_counts(target_id, span_s, bucket, tid, stack_id, state, n)"
                   " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET n = n + excluded.n",
     [INS_THREAD_CPU] = "INSERT OR IGNORE INTO thread_cpu(target_id, ts_ns, tid, cpu_ns)"
@@ -462,6 +477,33 @@ static int write_samples(struct store *st, const struct ob_half *h)
     return write_counts(st, r, 1);
 }
 
+/* The GPU readings of @h (gpu/nvml.h; -1 figures are NULL). */
+static int write_gpus(struct store *st, const struct ob_half *h)
+{
+    int r = 0;
+
+    for (size_t i = 0; r == 0 && i < h->n_gpus; i++) {
+        const struct ob_gpu *g = &h->gpus[i];
+        const struct gpu_device *d = &g->d;
+        r = run(st, INS_GPU, "ittinni", g->gpu_id, d->uuid, -1, d->name, -1, (int64_t)d->index,
+                (int64_t)d->mig, d->mem_total_bytes, g->ts_ns);
+        if (r == 0)
+            r = run(st, INS_GPU_READING, "iinnnnnnnnnn", g->gpu_id, g->ts_ns, d->util_pct,
+                    d->mem_util_pct, d->mem_used_bytes, d->power_mw, d->temp_c, d->sm_clock_mhz,
+                    d->mem_clock_mhz, d->throttle_reasons, d->ecc_corrected, d->ecc_uncorrected);
+    }
+    for (size_t i = 0; r == 0 && i < h->n_gpu_procs; i++) {
+        const struct ob_gpu_proc *p = &h->gpu_procs[i];
+        r = run(st, INS_GPU_PROC, "iiiiin", p->target_id, p->ts_ns, p->gpu_id, (int64_t)p->pid,
+                p->mem_used_bytes, p->sm_util_pct);
+    }
+    for (size_t i = 0; r == 0 && i < h->n_gpu_xids; i++) {
+        const struct ob_gpu_xid *x = &h->gpu_xids[i];
+        r = run(st, INS_GPU_XID, "ini", x->ts_ns, x->gpu_id ? x->gpu_id : -1, x->xid);
+    }
+    return r;
+}
+
 int store__write(struct store *st, const struct ob_half *h, struct errbuf *err)
 {
     int r = exec(st, "BEGIN", err, "write");
@@ -480,6 +522,7 @@ int store__write(struct store *st, const struct ob_half *h, struct errbuf *err)
         const struct ob_thread_cpu *c = &h->thread_cpu[i];
         r = run(st, INS_THREAD_CPU, "iiii", c->target_id, c->ts_ns, (int64_t)c->tid, c->cpu_ns);
     }
+    r = r == 0 ? write_gpus(st, h) : r;
     for (size_t i = 0; r == 0 && i < h->n_crashes; i++) {
         const struct ob_crash *c = &h->crashes[i];
         r = run(st, INS_CRASH, "iiitnnitt", c->target_id, (int64_t)c->pid, c->ts_ns, c->kind, -1,
@@ -586,9 +629,15 @@ static int64_t delete_from(struct store *st, const char *table, int64_t before_n
     sqlite3_stmt *q;
     int64_t n;
 
-    /* Per target, so that the (target_id, ts_ns) key finds the rows: no full scan. */
-    snprintf(sql, sizeof(sql),
-             "DELETE FROM %s WHERE target_id IN (SELECT id FROM targets) AND ts_ns < ?", table);
+    /* Per target, so that the (target_id, ts_ns) key finds the rows: no full scan; the
+     * machine's GPU rows by their index on time. */
+    if (strcmp(table, "gpu_readings") == 0 || strcmp(table, "gpu_xids") == 0)
+        snprintf(sql, sizeof(sql), "DELETE FROM %s WHERE ts_ns < ?", table);
+    else if (strcmp(table, "gpus") == 0)
+        snprintf(sql, sizeof(sql), "DELETE FROM %s WHERE last_ns < ?", table);
+    else
+        snprintf(sql, sizeof(sql),
+                 "DELETE FROM %s WHERE target_id IN (SELECT id FROM targets) AND ts_ns < ?", table);
     if (sqlite3_prepare_v2(st->db, sql, -1, &q, NULL) != SQLITE_OK)
         return errbuf_set(err, -EIO, "retention of %s: %s", table, sqlite3_errmsg(st->db));
     sqlite3_bind_int64(q, 1, before_ns);
@@ -679,7 +728,11 @@ static int64_t delete_before(struct store *st, int64_t before_ns, struct errbuf 
                    delete_from(st, "torch_profiles", before_ns, err) < 0 ||
                    delete_from(st, "torch_profile_events", before_ns, err) < 0 ||
                    delete_from(st, "torch_profile_steps", before_ns, err) < 0 ||
-                   delete_from(st, "gpu_memory", before_ns, err) < 0))
+                   delete_from(st, "gpu_memory", before_ns, err) < 0 ||
+                   delete_from(st, "gpu_readings", before_ns, err) < 0 ||
+                   delete_from(st, "gpu_process_readings", before_ns, err) < 0 ||
+                   delete_from(st, "gpu_xids", before_ns, err) < 0 ||
+                   delete_from(st, "gpus", before_ns, err) < 0))
         n = -EIO;
     if (n < 0) {
         sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);

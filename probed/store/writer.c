@@ -60,7 +60,7 @@ static void flush(struct writer *w)
     int r = 0;
 
     w->samples_dropped += h->n_dropped;
-    w->usage_dropped += h->n_usage_dropped;
+    w->usage_dropped += h->n_usage_dropped + h->n_gpu_dropped;
     if (w->backlog.h.n_samples || w->backlog.h.n_targets || w->backlog.h.n_ends ||
         w->backlog.h.n_crashes) {
         if (now < w->retry_ns) {

@@ -32,7 +32,7 @@ struct writer {
     struct bgthread bg;
     /* counters, read by the loop thread (status, /metrics) */
     atomic_uint_fast64_t flushes, write_errors, samples_written, samples_dropped, retained;
-    atomic_uint_fast64_t usage_dropped;   /* memory/CPU rows the outbox had no room for */
+    atomic_uint_fast64_t usage_dropped;   /* memory/CPU/GPU rows the outbox had no room for */
     atomic_uint_fast64_t backlog_samples; /* kept, waiting for the database to take them */
     struct ob_backlog backlog;
     int64_t retry_ns; /* CLOCK_MONOTONIC of the next try of the backlog */

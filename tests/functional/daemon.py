@@ -25,10 +25,12 @@ class _UnixHTTP(http.client.HTTPConnection):
 
 
 class Daemon:
-    def __init__(self, *extra, workdir=None, wrapper=(), start_timeout=20, build=None):
+    def __init__(self, *extra, workdir=None, wrapper=(), start_timeout=20, build=None, env=None):
         """@wrapper: a command the daemon runs under (setpriv dropping capabilities);
         @start_timeout: seconds it may take to listen (a big database's migration takes more);
-        @build: another build directory's probed and probectl (a bench's baseline)."""
+        @build: another build directory's probed and probectl (a bench's baseline);
+        @env: variables added to the daemon's environment."""
+        self.env = dict(os.environ, **env) if env else None
         self.probed = os.path.join(build, 'probed', 'probed') if build else PROBED
         self.probectl = os.path.join(build, 'probed', 'probectl') if build else PROBECTL
         self.wrapper = list(wrapper)
@@ -48,7 +50,8 @@ class Daemon:
         self.log = open(self.log_path, 'a')
         self.proc = subprocess.Popen(self.wrapper + [self.probed, '--foreground',
                                                      '--socket', self.socket, '--db', self.db]
-                                     + self.extra, stdout=self.log, stderr=self.log)
+                                     + self.extra, stdout=self.log, stderr=self.log,
+                                     env=self.env)
         deadline = time.time() + self.start_timeout
         while time.time() < deadline:
             if self.listening():
