@@ -163,6 +163,37 @@ static int print_allocations(const char *socket, int pid, long long target, long
 }
 
 /* The latest reading, and peak and growth per minute over @window_ns before it. */
+/* The row of the target's memory on all GPUs (NVML, summed per reading) since @from_ns, when
+ * it has any: now, peak and growth as the rows above. */
+static int print_gpu_memory(const char *socket, int pid, long long target, long long from_ns)
+{
+    char sql[1024];
+    json_t *keep, *rows, *row, *slope;
+
+    snprintf(sql, sizeof(sql),
+             "WITH g AS (SELECT ts_ns, round(sum(memory_used) / 1048576.0, 2) AS a"
+             " FROM gpu_process_readings WHERE target_id = %lld AND ts_ns >= %lld GROUP BY ts_ns),"
+             " w AS (SELECT (ts_ns - (SELECT max(ts_ns) FROM g)) / 60e9 AS x, a FROM g)"
+             " SELECT count(*), (SELECT a FROM g ORDER BY ts_ns DESC LIMIT 1), max(a),"
+             " (count(*) * sum(x * a) - sum(x) * sum(a)) / nullif(count(*) * sum(x * x)"
+             " - sum(x) * sum(x), 0) FROM w",
+             target, from_ns);
+    rows = client_rows(socket, pid, sql, &keep);
+    if (!rows)
+        return -1;
+    row = json_array_get(rows, 0);
+    if (row && client_num(row, 0) > 0) {
+        slope = json_array_get(row, 3);
+        printf("%-5s %12.1f %12.1f ", "GPU", client_num(row, 1), client_num(row, 2));
+        if (json_is_number(slope))
+            printf("%+16.2f\n", json_number_value(slope));
+        else
+            printf("%16s\n", "-");
+    }
+    json_decref(keep);
+    return 0;
+}
+
 static int print_memory(const char *socket, int pid, long long target, long long window_ns,
                         const char *window)
 {
@@ -221,6 +252,11 @@ static int print_memory(const char *socket, int pid, long long target, long long
             printf("%+16.2f\n", json_number_value(slope));
         else
             printf("%16s\n", "-");
+    }
+    if (print_gpu_memory(socket, pid, target, client_int(now, 8) - window_ns) < 0) {
+        json_decref(keep);
+        json_decref(now);
+        return 1;
     }
     printf("(peak and growth: %d readings over %.1f %s, window %s; growth is the slope of a"
            " least-squares line)\n\n",

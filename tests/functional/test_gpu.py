@@ -2,6 +2,7 @@
 values (fake_nvml.c) loaded through the daemon's real dlopen path, and the ways there is none."""
 import ctypes.util
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -95,6 +96,9 @@ def test_a_targets_gpu_memory_is_in_its_rows_list_and_metrics(gpu_daemon, target
     assert listed
     text = gpu_daemon.ctl('list', check=True).stdout
     assert 'GPU MEM' in text and '6.0G' in text, text
+    text = wait_for(lambda: (lambda r: r.stdout if r.returncode == 0 else None)(
+        gpu_daemon.ctl('memory', t.pid)), what='probectl memory')
+    assert re.search(r'^GPU\s+6144\.0\s+6144\.0\s', text, re.M), text
     metrics = scrape(gpu_daemon.port)
     assert 'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="%s",device="nvidia0",modelName="NVIDIA H200"} 87' \
         % GPU0 in metrics, metrics
