@@ -125,7 +125,9 @@ SELECT c.op, c.group_name, c.group_size, c.seq, c.seq_source, c.rank,
        CASE WHEN c.op IN ('send', 'isend', 'reduce', 'gather') THEN c.peer
             WHEN c.op IN ('recv', 'irecv') THEN c.rank ELSE NULL END AS dst_rank,
        c.bytes, c.dtype, c.async, c.duration_ns / 1e6 AS latency_ms,
-       c.duration_ns IS NULL AS in_flight,
+       coalesce(c.state <> 'completed', c.duration_ns IS NULL) AS in_flight,
+       coalesce(c.state, CASE WHEN c.duration_ns IS NULL THEN 'issued' ELSE 'completed' END)
+           AS state,
        strftime('%Y-%m-%d %H:%M:%f', c.ts_ns / 1e9, 'unixepoch') AS ts, t.pid, c.ts_ns,
        c.duration_ns, c.call_id, c.target_id
 FROM comm_calls c
@@ -232,3 +234,18 @@ SELECT strftime('%Y-%m-%d %H:%M:%f', x.ts_ns / 1e9, 'unixepoch') AS timestamp, g
        g.uuid, x.xid, x.ts_ns
 FROM gpu_xids x
 LEFT JOIN gpus g ON g.id = x.gpu_id;
+
+-- DistributedDataParallel's timing of each iteration (probectl torch PID on --comm): where a
+-- rank's step went, and how long it waited for the gradient all-reduce once its own backward
+-- was done (comm_exposed_ms). The straggler of a step is the rank that waited least: the
+-- others waited for it.
+-- SELECT rank, avg(forward_ms + backward_ms) AS compute, avg(comm_exposed_ms) AS waited
+--   FROM ddp_step_times WHERE ts_ns > ago('5m') GROUP BY rank ORDER BY waited
+CREATE TEMP VIEW ddp_step_times AS
+SELECT d.iteration AS step, t.pid, t.rank, d.module, d.group_name, d.forward_ns / 1e6 AS forward_ms,
+       d.backward_ns / 1e6 AS backward_ms, d.comm_ns / 1e6 AS comm_ms,
+       max(d.comm_ns - coalesce(d.overlap_ns, 0), 0) / 1e6 AS comm_exposed_ms, d.buckets,
+       d.bytes, strftime('%Y-%m-%d %H:%M:%f', d.ts_ns / 1e9, 'unixepoch') AS ts, d.ts_ns,
+       d.call_id, d.target_id
+FROM ddp_steps d
+JOIN targets t ON t.id = d.target_id;

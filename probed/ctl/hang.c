@@ -35,10 +35,11 @@
  * in flight, start. Only collectives numbered by c10d: their numbers are the same on every
  * rank (a send's or a receive's are not: they are counted by each end). */
 static const char COMM_SQL[] =
-    "SELECT t.pid, c.op, c.group_name, c.seq, c.duration_ns IS NULL, c.ts_ns"
+    "SELECT t.pid, c.op, c.group_name, c.seq,"
+    " coalesce(c.state <> 'completed', c.duration_ns IS NULL), c.ts_ns"
     " FROM comm_calls c JOIN targets t ON t.id = c.target_id"
     " WHERE c.call_id = (SELECT max(call_id) FROM comm_calls c2 WHERE c2.target_id ="
-    " c.target_id AND c2.seq_source = 'c10d')";
+    " c.target_id AND c2.seq_source IN ('c10d', 'ddp'))";
 
 struct hang_opts {
     bool native, no_lines, json;

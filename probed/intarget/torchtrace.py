@@ -267,6 +267,8 @@ class Tracer:
             key = id(module)
             if key not in self.ids:
                 self.name_tree(module)
+                if _comm is not None:
+                    _comm.watch(module)
             if not self.opt_seen and key in self.roots:
                 self.end_step(_now())
             self.roots.add(key)
@@ -304,6 +306,8 @@ class Tracer:
         self.steps_seen += 1
         self.step += 1
         self.step_start = now
+        if _comm is not None and _comm.ddps:
+            _comm.step_ended()
         self.sampled = self.step % self.every == 0
         if self.opt_seen and self.active:  # training: a step ends between two forwards
             self.module_hooks(self.sampled)
@@ -382,8 +386,19 @@ class Tracer:
 # once it completes: a rank stuck in a collective is visible while it is stuck.
 # The functions are replaced in torch.distributed and distributed_c10d (a call torch makes
 # inside another, all_gather_object calling all_gather, is the outer call's); `off` puts the
-# originals back. Code that kept its own reference to a function before tracing began, and
-# DDP's gradient all_reduce (C++ bucketed calls, not Python's), are not seen.
+# originals back. Code that kept its own reference to a function before tracing began is not
+# seen.
+#
+# DistributedDataParallel's gradient all_reduce is issued from C++ (its Reducer, a bucket at a
+# time): no Python function sees it. With the module trace on, a DDP module is found when it
+# is first called (DdpWatch), and DDP's own logger, which times every iteration on CPU (every
+# 100th on CUDA, where each timed iteration waits for the GPU), gives each step's buckets,
+# bytes, and the window from the first bucket's launch to the last one's completion (one row
+# per step, op all_reduce, seq_source 'ddp'), and the step's forward, backward and exposed
+# communication times (ddp_steps: the straggler's measure). c10d's counter of the group says
+# which sequence numbers the step's collectives took, and, read at each drain, that a rank
+# issued collectives which have not completed since its last step ended: a row in flight,
+# the first of them, which `hang` compares across ranks.
 
 COMM_OPS = ('all_reduce', 'all_gather', 'all_gather_into_tensor', '_all_gather_base',
             'reduce_scatter', 'reduce_scatter_tensor', '_reduce_scatter_base', 'broadcast',
@@ -405,6 +420,41 @@ def _tensors(value):
     return []
 
 
+DDP_LOGGING_SAMPLE_RATE = 100  # torch's kDDPRuntimeLoggingSampleRate, put back by `off`
+
+
+class DdpWatch:
+    """One DDP module: its group, and what its steps' ends saw of c10d's counter."""
+
+    def __init__(self, ddp, tracer):
+        self.ref = weakref.ref(ddp)
+        self.group = ddp.process_group
+        self.gname = tracer.group_name(self.group)
+        self.size = self.group.size()
+        self.module = type(ddp.module).__name__
+        self.ends = collections.deque(maxlen=64)  # (unix ns, c10d counter) at each step end
+        self.iteration = None  # the logger's iteration last recorded
+        self.pending = None  # the row in flight: collectives issued since the last step end
+        self.awaiting = {}  # seq -> call id of a row sent in flight, completed by its step
+        self.sizes, self.dtype = [], None  # the buckets, as the training thread last read them
+        self.cuda = any(p.is_cuda for p in itertools.islice(ddp.module.parameters(), 1))
+        if not self.cuda:  # on CUDA each timed iteration waits for the GPU: DDP's 1 in 100
+            ddp._set_ddp_runtime_logging_sample_rate(1)
+
+    def restore(self):
+        ddp = self.ref()
+        if ddp is not None and not self.cuda:
+            ddp._set_ddp_runtime_logging_sample_rate(DDP_LOGGING_SAMPLE_RATE)
+
+
+def _bucket_sizes(d):
+    """The bytes of each of DDP's buckets now (rebuilt after the first step, in the order the
+    gradients became ready)."""
+    text = d.get('rebuilt_bucket_sizes') if d.get('has_rebuilt_buckets') else None
+    text = text or d.get('bucket_sizes') or ''
+    return [int(x) for x in str(text).replace(' ', '').split(',') if x]
+
+
 class CommTracer:
     def __init__(self):
         self.dist = sys.modules['torch.distributed']
@@ -421,6 +471,10 @@ class CommTracer:
         self.errors = 0
         self.last_error = None
         self.active = True
+        self.ddps = []  # DdpWatch, one per DDP module found
+        self.ddp_steps = collections.deque()  # ddp_steps rows, drained
+        self.claimed = collections.defaultdict(set)  # group -> c10d seqs of the calls above
+        self.lock = threading.Lock()  # the DDP state: the training thread and the drain's
 
     def install(self):
         for name in COMM_OPS:
@@ -438,6 +492,133 @@ class CommTracer:
         for module, name, original in self.saved:
             setattr(module, name, original)
         self.saved = []
+        with self.lock:
+            for w in self.ddps:
+                w.restore()
+                if w.pending is not None:  # never completed while traced: stays in flight
+                    self.open.pop(w.pending[0], None)
+            self.ddps = []
+
+    # ---- DistributedDataParallel's collectives (C++) ----
+
+    def watch(self, module):
+        """@module was called as a top-level module: a DDP one is watched."""
+        ddp_class = getattr(sys.modules.get('torch.nn.parallel.distributed'),
+                            'DistributedDataParallel', None)
+        if not self.active or ddp_class is None or not isinstance(module, ddp_class):
+            return
+        with self.lock:
+            if any(w.ref() is module for w in self.ddps):
+                return
+            try:
+                self.ddps.append(DdpWatch(module, self))
+            except Exception as e:
+                self.failed(e)
+
+    def claim(self, gname, seq):
+        """A traced Python call took c10d number @seq in @gname: not one of DDP's."""
+        claimed = self.claimed[gname]
+        claimed.add(seq)
+        if len(claimed) > 4096:
+            floor = max(claimed) - 2048
+            self.claimed[gname] = {s for s in claimed if s > floor}
+
+    def first_unclaimed(self, gname, low, high):
+        """The first c10d number in (@low, @high] no traced Python call took, or None."""
+        claimed = self.claimed.get(gname, ())
+        for s in range(low + 1, min(high, low + 4096) + 1):
+            if s not in claimed:
+                return s
+        return None
+
+    def step_ended(self):
+        """The training thread ended a step: each DDP group's counter now, and the iteration
+        DDP's logger timed since, as a row."""
+        with self.lock:
+            for w in self.ddps:
+                try:
+                    self.ddp_step(w)
+                except Exception as e:
+                    self.failed(e)
+
+    def ddp_step(self, w):
+        ddp = w.ref()
+        if ddp is None:
+            return
+        now = time.time_ns()
+        w.ends.append((now, w.group._get_sequence_number_for_group()))
+        if w.pending is not None and w.pending[4] <= w.ends[-1][1]:
+            # what was in flight completed before this step ended: sent so at once, and again
+            # with the step's timing (DDP logs an iteration at the next forward)
+            self.open.pop(w.pending[0], None)
+            w.pending[13] = 'completed'
+            if len(self.done) < MAX_RECORDS:
+                self.done.append(w.pending)
+            w.awaiting[w.pending[4]] = w.pending[0]
+            w.pending = None
+        elif len(w.ends) > 1 and w.sizes:
+            # the step's collectives, done: a row now (ts: this instant, no duration yet), so
+            # that a rank that stalls before its next step shows how far it got
+            first = self.first_unclaimed(w.gname, w.ends[-2][1], w.ends[-1][1])
+            if first is not None and first not in w.awaiting and len(self.done) < MAX_RECORDS:
+                rec = [next(self.ids), 'all_reduce', w.gname, w.size, first, 'ddp',
+                       self.dist.get_rank(), None, sum(w.sizes), w.dtype, True, now, None,
+                       'completed']
+                self.done.append(rec)
+                w.awaiting[first] = rec[0]
+        d = ddp._get_ddp_logging_data()
+        it = d.get('iteration')
+        if it == w.iteration or 'backward_comm_time_end' not in d:
+            return
+        w.iteration = it
+        start, end = d['backward_comm_time_start'], d['backward_comm_time_end']
+        # the step end after the buckets completed, and the one before: their counters bound
+        # the c10d numbers the step's collectives took
+        k = next((i for i, e in enumerate(w.ends) if e[0] >= end), None)
+        seq = None
+        if k is not None and k > 0:
+            seq = self.first_unclaimed(w.gname, w.ends[k - 1][1], w.ends[k][1])
+        sizes = w.sizes = _bucket_sizes(d)
+        w.dtype = d.get('dtypes') or None
+        call_id = w.awaiting.pop(seq, None) if seq is not None else None
+        if len(w.awaiting) > 64:
+            w.awaiting.clear()
+        rec = [call_id if call_id is not None else next(self.ids), 'all_reduce', w.gname,
+               w.size, seq, 'ddp', self.dist.get_rank(), None, sum(sizes),
+               d.get('dtypes') or None, True, start, max(end - start, 0), 'completed']
+        if len(self.done) < MAX_RECORDS and len(self.ddp_steps) < MAX_RECORDS:
+            self.done.append(rec)
+            self.calls += 1
+            comm, overlap = d.get('backward_comm_time'), d.get('backward_compute_comm_overlap_time')
+            self.ddp_steps.append([w.module, w.gname, it, d.get('forward_compute_time_start'),
+                                   d.get('forward_compute_time'), d.get('backward_compute_time'),
+                                   comm, overlap, len(sizes), sum(sizes), rec[0]])
+        else:
+            self.dropped += 1
+
+    def ddp_in_flight(self):
+        """At a drain: collectives a DDP group issued since its last step end are in flight
+        (the first of them, the one a rank blocked in the step waits on first)."""
+        with self.lock:
+            for w in self.ddps:
+                try:
+                    if not w.ends or w.ref() is None:
+                        continue
+                    last_end, now = w.ends[-1][1], w.group._get_sequence_number_for_group()
+                    first = self.first_unclaimed(w.gname, last_end, now) if now > last_end \
+                        else None
+                    if first is None or (w.pending is not None and w.pending[4] == first):
+                        continue
+                    if w.pending is not None:
+                        self.open.pop(w.pending[0], None)
+                    # never DDP's logger from here: a rank blocked in a bucket's all_reduce
+                    # holds the Reducer's mutex, which reading it takes (with the GIL held)
+                    w.pending = [next(self.ids), 'all_reduce', w.gname, w.size, first, 'ddp',
+                                 self.dist.get_rank(), None, w.sizes[0] if w.sizes else 0,
+                                 w.dtype, True, time.time_ns(), None, 'issued']
+                    self.open[w.pending[0]] = w.pending
+                except Exception as e:
+                    self.failed(e)
 
     def failed(self, e):
         self.errors += 1
@@ -500,10 +681,11 @@ class CommTracer:
                 seq, source = self.own_seq[key], 'trace'
             else:  # c10d's counter, this call's number once it is counted
                 seq, source = group._get_sequence_number_for_group() + 1, 'c10d'
+                self.claim(gname, seq)
             rec = [next(self.ids), name, gname, group.size(), seq, source, rank,
                    peer if isinstance(peer, int) else None, nbytes, dtype,
                    bool(bound.get('async_op')) or name in ('isend', 'irecv'),
-                   time.time_ns(), None]
+                   time.time_ns(), None, None]
             if len(self.open) < MAX_RECORDS:
                 self.open[rec[0]] = rec
             else:
@@ -543,14 +725,20 @@ class CommTracer:
             self.end(rec)
 
     def drain(self):
+        """(the calls done and in flight, ddp_steps rows), and whether more are left."""
+        if self.ddps:
+            self.ddp_in_flight()
         n = min(len(self.done), MAX_DRAIN)
         rows = [self.done.popleft() for _ in range(n)]
         rows += [list(r) for r in list(self.open.values())[:MAX_DRAIN]]
-        return rows, bool(self.done)
+        steps = [self.ddp_steps.popleft() for _ in range(min(len(self.ddp_steps), MAX_DRAIN))]
+        return rows, steps, bool(self.done or self.ddp_steps)
 
     def state(self):
         return {'calls': self.calls, 'in_flight': len(self.open), 'dropped': self.dropped,
-                'errors': self.errors, 'last_error': self.last_error, 'tracing': self.active}
+                'errors': self.errors, 'last_error': self.last_error, 'tracing': self.active,
+                'ddp': [{'module': w.module, 'group': w.gname, 'timed_every':
+                         DDP_LOGGING_SAMPLE_RATE if w.cuda else 1} for w in self.ddps]}
 
 
 # ---- the on-demand op and kernel trace (probectl torch PID profile) ----
@@ -1012,9 +1200,9 @@ def tracing():
 def _comm_part():
     """The comm tracer's drain and state, for a reply."""
     if _comm is None:
-        return {'comm': [], 'comm_state': None}, False
-    rows, more = _comm.drain()
-    return {'comm': rows, 'comm_state': _comm.state()}, more
+        return {'comm': [], 'ddp_steps': [], 'comm_state': None}, False
+    rows, steps, more = _comm.drain()
+    return {'comm': rows, 'ddp_steps': steps, 'comm_state': _comm.state()}, more
 
 
 def _profile_part(action, args):
@@ -1071,6 +1259,11 @@ def command(args):
             tracer.install()
             _comm = tracer
             result['started'] = True
+            if _tracer is not None:  # the module trace named its roots already
+                for ref in list(_tracer.refs.values()):
+                    module = ref()
+                    if module is not None:
+                        _comm.watch(module)
         if modules and _tracer is None:
             exprs = [tuple(e) for e in args.get('exprs', [])]
             tracer = Tracer(args.get('every', 1), exprs, args.get('backward', 'auto'))

@@ -94,6 +94,7 @@ static int shadowed_table(const char *name)
         "gpu_readings",
         "gpu_process_readings",
         "gpu_xids",
+        "ddp_steps",
     };
     _Static_assert(sizeof(shadowed) / sizeof(shadowed[0]) <= 32, "guard.via_view has 32 bits");
     for (size_t i = 0; i < sizeof(shadowed) / sizeof(shadowed[0]); i++)
@@ -281,7 +282,7 @@ static int setup_exec(sqlite3 *db, const char *sql, struct errbuf *err)
  * raw tables themselves are refused by the authorizer). */
 static int shadow_tables(sqlite3 *db, const struct query_scope *sc, struct errbuf *err)
 {
-    char sql[4096], cond[128], eval_cond[128];
+    char sql[8192], cond[128], eval_cond[128];
 
     if (sc->root && !sc->pid)
         return 0;
@@ -321,6 +322,8 @@ static int shadow_tables(sqlite3 *db, const struct query_scope *sc, struct errbu
         "CREATE TEMP VIEW torch_steps AS SELECT * FROM main.torch_steps"
         " WHERE target_id IN (SELECT id FROM temp.targets);"
         "CREATE TEMP VIEW comm_calls AS SELECT * FROM main.comm_calls"
+        " WHERE target_id IN (SELECT id FROM temp.targets);"
+        "CREATE TEMP VIEW ddp_steps AS SELECT * FROM main.ddp_steps"
         " WHERE target_id IN (SELECT id FROM temp.targets);"
         "CREATE TEMP VIEW torch_profiles AS SELECT * FROM main.torch_profiles"
         " WHERE target_id IN (SELECT id FROM temp.targets);"

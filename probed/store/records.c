@@ -187,8 +187,14 @@ int records_torch_drain(const char *db_path, int64_t target_id, json_t *drain, i
         rc = insert_rows(db,
                          "INSERT OR REPLACE INTO comm_calls (target_id, call_id, op, group_name,"
                          " group_size, seq, seq_source, rank, peer, bytes, dtype, async, ts_ns,"
-                         " duration_ns) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                         target_id, json_object_get(drain, "comm"), "issiisinivvin", ret_stored);
+                         " duration_ns, state) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                         target_id, json_object_get(drain, "comm"), "issinsinivvinv", ret_stored);
+    if (rc == SQLITE_OK)
+        rc = insert_rows(db,
+                         "INSERT OR REPLACE INTO ddp_steps (target_id, module, group_name,"
+                         " iteration, ts_ns, forward_ns, backward_ns, comm_ns, overlap_ns,"
+                         " buckets, bytes, call_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                         target_id, json_object_get(drain, "ddp_steps"), "ssinnnnniin", ret_stored);
     if (rc == SQLITE_OK) /* a profile's row comes with each drain: the last is its state */
         rc = insert_rows(db,
                          "INSERT OR REPLACE INTO torch_profiles (target_id, profile, ts_ns,"

@@ -725,6 +725,7 @@ static int64_t delete_before(struct store *st, int64_t before_ns, struct errbuf 
                    delete_from(st, "torch_values", before_ns, err) < 0 ||
                    delete_from(st, "torch_steps", before_ns, err) < 0 ||
                    delete_from(st, "comm_calls", before_ns, err) < 0 ||
+                   delete_from(st, "ddp_steps", before_ns, err) < 0 ||
                    delete_from(st, "torch_profiles", before_ns, err) < 0 ||
                    delete_from(st, "torch_profile_events", before_ns, err) < 0 ||
                    delete_from(st, "torch_profile_steps", before_ns, err) < 0 ||

@@ -147,8 +147,9 @@ def daemon():
     d.close()
 
 
-def wait_for(pred, timeout=20, what='condition'):
-    """@pred's first true value, polled every 0.2 s; fails after @timeout seconds."""
+def wait_for(pred, timeout=20, what='condition', explain=None):
+    """@pred's first true value, polled every 0.2 s; fails after @timeout seconds (saying what
+    @explain() returns then, when given: the state that did not come right)."""
     deadline = time.time() + timeout
     last = None
     while time.time() < deadline:
@@ -156,7 +157,8 @@ def wait_for(pred, timeout=20, what='condition'):
         if last:
             return last
         time.sleep(0.2)
-    raise AssertionError('timed out waiting for %s (last: %r)' % (what, last))
+    raise AssertionError('timed out waiting for %s (last: %r)%s' % (
+        what, last, '\n' + repr(explain()) if explain else ''))
 
 
 def free_port():

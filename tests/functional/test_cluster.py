@@ -489,3 +489,95 @@ FROM (SELECT group_name, seq, rank, ts_ns,
 WHERE ts_ns = last_ns AND ranks > 1
 ORDER BY seq DESC LIMIT 20
 '''
+
+
+def test_ddp_gradient_all_reduce_from_cpp_is_recorded_and_hang_names_the_stalled_rank():
+    """A 2-rank gloo DistributedDataParallel job (ddp_job.py) with collective tracing on: DDP's
+    gradient all_reduce, issued by its C++ Reducer (no Python function sees it), is one row per
+    step and rank carrying the bytes of every parameter, numbered by c10d as on the other rank;
+    ddp_step_times says the slower rank (it sleeps 30 ms before its backward) waits least. Then
+    rank 1 stalls before a forward: `hang` says rank 0 waits in the bucket all_reduce rank 1
+    never reached."""
+    d = Daemon()
+    flag = os.path.join(workdir(), 'stall')
+    env_base = dict(os.environ, WORLD_SIZE='2', MASTER_ADDR='127.0.0.1',
+                    MASTER_PORT=str(29600 + os.getpid() % 300), STALL_RANK='1', STALL_FILE=flag,
+                    SLOW_RANK='1', SLOW_S='0.03', OMP_NUM_THREADS='1')
+    procs = []
+    try:
+        for rank in range(2):
+            procs.append(subprocess.Popen([PY, os.path.join(TARGETS, 'ddp_job.py')],
+                                          env=dict(env_base, RANK=str(rank)),
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        infos = []
+        for p in procs:
+            line = p.stdout.readline().decode()
+            assert line.startswith('READY'), p.stderr.read().decode()
+            infos.append(json.loads(line.split(' ', 1)[1]))
+        param_bytes = infos[0]['param_bytes']
+        assert param_bytes == 1597480
+        for p in procs:
+            d.ctl('attach', p.pid, check=True)
+            r = d.ctl('torch', p.pid, 'on', '--comm')
+            assert r.returncode == 0 and 'collective tracing on' in r.stdout, r.stdout + r.stderr
+
+        def per_rank():
+            return d.rows("SELECT rank, count(*), min(bytes), max(bytes), min(dtype) FROM"
+                          " comm_metrics WHERE seq_source = 'ddp' AND NOT in_flight"
+                          " GROUP BY rank ORDER BY rank")
+        rows = wait_for(lambda: (lambda r: r if len(r) == 2 and min(n for _, n, *_ in r) >= 8
+                                 else None)(per_rank()), 90, 'DDP all_reduce rows on both ranks')
+        # every step's gradients: all of the model's parameters, every time
+        assert [(b0, b1, t) for _, _, b0, b1, t in rows] == [(param_bytes, param_bytes,
+                                                              'float')] * 2, rows
+        # one c10d number per step's collectives, the same on both ranks
+        both = wait_for(lambda: (lambda r: r if len(r) >= 8 else None)(d.rows(
+            "SELECT seq, count(DISTINCT rank) FROM comm_metrics WHERE seq_source = 'ddp' AND NOT"
+            " in_flight AND seq IS NOT NULL GROUP BY seq HAVING count(DISTINCT rank) = 2")), 60,
+            'steps numbered alike on both ranks')
+        # unnumbered: the steps before the trace saw a step end (the one DDP had timed before,
+        # and the first traced one): c10d's counter was not read before them
+        unnumbered = d.rows("SELECT rank, count(*) FROM comm_metrics WHERE seq_source = 'ddp'"
+                            " AND seq IS NULL GROUP BY rank")
+        assert all(n <= 2 for _, n in unnumbered), unnumbered
+        seqs = [s for s, _ in both]
+        assert all(b - a == 2 for a, b in zip(seqs, seqs[1:])), seqs  # two buckets a step
+        # where the time went: rank 1 computes 30 ms longer, so rank 0 waits for it
+        waits = d.rows("SELECT rank, avg(comm_exposed_ms), avg(forward_ms + backward_ms), count(*),"
+                       " min(buckets), min(bytes) FROM ddp_step_times GROUP BY rank ORDER BY rank")
+        assert [w[4:] for w in waits] == [[2, param_bytes]] * 2, waits
+        assert waits[0][1] > waits[1][1] + 15, waits  # the slow rank waited least
+        open(flag, 'w').close()
+
+        def stalled():
+            """Rank 0 in flight in DDP's all_reduce S, the first of a step; rank 1's last step
+            the one before (its two buckets S-2 and S-1)."""
+            q = ("SELECT (SELECT group_concat(rank || ':' || seq) FROM comm_metrics WHERE"
+                 " in_flight AND seq_source = 'ddp'),"
+                 " (SELECT max(seq) FROM comm_metrics WHERE rank = 1 AND seq IS NOT NULL)")
+            flying, last1 = d.rows(q)[0]
+            return flying and last1 and flying == '0:%d' % (last1 + 2) and (flying, last1)
+        wait_for(stalled, 60, 'rank 0 in flight in the all_reduce rank 1 never reached',
+                 lambda: d.rows("SELECT rank, seq, state, call_id FROM comm_metrics"
+                                " ORDER BY rank, call_id"))
+        time.sleep(2.5)
+        flying, last1 = stalled() or (None, None)
+        assert flying, 'two drains later, the same'
+        r = ctl('hang', '--json', env=dict(os.environ, PROBED_SOCKET=d.socket))
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        (coll,) = doc['collectives']
+        assert coll['op'] == 'all_reduce' and coll['waiting'] == '0', coll
+        assert coll['seq'] == last1 + 2, (coll, last1)
+        (behind,) = coll['behind']
+        assert behind['rank'] == 1 and behind['seq'] < coll['seq'] and not behind['in_flight']
+        group = [g for g in doc['groups'] if g['ranks'] == '1'][0]
+        assert group['stack'][0]['function'] == 'load_batch', group
+        # off, on the rank blocked in DDP's all_reduce (the Reducer's lock held): answered
+        r = d.ctl('torch', procs[0].pid, 'off', timeout=30)
+        assert r.returncode == 0, r.stdout + r.stderr
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        d.kill()
