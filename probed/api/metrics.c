@@ -312,6 +312,21 @@ static double r_native_waiting_unread(const struct row *r)
     return (double)r->native_stats.waiting_unread;
 }
 
+static double r_ddp_steps(const struct row *r)
+{
+    return (double)r->torch.ddp_steps;
+}
+
+static double r_ddp_compute(const struct row *r)
+{
+    return r->torch.ddp_compute_seconds;
+}
+
+static double r_ddp_wait(const struct row *r)
+{
+    return r->torch.ddp_wait_seconds;
+}
+
 static double r_gpu_memory(const struct row *r)
 {
     return (double)r->gpu_bytes;
@@ -326,7 +341,8 @@ enum needs {
     NEEDS_TORCH_MEMORY,
     NEEDS_TORCH_RESERVED,
     NEEDS_NATIVE,
-    NEEDS_GPU
+    NEEDS_GPU,
+    NEEDS_DDP
 };
 
 static bool has_value(const struct row *r, enum needs needs)
@@ -346,6 +362,8 @@ static bool has_value(const struct row *r, enum needs needs)
         return r->native;
     case NEEDS_GPU:
         return r->gpu_bytes >= 0;
+    case NEEDS_DDP:
+        return r->torch.on && r->torch.ddp_steps > 0;
     default:
         return true;
     }
@@ -670,6 +688,16 @@ static void render(struct metrics *m, struct evbuffer *out)
     per_target(m, out, "probed_torch_dropped_total", "counter",
                "Torch trace records the target could not buffer before a drain", r_torch_dropped,
                NEEDS_TORCH);
+    per_target(m, out, "probed_ddp_steps_total", "counter",
+               "DistributedDataParallel iterations its own logger timed (probectl torch on"
+               " --comm)",
+               r_ddp_steps, NEEDS_DDP);
+    per_target(m, out, "probed_ddp_compute_seconds_total", "counter",
+               "Their forward and backward compute", r_ddp_compute, NEEDS_DDP);
+    per_target(m, out, "probed_ddp_comm_wait_seconds_total", "counter",
+               "Their gradient all-reduce time not hidden behind the backward: the rank waiting"
+               " for the others. Across a job's ranks, the one that waits least is the straggler",
+               r_ddp_wait, NEEDS_DDP);
     per_target(m, out, "probed_target_gpu_memory_bytes", "gauge",
                "GPU memory of the process on every GPU, as the driver reports it (NVML)",
                r_gpu_memory, NEEDS_GPU);

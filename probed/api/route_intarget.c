@@ -204,6 +204,9 @@ static void torch_done(struct job *j)
     const struct torch_drained *d = &sj->drained;
     struct torch_totals add = {.steps = d->steps,
                                .step_seconds = d->step_seconds,
+                               .ddp_steps = d->ddp_steps,
+                               .ddp_compute_seconds = d->ddp_compute_seconds,
+                               .ddp_wait_seconds = d->ddp_wait_seconds,
                                .has_memory = d->has_memory,
                                .has_reserved = d->has_reserved,
                                .allocated_mb = d->allocated_mb,

@@ -183,6 +183,20 @@ static void summarise(json_t *result, struct torch_drained *sum)
         sum->steps++;
         sum->step_seconds += (double)json_integer_value(json_array_get(row, 2)) / 1e9;
     }
+    json_array_foreach(json_object_get(result, "ddp_steps"), i, row)
+    {
+        /* [module, group, iteration, ts, forward, backward, comm, overlap, buckets, ...] */
+        json_t *fwd = json_array_get(row, 4), *bwd = json_array_get(row, 5),
+               *comm = json_array_get(row, 6), *overlap = json_array_get(row, 7);
+        double wait;
+        if (!json_is_integer(fwd) || !json_is_integer(bwd) || !json_is_integer(comm))
+            continue;
+        wait = (double)(json_integer_value(comm) - json_integer_value(overlap));
+        sum->ddp_steps++;
+        sum->ddp_compute_seconds +=
+            (double)(json_integer_value(fwd) + json_integer_value(bwd)) / 1e9;
+        sum->ddp_wait_seconds += (wait > 0 ? wait : 0) / 1e9;
+    }
     if (n > 0) {
         row = json_array_get(records, n - 1);
         sum->has_memory = json_is_number(json_array_get(row, 5));

@@ -58,8 +58,10 @@ int torch_parse_exprs(const char *exprs, struct errbuf *err);
 
 /* What a call drained, for the daemon's counters (Prometheus); zero it before the call. */
 struct torch_drained {
-    uint64_t steps;      /* steps whose wall time came */
-    double step_seconds; /* their sum */
+    uint64_t steps;                               /* steps whose wall time came */
+    double step_seconds;                          /* their sum */
+    uint64_t ddp_steps;                           /* DDP iterations timed (ddp_steps rows) */
+    double ddp_compute_seconds, ddp_wait_seconds; /* forward + backward; comm not overlapped */
     bool has_memory, has_reserved;
     double allocated_mb, reserved_mb; /* the last record's */
 };

@@ -48,6 +48,8 @@ struct target_torch {
     uint64_t steps;      /* steps with a wall time */
     double step_seconds; /* their sum */
     uint64_t dropped;    /* records the target could not buffer */
+    uint64_t ddp_steps;  /* DDP iterations timed (--comm): ddp_steps' rows */
+    double ddp_compute_seconds, ddp_wait_seconds; /* their sums */
     bool has_memory, has_reserved;
     double allocated_mb, reserved_mb;
 };

@@ -415,6 +415,9 @@ void targets__add_torch(struct targets *reg, int64_t id, const struct torch_tota
             tt->on = true;
             tt->steps += d->steps;
             tt->step_seconds += d->step_seconds;
+            tt->ddp_steps += d->ddp_steps;
+            tt->ddp_compute_seconds += d->ddp_compute_seconds;
+            tt->ddp_wait_seconds += d->ddp_wait_seconds;
             tt->dropped = dropped;
             if (d->has_memory) {
                 tt->has_memory = true;

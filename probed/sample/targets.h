@@ -112,6 +112,8 @@ struct targets_filter {
 struct torch_totals {
     uint64_t steps;
     double step_seconds;
+    uint64_t ddp_steps;                           /* DDP iterations its logger timed */
+    double ddp_compute_seconds, ddp_wait_seconds; /* their forward + backward; exposed comm */
     bool has_memory, has_reserved;
     double allocated_mb, reserved_mb;
 };

@@ -498,7 +498,10 @@ def test_ddp_gradient_all_reduce_from_cpp_is_recorded_and_hang_names_the_stalled
     ddp_step_times says the slower rank (it sleeps 30 ms before its backward) waits least. Then
     rank 1 stalls before a forward: `hang` says rank 0 waits in the bucket all_reduce rank 1
     never reached."""
-    d = Daemon()
+    from conftest import free_port
+    from prom import http_get
+    port = free_port()
+    d = Daemon('--metrics', '127.0.0.1:%d' % port)
     flag = os.path.join(workdir(), 'stall')
     env_base = dict(os.environ, WORLD_SIZE='2', MASTER_ADDR='127.0.0.1',
                     MASTER_PORT=str(29600 + os.getpid() % 300), STALL_RANK='1', STALL_FILE=flag,
@@ -547,6 +550,18 @@ def test_ddp_gradient_all_reduce_from_cpp_is_recorded_and_hang_names_the_stalled
                        " min(buckets), min(bytes) FROM ddp_step_times GROUP BY rank ORDER BY rank")
         assert [w[4:] for w in waits] == [[2, param_bytes]] * 2, waits
         assert waits[0][1] > waits[1][1] + 15, waits  # the slow rank waited least
+        # and Prometheus can tell it too: wait per step, per rank
+        text = http_get('http://127.0.0.1:%d/metrics' % port)[1]
+        per = {}
+        for p in procs:
+            def value(name):
+                line = [x for x in text.splitlines()
+                        if x.startswith('%s{pid="%d"' % (name, p.pid))]
+                return float(line[0].rsplit(' ', 1)[1]) if line else None
+            per[p.pid] = (value('probed_ddp_comm_wait_seconds_total'),
+                          value('probed_ddp_steps_total'))
+        (w0, n0), (w1, n1) = per[procs[0].pid], per[procs[1].pid]
+        assert n0 >= 5 and n1 >= 5 and w0 / n0 > w1 / n1 + 0.015, per
         open(flag, 'w').close()
 
         def stalled():
