@@ -596,3 +596,51 @@ def test_ddp_gradient_all_reduce_from_cpp_is_recorded_and_hang_names_the_stalled
             p.kill()
             p.wait()
         d.kill()
+
+
+def test_a_sharded_jobs_all_gather_and_all_reduce_bytes_are_its_parameters():
+    """A 2-rank ZeRO-3-style job (sharded_job.py, as FSDP shards parameters): per step and rank,
+    the all_gathers send the rank's shard of every parameter (half of the model) and the
+    gradient all_reduce all of it; each step's rows (between two optimizer steps) say so."""
+    d = Daemon()
+    env_base = dict(os.environ, WORLD_SIZE='2', MASTER_ADDR='127.0.0.1',
+                    MASTER_PORT=str(29900 + os.getpid() % 90), OMP_NUM_THREADS='1')
+    procs = []
+    try:
+        for rank in range(2):
+            procs.append(subprocess.Popen([PY, os.path.join(TARGETS, 'sharded_job.py')],
+                                          env=dict(env_base, RANK=str(rank)),
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        infos = []
+        for p in procs:
+            line = p.stdout.readline().decode()
+            assert line.startswith('READY'), p.stderr.read().decode()
+            infos.append(json.loads(line.split(' ', 1)[1]))
+        info = infos[0]
+        assert info['shard_bytes'] * 2 == info['param_bytes'] == 4 * (64 * 128 + 128 + 128 * 32 + 32)
+        for p in procs:
+            d.ctl('attach', p.pid, check=True)
+            r = d.ctl('torch', p.pid, 'on', '--comm')
+            assert r.returncode == 0, r.stdout + r.stderr
+        # each whole step of each rank: the calls between its start and the next step's
+        q = ("SELECT c.rank, s.step, c.op, sum(c.bytes), count(*) FROM torch_step_times s"
+             " JOIN comm_metrics c ON c.target_id = s.target_id AND c.ts_ns >= s.ts_ns AND"
+             " c.ts_ns < s.ts_ns + s.duration_ns WHERE NOT c.in_flight"
+             " GROUP BY c.rank, s.step, c.op ORDER BY c.rank, s.step, c.op")
+        def enough(r):
+            steps = {(rank, step) for rank, step, *_ in r}
+            return r if all(len([k for k in steps if k[0] == rank]) >= 5 for rank in (0, 1)) \
+                else None
+        rows = wait_for(lambda: enough(d.rows(q)), 60, 'five whole steps of each rank traced')
+        by_step = {}
+        for rank, step, op, nbytes, n in rows:
+            by_step.setdefault((rank, step), {})[op] = (nbytes, n)
+        assert len({rank for rank, _ in by_step}) == 2
+        for key, ops in by_step.items():
+            assert ops == {'all_gather': (info['shard_bytes'], info['params']),
+                           'all_reduce': (info['param_bytes'], 1)}, (key, ops)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        d.kill()
