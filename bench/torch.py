@@ -29,21 +29,8 @@ sys.path.insert(0, os.path.join(ROOT, 'tests', 'functional'))
 from procstat import cpu_seconds  # noqa: E402
 import conftest  # noqa: E402
 
-SETTLE_S = 0.3  # after a switch: steps in flight, a first drain
-
-
-def step_times(log_path, since, until):
-    """Each step's time (s) between two perf_counter instants, from the job's log."""
-    stamps = []
-    with open(log_path) as f:
-        for line in f:
-            try:
-                t = json.loads(line)['t']
-            except ValueError:
-                continue  # a line being written
-            if since <= t <= until:
-                stamps.append(t)
-    return [b - a for a, b in zip(stamps, stamps[1:])]
+sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+from torch_bench_util import SETTLE_S, step_times  # noqa: E402
 
 
 def run_model(build, model, every, window, rounds, exprs):

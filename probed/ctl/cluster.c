@@ -385,6 +385,94 @@ static int cluster_query(struct fanout *fo, const struct reach *r, const char *s
     return failed ? 1 : 0;
 }
 
+/* ---- cluster stragglers ---- */
+
+/* Per node: each DDP rank's mean step over the window (ddp_step_times, with collective
+ * tracing on): its compute, and how long it waited for the gradient all-reduce. */
+#define STRAGGLER_SQL                                                                              \
+    "SELECT rank, pid, count(*) AS steps, round(avg(forward_ms + backward_ms), 3) AS compute_ms,"  \
+    " round(avg(comm_exposed_ms), 3) AS waited_ms FROM ddp_step_times WHERE ts_ns > ago('%s')"     \
+    " AND forward_ms IS NOT NULL GROUP BY target_id"
+/* All of them, the ones that waited least first: the straggler is the rank the others wait
+ * for, so it waits least itself. */
+#define STRAGGLER_MERGE                                                                            \
+    "SELECT host, rank, pid, steps, compute_ms, waited_ms,"                                        \
+    " round(compute_ms - (SELECT avg(compute_ms) FROM cluster), 3) AS compute_vs_mean_ms"          \
+    " FROM cluster ORDER BY waited_ms, compute_ms DESC"
+
+/* The sentence: who the others wait for, or that none stands out. @rows as STRAGGLER_MERGE. */
+static void say_straggler(json_t *rows)
+{
+    size_t n = json_array_size(rows);
+    json_t *first = json_array_get(rows, 0), *second = json_array_get(rows, 1);
+    double waited, next_waited, others = 0;
+
+    if (n < 2) {
+        printf("%s\n", n ? "one DDP rank timed: no other to compare it with"
+                         : "no DDP steps timed in the window (probectl torch PID on --comm on"
+                           " the ranks of a DistributedDataParallel job)");
+        return;
+    }
+    waited = json_number_value(json_array_get(first, 5));
+    next_waited = json_number_value(json_array_get(second, 5));
+    for (size_t i = 1; i < n; i++)
+        others += json_number_value(json_array_get(json_array_get(rows, i), 5));
+    others /= (double)(n - 1);
+    /* it stands out when every other rank waits for it: clearly longer than it does */
+    if (next_waited - waited < 1.0 || next_waited < 1.5 * waited) {
+        printf("no straggler: the ranks wait alike for the gradient all-reduce (%.1f to %.1f ms"
+               " a step)\n",
+               waited, json_number_value(json_array_get(json_array_get(rows, n - 1), 5)));
+        return;
+    }
+    printf("rank %lld (%s, pid %lld) is the straggler: the others wait %.1f ms a step for it in"
+           " the gradient all-reduce, it waits %.1f ms; it computes %.1f ms a step (%+.1f ms vs"
+           " the mean)\n",
+           (long long)json_integer_value(json_array_get(first, 1)),
+           json_string_value(json_array_get(first, 0)),
+           (long long)json_integer_value(json_array_get(first, 2)), others, waited,
+           json_number_value(json_array_get(first, 4)),
+           json_number_value(json_array_get(first, 6)));
+}
+
+static int cluster_stragglers(struct fanout *fo, const struct reach *r, const char *since)
+{
+    char sql[512];
+    json_t *body, *cols, *rows, *mcols, *mrows;
+    bool truncated;
+    int failed, rc;
+
+    /* each node's own clock: ago() (@since was checked: a duration, no quote) */
+    snprintf(sql, sizeof(sql), STRAGGLER_SQL, since ? since : "5m");
+    body = json_pack("{s:s}", "sql", sql);
+    fanout_set_all(fo, "POST", "/v1/query", body); /* the body is read by the run */
+    rc = fanout_run(fo);
+    json_decref(body);
+    if (rc < 0)
+        return 1;
+    rows = union_rows(fo, &cols, &truncated);
+    if (merge_rows(STRAGGLER_MERGE, cols, rows, &mcols, &mrows) < 0) {
+        json_decref(cols);
+        json_decref(rows);
+        say_failures(fo, "cluster stragglers");
+        return 1;
+    }
+    json_decref(cols);
+    json_decref(rows);
+    if (r->json) {
+        print_json(json_pack("{s:O, s:O, s:o}", "columns", mcols, "rows", mrows, "failed",
+                             failures_json(fo)));
+    } else {
+        say_straggler(mrows);
+        if (json_array_size(mrows))
+            print_table(mcols, mrows);
+    }
+    json_decref(mcols);
+    json_decref(mrows);
+    failed = say_failures(fo, "cluster stragglers");
+    return failed ? 1 : 0;
+}
+
 /* ---- cluster flamegraph ---- */
 
 /* Per node: each target's distinct stacks (frames root first, as the daemon's own flame graph
@@ -489,6 +577,8 @@ static void cluster_usage(FILE *out)
         "                              the query on every node, rows with their host\n"
         "  flamegraph [--by rank] [--since 5m] [--idle] [-o FILE]\n"
         "                              every rank's stacks, folded (flamegraph.pl, speedscope)\n"
+        "  stragglers [--since 5m]     the DDP rank the others wait for (torch on --comm):\n"
+        "                              each rank's compute and all-reduce wait per step\n"
         "\n" REACH_HELP);
 }
 
@@ -607,7 +697,8 @@ int cluster_main(int argc, char **argv)
         return 2;
     }
     if (strcmp(sub, "list") != 0 && strcmp(sub, "attach") != 0 && strcmp(sub, "detach") != 0 &&
-        strcmp(sub, "query") != 0 && strcmp(sub, "flamegraph") != 0) {
+        strcmp(sub, "query") != 0 && strcmp(sub, "flamegraph") != 0 &&
+        strcmp(sub, "stragglers") != 0) {
         fprintf(stderr, "probectl cluster: unknown command '%s'\n\n", sub);
         cluster_usage(stderr);
         return 2;
@@ -627,6 +718,8 @@ int cluster_main(int argc, char **argv)
         rc = cluster_detach(&fo, &r, match);
     } else if (strcmp(sub, "query") == 0) {
         rc = cluster_query(&fo, &r, argv[optind], merge, format);
+    } else if (strcmp(sub, "stragglers") == 0) {
+        rc = cluster_stragglers(&fo, &r, since);
     } else {
         rc = cluster_flamegraph(&fo, since, by != NULL, idle, format, out_path);
     }

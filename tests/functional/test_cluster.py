@@ -562,6 +562,15 @@ def test_ddp_gradient_all_reduce_from_cpp_is_recorded_and_hang_names_the_stalled
                           value('probed_ddp_steps_total'))
         (w0, n0), (w1, n1) = per[procs[0].pid], per[procs[1].pid]
         assert n0 >= 5 and n1 >= 5 and w0 / n0 > w1 / n1 + 0.015, per
+        # and probectl says it, over every node of the job (here one, reached as a node)
+        t = 'PROBED_SOCKET=%s %s proxy # {host}' % (d.socket, PROBECTL)
+        r = ctl('cluster', 'stragglers', '--hosts', 'me', '--transport', t, '--since', '10m')
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert r.stdout.startswith('rank 1 (me, pid %d) is the straggler: the others wait'
+                                   % procs[1].pid), r.stdout
+        r = ctl('cluster', 'stragglers', '--hosts', 'me', '--transport', t, '--json')
+        doc = json.loads(r.stdout)
+        assert [row[1] for row in doc['rows']] == [1, 0], doc  # the one waiting least first
         open(flag, 'w').close()
 
         def stalled():

@@ -3,7 +3,8 @@ SGD, a step every 20 ms or so. Its gradient all_reduce is DDP's own, issued from
 at a time (bucket_cap_mb 0.5: two buckets of the 1.6 MB of gradients), which no Python
 function sees. The rank whose RANK is STALL_RANK stalls in load_batch() before its next
 forward once the file STALL_FILE exists; every other rank then waits in the next step's
-bucket all_reduce. Prints READY {"param_bytes": N, "buckets": B}."""
+bucket all_reduce. Prints READY {"param_bytes": N, "buckets": B}; with STEP_LOG, appends
+{"t": perf_counter} there after each step (bench/ddp.py)."""
 import json
 import os
 import time
@@ -29,6 +30,8 @@ def main():
     stall, flag = int(os.environ.get('STALL_RANK', '-1')), os.environ.get('STALL_FILE')
     slow = float(os.environ.get('SLOW_S', '0')) if dist.get_rank() == int(
         os.environ.get('SLOW_RANK', '-1')) else 0.0
+    log = open(os.environ['STEP_LOG'], 'a', buffering=1) if os.environ.get('STEP_LOG') else None
+    pause = float(os.environ.get('STEP_SLEEP_S', '0.02'))
     step = 0
     while True:
         if dist.get_rank() == stall and flag and os.path.exists(flag):
@@ -42,8 +45,10 @@ def main():
         opt.zero_grad()
         if step == 2:
             print('READY ' + json.dumps({'param_bytes': param_bytes, 'buckets': 2}), flush=True)
+        if log:
+            log.write('{"t": %.9f}\n' % time.perf_counter())
         step += 1
-        time.sleep(0.02)
+        time.sleep(pause)
 
 
 main()
