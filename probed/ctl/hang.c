@@ -32,11 +32,12 @@
 #define HANG_ROUNDS_MAX 100
 
 /* Each target's latest traced collective (probectl torch PID on --comm): pid, op, group, seq,
- * in flight, start. Only collectives numbered by c10d: their numbers are the same on every
- * rank (a send's or a receive's are not: they are counted by each end). */
+ * in flight, start, source ('c10d', or 'ddp': DDP's gradient buckets of a step). Only
+ * collectives numbered by c10d: their numbers are the same on every rank (a send's or a
+ * receive's are not: they are counted by each end). */
 static const char COMM_SQL[] =
     "SELECT t.pid, c.op, c.group_name, c.seq,"
-    " coalesce(c.state <> 'completed', c.duration_ns IS NULL), c.ts_ns"
+    " coalesce(c.state <> 'completed', c.duration_ns IS NULL), c.ts_ns, c.seq_source"
     " FROM comm_calls c JOIN targets t ON t.id = c.target_id"
     " WHERE c.call_id = (SELECT max(call_id) FROM comm_calls c2 WHERE c2.target_id ="
     " c.target_id AND c2.seq_source IN ('c10d', 'ddp'))";
@@ -302,10 +303,14 @@ static void read_comm(struct round *r, struct fanout *fo)
     json_decref(body);
 }
 
-/* "all_reduce #12 of group 0" */
+/* "all_reduce #12 of group 0", "DDP's gradient all_reduce #12 of group 0" */
 static void comm_text(json_t *c, char *buf, size_t size)
 {
-    snprintf(buf, size, "%s #%lld of group %s", json_string_value(json_array_get(c, 1)),
+    const char *source = json_string_value(json_array_get(c, 6));
+
+    snprintf(buf, size, "%s%s #%lld of group %s",
+             source && strcmp(source, "ddp") == 0 ? "DDP's gradient " : "",
+             json_string_value(json_array_get(c, 1)),
              (long long)json_integer_value(json_array_get(c, 3)),
              json_string_value(json_array_get(c, 2)));
 }
@@ -359,29 +364,33 @@ static json_t *say_collectives(const struct round *r, bool json)
                 ranks[nw++] = rd->rank >= 0 ? rd->rank : (int)rd->pid;
             else if (json_integer_value(json_array_get(o, 3)) < top)
                 json_array_append_new(
-                    behind, json_pack("{s:i, s:I, s:s, s:s, s:I, s:b}", "rank", rd->rank, "pid",
-                                      (json_int_t)rd->pid, "host", rd->host, "op",
+                    behind, json_pack("{s:i, s:I, s:s, s:s, s:I, s:b, s:s?}", "rank", rd->rank,
+                                      "pid", (json_int_t)rd->pid, "host", rd->host, "op",
                                       json_string_value(json_array_get(o, 1)), "seq",
                                       json_integer_value(json_array_get(o, 3)), "in_flight",
-                                      json_integer_value(json_array_get(o, 4)) == 1));
+                                      json_integer_value(json_array_get(o, 4)) == 1, "source",
+                                      json_string_value(json_array_get(o, 6))));
         }
         ranks_format(ranks, nw, ranks_s, sizeof(ranks_s));
         free(ranks);
         comm_text(waiting_c, what, sizeof(what));
         if (json) {
-            json_array_append_new(out, json_pack("{s:s, s:I, s:s, s:s, s:O}", "group", group, "seq",
-                                                 (json_int_t)top, "op",
+            json_array_append_new(out, json_pack("{s:s, s:I, s:s, s:s, s:O, s:s?}", "group", group,
+                                                 "seq", (json_int_t)top, "op",
                                                  json_string_value(json_array_get(waiting_c, 1)),
-                                                 "waiting", ranks_s, "behind", behind));
+                                                 "waiting", ranks_s, "behind", behind, "source",
+                                                 json_string_value(json_array_get(waiting_c, 6))));
         } else {
             json_t *b;
             size_t k;
             printf("rank%s %s wait%s in %s", nw == 1 ? "" : "s", ranks_s, nw == 1 ? "s" : "", what);
             json_array_foreach(behind, k, b)
             {
-                json_t *row = json_pack("[I, s, s, I]", (json_int_t)0,
-                                        json_string_value(json_object_get(b, "op")), group,
-                                        json_integer_value(json_object_get(b, "seq")));
+                json_t *row =
+                    json_pack("[I, s, s, I, b, I, s?]", (json_int_t)0,
+                              json_string_value(json_object_get(b, "op")), group,
+                              json_integer_value(json_object_get(b, "seq")), 0, (json_int_t)0,
+                              json_string_value(json_object_get(b, "source")));
                 comm_text(row, what, sizeof(what));
                 json_decref(row);
                 if (json_integer_value(json_object_get(b, "rank")) >= 0)

@@ -595,6 +595,11 @@ def test_ddp_gradient_all_reduce_from_cpp_is_recorded_and_hang_names_the_stalled
         assert coll['seq'] == last1 + 2, (coll, last1)
         (behind,) = coll['behind']
         assert behind['rank'] == 1 and behind['seq'] < coll['seq'] and not behind['in_flight']
+        assert coll['source'] == behind['source'] == 'ddp', coll
+        r = ctl('hang', env=dict(os.environ, PROBED_SOCKET=d.socket))
+        assert ("rank 0 waits in DDP's gradient all_reduce #%d of group 0; rank 1's last was DDP's"
+                " gradient all_reduce #%d of group 0" % (coll['seq'], behind['seq'])) in r.stdout, \
+            r.stdout
         group = [g for g in doc['groups'] if g['ranks'] == '1'][0]
         assert group['stack'][0]['function'] == 'load_batch', group
         # off, on the rank blocked in DDP's all_reduce (the Reducer's lock held): answered
