@@ -52,7 +52,8 @@ static const struct command commands[] = {
     {"pause", pause_main, "stop a thread at its next Python line in pdb (or debugpy: --dap)"},
     {"debug", debug_main, "join the terminal to a process's pdb session"},
     {"hang", hang_main, "every rank's stack at one instant, grouped: who holds everyone up"},
-    {"cluster", cluster_main, "a job on many nodes: list, attach, detach, query, flamegraph"},
+    {"cluster", cluster_main,
+     "a job on many nodes: list, attach, detach, query, flamegraph, stragglers"},
     {"proxy", proxy_main, "join stdin/stdout to the daemon (the far end of `ssh -T HOST`)", true},
 };
 
