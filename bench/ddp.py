@@ -5,12 +5,13 @@ usage: bench/ddp.py [--build DIR] [--window S] [--rounds N]
 
 A 2-rank gloo DDP job (tests/targets/ddp_job.py: an MLP of 1.6 MB of gradients in two buckets,
 no pause between steps) runs under a real probed, both ranks attached. Windows of S seconds
-alternate (ABAB): the trace off, then `probectl torch PID on --comm` on both ranks (module
-hooks, torch.distributed's wrappers, and the DDP watch: DDP's logger at sample rate 1, its
-data and c10d's counter read at every step end, the counter at every drain). Rank 0's step
-times come from its own clock (perf_counter after each optimizer step); the first steps after
-a switch are left out. Printed: median step time off and on, and their ratio; the noise floor
-is the ratio of the off windows of the first half of the rounds to those of the second.
+alternate (ABCABC): the trace off; `probectl torch PID on` on both ranks (the module trace
+alone); `on --comm` (with torch.distributed's wrappers and the DDP watch: DDP's logger at
+sample rate 1, its data and c10d's counter read at every step end, the counter at every
+drain). Rank 0's step times come from its own clock (perf_counter after each optimizer step);
+the first steps after a switch are left out. Printed: median step time of each phase and its
+ratio to off; the noise floor is the ratio of the off windows of the first half of the rounds
+to those of the second.
 """
 import argparse
 import os
@@ -50,15 +51,15 @@ def main():
         for p in procs:
             p.stdout.readline()
             d.ctl('attach', p.pid, check=True)
-        phases = {'off': [], 'on': []}
+        phases = {'off': [], 'modules': [], 'comm': []}
         halves = ([], [])
         for k in range(args.rounds):
-            for phase in ('off', 'on'):
+            for phase in ('off', 'modules', 'comm'):
                 for p in procs:
-                    if phase == 'on':
-                        d.ctl('torch', p.pid, 'on', '--comm', check=True)
-                    else:
-                        d.ctl('torch', p.pid, 'off')  # the first is refused: not on yet
+                    d.ctl('torch', p.pid, 'off')  # the first is refused: not on yet
+                    if phase != 'off':
+                        d.ctl('torch', p.pid, 'on', *(['--comm'] if phase == 'comm' else []),
+                              check=True)
                 start = time.perf_counter()
                 time.sleep(args.window)
                 steps = step_times(log, start + SETTLE_S, time.perf_counter())
@@ -67,13 +68,15 @@ def main():
                     halves[k >= args.rounds // 2].extend(steps)
         for p in procs:
             d.ctl('torch', p.pid, 'off')
-        off, on = statistics.median(phases['off']), statistics.median(phases['on'])
+        off = statistics.median(phases['off'])
         noise = statistics.median(halves[1]) / statistics.median(halves[0])
         rows = d.rows("SELECT count(*), min(bytes) FROM comm_metrics WHERE seq_source = 'ddp'")
-        print('DDP 2 ranks, gloo: steps off %d on %d; median step off %.3f ms on %.3f ms;'
-              ' ratio %.3f (noise floor: off vs off %.3f); DDP rows stored %d of %s bytes'
-              % (len(phases['off']), len(phases['on']), off * 1e3, on * 1e3, on / off, noise,
-                 rows[0][0], rows[0][1]))
+        print('DDP 2 ranks, gloo (noise floor: off vs off %.3f; DDP rows stored %d, of %s bytes)'
+              % (noise, rows[0][0], rows[0][1]))
+        for phase, steps in phases.items():
+            print('  %-8s steps %5d  median %8.3f ms  ratio %.3f'
+                  % (phase, len(steps), statistics.median(steps) * 1e3,
+                     statistics.median(steps) / off))
     finally:
         for p in procs:
             p.kill()
