@@ -387,17 +387,26 @@ static int cluster_query(struct fanout *fo, const struct reach *r, const char *s
 
 /* ---- cluster stragglers ---- */
 
-/* Per node: each DDP rank's mean step over the window (ddp_step_times, with collective
- * tracing on): its compute, and how long it waited for the gradient all-reduce. */
+/* Per node, each rank over the window (collective tracing on): a DDP rank's mean step
+ * (ddp_step_times: its compute, and how long it waited for the gradient all-reduce once its
+ * own backward was done); a rank without DDP, its mean time in the collectives c10d numbers
+ * (comm_metrics: a rank the others wait for spends least there). Both are measured on the
+ * rank's own clock: no two nodes' clocks are compared. */
 #define STRAGGLER_SQL                                                                              \
-    "SELECT rank, pid, count(*) AS steps, round(avg(forward_ms + backward_ms), 3) AS compute_ms,"  \
-    " round(avg(comm_exposed_ms), 3) AS waited_ms FROM ddp_step_times WHERE ts_ns > ago('%s')"     \
-    " AND forward_ms IS NOT NULL GROUP BY target_id"
+    "SELECT rank, pid, steps, compute_ms, waited_ms, source FROM ("                                \
+    "SELECT target_id, rank, pid, count(*) AS steps,"                                              \
+    " round(avg(forward_ms + backward_ms), 3) AS compute_ms,"                                      \
+    " round(avg(comm_exposed_ms), 3) AS waited_ms, 'ddp' AS source FROM ddp_step_times"            \
+    " WHERE ts_ns > ago('%1$s') AND forward_ms IS NOT NULL GROUP BY target_id"                     \
+    " UNION ALL SELECT target_id, rank, pid, count(*), NULL, round(avg(latency_ms), 3),"           \
+    " 'collectives' FROM comm_metrics WHERE ts_ns > ago('%1$s') AND seq_source = 'c10d'"           \
+    " AND NOT in_flight AND latency_ms IS NOT NULL AND target_id NOT IN (SELECT target_id"         \
+    " FROM ddp_step_times WHERE ts_ns > ago('%1$s')) GROUP BY target_id)"
 /* All of them, the ones that waited least first: the straggler is the rank the others wait
  * for, so it waits least itself. */
 #define STRAGGLER_MERGE                                                                            \
     "SELECT host, rank, pid, steps, compute_ms, waited_ms,"                                        \
-    " round(compute_ms - (SELECT avg(compute_ms) FROM cluster), 3) AS compute_vs_mean_ms"          \
+    " round(compute_ms - (SELECT avg(compute_ms) FROM cluster), 3) AS compute_vs_mean_ms, source"  \
     " FROM cluster ORDER BY waited_ms, compute_ms DESC"
 
 /* The sentence: who the others wait for, or that none stands out. @rows as STRAGGLER_MERGE. */
@@ -407,12 +416,15 @@ static void say_straggler(json_t *rows)
     json_t *first = json_array_get(rows, 0), *second = json_array_get(rows, 1);
     double waited, next_waited, others = 0;
 
+    const char *source;
+
     if (n < 2) {
-        printf("%s\n", n ? "one DDP rank timed: no other to compare it with"
-                         : "no DDP steps timed in the window (probectl torch PID on --comm on"
-                           " the ranks of a DistributedDataParallel job)");
+        printf("%s\n", n ? "one rank timed: no other to compare it with"
+                         : "no DDP steps nor numbered collectives timed in the window (probectl"
+                           " torch PID on --comm on the job's ranks)");
         return;
     }
+    source = json_string_value(json_array_get(first, 7));
     waited = json_number_value(json_array_get(first, 5));
     next_waited = json_number_value(json_array_get(second, 5));
     for (size_t i = 1; i < n; i++)
@@ -420,24 +432,32 @@ static void say_straggler(json_t *rows)
     others /= (double)(n - 1);
     /* it stands out when every other rank waits for it: clearly longer than it does */
     if (next_waited - waited < 1.0 || next_waited < 1.5 * waited) {
-        printf("no straggler: the ranks wait alike for the gradient all-reduce (%.1f to %.1f ms"
-               " a step)\n",
-               waited, json_number_value(json_array_get(json_array_get(rows, n - 1), 5)));
+        printf("no straggler: the ranks wait alike (%.1f to %.1f ms %s)\n", waited,
+               json_number_value(json_array_get(json_array_get(rows, n - 1), 5)),
+               source && strcmp(source, "ddp") == 0 ? "a step in the gradient all-reduce"
+                                                    : "a collective");
         return;
     }
-    printf("rank %lld (%s, pid %lld) is the straggler: the others wait %.1f ms a step for it in"
-           " the gradient all-reduce, it waits %.1f ms; it computes %.1f ms a step (%+.1f ms vs"
-           " the mean)\n",
-           (long long)json_integer_value(json_array_get(first, 1)),
-           json_string_value(json_array_get(first, 0)),
-           (long long)json_integer_value(json_array_get(first, 2)), others, waited,
-           json_number_value(json_array_get(first, 4)),
-           json_number_value(json_array_get(first, 6)));
+    if (source && strcmp(source, "ddp") == 0)
+        printf("rank %lld (%s, pid %lld) is the straggler: the others wait %.1f ms a step for it"
+               " in the gradient all-reduce, it waits %.1f ms; it computes %.1f ms a step (%+.1f"
+               " ms vs the mean)\n",
+               (long long)json_integer_value(json_array_get(first, 1)),
+               json_string_value(json_array_get(first, 0)),
+               (long long)json_integer_value(json_array_get(first, 2)), others, waited,
+               json_number_value(json_array_get(first, 4)),
+               json_number_value(json_array_get(first, 6)));
+    else
+        printf("rank %lld (%s, pid %lld) is the straggler: the others spend %.1f ms in each"
+               " collective waiting for it, it spends %.1f ms\n",
+               (long long)json_integer_value(json_array_get(first, 1)),
+               json_string_value(json_array_get(first, 0)),
+               (long long)json_integer_value(json_array_get(first, 2)), others, waited);
 }
 
 static int cluster_stragglers(struct fanout *fo, const struct reach *r, const char *since)
 {
-    char sql[512];
+    char sql[2048];
     json_t *body, *cols, *rows, *mcols, *mrows;
     bool truncated;
     int failed, rc;

@@ -620,7 +620,8 @@ def test_a_sharded_jobs_all_gather_and_all_reduce_bytes_are_its_parameters():
     gradient all_reduce all of it; each step's rows (between two optimizer steps) say so."""
     d = Daemon()
     env_base = dict(os.environ, WORLD_SIZE='2', MASTER_ADDR='127.0.0.1',
-                    MASTER_PORT=str(29900 + os.getpid() % 90), OMP_NUM_THREADS='1')
+                    MASTER_PORT=str(29900 + os.getpid() % 90), OMP_NUM_THREADS='1',
+                    SLOW_RANK='0', SLOW_S='0.03')
     procs = []
     try:
         for rank in range(2):
@@ -655,6 +656,13 @@ def test_a_sharded_jobs_all_gather_and_all_reduce_bytes_are_its_parameters():
         for key, ops in by_step.items():
             assert ops == {'all_gather': (info['shard_bytes'], info['params']),
                            'all_reduce': (info['param_bytes'], 1)}, (key, ops)
+        # without DDP, the straggler is the rank that spends least in the collectives: rank 0
+        # sleeps 30 ms before each all_reduce, rank 1 waits for it there
+        t = 'PROBED_SOCKET=%s %s proxy # {host}' % (d.socket, PROBECTL)
+        r = ctl('cluster', 'stragglers', '--hosts', 'me', '--transport', t)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert r.stdout.startswith('rank 0 (me, pid %d) is the straggler: the others spend'
+                                   % procs[0].pid), r.stdout
     finally:
         for p in procs:
             p.kill()
