@@ -420,7 +420,9 @@ def _tensors(value):
     return []
 
 
-DDP_LOGGING_SAMPLE_RATE = 100  # torch's kDDPRuntimeLoggingSampleRate, put back by `off`
+# torch's kDDPRuntimeLoggingSampleRate, put back by `off` (DDP also times its first 10
+# iterations, whatever the rate)
+DDP_LOGGING_SAMPLE_RATE = 100
 
 
 class DdpWatch:
@@ -438,13 +440,16 @@ class DdpWatch:
         self.awaiting = {}  # seq -> call id of a row sent in flight, completed by its step
         self.sizes, self.dtype = [], None  # the buckets, as the training thread last read them
         self.cuda = any(p.is_cuda for p in itertools.islice(ddp.module.parameters(), 1))
+        get_rate = getattr(getattr(ddp, 'reducer', None), '_get_ddp_runtime_logging_sample_rate',
+                           None)  # torch has no getter yet: its default then
+        self.saved_rate = get_rate() if get_rate else DDP_LOGGING_SAMPLE_RATE
         if not self.cuda:  # on CUDA each timed iteration waits for the GPU: DDP's 1 in 100
             ddp._set_ddp_runtime_logging_sample_rate(1)
 
     def restore(self):
         ddp = self.ref()
         if ddp is not None and not self.cuda:
-            ddp._set_ddp_runtime_logging_sample_rate(DDP_LOGGING_SAMPLE_RATE)
+            ddp._set_ddp_runtime_logging_sample_rate(self.saved_rate)
 
 
 def _bucket_sizes(d):
