@@ -71,22 +71,7 @@ kill $J
 kill $D
 wait $D
 cp "$W/probed.log" "$W/phases" "$W/truth.json" "$OUT/" 2>/dev/null
-"$PY" - "$W/steps.jsonl" "$W/phases" >"$OUT/overhead.txt" <<'PYEOF'
-import json, sys
-steps = [json.loads(l) for l in open(sys.argv[1])]
-ph = [l.split() for l in open(sys.argv[2])]
-base = None
-for (name, t0), (_, t1) in zip(ph, ph[1:]):
-    t0, t1 = float(t0) + 1.0, float(t1)  # the first second of a phase: the switch settles
-    d = sorted(s['dt'] for s in steps if t0 <= s['t'] < t1)
-    if not d:
-        print(name, 'no steps')
-        continue
-    med, mean = d[len(d) // 2], sum(d) / len(d)
-    base = base or mean
-    print('%-13s steps %5d median %8.3f ms mean %8.3f ms ratio %.4f'
-          % (name, len(d), med * 1e3, mean * 1e3, mean / base))
-PYEOF
+"$PY" "$(dirname "$0")/phase_overhead.py" "$W/steps.jsonl" "$W/phases" >"$OUT/overhead.txt"
 cat "$OUT/overhead.txt"
 head -5 "$OUT/profile.txt"
 rm -rf "$W"

@@ -422,47 +422,52 @@ static void tick_histogram(struct metrics *m, struct evbuffer *out)
  * so that dashboards and alerts written for it read these; labels gpu, UUID, device,
  * modelName as it sets them, GPU_I_ID for a MIG device ---- */
 
-typedef int64_t (*gpu_value_fn)(const struct gpu_device *d);
+/* A figure of a device; negative: the driver does not give it for that device. */
+typedef double (*gpu_value_fn)(const struct gpu_device *d);
 
-static int64_t g_util(const struct gpu_device *d)
+static double g_util(const struct gpu_device *d)
 {
     return d->util_pct;
 }
-static int64_t g_mem_util(const struct gpu_device *d)
+static double g_mem_util(const struct gpu_device *d)
 {
     return d->mem_util_pct;
 }
-static int64_t g_fb_used_mib(const struct gpu_device *d)
+static double g_fb_used_mib(const struct gpu_device *d)
 {
-    return d->mem_used_bytes < 0 ? -1 : d->mem_used_bytes >> 20;
+    return d->mem_used_bytes < 0 ? -1 : (double)(d->mem_used_bytes >> 20);
 }
-static int64_t g_fb_free_mib(const struct gpu_device *d)
+static double g_fb_free_mib(const struct gpu_device *d)
 {
     return d->mem_used_bytes < 0 || d->mem_total_bytes < 0
                ? -1
-               : (d->mem_total_bytes - d->mem_used_bytes) >> 20;
+               : (double)((d->mem_total_bytes - d->mem_used_bytes) >> 20);
 }
-static int64_t g_temp(const struct gpu_device *d)
+static double g_power_w(const struct gpu_device *d)
+{
+    return d->power_mw < 0 ? -1 : (double)d->power_mw / 1000.0;
+}
+static double g_temp(const struct gpu_device *d)
 {
     return d->temp_c;
 }
-static int64_t g_sm_clock(const struct gpu_device *d)
+static double g_sm_clock(const struct gpu_device *d)
 {
     return d->sm_clock_mhz;
 }
-static int64_t g_mem_clock(const struct gpu_device *d)
+static double g_mem_clock(const struct gpu_device *d)
 {
     return d->mem_clock_mhz;
 }
-static int64_t g_throttle(const struct gpu_device *d)
+static double g_throttle(const struct gpu_device *d)
 {
     return d->throttle_reasons;
 }
-static int64_t g_ecc_sbe(const struct gpu_device *d)
+static double g_ecc_sbe(const struct gpu_device *d)
 {
     return d->ecc_corrected;
 }
-static int64_t g_ecc_dbe(const struct gpu_device *d)
+static double g_ecc_dbe(const struct gpu_device *d)
 {
     return d->ecc_uncorrected;
 }
@@ -472,9 +477,10 @@ static void per_gpu(struct metrics *m, struct evbuffer *out, const char *name, c
 {
     family(out, name, type, help);
     for (size_t i = 0; i < m->gpu->n_devices; i++) {
-        int64_t v = fn(&m->gpu->devices[i]);
+        double v = fn(&m->gpu->devices[i]);
+        char text[32];
         if (v >= 0) /* not given for this device: absent, not 0 */
-            evbuffer_add_printf(out, "%s{%s} %lld\n", name, m->gpu_labels[i], (long long)v);
+            evbuffer_add_printf(out, "%s{%s} %s\n", name, m->gpu_labels[i], value_text(v, text));
     }
 }
 
@@ -511,13 +517,7 @@ static void gpus(struct metrics *m, struct evbuffer *out)
             g_fb_used_mib);
     per_gpu(m, out, "DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)",
             g_fb_free_mib);
-    family(out, "DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)");
-    for (size_t i = 0; i < m->gpu->n_devices; i++) {
-        char text[32];
-        if (m->gpu->devices[i].power_mw >= 0)
-            evbuffer_add_printf(out, "DCGM_FI_DEV_POWER_USAGE{%s} %s\n", m->gpu_labels[i],
-                                value_text((double)m->gpu->devices[i].power_mw / 1000.0, text));
-    }
+    per_gpu(m, out, "DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)", g_power_w);
     per_gpu(m, out, "DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)", g_temp);
     per_gpu(m, out, "DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz)", g_sm_clock);
     per_gpu(m, out, "DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz)",

@@ -491,6 +491,25 @@ ORDER BY seq DESC LIMIT 20
 '''
 
 
+def traced_ranks(d, script, env, procs):
+    """Two ranks of @script started (appended to @procs, which the caller kills), each past its
+    READY {...} line, attached to @d with `torch on --comm`; their READY documents."""
+    for rank in range(2):
+        procs.append(subprocess.Popen([PY, os.path.join(TARGETS, script)],
+                                      env=dict(env, RANK=str(rank)),
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    infos = []
+    for p in procs:
+        line = p.stdout.readline().decode()
+        assert line.startswith('READY'), p.stderr.read().decode()
+        infos.append(json.loads(line.split(' ', 1)[1]))
+    for p in procs:
+        d.ctl('attach', p.pid, check=True)
+        r = d.ctl('torch', p.pid, 'on', '--comm')
+        assert r.returncode == 0 and 'collective tracing on' in r.stdout, r.stdout + r.stderr
+    return infos
+
+
 def test_ddp_gradient_all_reduce_from_cpp_is_recorded_and_hang_names_the_stalled_rank():
     """A 2-rank gloo DistributedDataParallel job (ddp_job.py) with collective tracing on: DDP's
     gradient all_reduce, issued by its C++ Reducer (no Python function sees it), is one row per
@@ -508,21 +527,9 @@ def test_ddp_gradient_all_reduce_from_cpp_is_recorded_and_hang_names_the_stalled
                     SLOW_RANK='1', SLOW_S='0.03', OMP_NUM_THREADS='1')
     procs = []
     try:
-        for rank in range(2):
-            procs.append(subprocess.Popen([PY, os.path.join(TARGETS, 'ddp_job.py')],
-                                          env=dict(env_base, RANK=str(rank)),
-                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-        infos = []
-        for p in procs:
-            line = p.stdout.readline().decode()
-            assert line.startswith('READY'), p.stderr.read().decode()
-            infos.append(json.loads(line.split(' ', 1)[1]))
+        infos = traced_ranks(d, 'ddp_job.py', env_base, procs)
         param_bytes = infos[0]['param_bytes']
         assert param_bytes == 1597480
-        for p in procs:
-            d.ctl('attach', p.pid, check=True)
-            r = d.ctl('torch', p.pid, 'on', '--comm')
-            assert r.returncode == 0 and 'collective tracing on' in r.stdout, r.stdout + r.stderr
 
         def per_rank():
             return d.rows("SELECT rank, count(*), min(bytes), max(bytes), min(dtype) FROM"
@@ -624,21 +631,8 @@ def test_a_sharded_jobs_all_gather_and_all_reduce_bytes_are_its_parameters():
                     SLOW_RANK='0', SLOW_S='0.03')
     procs = []
     try:
-        for rank in range(2):
-            procs.append(subprocess.Popen([PY, os.path.join(TARGETS, 'sharded_job.py')],
-                                          env=dict(env_base, RANK=str(rank)),
-                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-        infos = []
-        for p in procs:
-            line = p.stdout.readline().decode()
-            assert line.startswith('READY'), p.stderr.read().decode()
-            infos.append(json.loads(line.split(' ', 1)[1]))
-        info = infos[0]
+        info = traced_ranks(d, 'sharded_job.py', env_base, procs)[0]
         assert info['shard_bytes'] * 2 == info['param_bytes'] == 4 * (64 * 128 + 128 + 128 * 32 + 32)
-        for p in procs:
-            d.ctl('attach', p.pid, check=True)
-            r = d.ctl('torch', p.pid, 'on', '--comm')
-            assert r.returncode == 0, r.stdout + r.stderr
         # each whole step of each rank: the calls between its start and the next step's
         q = ("SELECT c.rank, s.step, c.op, sum(c.bytes), count(*) FROM torch_step_times s"
              " JOIN comm_metrics c ON c.target_id = s.target_id AND c.ts_ns >= s.ts_ns AND"
