@@ -366,7 +366,12 @@ def test_without_cap_bpf_falls_back_to_perf(target_factory, tmp_path):
         check_qsort_stacks(stored_mixed(d, t.pid, 30))
         n = listed(d, t.pid)['native']
         assert n['backend'] == 'perf' and 'CAP_BPF' in n['ebpf_error'], n
-        assert n['merged'] > 0 and n['lost'] == 0, n
+        assert n['merged'] > 0, n
+        # A perf ring holds 7 samples (70 ms of the thread's CPU at 100 Hz): the kernel drops
+        # samples only when a drain came that late, and the sampler then counts itself late
+        # (over 20 ms behind; seen under ASan on a loaded 2-vCPU CI machine). Otherwise none.
+        t_listed = listed(d, t.pid)
+        assert n['lost'] == 0 or t_listed['stats']['late'] > 0, t_listed
         assert 'the eBPF sampler is unavailable, native stacks come from perf' in d.read_log()
     finally:
         d.close()
