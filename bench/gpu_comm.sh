@@ -45,7 +45,8 @@ for _ in $(seq 900); do grep -q READY "$W/job.out" && break; sleep 0.1; done
 sleep 2
 {
     echo "== probed /v1/status gpu"
-    curl -s --unix-socket "$PROBED_SOCKET" http://probed/v1/status | "$PY" -c \
+    # the system curl, not with the bundle's libraries (its libcurl is Debian's)
+    env -u LD_LIBRARY_PATH curl -s --unix-socket "$PROBED_SOCKET" http://probed/v1/status | "$PY" -c \
         'import json, sys; print(json.dumps(json.load(sys.stdin).get("gpu"), indent=1))'
     echo "== nvidia-smi"
     nvidia-smi --query-gpu=index,name,uuid,memory.used,memory.total,utilization.gpu,power.draw,temperature.gpu,clocks.sm,clocks.mem \

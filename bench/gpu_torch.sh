@@ -7,12 +7,13 @@
 # BUNDLE holds probed, probectl, libprobed-stub.so and lib/ (their shared libraries), as
 # ../shared/gpu/README.md bundles them; the job is ../shared/gpu/train_gpu.py (a small GPT,
 # AdamW, bf16 autocast on CUDA), copied into BUNDLE/gpu/. Phases of PHASE_S seconds (default 8)
-# on one job: no trace, the trace at its defaults, --every 10, --backward all, no trace again;
-# then `torch profile --steps 5 -o`. Written to OUT: overhead.txt (each phase's mean and median
+# on one job: no trace, the trace at its defaults, --every 10, --backward all, --device-time,
+# no trace again; then `torch profile --steps 5 -o`. Written to OUT: overhead.txt (each phase's mean and median
 # step time and its ratio to the first: the noise floor is the last phase's), profile.txt
 # (probectl's summary), profile.json (the Chrome trace), kernels.txt (kernels by module),
 # step-busy.txt (each profiled step's GPU busy time), trace.txt (module forward host time per
-# block under the trace), memory.txt and gpu-memory.svg (live GPU memory by stack), and the
+# block under the trace), device.txt (per block and stage, host and device time under
+# --device-time, beside the job's own CUDA-event truth in truth.json), summary.txt, memory.txt and gpu-memory.svg (live GPU memory by stack), and the
 # daemon's log.
 # SIZE picks the model (default launch-bound: --dim 512 --layers 6 --seq 256 --batch 16;
 # GPU-bound: --dim 2048 --layers 8 --seq 1024 --batch 8). Rehearse on CPU:
@@ -37,7 +38,7 @@ D=$!
 for _ in $(seq 50); do [ -S "$PROBED_SOCKET" ] && break; sleep 0.1; done
 # shellcheck disable=SC2086
 "$PY" -u "$JOB" --device "$DEV" --log "$W/steps.jsonl" --truth "$W/truth.json" \
-    --seconds $((PH * 5 + 60)) $SZ >"$W/job.out" 2>&1 &
+    --seconds $((PH * 6 + 60)) $SZ >"$W/job.out" 2>&1 &
 J=$!
 for _ in $(seq 900); do grep -q READY "$W/job.out" && break; sleep 0.1; done
 mark() { echo "$1 $(date +%s.%N)" >>"$W/phases"; }
@@ -56,6 +57,11 @@ mark backward-all
 "$ctl" torch $J on --backward all >>"$OUT/torch-on.txt" 2>&1
 sleep "$PH"
 "$ctl" torch $J off >>"$OUT/torch-on.txt" 2>&1
+mark device-time
+"$ctl" torch $J on --device-time >>"$OUT/torch-on.txt" 2>&1
+sleep "$PH"
+"$ctl" torch $J summary >"$OUT/summary.txt" 2>&1
+"$ctl" torch $J off >>"$OUT/torch-on.txt" 2>&1
 mark none2
 sleep "$PH"
 mark end
@@ -67,6 +73,13 @@ mark end
 "$ctl" query "SELECT module, stage, count(*), round(avg(duration) * 1e3, 3) AS mean_ms FROM
               torch_trace WHERE pid = $J AND module LIKE 'blocks.%' AND module NOT LIKE '%.%.%'
               GROUP BY 1, 2 ORDER BY 1, 2" >"$OUT/trace.txt" 2>&1
+# the device-time phase's rows: the last trace session's (its steps follow the others')
+"$ctl" query "SELECT module, stage, count(*), round(avg(duration) * 1e3, 3) AS host_ms,
+              round(avg(device_duration) * 1e3, 3) AS gpu_ms, count(device_ns) AS with_gpu
+              FROM torch_trace WHERE pid = $J AND ts_ns >= $(awk '$1 == "device-time"
+              {printf "%.0f", $2 * 1e9}' "$W/phases") AND (module NOT LIKE '%.%' OR (module LIKE
+              'blocks.%' AND module NOT LIKE '%.%.%')) GROUP BY 1, 2 ORDER BY 1, 2" \
+    >"$OUT/device.txt" 2>&1
 kill $J
 kill $D
 wait $D

@@ -95,13 +95,15 @@ FROM allocations a
 JOIN targets t ON t.id = a.target_id;
 
 -- The torch trace (probectl torch PID on), under the seeds' names: python.torch_trace and
--- python.variables read these two. duration is in seconds, allocated and reserved in MB.
+-- python.variables read these two. duration is in seconds (host time), allocated and reserved
+-- in MB; device_duration the GPU's time, in seconds, with --device-time on CUDA (else NULL).
 -- SELECT step, module, SUM(allocated) AS total_memory_mb, COUNT(*) AS operation_count
 -- FROM python.torch_trace WHERE step > 100 GROUP BY step, module ORDER BY total_memory_mb DESC
 CREATE TEMP VIEW torch_trace AS
 SELECT r.step, r.module, r.stage, r.duration_ns / 1e9 AS duration, r.allocated_mb AS allocated,
        r.reserved_mb AS reserved, strftime('%Y-%m-%d %H:%M:%f', r.ts_ns / 1e9, 'unixepoch') AS ts,
-       t.pid, t.rank, r.duration_ns, r.ts_ns, r.target_id
+       t.pid, t.rank, r.duration_ns, r.ts_ns, r.target_id, r.device_ns / 1e9 AS device_duration,
+       r.device_ns
 FROM torch_records r
 JOIN targets t ON t.id = r.target_id;
 

@@ -330,6 +330,7 @@ struct job *allocs_post(struct api *a, const struct request *rq)
 
 /* POST /v1/torch {"pid", "action": "on"|"drain"|"off"|"profile"|"memory", "every": 1..,
  * "exprs": "n@f,...", "comm": bool, "modules": bool, "backward": "auto"|"all"|"none",
+ * "device_time": bool,
  * "steps": 1..1000, "duration_ms": 1..600000, "cancel": bool, "record_ms": 1..30000} */
 struct job *torch_post(struct api *a, const struct request *rq)
 {
@@ -348,7 +349,8 @@ struct job *torch_post(struct api *a, const struct request *rq)
     int64_t duration = !jduration                   ? 0
                        : json_is_integer(jduration) ? json_integer_value(jduration)
                                                     : -1;
-    json_t *jbackward = json_object_get(rq->body, "backward");
+    json_t *jbackward = json_object_get(rq->body, "backward"),
+           *jdevice = json_object_get(rq->body, "device_time");
     int backward = jbackward ? action_of(jbackward, torch_backward_names, 3) : TORCH_BACKWARD_AUTO;
     int64_t every = !jevery ? 1 : json_is_integer(jevery) ? json_integer_value(jevery) : -1;
     pid_t pid = rq->pid; /* parsed and authorised by routes.c */
@@ -361,14 +363,15 @@ struct job *torch_post(struct api *a, const struct request *rq)
         (jcomm && !json_is_boolean(jcomm)) || (jmodules && !json_is_boolean(jmodules)) ||
         (json_is_false(jmodules) && !json_is_true(jcomm)) || backward < 0 || steps < 0 ||
         steps > 1000 || duration < 0 || duration > 600000 ||
-        (jcancel && !json_is_boolean(jcancel)) ||
+        (jcancel && !json_is_boolean(jcancel)) || (jdevice && !json_is_boolean(jdevice)) ||
         (k == TORCH_PROFILE && !json_is_true(jcancel) && !steps == !duration) || record < 1 ||
         record > 30000) {
         reply_error(rq->req, 400,
                     "expected {\"pid\": int, \"action\": \"on\"|\"drain\"|\"off\","
                     " optional \"every\": 1..1000000, \"exprs\": \"name@function,...\","
                     " \"comm\": bool, \"modules\": bool (false only with comm),"
-                    " \"backward\": \"auto\"|\"all\"|\"none\"; for \"profile\": \"steps\":"
+                    " \"backward\": \"auto\"|\"all\"|\"none\", \"device_time\": bool; for"
+                    " \"profile\": \"steps\":"
                     " 1..1000 or \"duration_ms\": 1..600000, or \"cancel\": true; for"
                     " \"memory\": \"record_ms\": 1..30000}");
         return NULL;
@@ -405,6 +408,7 @@ struct job *torch_post(struct api *a, const struct request *rq)
                                        .comm = json_is_true(jcomm),
                                        .no_modules = json_is_false(jmodules),
                                        .backward = backward,
+                                       .device_time = json_is_true(jdevice),
                                        .steps = (int)steps,
                                        .duration_ms = (int)duration,
                                        .cancel = json_is_true(jcancel),

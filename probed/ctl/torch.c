@@ -29,11 +29,11 @@ static json_t *torch_call(const char *socket, json_t *body, long *status, bool q
 
 /* @comm: 0 modules only, 1 modules and collectives, 2 collectives only */
 static int turn_on(const char *socket, int pid, int every, const char *exprs, int comm,
-                   const char *backward)
+                   const char *backward, bool device_time)
 {
-    json_t *body = json_pack("{s:i, s:s, s:i, s:s, s:b, s:b, s:s}", "pid", pid, "action", "on",
+    json_t *body = json_pack("{s:i, s:s, s:i, s:s, s:b, s:b, s:s, s:b}", "pid", pid, "action", "on",
                              "every", every, "exprs", exprs ? exprs : "", "comm", comm > 0,
-                             "modules", comm < 2, "backward", backward),
+                             "modules", comm < 2, "backward", backward, "device_time", device_time),
            *reply = torch_post_attaching(socket, pid, body);
 
     json_decref(body);
@@ -63,6 +63,11 @@ static int turn_on(const char *socket, int pid, int every, const char *exprs, in
            : strcmp(backward, "none") == 0 ? "top-level modules only"
                                            : "modules whose forward takes 200 us or more",
            json_string_value(json_object_get(reply, "optimizer_hooks")));
+    if (json_is_string(json_object_get(reply, "device_time_error")))
+        printf("  %s\n", json_string_value(json_object_get(reply, "device_time_error")));
+    else if (json_is_true(json_object_get(reply, "device_time")))
+        printf("  device time: CUDA events around each timed module and stage, on the training"
+               " thread's current stream (torch_trace.device_duration)\n");
     printf("  see: probectl torch %d summary; probectl query \"SELECT * FROM python.torch_trace"
            " WHERE pid = %d\"\n",
            pid, pid);
@@ -113,26 +118,34 @@ static void print_slowest(const char *socket, int pid, long long target, int top
 {
     char sql[1024];
     json_t *keep, *rows, *row;
+    bool device = false;
     size_t i;
 
     snprintf(sql, sizeof(sql),
              "SELECT module, stage, count(*), avg(duration) * 1e3, max(duration) * 1e3,"
-             " sum(duration) * 1e3, avg(allocated), max(reserved) FROM torch_trace"
-             " WHERE target_id = %lld GROUP BY module, stage ORDER BY avg(duration) DESC"
-             " LIMIT %d",
+             " sum(duration) * 1e3, avg(allocated), max(reserved), avg(device_duration) * 1e3"
+             " FROM torch_trace WHERE target_id = %lld GROUP BY module, stage"
+             " ORDER BY avg(duration) DESC LIMIT %d",
              target, top);
     rows = client_rows(socket, pid, sql, &keep);
     if (!rows)
         return;
-    printf("slowest modules (mean time per call; a parent's time includes its children's):\n");
-    printf("%-32s %-9s %7s %10s %10s %11s %10s\n", "MODULE", "STAGE", "CALLS", "MEAN ms", "MAX ms",
-           "TOTAL ms", "ALLOC MB");
+    json_array_foreach(rows, i, row) device |= json_is_number(json_array_get(row, 8));
+    printf("slowest modules (mean time per call; a parent's time includes its children's%s):\n",
+           device ? "; GPU ms: between CUDA events around it on its stream" : "");
+    printf("%-32s %-9s %7s %10s %10s %11s %10s%s\n", "MODULE", "STAGE", "CALLS", "MEAN ms",
+           "MAX ms", "TOTAL ms", "ALLOC MB", device ? "     GPU ms" : "");
     json_array_foreach(rows, i, row)
     {
-        printf("%-32.32s %-9s %7lld %10.3f %10.3f %11.1f %10.1f\n",
+        printf("%-32.32s %-9s %7lld %10.3f %10.3f %11.1f %10.1f",
                json_string_value(json_array_get(row, 0)), json_string_value(json_array_get(row, 1)),
                client_int(row, 2), client_num(row, 3), client_num(row, 4), client_num(row, 5),
                client_num(row, 6));
+        if (device && json_is_number(json_array_get(row, 8)))
+            printf(" %10.3f", client_num(row, 8));
+        else if (device)
+            printf(" %10s", "-");
+        printf("\n");
     }
     json_decref(keep);
 }
@@ -259,7 +272,7 @@ static int summary(const char *socket, int pid, int top)
 static void usage(void)
 {
     printf("usage: probectl torch <pid> on [--every N] [--exprs name@function,...] [--comm]\n"
-           "                                [--backward auto|all|none]\n"
+           "                                [--backward auto|all|none] [--device-time]\n"
            "       probectl torch <pid> on --comm-only\n"
            "       probectl torch <pid> off\n"
            "       probectl torch <pid> summary [--top N]\n"
@@ -281,6 +294,9 @@ static void usage(void)
            "              sequence number, bytes, rank, peer, latency (comm_metrics); DDP's\n"
            "              gradient all_reduce (C++) a row a step, its timing in ddp_step_times\n"
            "  --comm-only those calls alone, no module hooks (nor DDP's steps)\n"
+           "  --device-time  on CUDA, also each module's and stage's time on the GPU: CUDA\n"
+           "              events around it on the current stream, read without waiting for\n"
+           "              the GPU (torch_trace.device_duration); about 2 us a timed module\n"
            "  off      remove every hook; the job runs exactly as before\n"
            "  summary  the slowest modules, the step time trend, the tracked variables\n"
            "  profile  torch.profiler in the running job for N steps (default 5) or D (whole\n"
@@ -296,21 +312,15 @@ static void usage(void)
 
 int torch_main(int argc, char **argv)
 {
-    static const struct option longopts[] = {{"every", required_argument, NULL, 'e'},
-                                             {"exprs", required_argument, NULL, 'x'},
-                                             {"top", required_argument, NULL, 't'},
-                                             {"socket", required_argument, NULL, 'S'},
-                                             {"comm", no_argument, NULL, 'c'},
-                                             {"comm-only", no_argument, NULL, 'C'},
-                                             {"backward", required_argument, NULL, 'b'},
-                                             {"steps", required_argument, NULL, 'n'},
-                                             {"duration", required_argument, NULL, 'd'},
-                                             {"timeout", required_argument, NULL, 'T'},
-                                             {"output", required_argument, NULL, 'o'},
-                                             {"record", required_argument, NULL, 'r'},
-                                             {"format", required_argument, NULL, 'f'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {
+        {"every", required_argument, NULL, 'e'},    {"exprs", required_argument, NULL, 'x'},
+        {"top", required_argument, NULL, 't'},      {"socket", required_argument, NULL, 'S'},
+        {"comm", no_argument, NULL, 'c'},           {"comm-only", no_argument, NULL, 'C'},
+        {"backward", required_argument, NULL, 'b'}, {"device-time", no_argument, NULL, 'D'},
+        {"steps", required_argument, NULL, 'n'},    {"duration", required_argument, NULL, 'd'},
+        {"timeout", required_argument, NULL, 'T'},  {"output", required_argument, NULL, 'o'},
+        {"record", required_argument, NULL, 'r'},   {"format", required_argument, NULL, 'f'},
+        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
     const char *socket = NULL, *exprs = NULL, *action, *backward = "auto";
     struct torch_profile_options prof = {.timeout_ms = -1};
     long long record_ms = -1;
@@ -319,9 +329,13 @@ int torch_main(int argc, char **argv)
     int64_t ns;
     char *end;
     int c, pid, comm = 0;
+    bool device_time = false;
 
     while ((c = getopt_long(argc, argv, "e:x:t:o:h", longopts, NULL)) != -1) {
         switch (c) {
+        case 'D':
+            device_time = true;
+            break;
         case 'n':
             n = strtol(optarg, &end, 10);
             if (*end || n < 1 || n > 1000) {
@@ -424,7 +438,7 @@ int torch_main(int argc, char **argv)
         return 2;
     }
     if (strcmp(action, "on") == 0)
-        return turn_on(socket, pid, (int)every, exprs, comm, backward);
+        return turn_on(socket, pid, (int)every, exprs, comm, backward, device_time);
     if (strcmp(action, "off") == 0)
         return turn_off(socket, pid);
     if (strcmp(action, "summary") == 0)

@@ -207,8 +207,15 @@ static void print_summary(const char *socket, int pid, long long target, long lo
            json_string_value(json_array_get(row, 5)),
            client_int(row, 3) ? ", some dropped (the limit of one profile)" : "");
     print_steps(socket, pid, target, number);
-    snprintf(sql, sizeof(sql), by_name, "gpu_kernels", "gpu_kernels", target, number, "", top);
+    snprintf(sql, sizeof(sql), by_name, "gpu_kernels", "gpu_kernels", target, number,
+             " AND kind <> 'gpu_user_annotation'", top);
     print_table(socket, pid, "GPU kernels, memcpys and memsets (device time):", sql);
+    /* Kineto's device-side spans of the nn.Module and record_function ranges: what each ran on
+     * the GPU, first kernel to last (they overlap the kernels above, and each other) */
+    snprintf(sql, sizeof(sql), by_name, "gpu_kernels", "gpu_kernels", target, number,
+             " AND kind = 'gpu_user_annotation'", top);
+    print_table(socket, pid,
+                "GPU time of module and record_function ranges (first kernel to last):", sql);
     snprintf(sql, sizeof(sql), by_name, "torch_ops", "torch_ops", target, number,
              " AND kind = 'cpu_op'", top);
     print_table(socket, pid, "CPU ops (host time, an op's time includes the ops it calls):", sql);

@@ -78,6 +78,8 @@ static char *script(const struct torch_request *rq)
                   rq->steps, "duration_ms", rq->duration_ms, "cancel", rq->cancel);
     char *args_text = NULL, *args_hex = NULL, *src_hex = NULL, *code = NULL;
 
+    if (args && rq->action == TORCH_ON && rq->device_time)
+        json_object_set_new(args, "device_time", json_true());
     if (args && (rq->action == TORCH_PROFILE || rq->action == TORCH_MEMORY))
         json_object_set_new(args, "number", json_integer(rq->profile));
     if (args && rq->action == TORCH_MEMORY)
@@ -125,11 +127,12 @@ static char *audit_text(const struct torch_request *rq)
     char *text = NULL;
 
     if (rq->action == TORCH_ON)
-        return asprintf(&text, "torch on --every %d --backward %s --exprs '%s'%s", rq->every,
+        return asprintf(&text, "torch on --every %d --backward %s --exprs '%s'%s%s", rq->every,
                         torch_backward_names[rq->backward], rq->exprs ? rq->exprs : "",
                         rq->no_modules ? " --comm-only"
                         : rq->comm     ? " --comm"
-                                       : "") < 0
+                                       : "",
+                        rq->device_time ? " --device-time" : "") < 0
                    ? NULL
                    : text;
     if (rq->action == TORCH_MEMORY)

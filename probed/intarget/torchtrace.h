@@ -46,6 +46,7 @@ struct torch_request {
     bool comm;         /* ON: trace torch.distributed's calls too (table comm_calls) */
     bool no_modules;   /* ON: only those (no module, optimizer or step hooks) */
     enum torch_backward backward; /* ON: which modules' backward is timed */
+    bool device_time;             /* ON: CUDA events around each timed module and stage */
     int steps;                    /* PROFILE: steps to profile, or 0: */
     int duration_ms;              /* PROFILE: for this long (whole steps) */
     bool cancel;                  /* PROFILE: stop the one armed or running instead */

@@ -44,7 +44,7 @@ except ImportError:  # a stub loaded by an older probed
     _hot = None
 
 VERSION = 1
-TORCH_ABI = 2  # the stub's torch_* functions this file calls (torchhot.h's TORCH_HOT_ABI)
+TORCH_ABI = 3  # the stub's torch_* functions this file calls (torchhot.h's TORCH_HOT_ABI)
 MAX_RECORDS = 200000  # buffered while the daemon does not drain; then counted as dropped
 MAX_DRAIN = 20000  # records per drain; the daemon asks again when more are left
 RSS_EVERY_NS = 50000000  # RSS (CPU) at step boundaries, at most every 50 ms (a 10-20 us read)
@@ -100,9 +100,15 @@ def _plain(value):
 
 
 class Tracer:
-    def __init__(self, every, exprs, backward='auto'):
+    def __init__(self, every, exprs, backward='auto', device_time=False):
         self.every = every
         self.backward = backward
+        # device time (--device-time): CUDA events around each timed module and stage, on the
+        # stream torch's current one on the training thread at each recorded step's start
+        self.device_time = device_time
+        self.device_on = False  # the stub records events now
+        self.device_error = None  # why it cannot
+        self.step_mark = -1  # the optimizer step's start event
         self.exprs = exprs  # [(name, function)]
         self.step = 0
         self.sampled = True
@@ -133,6 +139,9 @@ class Tracer:
 
     def install(self):
         self.cuda = torch.cuda.is_initialized() and torch.cuda.is_available()
+        if self.device_time and not self.cuda:
+            self.device_error = ('device time needs CUDA: torch.cuda is not initialised in '
+                                 'this process')
         _hot.torch_start(self.ids, self.name_of, self.top_level, _first_node,
                          torch.is_grad_enabled,
                          torch.autograd.Variable._execution_engine.queue_callback,
@@ -278,6 +287,9 @@ class Tracer:
     # ---- optimizer step ----
 
     def optimizer_pre(self, opt, args, kwargs):
+        if self.step_mark >= 0:  # a pre without its post (the step raised)
+            _hot.torch_unmark(self.step_mark)
+        self.step_mark = _hot.torch_mark() if self.device_on and self.sampled else -1
         self.step_t0 = _now()
 
     def optimizer_post(self, opt, args, kwargs):
@@ -290,10 +302,14 @@ class Tracer:
         end = _now()
         bw_end = _hot.torch_info()[0] or None
         start = self.step_t0 if self.step_t0 is not None else bw_end
+        mark, self.step_mark = self.step_mark, -1
         self.step_t0 = None
         if self.sampled and start is not None and (self.step_start is None or
                                                    start >= self.step_start):
-            _hot.torch_record(self.step, self.name_id(type(opt).__name__), STAGE_STEP, start, end)
+            _hot.torch_record(self.step, self.name_id(type(opt).__name__), STAGE_STEP, start, end,
+                              mark)
+        elif mark >= 0:
+            _hot.torch_unmark(mark)
         self.opt_seen = True
         _hot.torch_clear_stack()  # a forward that raised never ran its post hook
         self.end_step(end)
@@ -319,6 +335,22 @@ class Tracer:
         if self.sampled and (self.cuda or now - mem[0] >= RSS_EVERY_NS):
             mem = self.read_memory(now)
         _hot.torch_step(self.step, int(self.sampled), mem[1], mem[2])
+        if self.device_time and self.sampled:
+            self.device_stream()
+
+    def device_stream(self):
+        """Device time for the step beginning: events on torch's current stream of this (the
+        training) thread, where the step's modules launch their kernels."""
+        if not self.cuda:
+            self.device_error = ('device time needs CUDA: torch.cuda is not initialised in '
+                                 'this process')
+            return
+        try:
+            _hot.torch_device(1, torch.cuda.current_stream().cuda_stream)
+            self.device_on, self.device_error = True, None
+        except Exception as e:
+            self.device_time = self.device_on = False
+            self.device_error = 'device time is off: %s' % e
 
     def read_variables(self, now):
         """Each tracked name, read in the innermost live frame of its function on this thread.
@@ -365,8 +397,12 @@ class Tracer:
                          'more': bool(left or self.variables or self.steps)}
 
     def state(self):
-        _, errors, last_error, dropped = _hot.torch_info()
-        return {'tracing': self.active, 'step': self.step, 'steps_seen': self.steps_seen,
+        _, errors, last_error, dropped, device = _hot.torch_info()
+        if device is not None:
+            device = dict(zip(('events', 'no_event', 'driver_errors', 'last_cuda_error',
+                               'unresolved'), device))
+        return {'device_time': self.device_time or self.device_on,
+                'device_time_error': self.device_error, 'device_events': device,'tracing': self.active, 'step': self.step, 'steps_seen': self.steps_seen,
                 'every': self.every, 'exprs': ['%s@%s' % e for e in self.exprs],
                 'backward': self.backward,
                 'dropped': dropped, 'errors': self.errors + errors,
@@ -1271,7 +1307,8 @@ def command(args):
                         _comm.watch(module)
         if modules and _tracer is None:
             exprs = [tuple(e) for e in args.get('exprs', [])]
-            tracer = Tracer(args.get('every', 1), exprs, args.get('backward', 'auto'))
+            tracer = Tracer(args.get('every', 1), exprs, args.get('backward', 'auto'),
+                            bool(args.get('device_time')))
             try:
                 tracer.install()
             except BaseException:
@@ -1284,6 +1321,10 @@ def command(args):
             _tracer.exprs = [tuple(e) for e in args.get('exprs', [])]
             _tracer.backward = args.get('backward', 'auto')
             _hot.torch_backward_min(BACKWARD_MIN_NS[_tracer.backward])
+            _tracer.device_time = bool(args.get('device_time'))
+            if not _tracer.device_time and _tracer.device_on:
+                _hot.torch_device(0, 0)
+                _tracer.device_on = False
         part, _ = _comm_part()
         result.update(_tracer.state() if _tracer is not None else _idle_state())
         result.update(part)

@@ -170,9 +170,9 @@ int records_torch_drain(const char *db_path, int64_t target_id, json_t *drain, i
     if (rc == SQLITE_OK)
         rc = insert_rows(db,
                          "INSERT INTO torch_records (target_id, step, module, stage, ts_ns,"
-                         " duration_ns, allocated_mb, reserved_mb) VALUES (?,?,?,?,?,?,? / 1024.0,"
-                         " ? / 1024.0)",
-                         target_id, json_object_get(drain, "records"), "issiinn", ret_stored);
+                         " duration_ns, allocated_mb, reserved_mb, device_ns) VALUES"
+                         " (?,?,?,?,?,?,? / 1024.0, ? / 1024.0, ?)",
+                         target_id, json_object_get(drain, "records"), "issiinnn", ret_stored);
     if (rc == SQLITE_OK)
         rc = insert_rows(db,
                          "INSERT INTO torch_values (target_id, step, ts_ns, function, name,"

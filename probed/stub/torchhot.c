@@ -3,6 +3,7 @@
  * the stub stays one translation unit a reviewer can read top to bottom. */
 #define _GNU_SOURCE
 #include "torchhot.h"
+#include "cudaev.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -21,6 +22,7 @@ static const char *const stage_names[] = {"forward", "backward", "step"};
 struct hot_frame {
     PyObject *module; /* compared, never dereferenced */
     int64_t start_ns; /* 0: a step not recorded */
+    int32_t event;    /* the CUDA event at its start (cudaev.h), or -1 */
 };
 
 struct hot_thread {
@@ -39,6 +41,7 @@ struct hot_span { /* one module's backward */
     const char *name;
     int64_t start_ns;    /* 0: not begun; -1: recorded */
     bool ends_with_pass; /* no input had a node: it ends with the backward pass */
+    int32_t event;       /* the CUDA event at its start, or -1 */
 };
 
 struct hot_event { /* a span that begins (or ends) when a node is reached */
@@ -50,6 +53,8 @@ struct hot_record {
     int64_t step, start_ns, duration_ns, allocated_kb, reserved_kb;
     const char *name; /* JSON text, owned by the trace's names */
     enum hot_stage stage;
+    int32_t event_start, event_end; /* CUDA events around it, or -1: resolved when drained */
+    int64_t device_ns;              /* the GPU's time between them, or -1: none */
 };
 
 /* The stub's one trace (torch_hot_register sets it once, like stub.c's the_stub): the module
@@ -99,20 +104,41 @@ static int grow(void *arr, int64_t *cap, int64_t need, size_t size)
 
 /* ---- records ---- */
 
-static void add_record(struct torch_hot *h, int64_t step, const char *name, enum hot_stage stage,
-                       int64_t start_ns, int64_t end_ns)
+/* A CUDA event recorded now on the step's stream, when device time is on: its index, or -1. */
+static int32_t mark(struct torch_hot *h)
 {
-    if (!h->active)
-        return;
-    pthread_mutex_lock(&h->lock);
-    if (h->n_records >= h->max_records ||
-        grow(&h->records, &h->cap_records, h->n_records + 1, sizeof(*h->records)) < 0) {
-        h->dropped++;
-    } else {
-        h->records[h->n_records++] = (struct hot_record){
-            step, start_ns, end_ns - start_ns, h->allocated_kb, h->reserved_kb, name, stage};
+    return h->device && h->marks ? cudaev_record(h->marks, h->stream) : -1;
+}
+
+/* A record of [start_ns, end_ns] host time, and of the GPU's time between @event_start and
+ * @event_end when both are marks (else both are given back). */
+static void add_record(struct torch_hot *h, int64_t step, const char *name, enum hot_stage stage,
+                       int64_t start_ns, int64_t end_ns, int32_t event_start, int32_t event_end)
+{
+    bool kept = false;
+
+    if (event_start < 0 || event_end < 0) {
+        cudaev_release(h->marks, event_start);
+        cudaev_release(h->marks, event_end);
+        event_start = event_end = -1;
     }
-    pthread_mutex_unlock(&h->lock);
+    if (h->active) {
+        pthread_mutex_lock(&h->lock);
+        if (h->n_records >= h->max_records ||
+            grow(&h->records, &h->cap_records, h->n_records + 1, sizeof(*h->records)) < 0) {
+            h->dropped++;
+        } else {
+            h->records[h->n_records++] = (struct hot_record){
+                step, start_ns, end_ns - start_ns, h->allocated_kb, h->reserved_kb,
+                name, stage,    event_start,       event_end,       -1};
+            kept = true;
+        }
+        pthread_mutex_unlock(&h->lock);
+    }
+    if (!kept) {
+        cudaev_release(h->marks, event_start);
+        cudaev_release(h->marks, event_end);
+    }
 }
 
 /* A module's name id: its entry in torchtrace.py's dict, or name_of() for a new one; -1 when it
@@ -189,8 +215,10 @@ static PyObject *forward_pre(PyObject *self, PyObject *args)
         failed(h, "too many threads run modules at once; some are not timed");
         goto out;
     }
-    if (t->depth < HOT_DEPTH_MAX)
-        t->frames[t->depth] = (struct hot_frame){module, h->sampled ? now_ns() : 0};
+    if (t->depth < HOT_DEPTH_MAX) {
+        int32_t event = h->sampled ? mark(h) : -1; /* before the host's time: the span holds it */
+        t->frames[t->depth] = (struct hot_frame){module, h->sampled ? now_ns() : 0, event};
+    }
     t->depth++;
 out:
     if (api->PyErr_Occurred())
@@ -319,7 +347,7 @@ static void hook_backward(struct torch_hot *h, const char *name, PyObject *out, 
         failed(h, "out of memory");
         return;
     }
-    h->spans[s] = (struct hot_span){h->step, name, 0, in == NULL};
+    h->spans[s] = (struct hot_span){h->step, name, 0, in == NULL, -1};
     h->n_spans++;
     add_event(h, out, s, false);
     if (in)
@@ -331,6 +359,7 @@ static PyObject *forward_post(PyObject *self, PyObject *args)
     struct torch_hot *h = the_hot;
     const struct capi *api = h->api;
     int64_t end = now_ns(), start, id;
+    int32_t event;
     PyObject *module = api->PyTuple_GetItem(args, 0), *inputs = api->PyTuple_GetItem(args, 1);
     PyObject *output = api->PyTuple_GetItem(args, 2), *grad, *out, *in;
     struct hot_thread *t = h->started && output ? thread_of(h, false) : NULL;
@@ -345,9 +374,13 @@ static PyObject *forward_post(PyObject *self, PyObject *args)
     if (t->frames[t->depth - 1].module != module)
         goto out; /* likewise, for an inner module */
     start = t->frames[--t->depth].start_ns;
-    if (!start || (id = module_name(h, module)) < 0)
+    event = t->frames[t->depth].event;
+    if (!start || (id = module_name(h, module)) < 0) {
+        cudaev_release(h->marks, event);
         goto out;
-    add_record(h, h->step, h->names[id], STAGE_FORWARD, start, end);
+    }
+    add_record(h, h->step, h->names[id], STAGE_FORWARD, start, end, event,
+               event >= 0 ? mark(h) : -1);
     /* A module's backward is timed when the fastest of its first HOT_DECIDE_CALLS forwards
      * took backward_min_ns: the autograd pre-hooks cost a few microseconds a module (torch's,
      * mostly), too much for a small one, whose backward is inside its parent's. The fastest,
@@ -389,8 +422,10 @@ static void backward_end(struct torch_hot *h, int64_t s, int64_t now)
     struct hot_span *span = &h->spans[s];
 
     if (span->start_ns > 0) {
-        add_record(h, span->step, span->name, STAGE_BACKWARD, span->start_ns, now);
-        h->spans[s].start_ns = -1;
+        add_record(h, span->step, span->name, STAGE_BACKWARD, span->start_ns, now, span->event,
+                   span->event >= 0 ? mark(h) : -1);
+        span->start_ns = -1;
+        span->event = -1;
     }
 }
 
@@ -399,6 +434,8 @@ static void clear_pass(struct torch_hot *h)
 {
     for (int64_t i = 0; i < h->n_nodes; i++)
         h->api->Py_DecRef(h->nodes[i].node);
+    for (int64_t s = 0; s < h->n_spans; s++) /* begun, never ended: the pass was cut short */
+        cudaev_release(h->marks, h->spans[s].event);
     if (h->node_ids)
         h->api->PyDict_Clear(h->node_ids);
     h->n_nodes = h->n_spans = h->n_events = 0;
@@ -442,6 +479,7 @@ static PyObject *node_reached(PyObject *self, PyObject *args)
         if (h->events[e].is_end) {
             backward_end(h, s, now);
         } else if (h->spans[s].start_ns == 0) {
+            h->spans[s].event = mark(h);
             h->spans[s].start_ns = now;
             if (!h->pass_queued) {
                 h->pass_queued = true;
@@ -502,6 +540,9 @@ static void stop(struct torch_hot *h)
     h->n_records = h->cap_records = h->dropped = 0;
     pthread_mutex_unlock(&h->lock);
     free_names(h);
+    cudaev_close(h->marks); /* no record holds an event now */
+    h->marks = NULL;
+    h->device = false;
     pthread_mutex_unlock(&h->drain_lock);
 }
 
@@ -618,9 +659,50 @@ static PyObject *torch_clear_stack(PyObject *self, PyObject *unused)
     struct hot_thread *t = the_hot->started ? thread_of(the_hot, false) : NULL;
 
     (void)self, (void)unused;
+    for (int64_t i = 0; t && i < t->depth && i < HOT_DEPTH_MAX; i++)
+        cudaev_release(the_hot->marks, t->frames[i].event);
     if (t)
         t->depth = 0;
     return none(the_hot->api);
+}
+
+/* torch_device(on, stream): device time on (CUDA events on @stream, a cudaStream_t as an int;
+ * the driver is found at the first call) or off. Called at each recorded step's start on the
+ * training thread, where torch's current stream is the one its modules launch on. */
+static PyObject *torch_device(PyObject *self, PyObject *args)
+{
+    struct torch_hot *h = the_hot;
+    long long a[2];
+    char why[160];
+
+    (void)self;
+    if (!h->started || !int_args(h->api, args, a, 2))
+        return h->api->PyErr_Occurred() ? NULL : py_raise(h, "torch_device(): bad arguments");
+    if (a[0] && !h->marks && cudaev_open(&h->marks, why, sizeof(why)) < 0)
+        return py_raise(h, why);
+    h->stream = (uint64_t)a[1];
+    h->device = a[0] != 0;
+    return none(h->api);
+}
+
+/* torch_unmark(mark): a torch_mark() given back unused. */
+static PyObject *torch_unmark(PyObject *self, PyObject *args)
+{
+    long long a;
+
+    (void)self;
+    if (!int_args(the_hot->api, args, &a, 1))
+        return NULL;
+    if (the_hot->started && a >= 0 && a < CUDAEV_MAX)
+        cudaev_release(the_hot->marks, (int32_t)a);
+    return none(the_hot->api);
+}
+
+/* torch_mark() -> a CUDA event recorded now (for torch_record's start), or -1. */
+static PyObject *torch_mark(PyObject *self, PyObject *unused)
+{
+    (void)self, (void)unused;
+    return the_hot->api->PyLong_FromLongLong(the_hot->started ? mark(the_hot) : -1);
 }
 
 /* JSON text for a name: quoted, with quotes, backslashes and control characters escaped. */
@@ -672,33 +754,45 @@ static PyObject *torch_name(PyObject *self, PyObject *args)
     return none(api);
 }
 
-/* torch_record(step, name id, stage 0|1|2, start_ns, end_ns): a record made in Python. */
+/* torch_record(step, name id, stage 0|1|2, start_ns, end_ns, mark): a record made in Python;
+ * mark: torch_mark()'s at its start, or -1. */
 static PyObject *torch_record(PyObject *self, PyObject *args)
 {
     struct torch_hot *h = the_hot;
-    long long a[5];
+    long long a[6];
 
     (void)self;
-    if (!h->started || !int_args(h->api, args, a, 5) || a[1] < 0 || a[1] >= h->n_names ||
-        a[2] < STAGE_FORWARD || a[2] > STAGE_STEP)
+    if (!h->started || !int_args(h->api, args, a, 6) || a[1] < 0 || a[1] >= h->n_names ||
+        a[2] < STAGE_FORWARD || a[2] > STAGE_STEP || a[5] < -1 || a[5] >= CUDAEV_MAX)
         return h->api->PyErr_Occurred() ? NULL : py_raise(h, "torch_record(): bad arguments");
-    add_record(h, a[0], h->names[a[1]], (enum hot_stage)a[2], a[3], a[4]);
+    add_record(h, a[0], h->names[a[1]], (enum hot_stage)a[2], a[3], a[4], (int32_t)a[5],
+               a[5] >= 0 ? mark(h) : -1);
     return none(h->api);
 }
 
-/* torch_info() -> (last backward pass's end ns or 0, errors, last error or None, dropped) */
+/* torch_info() -> (last backward pass's end ns or 0, errors, last error or None, dropped,
+ * (device events recorded, not recorded for want of one, driver errors, its last CUresult,
+ * spans the GPU never reached) or None) */
 static PyObject *torch_info(PyObject *self, PyObject *unused)
 {
     struct torch_hot *h = the_hot;
     const struct capi *api = h->api;
-    PyObject *t = api->PyTuple_New(4);
+    PyObject *t = api->PyTuple_New(5), *d = NULL;
     int64_t dropped;
 
     (void)self, (void)unused;
     pthread_mutex_lock(&h->lock);
     dropped = h->dropped;
     pthread_mutex_unlock(&h->lock);
+    if (t && h->marks) {
+        struct cudaev_stats st = cudaev_stats(h->marks);
+        d = api->PyTuple_New(5);
+        int64_t v[5] = {st.recorded, st.empty, st.errors, st.last_error, st.unresolved};
+        for (int i = 0; d && i < 5; i++)
+            api->PyTuple_SetItem(d, i, api->PyLong_FromLongLong(v[i]));
+    }
     if (t) {
+        api->PyTuple_SetItem(t, 4, d ? d : none(api));
         api->PyTuple_SetItem(t, 3, api->PyLong_FromLongLong(dropped));
         api->PyTuple_SetItem(t, 0, api->PyLong_FromLongLong(h->pass_end_ns));
         api->PyTuple_SetItem(t, 1, api->PyLong_FromLongLong(h->errors));
@@ -711,7 +805,7 @@ static PyObject *torch_info(PyObject *self, PyObject *unused)
 }
 
 /* The records as a JSON array: [step, name, stage, ts ns, duration ns, allocated KB, reserved
- * KB]. No Python here: it runs with the GIL released. NULL when memory is short. */
+ * KB, device ns]. No Python here: it runs with the GIL released. NULL when memory is short. */
 static char *format_records(const struct hot_record *r, int64_t n, int64_t offset_ns)
 {
     char *text = NULL;
@@ -729,9 +823,13 @@ static char *format_records(const struct hot_record *r, int64_t n, int64_t offse
         else
             fprintf(f, "%" PRId64 ",", r[i].allocated_kb);
         if (r[i].reserved_kb < 0)
+            fputs("null,", f);
+        else
+            fprintf(f, "%" PRId64 ",", r[i].reserved_kb);
+        if (r[i].device_ns < 0)
             fputs("null]", f);
         else
-            fprintf(f, "%" PRId64 "]", r[i].reserved_kb);
+            fprintf(f, "%" PRId64 "]", r[i].device_ns);
     }
     fputc(']', f);
     if (fclose(f) != 0) {
@@ -739,6 +837,55 @@ static char *format_records(const struct hot_record *r, int64_t n, int64_t offse
         return NULL;
     }
     return text;
+}
+
+/* The GPU's time of @n records taken from the buffer (events resolved and given back). A
+ * record whose end the GPU has not reached yet goes back to the buffer's front with those
+ * after it, for a later drain: the number of records left to format. One the GPU has not
+ * reached UNRESOLVED_NS after the host is stored without (counted). GIL released, drain_lock
+ * held. */
+#define UNRESOLVED_NS 5000000000LL
+static int64_t resolve_device(struct torch_hot *h, struct hot_record *r, int64_t n)
+{
+    int64_t now = now_ns(), k = n;
+
+    if (!h->marks)
+        return n;
+    cudaev_enter(h->marks);
+    for (int64_t i = 0; i < n; i++) {
+        int got;
+        if (r[i].event_end < 0)
+            continue;
+        got = cudaev_elapsed(h->marks, r[i].event_start, r[i].event_end, &r[i].device_ns);
+        if (got == 0 && now - (r[i].start_ns + r[i].duration_ns) < UNRESOLVED_NS) {
+            k = i;
+            break;
+        }
+        if (got == 0)
+            cudaev_count_unresolved(h->marks);
+        if (got <= 0)
+            r[i].device_ns = -1;
+        cudaev_release(h->marks, r[i].event_start);
+        cudaev_release(h->marks, r[i].event_end);
+        r[i].event_start = r[i].event_end = -1;
+    }
+    cudaev_leave(h->marks);
+    if (k == n)
+        return n;
+    pthread_mutex_lock(&h->lock); /* back in front, in order, before what came meanwhile */
+    if (grow(&h->records, &h->cap_records, h->n_records + (n - k), sizeof(*h->records)) == 0) {
+        memmove(h->records + (n - k), h->records, (size_t)h->n_records * sizeof(*h->records));
+        memcpy(h->records, r + k, (size_t)(n - k) * sizeof(*r));
+        h->n_records += n - k;
+    } else {
+        h->dropped += n - k;
+        for (int64_t i = k; i < n; i++) {
+            cudaev_release(h->marks, r[i].event_start);
+            cudaev_release(h->marks, r[i].event_end);
+        }
+    }
+    pthread_mutex_unlock(&h->lock);
+    return k;
 }
 
 /* torch_drain(max) -> (JSON array of up to max records, how many, how many are left, dropped).
@@ -777,6 +924,7 @@ static PyObject *torch_drain(PyObject *self, PyObject *args)
     }
     pthread_mutex_unlock(&h->lock);
     ts = api->PyEval_SaveThread();
+    n = resolve_device(h, taken, n); /* those the GPU has not reached wait: not "left" */
     text = format_records(taken, n, h->offset_ns);
     pthread_mutex_unlock(&h->drain_lock); /* before the GIL: torch_stop holds it, waiting */
     api->PyEval_RestoreThread(ts);
@@ -829,6 +977,9 @@ int torch_hot_register(struct torch_hot *hot, const struct capi *api)
         {"torch_name", torch_name, PY_METH_VARARGS, NULL},
         {"torch_record", torch_record, PY_METH_VARARGS, NULL},
         {"torch_info", torch_info, PY_METH_NOARGS, NULL},
+        {"torch_device", torch_device, PY_METH_VARARGS, NULL},
+        {"torch_mark", torch_mark, PY_METH_NOARGS, NULL},
+        {"torch_unmark", torch_unmark, PY_METH_VARARGS, NULL},
         {"torch_drain", torch_drain, PY_METH_VARARGS, NULL},
     };
     PyObject *mod = api->PyModule_New("_probed_stub");

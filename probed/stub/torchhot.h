@@ -24,11 +24,14 @@
 
 #include "capi.h"
 
-/* The torch_* functions' version, published as _probed_stub.TORCH_ABI: 2 took read_cuda out of
- * torch_start and added backward_min_ns (1: no TORCH_ABI). A process keeps the stub it was first
- * given for its life; torchtrace.py asks for a restart when it finds another version. */
-#define TORCH_HOT_ABI 2
+/* The torch_* functions' version, published as _probed_stub.TORCH_ABI: 3 added device time
+ * (torch_device, torch_mark, a record's device ns, torch_info's device counters); 2 took
+ * read_cuda out of torch_start and added backward_min_ns (1: no TORCH_ABI). A process keeps the
+ * stub it was first given for its life; torchtrace.py asks for a restart when it finds another
+ * version. */
+#define TORCH_HOT_ABI 3
 
+struct cudaev;
 struct hot_thread;
 struct hot_name_stat {
     uint8_t calls;  /* forwards seen, up to the number that decides */
@@ -44,6 +47,10 @@ struct torch_hot {
     const struct capi *api;
     bool started, active, sampled, cuda;
     int64_t step;
+    /* device time (torch_device): CUDA events around each timed module on the step's stream */
+    bool device;
+    uint64_t stream;      /* torch's current stream on the training thread at the step's start */
+    struct cudaev *marks; /* the events: opened at the first torch_device, closed by torch_stop */
     /* torchtrace.py's side, held from torch_start to torch_stop: */
     PyObject *ids;        /* dict id(module) -> name id; a module's entry goes when it dies */
     PyObject *name_of;    /* name_of(module) -> name id, for a module not in ids */

@@ -129,11 +129,33 @@ int nvmlDeviceGetUUID(void *h, char *buf, unsigned int len)
     return OK;
 }
 
+/* As the real driver: v1's used includes what the driver reserves on a whole GPU (RESERVED),
+ * v2's (nvidia-smi's figure, the one expected) does not; MIG devices here answer v1 only. */
+#define RESERVED (512ULL << 20)
+
 int nvmlDeviceGetMemoryInfo(void *h, struct mem *m)
 {
     m->total = dev(h)->total;
-    m->used = dev(h)->used;
+    m->used = dev(h)->used + (dev(h)->mig < 0 ? RESERVED : 0);
     m->free = m->total - m->used;
+    return OK;
+}
+
+struct mem_v2 {
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+};
+
+int nvmlDeviceGetMemoryInfo_v2(void *h, struct mem_v2 *m)
+{
+    if (m->version != ((unsigned int)sizeof(*m) | (2u << 24)))
+        return INVALID_ARGUMENT;
+    if (dev(h)->mig >= 0)
+        return NOT_SUPPORTED;
+    m->total = dev(h)->total;
+    m->reserved = RESERVED;
+    m->used = dev(h)->used;
+    m->free = m->total - m->used - m->reserved;
     return OK;
 }
 

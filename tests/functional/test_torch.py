@@ -377,6 +377,27 @@ def test_every_nth_step():
         d.close()
 
 
+def test_device_time_needs_cuda():
+    """--device-time on a CPU job: the reply says why there is none, the trace runs as it
+    would without, and its rows have no device time (NULL, never 0). The device time itself
+    needs a GPU: bench/gpu_torch.sh checks it there against the job's own CUDA events."""
+    d = Daemon()
+    job = Job('mlp', 'train', 1, 6)
+    try:
+        out = d.ctl('torch', job.pid, 'on', '--device-time', check=True).stdout
+        assert 'device time needs CUDA: torch.cuda is not initialised in this process' in out, out
+        job.start()
+        job.wait_done()
+        drained(d, job.pid, job.steps)
+        rows = d.rows("SELECT count(*), count(device_duration), count(device_ns) FROM torch_trace"
+                      " WHERE pid = %d" % job.pid)
+        assert rows[0][0] > 0 and rows[0][1:] == [0, 0], rows
+        print('device time on a GPU: not run: no GPU here')
+    finally:
+        job.close()
+        d.close()
+
+
 def run_traced(d, job):
     """A training job traced from its first step (every module's backward too), run to its
     end and drained."""
