@@ -99,6 +99,20 @@ def _plain(value):
     return '<%s>' % type(value).__name__
 
 
+def _outermost_module(module):
+    """The outermost module whose call (Module._call_impl, torch 1.x and 2.x) is on this
+    thread's Python stack, or @module. Looked for only when a module is first seen."""
+    outer = module
+    f = sys._getframe(1)
+    while f is not None:
+        if f.f_code.co_name == '_call_impl' and 'self' in f.f_code.co_varnames[:1]:
+            candidate = f.f_locals.get('self')
+            if isinstance(candidate, _module.Module):
+                outer = candidate
+        f = f.f_back
+    return outer
+
+
 class Tracer:
     def __init__(self, every, exprs, backward='auto', device_time=False):
         self.every = every
@@ -270,14 +284,19 @@ class Tracer:
                 self.name_new(sub, qualified or type(root).__name__)
 
     def top_level(self, module):
-        """A forward begins on a thread running no other: names the tree the first time;
-        in inference, the model called again begins a step."""
+        """A forward begins on a thread running no other traced one: names the tree the
+        first time; in inference, the model called again begins a step. A module not named
+        yet may be no root: `on` came while the thread was inside its model's forward, whose
+        pre-hook never ran. It is named from the outermost module whose call is on the
+        thread's stack, as the model's own call names it."""
         try:
+            if id(module) not in self.ids:
+                module = _outermost_module(module)
+                if id(module) not in self.ids:
+                    self.name_tree(module)
+                    if _comm is not None:
+                        _comm.watch(module)
             key = id(module)
-            if key not in self.ids:
-                self.name_tree(module)
-                if _comm is not None:
-                    _comm.watch(module)
             if not self.opt_seen and key in self.roots:
                 self.end_step(_now())
             self.roots.add(key)

@@ -377,6 +377,34 @@ def test_every_nth_step():
         d.close()
 
 
+def test_on_in_the_middle_of_a_forward_names_modules_by_their_place():
+    """`torch on` while the job is inside its model's forward (here, held in a module between
+    fc1 and the rest): the next module called finds the trace's stack empty, but it is no
+    top-level module. Named from it, `body` was `Sequential` and its layers `0`, `1`, `2` for
+    good (seen on the H200 job after an `on`, and in the issue as `ReLU`/`Linear`); they are
+    named from the model they belong to."""
+    d = Daemon()
+    job = Job('gated', 'train', 1, 6)
+    try:
+        job.start()
+        wait_for(lambda: os.path.exists(job.go + '.inside'), what='the job inside its forward')
+        d.ctl('torch', job.pid, 'on', '--backward', 'all', check=True)
+        open(job.go + '.resume', 'w').close()
+        job.wait_done()
+        drained(d, job.pid, job.steps)
+        names = {r[0] for r in d.rows("SELECT DISTINCT module FROM torch_trace WHERE pid = %d"
+                                      % job.pid)}
+        assert names == {'Gated', 'fc1', 'gate', 'body', 'body.0', 'body.1', 'body.2', 'fc2',
+                         'CrossEntropyLoss', 'SGD'}, names
+        # the interrupted step's own modules: under their names, not as roots of their own
+        first = {r[0] for r in d.rows("SELECT module FROM torch_trace WHERE pid = %d AND step ="
+                                      " 0 AND stage = 'forward'" % job.pid)}
+        assert {'body', 'body.1', 'fc2'} <= first and 'Gated' not in first, first
+    finally:
+        job.close()
+        d.close()
+
+
 def test_device_time_needs_cuda():
     """--device-time on a CPU job: the reply says why there is none, the trace runs as it
     would without, and its rows have no device time (NULL, never 0). The device time itself

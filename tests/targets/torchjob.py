@@ -1,9 +1,11 @@
 """A real PyTorch job (Debian's python3-torch) for the torch trace tests and benchmark.
 
     torchjob.py MODEL MODE EPOCHS STEPS GO_FILE LOG_FILE
-      MODEL  mlp | inplace | oddnames | transformer | transformer-128 (a small MLP; one with
+      MODEL  mlp | inplace | oddnames | transformer | transformer-128 | gated (a small MLP; one with
              BatchNorm and in-place ReLUs; one whose module names JSON must escape; an embedding + one pre-norm transformer block + a head, dim
-             64 on 8x16 tokens, or dim 128 on 8x32 tokens; on random data)
+             64 on 8x16 tokens, or dim 128 on 8x32 tokens; the MLP with a gate between fc1 and
+             the rest whose first call writes GO_FILE.inside and waits for GO_FILE.resume, so
+             that a test can turn the trace on in the middle of a forward; on random data)
       MODE   train (SGD steps: zero_grad, forward, loss, backward, step) | infer (no_grad
              forward calls, no optimizer) | train-loader (train, the mlp's batches from a
              DataLoader whose two forked workers run a module for each item, as torchvision's
@@ -39,6 +41,34 @@ class MLP(nn.Module):
 
     def forward(self, x):
         return self.fc2(self.act(self.fc1(x)))
+
+
+class Gate(nn.Module):
+    """Its first call says so (a file) and waits for the test's go-ahead (another)."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.path, self.waited = path, False
+
+    def forward(self, x):
+        if not self.waited:
+            self.waited = True
+            open(self.path + '.inside', 'w').close()
+            while not os.path.exists(self.path + '.resume'):
+                time.sleep(0.02)
+        return x
+
+
+class Gated(nn.Module):
+    def __init__(self, path):
+        super().__init__()
+        self.fc1 = nn.Linear(64, 128)
+        self.gate = Gate(path)
+        self.body = nn.Sequential(nn.ReLU(), nn.Linear(128, 128), nn.ReLU())
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        return self.fc2(self.body(self.gate(self.fc1(x))))
 
 
 class InPlace(nn.Module):
@@ -98,7 +128,7 @@ class TinyTransformer(nn.Module):
 
 
 def batch(model_name):
-    if model_name in ('mlp', 'inplace', 'oddnames'):
+    if model_name in ('mlp', 'inplace', 'oddnames', 'gated'):
         return torch.randn(32, 64), torch.randint(0, 10, (32,))
     seq = 32 if model_name == 'transformer-128' else 16
     tokens = torch.randint(0, 100, (8, seq))
@@ -163,7 +193,8 @@ def main():
     model_name, mode, epochs, steps, go, log_path = sys.argv[1:7]
     model = {'mlp': MLP, 'inplace': InPlace, 'oddnames': Modèle, 'transformer': TinyTransformer,
              'transformer-128': lambda: TinyTransformer(dim=128, heads=4),
-             'transformer-cuda': lambda: TinyTransformer().cuda()}[model_name]()
+             'transformer-cuda': lambda: TinyTransformer().cuda(),
+             'gated': lambda: Gated(go)}[model_name]()
     print('READY ' + json.dumps({'pid': os.getpid()}))
     sys.stdout.flush()
     while not os.path.exists(go):
