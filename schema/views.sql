@@ -103,7 +103,7 @@ CREATE TEMP VIEW torch_trace AS
 SELECT r.step, r.module, r.stage, r.duration_ns / 1e9 AS duration, r.allocated_mb AS allocated,
        r.reserved_mb AS reserved, strftime('%Y-%m-%d %H:%M:%f', r.ts_ns / 1e9, 'unixepoch') AS ts,
        t.pid, t.rank, r.duration_ns, r.ts_ns, r.target_id, r.device_ns / 1e9 AS device_duration,
-       r.device_ns
+       r.device_ns, r.session
 FROM torch_records r
 JOIN targets t ON t.id = r.target_id;
 

@@ -2,8 +2,10 @@
 #define _GNU_SOURCE
 #include "common/dump.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,17 +206,64 @@ static bool tid_in(pid_t tid, const pid_t *tids, size_t n)
     return false;
 }
 
+/* Whether thread @tid of @pid runs (state R in its stat), or -1 when it cannot be read. */
+static int thread_runs(pid_t pid, pid_t tid)
+{
+    char stat[512], *paren;
+
+    snprintf(stat, sizeof(stat), "task/%d/stat", (int)tid);
+    if (procfs_read(pid, stat, stat, sizeof(stat)) <= 0 || !(paren = strrchr(stat, ')')))
+        return -1;
+    return paren[1] && paren[2] == 'R';
+}
+
+/* --native: each thread's state read just before the threads are held (held, every one would
+ * read as stopped: `t`), kept by tid for the threads read while held. */
+struct running_before {
+    pid_t tids[THREADS_CAP];
+    int8_t runs[THREADS_CAP]; /* 1, 0, or -1: not known */
+    size_t n;
+};
+
+static void read_running(pid_t pid, struct running_before *rb)
+{
+    char path[64];
+    struct dirent *e;
+    DIR *dir;
+
+    rb->n = 0;
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+    if (!(dir = opendir(path)))
+        return;
+    while ((e = readdir(dir)) != NULL && rb->n < THREADS_CAP) {
+        pid_t tid = (pid_t)atoi(e->d_name);
+        if (tid > 0) {
+            rb->tids[rb->n] = tid;
+            rb->runs[rb->n++] = (int8_t)thread_runs(pid, tid);
+        }
+    }
+    closedir(dir);
+}
+
+/* -1 when @tid was not read before the hold */
+static int ran_before(const struct running_before *rb, pid_t tid)
+{
+    for (size_t i = 0; rb && i < rb->n; i++)
+        if (rb->tids[i] == tid)
+            return rb->runs[i];
+    return -1;
+}
+
 /* --native: the held threads (@tids: stopped, or a core's) that have no Python state, after the
  * @n Python ones in @bts (room for every held thread); returns how many were added. */
 static size_t add_native_only(const pid_t *tids, size_t n_tids, bool core, struct bt_thread *bts,
-                              size_t n, pid_t pid)
+                              size_t n, pid_t pid, const struct running_before *rb)
 {
     size_t added = 0;
 
     for (size_t i = 0; i < n_tids; i++) {
         pid_t tid = tids[i];
         bool python = false;
-        char stat[512], *paren;
         for (size_t k = 0; k < n && !python; k++)
             python = bts[k].th.tid == tid;
         if (python)
@@ -227,9 +276,7 @@ static size_t add_native_only(const pid_t *tids, size_t n_tids, bool core, struc
         pyf_thread_name(pid, tid, bts[n + added - 1].os_name, sizeof(bts[n + added - 1].os_name));
         snprintf(bts[n + added - 1].name, sizeof(bts[n + added - 1].name), "%s",
                  bts[n + added - 1].os_name);
-        snprintf(stat, sizeof(stat), "task/%d/stat", (int)tid);
-        if (procfs_read(pid, stat, stat, sizeof(stat)) > 0 && (paren = strrchr(stat, ')')))
-            bts[n + added - 1].th.on_cpu = paren[1] && paren[2] == 'R';
+        bts[n + added - 1].th.on_cpu = ran_before(rb, tid) == 1;
     }
     return added;
 }
@@ -451,11 +498,14 @@ int dump_capture(struct dump *d, struct pyf_err *e)
     size_t n_tids = 0;
     struct stack_copy *copies = NULL; /* a live process's: unwound once its threads run */
     uint8_t *copy_bytes = NULL;
+    struct running_before *rb = NULL; /* --native on a live process */
     int r = 0;
 
     drop_capture(d);
     clock_gettime(CLOCK_REALTIME, &now);
     d->read_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+    if (d->native && !d->core && (rb = malloc(sizeof(*rb))) != NULL)
+        read_running(d->pid, rb);
     if (d->native && !d->core) /* from here on, every path lets the threads go */
         r = pyf_stop_process(d->pid, &held, e);
     d->held_ns = d->native && !d->core ? monotonic_ns() : 0;
@@ -482,12 +532,14 @@ int dump_capture(struct dump *d, struct pyf_err *e)
     }
     for (size_t i = 0; r == 0 && i < d->n; i++) {
         d->bts[i].th = d->threads[i];
+        if (rb && ran_before(rb, d->threads[i].tid) >= 0) /* held now: what it did before */
+            d->bts[i].th.on_cpu = ran_before(rb, d->threads[i].tid) == 1;
         d->bts[i].st =
             (struct pyf_stack){.frames = d->frames + i * PYF_DEPTH_MAX, .cap = PYF_DEPTH_MAX};
         read_stack(d->t, &d->bts[i], d->pid);
     }
     if (r == 0 && d->native) {
-        d->n += add_native_only(tids, n_tids, d->core != NULL, d->bts, d->n, d->pid);
+        d->n += add_native_only(tids, n_tids, d->core != NULL, d->bts, d->n, d->pid, rb);
         if (d->core || d->unwind_held)
             unwind_threads(d->nat, tids, n_tids, d->bts, d->n, d->pcs);
         else if (!(copies = copy_threads(d->pid, tids, n_tids, &copy_bytes)))
@@ -500,6 +552,7 @@ int dump_capture(struct dump *d, struct pyf_err *e)
     free(copies);
     free(copy_bytes);
     free(tids);
+    free(rb);
     if (r == -ENOMEM)
         snprintf(e->msg, sizeof(e->msg), "pid %d: out of memory reading its stacks", (int)d->pid);
     if (r < 0)

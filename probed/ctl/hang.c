@@ -444,6 +444,18 @@ static bool same_every_round(const struct round *rounds, int n_rounds, const str
     return true;
 }
 
+/* A process without a rank among ranked ones is the launcher (torchrun, a script), waiting for
+ * them: it is listed apart, never grouped as the odd one out. */
+static bool is_launcher(const struct round *r, const struct rank_read *rd)
+{
+    if (rd->rank >= 0)
+        return false;
+    for (size_t i = 0; i < r->n; i++)
+        if (r->reads[i].rank >= 0 && r->reads[i].key)
+            return true;
+    return false;
+}
+
 static size_t make_groups(const struct round *last, const struct round *rounds, int n_rounds,
                           struct group *groups)
 {
@@ -453,7 +465,7 @@ static size_t make_groups(const struct round *last, const struct round *rounds, 
         const struct rank_read *rd = &last->reads[i];
         size_t g = 0;
 
-        if (!rd->key)
+        if (!rd->key || is_launcher(last, rd))
             continue;
         while (g < n && strcmp(groups[g].key, rd->key) != 0)
             g++;
@@ -591,6 +603,16 @@ static void print_groups(const struct round *r, struct group *groups, size_t n, 
         }
         group_collectives(r, &groups[g]);
         printf("\n");
+    }
+    for (size_t i = 0, apart = 0; i < r->n; i++) {
+        const struct rank_read *rd = &r->reads[i];
+        json_t *top = json_array_get(json_object_get(main_thread(rd->target), "frames"), 0);
+        if (!rd->key || !is_launcher(r, rd))
+            continue;
+        if (!apart++)
+            printf("apart: no rank among ranked processes (the launcher, waiting for them):\n");
+        printf("    %s pid %lld: in %s\n", rd->host, rd->pid,
+               json_string_value(json_object_get(top, "function")) ?: "(no Python frame)");
     }
     for (size_t i = 0; i < r->n; i++)
         if (!r->reads[i].key) {
@@ -780,20 +802,27 @@ int hang_main(int argc, char **argv)
         groups = calloc(last->n + 1, sizeof(*groups));
         n_groups = groups ? make_groups(last, rounds, n_rounds, groups) : 0;
         if (o.json) {
-            json_t *unread = json_array();
+            json_t *unread = json_array(), *apart = json_array();
+            for (size_t i = 0; i < last->n; i++)
+                if (last->reads[i].key && is_launcher(last, &last->reads[i]))
+                    json_array_append_new(
+                        apart,
+                        json_pack("{s:s, s:I, s:O?}", "host", last->reads[i].host, "pid",
+                                  (json_int_t)last->reads[i].pid, "stack",
+                                  json_object_get(main_thread(last->reads[i].target), "frames")));
             for (size_t i = 0; i < last->n; i++)
                 if (!last->reads[i].key)
                     json_array_append_new(
                         unread, json_pack("{s:s, s:I, s:s}", "host", last->reads[i].host, "pid",
                                           (json_int_t)last->reads[i].pid, "error",
                                           last->reads[i].error ? last->reads[i].error : "?"));
-            print_json(json_pack("{s:I, s:f, s:f, s:i, s:o, s:o, s:o, s:o}", "processes",
+            print_json(json_pack("{s:I, s:f, s:f, s:i, s:o, s:o, s:o, s:o, s:o}", "processes",
                                  (json_int_t)last->n, "spread_ms",
                                  (double)(last->last_ns - last->first_ns) / 1e6, "clock_error_ms",
                                  last->clock_error_ms, "rounds", n_rounds, "groups",
                                  groups_json(last, groups, n_groups, n_rounds), "collectives",
-                                 say_collectives(last, true), "unread", unread, "failed",
-                                 remote ? failures_json(&fo) : json_array()));
+                                 say_collectives(last, true), "unread", unread, "apart", apart,
+                                 "failed", remote ? failures_json(&fo) : json_array()));
         } else if (last->n == 0) {
             if (json_array_size(last->replies) > 0) /* else no node answered: said below */
                 printf("no attached process of yours to read%s (attach the job first: probectl"

@@ -124,7 +124,12 @@ class Tracer:
         self.device_error = None  # why it cannot
         self.step_mark = -1  # the optimizer step's start event
         self.exprs = exprs  # [(name, function)]
-        self.step = 0
+        # Steps are numbered on from the process's last trace session (kept in the stub's
+        # module, which lives as long as the process): an `on` after an `off` goes on from
+        # there, so that a step number means one step of the job, whatever the sessions.
+        self.session = getattr(_hot, 'trace_sessions', 0) + 1
+        _hot.trace_sessions = self.session
+        self.step = getattr(_hot, 'next_step', 0)
         self.sampled = True
         self.opt_seen = False
         self.roots = set()  # ids of top-level modules called during this step
@@ -208,6 +213,7 @@ class Tracer:
 
     def close(self):
         self.remove()
+        _hot.next_step = self.step + 1  # the step in flight was cut: its number is taken
         if self.started:
             _hot.torch_stop()
             self.started = False
@@ -340,6 +346,7 @@ class Tracer:
             self.steps.append((self.step, self.step_start + self.offset_ns, now - self.step_start))
         self.steps_seen += 1
         self.step += 1
+        _hot.next_step = self.step
         self.step_start = now
         if _comm is not None and _comm.ddps:
             _comm.step_ended()
@@ -421,7 +428,9 @@ class Tracer:
             device = dict(zip(('events', 'no_event', 'driver_errors', 'last_cuda_error',
                                'unresolved'), device))
         return {'device_time': self.device_time or self.device_on,
-                'device_time_error': self.device_error, 'device_events': device,'tracing': self.active, 'step': self.step, 'steps_seen': self.steps_seen,
+                'device_time_error': self.device_error, 'device_events': device,
+                'tracing': self.active, 'session': self.session, 'step': self.step,
+                'steps_seen': self.steps_seen,
                 'every': self.every, 'exprs': ['%s@%s' % e for e in self.exprs],
                 'backward': self.backward,
                 'dropped': dropped, 'errors': self.errors + errors,

@@ -162,17 +162,23 @@ int records_torch_drain(const char *db_path, int64_t target_id, json_t *drain, i
                         struct errbuf *err)
 {
     sqlite3 *db = NULL;
+    json_t *jsession = json_object_get(drain, "session");
+    long long session = json_is_integer(jsession) ? json_integer_value(jsession) : 0;
+    char records_sql[256];
     int rc, r = store_connect(db_path, &db, err);
 
     if (r < 0)
         return r;
+    /* a drain's records are all of one trace session (an `off` drains before the next `on`) */
+    snprintf(records_sql, sizeof(records_sql),
+             "INSERT INTO torch_records (target_id, step, module, stage, ts_ns, duration_ns,"
+             " allocated_mb, reserved_mb, device_ns, session) VALUES (?,?,?,?,?,?,? / 1024.0,"
+             " ? / 1024.0, ?, NULLIF(%lld, 0))",
+             session);
     rc = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL);
     if (rc == SQLITE_OK)
-        rc = insert_rows(db,
-                         "INSERT INTO torch_records (target_id, step, module, stage, ts_ns,"
-                         " duration_ns, allocated_mb, reserved_mb, device_ns) VALUES"
-                         " (?,?,?,?,?,?,? / 1024.0, ? / 1024.0, ?)",
-                         target_id, json_object_get(drain, "records"), "issiinnn", ret_stored);
+        rc = insert_rows(db, records_sql, target_id, json_object_get(drain, "records"), "issiinnn",
+                         ret_stored);
     if (rc == SQLITE_OK)
         rc = insert_rows(db,
                          "INSERT INTO torch_values (target_id, step, ts_ns, function, name,"

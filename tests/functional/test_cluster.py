@@ -270,6 +270,44 @@ def test_a_user_matches_attaches_detaches_and_reads_only_their_own():
         d.close()
 
 
+def test_hang_lists_the_launcher_apart():
+    """A launcher (no RANK, waiting for its ranks in Popen.wait) attached with its ranks is no
+    rank: listed apart, never grouped as the odd one out ahead of the stalled rank."""
+    d = Daemon()
+    env = {k: v for k, v in os.environ.items() if k != 'RANK'}
+    ranks = []
+    launcher = subprocess.Popen([PY, os.path.join(TARGETS, 'launcher.py'), '4'],
+                                env=dict(env, STALL_RANK='2'), stdout=subprocess.PIPE,
+                                universal_newlines=True)
+    try:
+        ranks = json.loads(launcher.stdout.readline().split(' ', 1)[1])['ranks']
+        for pid in [launcher.pid] + ranks:
+            d.ctl('attach', pid, check=True)
+
+        def read():
+            doc = json.loads(d.ctl('hang', '--json', check=True).stdout)
+            tops = [g['stack'][0]['function'] for g in doc['groups'] if g['stack']]
+            return doc if sorted(tops) == ['all_reduce_wait', 'load_batch'] else None
+        doc = wait_for(read, what='every rank in its function')
+        assert doc['processes'] == 5 and len(doc['groups']) == 2, doc
+        first, rest = doc['groups']
+        assert first['ranks'] == '2' and first['stack'][0]['function'] == 'load_batch', first
+        assert sorted(m['rank'] for m in rest['members']) == [0, 1, 3], rest
+        (apart,) = doc['apart']
+        assert apart['pid'] == launcher.pid, doc['apart']
+        assert any(f['function'] in ('Popen.wait', 'wait') for f in apart['stack']), apart['stack']
+        out = d.ctl('hang', check=True).stdout
+        assert out.index('rank 2 ') < out.index('apart:'), out
+        assert 'pid %d: in ' % launcher.pid in out.split('apart:')[1], out
+    finally:
+        for pid in ranks:
+            os.kill(pid, 9)
+        launcher.kill()
+        launcher.wait()
+        launcher.stdout.close()
+        d.close()
+
+
 def test_a_hundred_nodes_are_asked_64_at_a_time(tmp_path):
     """The fan-out's window: 100 nodes whose transport answers a canned reply after 0.3 s
     (no daemon needed), each logging when it ran: every node's row comes back with its host,

@@ -129,6 +129,20 @@ def test_text_output_and_direct_read(target_factory, tmp_path):
     assert state(t.pid) not in ('t', 'T')
 
 
+def test_running_threads_read_as_running(target_factory, daemon):
+    """--native holds the threads a moment with ptrace: read then, every thread's state is
+    `t` (stopped), and busy.py's spinning main thread was shown idle (`on_cpu` false, 3 of 3
+    runs). Each thread's state is the one read just before the hold: the spinner runs, the
+    sleeper does not, as without --native."""
+    t = target_factory('/usr/bin/python3', 'busy.py')
+    daemon.ctl('attach', t.pid, check=True)
+    for _ in range(3):
+        doc = json.loads(daemon.ctl('backtrace', t.pid, '--native', '--json', check=True).stdout)
+        threads = {th.get('name'): th for th in doc['threads']}
+        assert threads['MainThread']['on_cpu'] is True, threads['MainThread']
+        assert threads['sleeper']['on_cpu'] is False, threads['sleeper']
+
+
 def test_refusals(target_factory, tmp_path, daemon):
     # a process that is not Python: refused before anything is stopped
     sleeper = subprocess.Popen(['sleep', '30'])

@@ -405,6 +405,29 @@ def test_on_in_the_middle_of_a_forward_names_modules_by_their_place():
         d.close()
 
 
+def test_sessions_number_steps_on():
+    """`on`, `off`, `on` again in one job: the second session's steps go on from the first's
+    (a step number is one step of the job, so the seeds' `MAX(step) - 20` reads the latest
+    steps, not two sessions' step 5), and each row says its session."""
+    d = Daemon()
+    job = Job('transformer', 'train', 1, 100000)
+    try:
+        job.start()
+        for _ in range(2):
+            d.ctl('torch', job.pid, 'on', check=True)
+            wait_for(lambda: d.rows("SELECT count(DISTINCT step) FROM torch_trace WHERE pid = %d"
+                                    " AND stage = 'step'" % job.pid)[0][0] >= 5 * (_ + 1),
+                     what='5 more steps')
+            d.ctl('torch', job.pid, 'off', check=True)
+        rows = d.rows("SELECT session, min(step), max(step), count(DISTINCT step) FROM torch_trace"
+                      " WHERE pid = %d GROUP BY session ORDER BY session" % job.pid)
+        assert [r[0] for r in rows] == [1, 2], rows
+        assert rows[1][1] > rows[0][2], rows  # on from the first session, never again from 0
+    finally:
+        job.close()
+        d.close()
+
+
 def test_device_time_needs_cuda():
     """--device-time on a CPU job: the reply says why there is none, the trace runs as it
     would without, and its rows have no device time (NULL, never 0). The device time itself
