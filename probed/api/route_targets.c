@@ -74,6 +74,8 @@ static json_t *target_json(const struct target_info *t)
 
     json_object_set_new(json_object_get(j, "stats"), "threads_cut",
                         json_integer((json_int_t)t->stats.threads_cut));
+    json_object_set_new(json_object_get(j, "stats"), "own_skipped",
+                        json_integer((json_int_t)t->stats.own_skipped));
     json_object_set_new(json_object_get(j, "stats"), "unchanged",
                         json_integer((json_int_t)t->stats.unchanged));
     json_object_set_new(json_object_get(j, "stats"), "lost",

@@ -207,9 +207,46 @@ static void name_thread(struct sampler *s, struct ob_half *h, struct target *t, 
         remember_tid(t, tid, at);
 }
 
+/* Whether @tid is one of the stub's threads: known so, and still named so (a tid is reused
+ * once a thread exits: the name is read again, for these few threads only). */
+static bool is_own_thread(struct target *t, pid_t tid)
+{
+    char os_name[32];
+
+    for (size_t i = 0; i < t->n_own_tids; i++) {
+        if (t->own_tids[i] != tid)
+            continue;
+        pyf_thread_name(t->pid, tid, os_name, sizeof(os_name));
+        if (!os_name[0] || strcmp(os_name, TARGET_OWN_NAME) == 0) /* "": gone meanwhile */
+            return true;
+        t->own_tids[i] = t->own_tids[--t->n_own_tids];
+        return false;
+    }
+    return false;
+}
+
+/* A thread read in this tick and gone before its name was (its comm no longer there): the
+ * stub's, when its stack runs probed's code (`<probed>`, `<probed torch>`). */
+static bool runs_probed_code(const struct pyf_stack *st)
+{
+    for (size_t k = 0; k < st->n_frames; k++)
+        if (st->frames[k].file && strncmp(st->frames[k].file, "<probed", 7) == 0)
+            return true;
+    return false;
+}
+
+static void note_own_thread(struct target *t, pid_t tid, const char *os_name)
+{
+    if (strcmp(os_name, TARGET_OWN_NAME) != 0)
+        return;
+    if (t->n_own_tids == TARGET_OWN_TIDS) /* the oldest goes: it has most likely exited */
+        memmove(t->own_tids, t->own_tids + 1, --t->n_own_tids * sizeof(pid_t));
+    t->own_tids[t->n_own_tids++] = tid;
+}
+
 /* Sends one Python thread's names: threading's (""  when it has none yet) and the OS's. */
 static bool send_thread_names(struct sampler *s, struct target *t, pid_t tid, uint64_t ident,
-                              bool *ret_has_py_name)
+                              const struct pyf_stack *st, bool *ret_has_py_name)
 {
     char name[64], os_name[32];
     struct pyf_err e;
@@ -217,6 +254,7 @@ static bool send_thread_names(struct sampler *s, struct target *t, pid_t tid, ui
     bool sent;
 
     pyf_thread_name(t->pid, tid, os_name, sizeof(os_name));
+    note_own_thread(t, tid, !os_name[0] && st && runs_probed_code(st) ? TARGET_OWN_NAME : os_name);
     if (pyf_target__thread_py_name(t->pyf, ident, name, sizeof(name), &e) < 0)
         name[0] = '\0';
     *ret_has_py_name = name[0] != '\0';
@@ -243,7 +281,7 @@ static void name_new_threads(struct sampler *s, struct target *t, size_t n, int6
             k++;
             continue;
         }
-        send_thread_names(s, t, rc->tid, rc->ident, &named);
+        send_thread_names(s, t, rc->tid, rc->ident, NULL, &named);
         if (named || ++rc->tries >= TARGET_NAME_TRIES) {
             *rc = t->name_rechecks[--t->n_name_rechecks];
         } else {
@@ -258,7 +296,7 @@ static void name_new_threads(struct sampler *s, struct target *t, size_t n, int6
 
         if (!th->tid || tid_known(t, th->tid, &at))
             continue;
-        if (!send_thread_names(s, t, th->tid, th->ident, &named))
+        if (!send_thread_names(s, t, th->tid, th->ident, &t->stacks[i], &named))
             continue;
         remember_tid(t, th->tid, at);
         if (!named && t->n_name_rechecks < TARGET_NAME_RECHECKS)
@@ -383,6 +421,12 @@ static void record(struct sampler *s, struct target *t, size_t n, int64_t ts, in
         const struct pyf_thread *th = &t->threads[i];
         struct ob_sample smp = {.ts_ns = ts, .target_id = t->id, .tid = th->tid};
 
+        if (t->n_own_tids && is_own_thread(t, th->tid)) { /* probed's, not the job's */
+            t->stats.own_skipped++;
+            if (t->native)
+                native__take(t->native, th->tid);
+            continue;
+        }
         if (t->stacks[i].torn) {
             t->stats.torn++;
             if (t->native) /* its native stack goes too, not filed as a native-only thread's */

@@ -26,6 +26,9 @@
 #define TARGET_DEPTH_MAX 256            /* frames stored per stack: deeper ones keep both ends */
 #define TARGET_READ_DEPTH PYF_DEPTH_MAX /* frames read of a thread found deeper than that */
 
+#define TARGET_OWN_TIDS 16 /* probed's stub threads known at once (one per request served) */
+#define TARGET_OWN_NAME "probed-stub" /* the stub names its threads so (stub.c) */
+
 enum target_state { TARGET_SAMPLING, TARGET_EXITED, TARGET_DETACHED, TARGET_FAILED };
 
 struct target_stats {
@@ -39,6 +42,7 @@ struct target_stats {
     uint64_t threads_cut; /* ticks that found TARGET_THREADS_MAX threads or more: the rest unread */
     uint64_t lost;        /* samples taken but lost: the database would not take them (disk full) */
     uint64_t by_state[4]; /* samples by state: bit 0 on CPU, bit 1 holds the GIL */
+    uint64_t own_skipped; /* thread stacks of probed's own (the stub's threads): left out */
 };
 
 /* The torch trace of a target, as its drains reported it (for /metrics). */
@@ -114,6 +118,9 @@ struct target {
     size_t threads_cap;
     pid_t *known_tids; /* tids whose name was sent to the store (sampler.c), sorted */
     size_t n_known_tids, known_tids_cap;
+    /* the stub's threads (named probed-stub) among them: their samples are left out */
+    pid_t own_tids[TARGET_OWN_TIDS];
+    size_t n_own_tids;
     /* Python threads named by their OS name, found before threading registered them: asked
      * again (sampler.c) */
     struct name_recheck {

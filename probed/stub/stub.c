@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -523,12 +524,17 @@ static void reply(int fd, uint8_t status, const char *text)
 }
 
 /* One connection: requests one after the other until the daemon hangs up. */
+/* The stub's threads are named so, for the daemon to tell them from the job's: it leaves them
+ * out of samples (sampler.c), and a reader of `ps -L` or a backtrace sees whose they are. */
+#define STUB_THREAD_NAME "probed-stub"
+
 static void *serve_connection(void *arg)
 {
     int fd = (int)(intptr_t)arg;
     struct stub *s = &the_stub;
     struct stub_request rq;
 
+    prctl(PR_SET_NAME, STUB_THREAD_NAME, 0, 0, 0);
     while (read_all(fd, &rq, sizeof(rq)) == 0 && rq.magic == STUB_MAGIC &&
            rq.len <= STUB_CODE_MAX) {
         char *code = malloc((size_t)rq.len + 1), *text = NULL, err[256];
@@ -608,8 +614,10 @@ static int listen_socket(const char *dir)
 static void *stub_main(void *arg)
 {
     struct stub *s = arg;
-    int lfd = listen_socket(s->dir);
+    int lfd;
 
+    prctl(PR_SET_NAME, STUB_THREAD_NAME, 0, 0, 0);
+    lfd = listen_socket(s->dir);
     if (lfd < 0)
         return NULL; /* the daemon, waiting for the socket, reports the failure */
     for (;;) {

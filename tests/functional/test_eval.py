@@ -59,6 +59,35 @@ def test_eval_prints_values_output_and_tracebacks(daemon, python):
 
 
 @pytest.mark.parametrize('python', interpreter_params())
+def test_the_stubs_thread_is_not_sampled_as_the_jobs(daemon, python):
+    """An eval runs on the stub's thread, in the job's interpreter: sampled, it was the job's
+    (`<module> (<probed>)` in its samples, ~1,200 of them in one process). The stub names its
+    threads `probed-stub`; their samples are left out (counted), the job's are kept."""
+    require(python)
+    t = target(python, 'sleep')
+    try:
+        daemon.ctl('attach', t.pid, check=True)
+        r = daemon.ctl('eval', t.pid, 'import time; time.sleep(0.8); 1')
+        assert (r.returncode, r.stdout) == (0, '1\n'), r.stdout + r.stderr
+        r = daemon.ctl('eval', t.pid, 'import threading, ctypes; ctypes.CDLL(None).prctl is not'
+                       ' None and open("/proc/self/task/%d/comm" % threading.get_native_id()'
+                       ' if hasattr(threading, "get_native_id") else "/proc/thread-self/comm")'
+                       '.read().strip()')
+        assert r.stdout == "'probed-stub'\n", r.stdout + r.stderr
+        stats = [x for x in json.loads(daemon.ctl('list', '--json', check=True).stdout)['targets']
+                 if x['pid'] == t.pid][-1]['stats']
+        assert stats['own_skipped'] > 10, stats  # 0.8 s at 100 Hz
+        time.sleep(1.2)  # stored
+        mine = daemon.rows("SELECT count(*) FROM sample_frames f JOIN targets t ON t.id ="
+                           " f.target_id WHERE t.pid = %d AND f.file = '<probed>'" % t.pid)
+        assert mine == [[0]], mine
+        assert daemon.rows("SELECT count(*) FROM sample_frames f JOIN targets t ON t.id ="
+                           " f.target_id WHERE t.pid = %d" % t.pid)[0][0] > 0
+    finally:
+        t.close()
+
+
+@pytest.mark.parametrize('python', interpreter_params())
 def test_threading_imported_by_an_eval_keeps_the_main_thread(daemon, python):
     """The target never imported threading; the first eval does, on the stub's thread."""
     require(python)
