@@ -199,10 +199,32 @@ static void simple(const char *socket, int pid, const char *action)
     json_decref(debug_call(socket, pid, json_pack("{s:s}", "action", action), &status));
 }
 
+/* A script on stdin (`printf 'where\ncontinue\n' | probectl debug PID`) that has ended while
+ * the thread runs: nothing more will be typed, so the session ends as Ctrl-D ends it on a
+ * terminal (the process goes on). Lines read ahead into stdin's buffer are still to come. */
+static bool script_ended(void)
+{
+    struct pollfd p = {.fd = STDIN_FILENO, .events = POLLIN};
+    int ch;
+
+    if (isatty(STDIN_FILENO) || stdin->_IO_read_ptr < stdin->_IO_read_end)
+        return false;
+    if (poll(&p, 1, 0) != 1)
+        return false;
+    if (!(p.revents & POLLIN))
+        return (p.revents & (POLLHUP | POLLERR)) != 0;
+    if ((ch = fgetc(stdin)) == EOF)
+        return true;
+    ungetc(ch, stdin);
+    return false;
+}
+
 /* Reads a running thread's output until it stops at the prompt (Ctrl-C pauses it again) or the
  * session ends; the last reply. */
 static json_t *until_paused(const char *socket, int pid, json_t *reply)
 {
+    bool left = false;
+
     while (reply && (strcmp(str(reply, "state") ?: "", "running") == 0 ||
                      strcmp(str(reply, "state") ?: "", "armed") == 0)) {
         bool armed = strcmp(str(reply, "state") ?: "", "armed") == 0;
@@ -210,6 +232,8 @@ static json_t *until_paused(const char *socket, int pid, json_t *reply)
         json_decref(reply);
         if (take_sigint()) /* never stopped yet: give up; else stop it again */
             simple(socket, pid, armed ? "detach" : "interrupt");
+        else if (!left && script_ended() && (left = true))
+            simple(socket, pid, "detach");
         reply = io(socket, pid, NULL, RUNNING_POLL_MS);
     }
     return reply;

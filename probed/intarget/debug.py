@@ -420,12 +420,30 @@ def detach():
         return {'state': 'none'}
     if s.status() == 'paused':
         s.send('detach')
-    else:  # not stopped yet, or running: disarm
+    else:  # not stopped yet, or running (a script's stdin ended): disarm, and leave nothing
         if s.ident != threading.main_thread().ident and hasattr(threading,
                                                                 'settrace_all_threads'):
             threading.settrace_all_threads(None)
+        s.pdb.clear_all_breaks()
         s.end('detached')
+        # pdb's trace function stays on the frames it traced (its bottom one's at least):
+        # cleared here, and the thread's own trace function too when it is the main one,
+        # where a pending call runs (the trace returns None on every event meanwhile)
+        frame = sys._current_frames().get(s.ident)
+        while frame is not None:
+            frame.f_trace = None
+            frame = frame.f_back
+        if s.ident == threading.main_thread().ident:
+            _probed_stub.main_call(_untrace_here)
     return {'state': 'ended'}
+
+
+def _untrace_here():
+    sys.settrace(None)
+    frame = sys._getframe(1)
+    while frame is not None:
+        frame.f_trace = None
+        frame = frame.f_back
 
 
 _dap = None  # where debugpy listens, once started

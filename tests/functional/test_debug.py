@@ -187,6 +187,37 @@ def test_pause_debug_through_a_terminal(python, tmp_path):
         close_all(term, t, d)
 
 
+def test_a_script_on_stdin_ends_with_its_input(tmp_path):
+    """`printf 'where\\ncontinue\\n' | probectl debug PID` never returned: after `continue`
+    the thread ran on and probectl waited for it to stop again, with nothing more to come on
+    stdin, and the session stayed open (`pause` then refused). EOF while it runs ends the
+    session as Ctrl-D does: detached, the process going on, and `pause` works again."""
+    d = Daemon()
+    count = str(tmp_path / 'steps')
+    t = Target('/usr/bin/python3', 'debuggee.py', count)
+    try:
+        wait_for(lambda: steps(count) > 2, 20, 'the target stepping')
+        d.ctl('pause', t.pid, check=True)
+        r = subprocess.run([PROBECTL, 'debug', str(t.pid)], input='where\ncontinue\n',
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True, timeout=60,
+                           env=dict(os.environ, PROBED_SOCKET=d.socket))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert 'main()' in r.stdout, r.stdout
+        assert 'the debugger session ended (detached)' in r.stdout, r.stdout
+        wait_for(lambda: going(count, 0.3), 10, 'the target going on')
+        assert left_behind(d, t.pid) == ['0', '0']
+        r = d.ctl('pause', t.pid)
+        assert r.returncode == 0, r.stdout + r.stderr
+        r = subprocess.run([PROBECTL, 'debug', str(t.pid)], input='detach\n',
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True, timeout=60,
+                           env=dict(os.environ, PROBED_SOCKET=d.socket))
+        assert r.returncode == 0 and 'session ended' in r.stdout, r.stdout + r.stderr
+    finally:
+        close_all(None, t, d)
+
+
 @pytest.mark.parametrize('name', ['pyenv-3.9', 'debian-python3', 'pyenv-3.13'])
 def test_another_thread_and_its_version(name, tmp_path):
     """--thread pauses the thread asked for (3.12+: threading's trace on every thread, kept by
