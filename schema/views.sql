@@ -23,24 +23,49 @@ JOIN targets t ON t.id = s.target_id
 LEFT JOIN threads th ON th.target_id = s.target_id AND th.tid = s.tid
 JOIN stacks st ON st.stack_id = s.stack_id;
 
--- Per function: samples where it was executing (self) and where it was on the stack (total,
--- once per sample however often it recurses). Counted per distinct stack (the hourly counts
--- of stack_counts, which equal counting the samples), then weighted by how many samples had
--- that stack: much less work than joining every sample's frames.
-CREATE TEMP VIEW function_stats AS
-WITH per_stack AS (SELECT stack_id, sum(n) AS n FROM stack_counts
-                   WHERE span_s = 3600 AND stack_id <> 0 GROUP BY stack_id),
+-- Per process and function: samples where it was executing (self) and where it was on the
+-- stack (total, once per sample however often it recurses), over the process's samples.
+-- Executing means on the CPU, as `top` and the flame graph count by default: a thread asleep
+-- (waiting on a lock, a socket, time.sleep) executes nothing. function_stats_all counts every
+-- sample, the idle ones too (wall-clock: where threads spend their time, running or not).
+-- Counted per distinct stack (the hourly counts of stack_counts, which equal counting the
+-- samples), then weighted by how many samples had that stack: much less work than joining
+-- every sample's frames.
+CREATE TEMP VIEW stack_hours AS
+SELECT target_id, stack_id, state & 1 AS on_cpu, sum(n) AS n FROM stack_counts
+WHERE span_s = 3600 AND stack_id <> 0 GROUP BY target_id, stack_id, state & 1;
+
+CREATE TEMP VIEW function_stats_all AS
+WITH per_stack AS (SELECT target_id, stack_id, sum(n) AS n FROM stack_hours
+                   GROUP BY target_id, stack_id),
      funcs AS (SELECT stack_id, func, file, kind, min(depth) = 0 AS is_self FROM stacks
                WHERE stack_id IN (SELECT stack_id FROM per_stack)
                GROUP BY stack_id, func, file, kind),
-     total AS (SELECT sum(n) AS all_samples FROM per_stack)
-SELECT func, file, kind, sum(CASE WHEN is_self THEN n ELSE 0 END) AS self_samples,
+     total AS (SELECT target_id, sum(n) AS all_samples FROM per_stack GROUP BY target_id)
+SELECT t.pid, func, file, kind, sum(CASE WHEN is_self THEN n ELSE 0 END) AS self_samples,
        sum(n) AS total_samples,
        round(100.0 * sum(CASE WHEN is_self THEN n ELSE 0 END) / max(total.all_samples, 1), 2)
            AS self_pct,
-       round(100.0 * sum(n) / max(total.all_samples, 1), 2) AS total_pct
-FROM funcs JOIN per_stack USING (stack_id), total
-GROUP BY func, file, kind
+       round(100.0 * sum(n) / max(total.all_samples, 1), 2) AS total_pct, t.id AS target_id
+FROM funcs JOIN per_stack USING (stack_id) JOIN total USING (target_id)
+JOIN targets t ON t.id = per_stack.target_id
+GROUP BY t.id, func, file, kind
+ORDER BY self_samples DESC, total_samples DESC;
+
+CREATE TEMP VIEW function_stats AS
+WITH per_stack AS (SELECT target_id, stack_id, n FROM stack_hours WHERE on_cpu),
+     funcs AS (SELECT stack_id, func, file, kind, min(depth) = 0 AS is_self FROM stacks
+               WHERE stack_id IN (SELECT stack_id FROM per_stack)
+               GROUP BY stack_id, func, file, kind),
+     total AS (SELECT target_id, sum(n) AS all_samples FROM per_stack GROUP BY target_id)
+SELECT t.pid, func, file, kind, sum(CASE WHEN is_self THEN n ELSE 0 END) AS self_samples,
+       sum(n) AS total_samples,
+       round(100.0 * sum(CASE WHEN is_self THEN n ELSE 0 END) / max(total.all_samples, 1), 2)
+           AS self_pct,
+       round(100.0 * sum(n) / max(total.all_samples, 1), 2) AS total_pct, t.id AS target_id
+FROM funcs JOIN per_stack USING (stack_id) JOIN total USING (target_id)
+JOIN targets t ON t.id = per_stack.target_id
+GROUP BY t.id, func, file, kind
 ORDER BY self_samples DESC, total_samples DESC;
 
 -- Per thread over time: running on CPU, holding the GIL, its interpreter collecting garbage.

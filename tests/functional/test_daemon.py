@@ -51,10 +51,17 @@ def test_attach_samples_at_rate_and_frames_are_right(daemon, python):
         rate = measured_rate(daemon, t.pid, 300)
         assert 90 <= rate <= 110, 'main thread sampled at %.1f Hz, asked 100' % rate
         # The stored stacks are the target's: spin_inner under middle under outer_loop.
+        # Executing is on the CPU, as top and the flame graph count: the sleeping thread is in
+        # function_stats_all (every sample) only; the spinning chain in both, per process.
         funcs = {row[0]: row for row in daemon.rows(
-            "SELECT func, self_samples, total_samples FROM function_stats")}
-        assert {'spin_inner', 'middle', 'outer_loop', 'main', 'sleeper'} <= set(funcs)
+            "SELECT func, self_samples, total_samples FROM function_stats WHERE pid = %d"
+            % t.pid)}
+        assert {'spin_inner', 'middle', 'outer_loop', 'main'} <= set(funcs), funcs
+        assert 'sleeper' not in funcs, funcs
         assert funcs['spin_inner'][1] > 0.5 * funcs['outer_loop'][2]
+        everything = {row[0]: row for row in daemon.rows(
+            "SELECT func, self_pct FROM function_stats_all WHERE pid = %d" % t.pid)}
+        assert {'spin_inner', 'sleeper'} <= set(everything), everything
         chain = daemon.rows("SELECT func FROM stacks WHERE stack_id = (SELECT stack_id"
                             " FROM samples WHERE tid = %d GROUP BY stack_id"
                             " ORDER BY count(*) DESC LIMIT 1) ORDER BY depth" % t.pid)
