@@ -69,9 +69,11 @@ def _probed_allocs(action, top):
         else:
             acc[0] += trace[1]
             acc[1] += 1
-    for own in (_tm.__file__, _lc.__file__, '<probed>'):
-        for key in [k for k in now if k[0] == own]:
-            del now[key]
+    # probed's own: this module's work (tracemalloc, linecache) and the stub's code, every
+    # file named '<probed...>' ('<probed>' evals, '<probed stub>' bootstrap.py, '<probed torch>')
+    for key in [k for k in now if k[0] in (_tm.__file__, _lc.__file__) or
+                k[0].startswith('<probed')]:
+        del now[key]
     rows = []
     prev = st['snap']
     if prev is not None:

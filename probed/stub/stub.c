@@ -270,10 +270,22 @@ static int load_bootstrap(struct stub *s, char *err, size_t errlen)
     PyObject *ns = api->PyDict_New(), *r = NULL;
     int ret = -1;
 
-    if (ns && api->PyDict_SetItemString(ns, "__builtins__", api->PyEval_GetBuiltins()) == 0 &&
-        api->PyDict_SetItemString(ns, "__name__", api->PyUnicode_FromStringAndSize("_probed", 7)) ==
-            0)
-        r = api->PyRun_StringFlags(stub_bootstrap_py, PY_FILE_INPUT, ns, ns, NULL);
+    PyObject *name = api->PyUnicode_FromStringAndSize("_probed", 7);
+    PyObject *src = api->PyUnicode_FromStringAndSize(stub_bootstrap_py,
+                                                     (ssize_t)strlen(stub_bootstrap_py));
+
+    /* compiled as "<probed stub>", not PyRun's "<string>": its frames and the memory it
+     * allocates are told from the job's by that name (the sampler, allocation tracking) */
+    if (ns && name && src &&
+        api->PyDict_SetItemString(ns, "__builtins__", api->PyEval_GetBuiltins()) == 0 &&
+        api->PyDict_SetItemString(ns, "__name__", name) == 0 &&
+        api->PyDict_SetItemString(ns, "_probed_src", src) == 0)
+        r = api->PyRun_StringFlags("exec(compile(_probed_src, '<probed stub>', 'exec'))\n"
+                                   "del _probed_src\n",
+                                   PY_FILE_INPUT, ns, ns, NULL);
+    for (PyObject **p = (PyObject *[]){name, src}, **e = p + 2; p < e; p++)
+        if (*p)
+            api->Py_DecRef(*p);
     if (r) {
         s->run = api->PyDict_GetItemString(ns, "_run");
         s->complete = api->PyDict_GetItemString(ns, "_complete");

@@ -532,6 +532,13 @@ def test_allocation_tracking_finds_the_leak(python):
         assert top[0][3].endswith('leaker.py') and int(top[0][4]) == leak_line, out
         # about 50 x 64 KiB kept in 1.5 s
         assert 1500 < float(top[0][0]) < 10000, out
+        # none of probed's own: the stub's bootstrap (PyRun's '<string>' was the top row of a
+        # real job's, +165 KB), its evals and trace code ('<probed...>')
+        files = {f for _, _, _, f, _ in top}
+        assert not {f for f in files if f.startswith('<probed') or f == '<string>'}, out
+        rows = d.rows("SELECT count(*) FROM allocations WHERE file LIKE '<probed%' OR file ="
+                      " '<string>'")
+        assert rows == [[0]], rows
 
         # the seeds' leak query, in SQLite's words
         rows = d.rows("SELECT function_name, sum(allocated_bytes) AS total_alloc"
