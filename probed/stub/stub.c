@@ -271,8 +271,8 @@ static int load_bootstrap(struct stub *s, char *err, size_t errlen)
     int ret = -1;
 
     PyObject *name = api->PyUnicode_FromStringAndSize("_probed", 7);
-    PyObject *src = api->PyUnicode_FromStringAndSize(stub_bootstrap_py,
-                                                     (ssize_t)strlen(stub_bootstrap_py));
+    PyObject *src =
+        api->PyUnicode_FromStringAndSize(stub_bootstrap_py, (ssize_t)strlen(stub_bootstrap_py));
 
     /* compiled as "<probed stub>", not PyRun's "<string>": its frames and the memory it
      * allocates are told from the job's by that name (the sampler, allocation tracking) */
