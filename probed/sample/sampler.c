@@ -119,13 +119,20 @@ static int64_t native_frame_id(struct sampler *s, struct ob_half *h, struct nati
 {
     struct pyf_native_frame f;
     struct ob_frame of = {.kind = OB_FRAME_NATIVE};
-    char offset[32];
+    char offset[64];
     int64_t id;
 
     if (native__cached(nat, pc, &id, ret_eval_loop) && already_sent(s->sent_frames, id))
         return id;
     native__name(nat, pc, innermost, &f);
-    snprintf(offset, sizeof(offset), "0x%llx", (unsigned long long)f.object_offset);
+    /* no symbol (a stripped library, Ubuntu's libc): named by its object and offset, as
+     * backtrace and perf name it, so that a table of functions says whose it is */
+    if (f.object)
+        snprintf(offset, sizeof(offset), "%.40s+0x%llx",
+                 strrchr(f.object, '/') ? strrchr(f.object, '/') + 1 : f.object,
+                 (unsigned long long)f.object_offset);
+    else
+        snprintf(offset, sizeof(offset), "0x%llx", (unsigned long long)f.object_offset);
     of.func_id = string_id(s, h, f.function ? f.function : offset);
     of.file_id = string_id(s, h, f.object ? f.object : "[anon]");
     /* line and first_line are 0; first_line -kind in the hash keeps the id apart from any

@@ -274,6 +274,24 @@ def test_library_loaded_after_attach(python_path, target_factory, daemon):
     detach(daemon, t.pid)
 
 
+def test_a_function_without_a_symbol_is_named_by_its_library_and_offset(target_factory, daemon):
+    """A library stripped of its symbol table (Ubuntu's libc: a real CUDA job's top function
+    was `0x98e51`, whose library no table said): its unnamed frames are `libspin.so+0x…` in
+    the stored stacks (function_stats, flame graphs), as backtrace and perf name them."""
+    t = target_factory('/usr/bin/python3', 'native_spin.py',
+                       os.path.join(BUILD, 'tests', 'libspin_stripped.so'), '1')
+    daemon.ctl('attach', t.pid, '--native', check=True)
+
+    def spins():
+        return [s for s in mixed(daemon, t.pid).values() if any(nat('^spin_for$')(f) for f in s)
+                and s[0][0] == 'native' and s[0][1] != 'spin_for']
+    s = wait_for(spins, timeout=40, what='samples inside spin_for')[0]
+    # mix(), static: no name; the file was deleted once loaded (native_spin.py)
+    assert re.match(r'^libspin\.so \(deleted\)\+0x[0-9a-f]+$', s[0][1]), s
+    assert s[0][2].endswith('libspin.so (deleted)'), s
+    detach(daemon, t.pid)
+
+
 def test_flame_graph_colours_native_frames(target_factory, tmp_path, daemon):
     """Folded stacks label native frames 'func [object]', Python ones 'func (file:line)';
     the SVG draws native frames in blues, Python frames in warm colours."""
