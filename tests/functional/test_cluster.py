@@ -276,7 +276,7 @@ def test_hang_lists_the_launcher_apart():
     d = Daemon()
     env = {k: v for k, v in os.environ.items() if k != 'RANK'}
     ranks = []
-    launcher = subprocess.Popen([PY, os.path.join(TARGETS, 'launcher.py'), '4'],
+    launcher = subprocess.Popen([PY, os.path.join(TARGETS, 'rank_launcher.py'), '4'],
                                 env=dict(env, STALL_RANK='2'), stdout=subprocess.PIPE,
                                 universal_newlines=True)
     try:

@@ -1,17 +1,19 @@
-"""A launcher as torchrun is one: no RANK of its own, it starts N ranks of rank_job.py (RANK
-0..N-1, STALL_RANK from its own environment) and waits for them in Popen.wait().
-
-    launcher.py N     prints READY {"ranks": [pid, ...]} once they are started
-"""
-import json
+"""A torchrun-like launcher for the --children test: after a second (or argv[1] seconds),
+starts WORLD_SIZE=2 ranks (busy.py with RANK/LOCAL_RANK set) through `sh -c`, so they are
+grandchildren, and waits."""
 import os
 import subprocess
 import sys
+import time
 
 here = os.path.dirname(os.path.abspath(__file__))
-ranks = [subprocess.Popen([sys.executable, os.path.join(here, 'rank_job.py')],
-                          env=dict(os.environ, RANK=str(k)), stdout=subprocess.DEVNULL)
-         for k in range(int(sys.argv[1]))]
-print('READY ' + json.dumps({'ranks': [p.pid for p in ranks]}), flush=True)
+print('READY {}', flush=True)
+time.sleep(float(sys.argv[1]) if len(sys.argv) > 1 else 1)
+ranks = []
+for rank in range(2):
+    env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE='2')
+    ranks.append(subprocess.Popen(['sh', '-c', 'exec "$0" "$1"', sys.executable,
+                                   os.path.join(here, 'busy.py')], env=env,
+                                  stdout=subprocess.DEVNULL))
 for p in ranks:
     p.wait()
