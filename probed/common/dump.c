@@ -116,6 +116,14 @@ static json_t *python_frame_json(struct pyf_target *t, const struct pyf_frame *f
     return pf;
 }
 
+/* probed's own code in a job's thread: the torch trace's and the collective tracer's wrappers
+ * ("<probed torch>"), an eval's ("<probed>"), the stub's ("<probed stub>"). Left out of the
+ * stacks shown, so that they read as the job's program. */
+static bool probed_frame(const struct pyf_frame *f)
+{
+    return f->file && strncmp(f->file, "<probed", 7) == 0;
+}
+
 /* One stack of both kinds, innermost first: the native frames, with the Python frames in
  * place of the interpreter's eval loop (pyf_mixed_order). The threads were held while both
  * were read, so the two agree; Python frames left over (the native unwind stopped early) go
@@ -142,6 +150,8 @@ static json_t *mixed_frames(struct pyf_target *t, struct pyf_native *nat,
     n = pyf_mixed_order(eval_loop, bt->n_pcs, &bt->st, order, &agree);
     for (size_t k = 0; k < n; k++) {
         int32_t py = -order[k] - 1;
+        if (order[k] < 0 && probed_frame(&bt->st.frames[py]))
+            continue;
         json_array_append_new(frames, order[k] >= 0
                                           ? native_frame_json(&nf[order[k]])
                                           : python_frame_json(t, &bt->st.frames[py], py < depth));
@@ -169,7 +179,8 @@ static json_t *thread_json(struct pyf_target *t, struct pyf_native *nat, const s
         json_object_set_new(jt, "native_truncated", json_boolean(bt->native_truncated));
     } else {
         for (size_t i = 0; i < bt->st.n_frames; i++)
-            json_array_append_new(frames, frame_json(t, &bt->st.frames[i], (int)i < depth));
+            if (!probed_frame(&bt->st.frames[i]))
+                json_array_append_new(frames, frame_json(t, &bt->st.frames[i], (int)i < depth));
     }
     if (nat && bt->native_error[0])
         json_object_set_new(jt, "native_error", json_string(bt->native_error));
@@ -185,14 +196,22 @@ static json_t *process_json(struct pyf_target *t, struct pyf_native *nat,
     const struct pyf_target_info *info = pyf_target__info(t);
     json_t *threads = json_array();
     json_t *root;
+    int own = 0;
 
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(bts[i].os_name, "probed-stub") == 0) { /* the stub's (stub.c), not the job's */
+            own++;
+            continue;
+        }
         json_array_append_new(threads, thread_json(t, nat, &bts[i], depth));
+    }
     root = json_pack("{s:i, s:s, s:s, s:s, s:o}", "pid", (int)info->pid, "python_version",
                      info->version_str, "command", cmdline, "runtime_file", info->runtime_file,
                      "threads", threads);
     if (root && nat)
         json_object_set_new(root, "native", json_true());
+    if (root && own) /* left out: probed's own threads, said so */
+        json_object_set_new(root, "probed_threads", json_integer(own));
     if (root && info->note[0]) /* a version newer than this build knows, and how it is read */
         json_object_set_new(root, "note", json_string(info->note));
     return root;

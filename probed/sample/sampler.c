@@ -47,8 +47,15 @@ static int64_t string_id(struct sampler *s, struct ob_half *h, const char *str)
     return id;
 }
 
+/* A frame of probed's own code in the job's thread (the torch trace's and the collective
+ * tracer's wrappers, compiled as "<probed torch>"): the id that stack_id_of_frames() leaves
+ * out, so that a stack reads as the job's own program. */
+#define PROBED_FRAME_ID 0
+
 static int64_t frame_id(struct sampler *s, struct ob_half *h, const struct pyf_frame *f)
 {
+    if (f->file && strncmp(f->file, "<probed", 7) == 0)
+        return PROBED_FRAME_ID;
     struct ob_frame of = {
         .func_id = string_id(s, h, f->func),
         .file_id = string_id(s, h, f->file),
@@ -67,7 +74,12 @@ static int64_t frame_id(struct sampler *s, struct ob_half *h, const struct pyf_f
 static int64_t stack_id_of_frames(struct sampler *s, struct ob_half *h, size_t n)
 {
     int64_t id;
+    size_t kept = 0;
 
+    for (size_t i = 0; i < n; i++) /* probed's own frames out */
+        if (s->frame_ids[i] != PROBED_FRAME_ID)
+            s->frame_ids[kept++] = s->frame_ids[i];
+    n = kept;
     if (n == 0)
         return 0;
     id = hashid_of(s->frame_ids, n * sizeof(s->frame_ids[0]));

@@ -496,6 +496,13 @@ def test_collectives_traced_and_hang_names_who_never_arrived():
         assert not behind['in_flight']
         stalled = [g for g in doc['groups'] if g['ranks'] == '2'][0]
         assert stalled['stack'][0]['function'] == 'load_batch', stalled
+        # the waiting ranks' stacks are the job's: the tracer's wrapper frame around
+        # all_reduce (CommTracer.wrapper.<locals>.traced, <probed torch>) is not in them
+        waiting = [g for g in doc['groups'] if g['ranks'] == '0-1,3'][0]
+        assert any(f['function'].endswith('all_reduce') for f in waiting['stack']), waiting
+        assert not [f for g in doc['groups'] for f in g['stack']
+                    if (f.get('file') or '').startswith('<probed')], doc['groups']
+        assert not d.rows("SELECT count(*) FROM sample_frames WHERE file LIKE '<probed%'")[0][0]
         r = ctl('hang', env=dict(os.environ, PROBED_SOCKET=d.socket))
         assert ('ranks 0-1,3 wait in all_reduce #%d of group 0; rank 2\'s last was %s #%d of'
                 ' group 0' % (coll['seq'], behind['op'], behind['seq'])) in r.stdout, r.stdout
