@@ -201,6 +201,7 @@ struct backtrace_job {
     struct job j;
     int locals;
     bool native; /* mixed stacks (the threads held by ptrace a moment) */
+    bool probed; /* probed's own threads and frames too */
 };
 
 static void run_backtrace(struct job *j)
@@ -212,7 +213,9 @@ static void run_backtrace(struct job *j)
 
     /* still the process authorised (a queued job may start late), and still after the read:
      * what was read was that process's, or it is not shown */
-    if (r == 0 && (r = dump_json(j->grant.pid, bj->locals, bj->native, &j->body, &e)) < 0) {
+    if (r == 0 && (r = dump_json(j->grant.pid, bj->locals,
+                                 (bj->native ? DUMP_NATIVE : 0) | (bj->probed ? DUMP_PROBED : 0),
+                                 &j->body, &e)) < 0) {
         j->status = http_status(0, &e);
         j->body = error_body(j->status, e.msg);
         return;
@@ -229,15 +232,16 @@ static void run_backtrace(struct job *j)
     j->status = 200;
 }
 
-/* GET /v1/backtrace?pid=&locals=&native= */
+/* GET /v1/backtrace?pid=&locals=&native=&probed= */
 struct job *backtrace_get(struct api *a, const struct request *rq)
 {
-    uint64_t locals = 0, native = 0;
+    uint64_t locals = 0, native = 0, probed = 0;
     struct backtrace_job *bj;
 
     const char *v = evhttp_find_header(rq->params, "native");
 
-    if (param_uint(rq->req, rq->params, "locals", INT32_MAX, &locals) < 0)
+    if (param_uint(rq->req, rq->params, "locals", INT32_MAX, &locals) < 0 ||
+        param_uint(rq->req, rq->params, "probed", 1, &probed) < 0)
         return NULL;
     if (v && parse_uint(v, 1, &native) < 0) {
         reply_error(rq->req, 400,
@@ -249,6 +253,7 @@ struct job *backtrace_get(struct api *a, const struct request *rq)
         return NULL;
     bj->locals = (int)locals;
     bj->native = native == 1;
+    bj->probed = probed == 1;
     return &bj->j;
 }
 

@@ -129,7 +129,7 @@ static bool probed_frame(const struct pyf_frame *f)
  * were read, so the two agree; Python frames left over (the native unwind stopped early) go
  * last all the same. */
 static json_t *mixed_frames(struct pyf_target *t, struct pyf_native *nat,
-                            const struct bt_thread *bt, int depth)
+                            const struct bt_thread *bt, int depth, bool show_probed)
 {
     struct pyf_native_frame *nf = calloc(bt->n_pcs + 1, sizeof(*nf));
     bool *eval_loop = calloc(bt->n_pcs + 1, sizeof(*eval_loop));
@@ -150,7 +150,7 @@ static json_t *mixed_frames(struct pyf_target *t, struct pyf_native *nat,
     n = pyf_mixed_order(eval_loop, bt->n_pcs, &bt->st, order, &agree);
     for (size_t k = 0; k < n; k++) {
         int32_t py = -order[k] - 1;
-        if (order[k] < 0 && probed_frame(&bt->st.frames[py]))
+        if (order[k] < 0 && !show_probed && probed_frame(&bt->st.frames[py]))
             continue;
         json_array_append_new(frames, order[k] >= 0
                                           ? native_frame_json(&nf[order[k]])
@@ -161,7 +161,7 @@ static json_t *mixed_frames(struct pyf_target *t, struct pyf_native *nat,
 }
 
 static json_t *thread_json(struct pyf_target *t, struct pyf_native *nat, const struct bt_thread *bt,
-                           int depth)
+                           int depth, bool show_probed)
 {
     json_t *frames = json_array();
     json_t *jt =
@@ -175,11 +175,11 @@ static json_t *thread_json(struct pyf_target *t, struct pyf_native *nat, const s
 
     if (nat && bt->n_pcs > 0) {
         json_decref(frames);
-        frames = mixed_frames(t, nat, bt, depth);
+        frames = mixed_frames(t, nat, bt, depth, show_probed);
         json_object_set_new(jt, "native_truncated", json_boolean(bt->native_truncated));
     } else {
         for (size_t i = 0; i < bt->st.n_frames; i++)
-            if (!probed_frame(&bt->st.frames[i]))
+            if (show_probed || !probed_frame(&bt->st.frames[i]))
                 json_array_append_new(frames, frame_json(t, &bt->st.frames[i], (int)i < depth));
     }
     if (nat && bt->native_error[0])
@@ -191,7 +191,8 @@ static json_t *thread_json(struct pyf_target *t, struct pyf_native *nat, const s
 }
 
 static json_t *process_json(struct pyf_target *t, struct pyf_native *nat,
-                            const struct bt_thread *bts, size_t n, const char *cmdline, int depth)
+                            const struct bt_thread *bts, size_t n, const char *cmdline, int depth,
+                            bool show_probed)
 {
     const struct pyf_target_info *info = pyf_target__info(t);
     json_t *threads = json_array();
@@ -199,11 +200,16 @@ static json_t *process_json(struct pyf_target *t, struct pyf_native *nat,
     int own = 0;
 
     for (size_t i = 0; i < n; i++) {
-        if (strcmp(bts[i].os_name, "probed-stub") == 0) { /* the stub's (stub.c), not the job's */
+        bool stub = strcmp(bts[i].os_name, "probed-stub") == 0; /* stub.c's, not the job's */
+        json_t *jt;
+        if (stub && !show_probed) {
             own++;
             continue;
         }
-        json_array_append_new(threads, thread_json(t, nat, &bts[i], depth));
+        jt = thread_json(t, nat, &bts[i], depth, show_probed);
+        if (jt && stub)
+            json_object_set_new(jt, "probed", json_true());
+        json_array_append_new(threads, jt);
     }
     root = json_pack("{s:i, s:s, s:s, s:s, s:o}", "pid", (int)info->pid, "python_version",
                      info->version_str, "command", cmdline, "runtime_file", info->runtime_file,
@@ -416,6 +422,7 @@ struct dump {
     pid_t pid;
     bool native;
     bool unwind_held; /* dump_unwind_held() */
+    bool show_probed; /* dump_show_probed() */
     char *core;       /* dump_open_core: the core file's path */
     struct pyf_target *t;
     struct pyf_native *nat;
@@ -509,6 +516,11 @@ void dump_unwind_held(struct dump *d)
     d->unwind_held = true;
 }
 
+void dump_show_probed(struct dump *d)
+{
+    d->show_probed = true;
+}
+
 int dump_capture(struct dump *d, struct pyf_err *e)
 {
     struct pyf_stopped *held = NULL;
@@ -591,7 +603,7 @@ int dump_render(struct dump *d, int locals_depth, json_t **ret, struct pyf_err *
         snprintf(e->msg, sizeof(e->msg), "pid %d: no stacks captured", (int)d->pid);
         return -EINVAL;
     }
-    *ret = process_json(d->t, d->nat, d->bts, d->n, d->cmdline, locals_depth);
+    *ret = process_json(d->t, d->nat, d->bts, d->n, d->cmdline, locals_depth, d->show_probed);
     if (!*ret) {
         snprintf(e->msg, sizeof(e->msg), "pid %d: out of memory reading its stacks", (int)d->pid);
         return -ENOMEM;
@@ -605,11 +617,13 @@ int dump_render(struct dump *d, int locals_depth, json_t **ret, struct pyf_err *
     return 0;
 }
 
-int dump_json(pid_t pid, int locals_depth, bool native, json_t **ret, struct pyf_err *e)
+int dump_json(pid_t pid, int locals_depth, unsigned flags, json_t **ret, struct pyf_err *e)
 {
     struct dump *d = NULL;
-    int r = dump_open(pid, native, &d, e);
+    int r = dump_open(pid, (flags & DUMP_NATIVE) != 0, &d, e);
 
+    if (r == 0 && (flags & DUMP_PROBED))
+        dump_show_probed(d);
     if (r == 0)
         r = dump_capture(d, e);
     if (r == 0)

@@ -16,11 +16,14 @@
 
 #include "pyframes.h"
 
-/* @locals_depth: the innermost frames whose locals are included (0: none). @native: mixed
+/* @locals_depth: the innermost frames whose locals are included (0: none). DUMP_NATIVE: mixed
  * stacks (pyframes_native.h): the process's threads are held by ptrace while their Python
  * stacks are read and their registers and native stacks copied (milliseconds), then let go in
- * every path; the copies are unwound after. */
-int dump_json(pid_t pid, int locals_depth, bool native, json_t **ret, struct pyf_err *e);
+ * every path; the copies are unwound after. DUMP_PROBED: probed's own threads (the stub's)
+ * and frames (<probed...> code) shown too, marked "probed": true; by default they are left
+ * out, so that the stacks read as the job's program. */
+enum { DUMP_NATIVE = 1, DUMP_PROBED = 2 };
+int dump_json(pid_t pid, int locals_depth, unsigned flags, json_t **ret, struct pyf_err *e);
 
 /* The same in three steps, for reading many processes at one instant (`probectl hang`): open
  * each ahead (the slow part: finding the runtime, its layout), capture each at the instant
@@ -37,6 +40,9 @@ void dump_free(struct dump *d); /* NULL is a no-op */
  * for a thread in a signal handler on an alternate stack (sigaltstack), whose interrupted
  * frames lie outside the copy of the stack it runs on, as `catch` reads a failing thread. */
 void dump_unwind_held(struct dump *d);
+
+/* Renders probed's own threads and frames too (DUMP_PROBED). */
+void dump_show_probed(struct dump *d);
 
 /* A core file's threads instead of a live process's (pyf_target_open_core): nothing is
  * stopped, no thread is on a CPU; the document has "core" (its path) and "signal" (the one

@@ -16,7 +16,7 @@
 
 struct bt_opts {
     pid_t pid;
-    bool json, direct, native;
+    bool json, direct, native, probed;
     int locals_depth; /* frames (innermost first) whose locals are shown; 0: none */
     const char *socket;
     const char *core, *executable; /* --core: a core file instead of a process */
@@ -26,7 +26,7 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: probectl backtrace <pid> [--native] [--locals[=N]] [--json] [--direct]\n"
-            "                          [--socket S]\n"
+            "                          [--probed] [--socket S]\n"
             "       probectl backtrace --core FILE [--executable PYTHON] [--native] [--locals]\n"
             "  Prints every thread's Python stack, innermost frame first.\n"
             "  --core FILE   a core file (the kernel's, or gcore's) of a Python process instead\n"
@@ -37,6 +37,8 @@ static void usage(FILE *out)
             "  --locals[=N]  also show the local variables of the N innermost frames (all)\n"
             "  --json        machine-readable output (see docs/backtrace.md)\n"
             "  --direct      read the process here instead of through the daemon\n"
+            "  --probed      also probed's own threads (the stub's, when eval or the torch\n"
+            "                trace has loaded it) and frames (<probed...>), left out otherwise\n"
             "  --socket S    the daemon's socket (default $PROBED_SOCKET or %s)\n"
             "  Without a daemon listening, the process is read directly.\n",
             PROBED_DEFAULT_SOCKET);
@@ -48,6 +50,7 @@ static int parse_args(int argc, char **argv, struct bt_opts *o)
         {"locals", optional_argument, NULL, 'l'},
         {"json", no_argument, NULL, 'j'},
         {"native", no_argument, NULL, 'n'},
+        {"probed", no_argument, NULL, 'P'},
         {"direct", no_argument, NULL, 'd'},
         {"socket", required_argument, NULL, 's'},
         {"core", required_argument, NULL, 'c'},
@@ -73,6 +76,9 @@ static int parse_args(int argc, char **argv, struct bt_opts *o)
             break;
         case 'd':
             o->direct = true;
+            break;
+        case 'P':
+            o->probed = true;
             break;
         case 'n':
             o->native = true;
@@ -161,6 +167,8 @@ static void print_thread_text(json_t *jt)
         printf(" (garbage collecting)");
     if (json_is_false(json_object_get(jt, "python")))
         printf(" (no Python)");
+    if (json_is_true(json_object_get(jt, "probed")))
+        printf(" (probed's)");
     printf("\n");
     if (error) {
         printf("    <unreadable: %s>\n", error);
@@ -216,8 +224,8 @@ static int from_daemon(const struct bt_opts *o, json_t **doc)
     long status = 0;
     int r;
 
-    snprintf(path, sizeof(path), "/v1/backtrace?pid=%d&locals=%d&native=%d", (int)o->pid,
-             o->locals_depth, o->native);
+    snprintf(path, sizeof(path), "/v1/backtrace?pid=%d&locals=%d&native=%d&probed=%d",
+             (int)o->pid, o->locals_depth, o->native, o->probed);
     r = client_call(client_socket_path(o->socket), "GET", path, NULL, &status, doc, NULL, NULL, err,
                     sizeof(err));
     if (r == -ENOENT || r == -ECONNREFUSED)
@@ -259,7 +267,9 @@ int backtrace_main(int argc, char **argv)
     r = o.core ? 0 : o.direct ? 1 : from_daemon(&o, &doc);
     if (r < 0)
         return 1;
-    if (r == 1 && dump_json(o.pid, o.locals_depth, o.native, &doc, &e) < 0) {
+    if (r == 1 && dump_json(o.pid, o.locals_depth,
+                            (o.native ? DUMP_NATIVE : 0) | (o.probed ? DUMP_PROBED : 0), &doc,
+                            &e) < 0) {
         fprintf(stderr, "probectl: %s\n", e.msg);
         return 1;
     }

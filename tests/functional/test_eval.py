@@ -83,6 +83,18 @@ def test_the_stubs_thread_is_not_sampled_as_the_jobs(daemon, python):
         assert mine == [[0]], mine
         assert daemon.rows("SELECT count(*) FROM sample_frames f JOIN targets t ON t.id ="
                            " f.target_id WHERE t.pid = %d" % t.pid)[0][0] > 0
+        # a native backtrace showed the stub's listening thread as the job's (an extra
+        # unnamed thread after an eval): left out, and said so; --probed shows it, marked
+        doc = json.loads(daemon.ctl('backtrace', t.pid, '--json', '--native',
+                                    check=True).stdout)
+        assert doc.get('probed_threads') == 1, doc
+        assert not [th for th in doc['threads'] if th['os_name'] == 'probed-stub'], doc
+        doc = json.loads(daemon.ctl('backtrace', t.pid, '--json', '--native', '--probed',
+                                    check=True).stdout)
+        stub = [th for th in doc['threads'] if th['os_name'] == 'probed-stub']
+        assert len(stub) == 1 and stub[0]['probed'] is True and 'probed_threads' not in doc, doc
+        out = daemon.ctl('backtrace', t.pid, '--native', '--probed', check=True).stdout
+        assert "(no Python) (probed's)" in out, out
     finally:
         t.close()
 
