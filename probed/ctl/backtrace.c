@@ -47,16 +47,11 @@ static void usage(FILE *out)
 static int parse_args(int argc, char **argv, struct bt_opts *o)
 {
     static const struct option longopts[] = {
-        {"locals", optional_argument, NULL, 'l'},
-        {"json", no_argument, NULL, 'j'},
-        {"native", no_argument, NULL, 'n'},
-        {"probed", no_argument, NULL, 'P'},
-        {"direct", no_argument, NULL, 'd'},
-        {"socket", required_argument, NULL, 's'},
-        {"core", required_argument, NULL, 'c'},
-        {"executable", required_argument, NULL, 'e'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"locals", optional_argument, NULL, 'l'}, {"json", no_argument, NULL, 'j'},
+        {"native", no_argument, NULL, 'n'},       {"probed", no_argument, NULL, 'P'},
+        {"direct", no_argument, NULL, 'd'},       {"socket", required_argument, NULL, 's'},
+        {"core", required_argument, NULL, 'c'},   {"executable", required_argument, NULL, 'e'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
     char *end;
     long pid;
@@ -224,8 +219,8 @@ static int from_daemon(const struct bt_opts *o, json_t **doc)
     long status = 0;
     int r;
 
-    snprintf(path, sizeof(path), "/v1/backtrace?pid=%d&locals=%d&native=%d&probed=%d",
-             (int)o->pid, o->locals_depth, o->native, o->probed);
+    snprintf(path, sizeof(path), "/v1/backtrace?pid=%d&locals=%d&native=%d&probed=%d", (int)o->pid,
+             o->locals_depth, o->native, o->probed);
     r = client_call(client_socket_path(o->socket), "GET", path, NULL, &status, doc, NULL, NULL, err,
                     sizeof(err));
     if (r == -ENOENT || r == -ECONNREFUSED)
@@ -267,9 +262,9 @@ int backtrace_main(int argc, char **argv)
     r = o.core ? 0 : o.direct ? 1 : from_daemon(&o, &doc);
     if (r < 0)
         return 1;
-    if (r == 1 && dump_json(o.pid, o.locals_depth,
-                            (o.native ? DUMP_NATIVE : 0) | (o.probed ? DUMP_PROBED : 0), &doc,
-                            &e) < 0) {
+    if (r == 1 &&
+        dump_json(o.pid, o.locals_depth,
+                  (o.native ? DUMP_NATIVE : 0) | (o.probed ? DUMP_PROBED : 0), &doc, &e) < 0) {
         fprintf(stderr, "probectl: %s\n", e.msg);
         return 1;
     }
