@@ -213,19 +213,6 @@ static void remember_tid(struct target *t, pid_t tid, size_t at)
     t->n_known_tids++;
 }
 
-/* Sends the name of a thread with no Python state, seen for the first time: its OS name. */
-static void name_thread(struct sampler *s, struct ob_half *h, struct target *t, pid_t tid)
-{
-    char name[64];
-    size_t at;
-
-    if (tid_known(t, tid, &at))
-        return;
-    pyf_thread_name(t->pid, tid, name, sizeof(name));
-    if (ob_half__thread(s->ob, h, t->id, tid, name, name))
-        remember_tid(t, tid, at);
-}
-
 /* Whether @tid is one of the stub's threads: known so, and still named so (a tid is reused
  * once a thread exits: the name is read again, for these few threads only). */
 static bool is_own_thread(struct target *t, pid_t tid)
@@ -256,11 +243,34 @@ static bool runs_probed_code(const struct pyf_stack *st)
 
 static void note_own_thread(struct target *t, pid_t tid, const char *os_name)
 {
+    char name[32];
+
     if (strcmp(os_name, TARGET_OWN_NAME) != 0)
         return;
-    if (t->n_own_tids == TARGET_OWN_TIDS) /* the oldest goes: it has most likely exited */
+    /* full: a thread that has exited makes room (a request's); the stub's listening thread,
+     * alive for good, keeps its place */
+    for (size_t i = 0; t->n_own_tids == TARGET_OWN_TIDS && i < t->n_own_tids; i++) {
+        pyf_thread_name(t->pid, t->own_tids[i], name, sizeof(name));
+        if (strcmp(name, TARGET_OWN_NAME) != 0)
+            t->own_tids[i] = t->own_tids[--t->n_own_tids];
+    }
+    if (t->n_own_tids == TARGET_OWN_TIDS) /* all alive: the oldest goes */
         memmove(t->own_tids, t->own_tids + 1, --t->n_own_tids * sizeof(pid_t));
     t->own_tids[t->n_own_tids++] = tid;
+}
+
+/* Sends the name of a thread with no Python state, seen for the first time: its OS name. */
+static void name_thread(struct sampler *s, struct ob_half *h, struct target *t, pid_t tid)
+{
+    char name[64];
+    size_t at;
+
+    if (tid_known(t, tid, &at))
+        return;
+    pyf_thread_name(t->pid, tid, name, sizeof(name));
+    note_own_thread(t, tid, name);
+    if (strcmp(name, TARGET_OWN_NAME) == 0 || ob_half__thread(s->ob, h, t->id, tid, name, name))
+        remember_tid(t, tid, at); /* the stub's: known, and no row in the job's threads */
 }
 
 /* Sends one Python thread's names: threading's (""  when it has none yet) and the OS's. */
@@ -273,7 +283,13 @@ static bool send_thread_names(struct sampler *s, struct target *t, pid_t tid, ui
     bool sent;
 
     pyf_thread_name(t->pid, tid, os_name, sizeof(os_name));
-    note_own_thread(t, tid, !os_name[0] && st && runs_probed_code(st) ? TARGET_OWN_NAME : os_name);
+    if (!os_name[0] && st && runs_probed_code(st))
+        snprintf(os_name, sizeof(os_name), "%s", TARGET_OWN_NAME);
+    note_own_thread(t, tid, os_name);
+    if (strcmp(os_name, TARGET_OWN_NAME) == 0) { /* not the job's: no row in its threads */
+        *ret_has_py_name = true;
+        return true;
+    }
     if (pyf_target__thread_py_name(t->pyf, ident, name, sizeof(name), &e) < 0)
         name[0] = '\0';
     *ret_has_py_name = name[0] != '\0';
@@ -410,6 +426,11 @@ static void add_native_only(struct sampler *s, struct ob_half *h, struct target 
     struct ob_sample smp = {.ts_ns = ts, .target_id = t->id, .tid = ns->tid, .state = state};
     bool eval_loop;
 
+    name_thread(s, h, t, ns->tid);
+    if (t->n_own_tids && is_own_thread(t, ns->tid)) { /* the stub's listening thread */
+        t->stats.own_skipped++;
+        return;
+    }
     for (size_t i = 0; i < ns->n_pcs; i++)
         s->frame_ids[i] = native_frame_id(s, h, t->native, ns->pcs[i], i == 0, &eval_loop);
     smp.stack_id = stack_id_of_frames(s, h, ns->n_pcs);

@@ -95,6 +95,14 @@ def test_the_stubs_thread_is_not_sampled_as_the_jobs(daemon, python):
         assert len(stub) == 1 and stub[0]['probed'] is True and 'probed_threads' not in doc, doc
         out = daemon.ctl('backtrace', t.pid, '--native', '--probed', check=True).stdout
         assert "(no Python) (probed's)" in out, out
+        # sampled --native, the listening thread's waits were the job's thread's samples
+        daemon.ctl('detach', t.pid, check=True)
+        daemon.ctl('attach', t.pid, '--native', check=True)
+        time.sleep(1.5)
+        listener = stub[0]['tid']
+        assert daemon.rows("SELECT count(*) FROM samples s JOIN targets t ON t.id = s.target_id"
+                           " WHERE t.pid = %d AND s.tid = %d" % (t.pid, listener)) == [[0]]
+        assert daemon.rows("SELECT count(*) FROM threads WHERE tid = %d" % listener) == [[0]]
     finally:
         t.close()
 
