@@ -290,6 +290,8 @@ AS_OF_SCHEMA_11 = (  # the tables of 0012 and later go too
     ' DROP TABLE torch_profile_events; DROP TABLE torch_profile_steps; DROP TABLE gpu_memory;'
     ' DROP TABLE gpus; DROP TABLE gpu_readings; DROP TABLE gpu_process_readings;'
     ' DROP TABLE gpu_xids; DROP TABLE ddp_steps; ALTER TABLE comm_calls DROP COLUMN state;'
+    ' ALTER TABLE torch_records DROP COLUMN device_ns;'
+    ' ALTER TABLE torch_records DROP COLUMN session;'
     ' CREATE TABLE samples (target_id INTEGER NOT NULL, ts_ns INTEGER NOT NULL,'
     ' tid INTEGER NOT NULL, stack_id INTEGER NOT NULL, state INTEGER NOT NULL,'
     ' PRIMARY KEY (target_id, ts_ns, tid)) WITHOUT ROWID;'
