@@ -52,10 +52,8 @@ static int64_t string_id(struct sampler *s, struct ob_half *h, const char *str)
  * out, so that a stack reads as the job's own program. */
 #define PROBED_FRAME_ID 0
 
-static int64_t frame_id(struct sampler *s, struct ob_half *h, const struct pyf_frame *f)
+static int64_t frame_id_of(struct sampler *s, struct ob_half *h, const struct pyf_frame *f)
 {
-    if (f->file && strncmp(f->file, "<probed", 7) == 0)
-        return PROBED_FRAME_ID;
     struct ob_frame of = {
         .func_id = string_id(s, h, f->func),
         .file_id = string_id(s, h, f->file),
@@ -67,6 +65,13 @@ static int64_t frame_id(struct sampler *s, struct ob_half *h, const struct pyf_f
     if (!already_sent(s->sent_frames, of.id) && ob_half__frame(s->ob, h, &of))
         mark_sent(s->sent_frames, of.id);
     return of.id;
+}
+
+static int64_t frame_id(struct sampler *s, struct ob_half *h, const struct pyf_frame *f)
+{
+    if (f->file && strncmp(f->file, "<probed", 7) == 0)
+        return PROBED_FRAME_ID;
+    return frame_id_of(s, h, f);
 }
 
 /* The id of the stack of the first @n of s->frame_ids, its definition sent when new. 0: no
@@ -93,7 +98,7 @@ static int64_t marker_frame_id(struct sampler *s, struct ob_half *h, const char 
 {
     const struct pyf_frame f = {.func = what, .file = "<probed>"};
 
-    return frame_id(s, h, &f);
+    return frame_id_of(s, h, &f); /* probed's words about the stack: kept, unlike its code */
 }
 
 /* The id of Python stack @st. A stack deeper than TARGET_DEPTH_MAX keeps both ends, its
