@@ -260,12 +260,15 @@ def test_another_users_code_is_not_readable_through_any_table(daemon, user):
                     "SELECT s.text FROM frames f JOIN strings s ON s.id IN (f.func_id, f.file_id)",
                     "SELECT s.text FROM stack_frames sf JOIN frames f ON f.id = sf.frame_id"
                     " JOIN strings s ON s.id IN (f.func_id, f.file_id)",
-                    "SELECT func, file FROM function_stats",
+                    "SELECT func, file FROM function_stats_all",
                     "SELECT func, file FROM sample_frames"):
             seen = json_rows(daemon.rows(sql, user=user))
             assert secret not in seen and secret_dir not in seen, sql
             assert 'evaltarget.py' in seen, sql  # the user's own code is there
             assert secret in json_rows(daemon.rows(sql)), sql  # and root sees everything
+        # function_stats counts on-CPU samples (the user's target sleeps): nothing of root's
+        seen = json_rows(daemon.rows("SELECT func, file FROM function_stats", user=user))
+        assert secret not in seen and secret_dir not in seen, seen
         # the counts flame graphs read: the user's own targets only
         mine_ids = daemon.rows('SELECT id FROM targets WHERE pid = %d' % mine.pid)
         assert daemon.rows('SELECT DISTINCT target_id FROM stack_counts', user=user) == mine_ids
