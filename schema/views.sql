@@ -35,38 +35,36 @@ CREATE TEMP VIEW stack_hours AS
 SELECT target_id, stack_id, state & 1 AS on_cpu, sum(n) AS n FROM stack_counts
 WHERE span_s = 3600 AND stack_id <> 0 GROUP BY target_id, stack_id, state & 1;
 
-CREATE TEMP VIEW function_stats_all AS
-WITH per_stack AS (SELECT target_id, stack_id, sum(n) AS n FROM stack_hours
-                   GROUP BY target_id, stack_id),
+-- Both counts side by side, the on-CPU ones and every sample's, with each process's totals:
+-- function_stats and function_stats_all are its two readings.
+CREATE TEMP VIEW function_counts AS
+WITH per_stack AS (SELECT target_id, stack_id, sum(n) AS n,
+                          sum(CASE WHEN on_cpu THEN n ELSE 0 END) AS n_cpu
+                   FROM stack_hours GROUP BY target_id, stack_id),
      funcs AS (SELECT stack_id, func, file, kind, min(depth) = 0 AS is_self FROM stacks
                WHERE stack_id IN (SELECT stack_id FROM per_stack)
                GROUP BY stack_id, func, file, kind),
-     total AS (SELECT target_id, sum(n) AS all_samples FROM per_stack GROUP BY target_id)
-SELECT t.pid, func, file, kind, sum(CASE WHEN is_self THEN n ELSE 0 END) AS self_samples,
-       sum(n) AS total_samples,
-       round(100.0 * sum(CASE WHEN is_self THEN n ELSE 0 END) / max(total.all_samples, 1), 2)
-           AS self_pct,
-       round(100.0 * sum(n) / max(total.all_samples, 1), 2) AS total_pct, t.id AS target_id
+     total AS (SELECT target_id, sum(n) AS all_samples, sum(n_cpu) AS cpu_samples
+               FROM per_stack GROUP BY target_id)
+SELECT t.pid, func, file, kind, sum(CASE WHEN is_self THEN n_cpu ELSE 0 END) AS self_cpu,
+       sum(n_cpu) AS total_cpu, sum(CASE WHEN is_self THEN n ELSE 0 END) AS self_all,
+       sum(n) AS total_all, max(total.cpu_samples) AS cpu_samples,
+       max(total.all_samples) AS all_samples, t.id AS target_id
 FROM funcs JOIN per_stack USING (stack_id) JOIN total USING (target_id)
 JOIN targets t ON t.id = per_stack.target_id
-GROUP BY t.id, func, file, kind
-ORDER BY self_samples DESC, total_samples DESC;
+GROUP BY t.id, func, file, kind;
+
+CREATE TEMP VIEW function_stats_all AS
+SELECT pid, func, file, kind, self_all AS self_samples, total_all AS total_samples,
+       round(100.0 * self_all / max(all_samples, 1), 2) AS self_pct,
+       round(100.0 * total_all / max(all_samples, 1), 2) AS total_pct, target_id
+FROM function_counts ORDER BY self_samples DESC, total_samples DESC;
 
 CREATE TEMP VIEW function_stats AS
-WITH per_stack AS (SELECT target_id, stack_id, n FROM stack_hours WHERE on_cpu),
-     funcs AS (SELECT stack_id, func, file, kind, min(depth) = 0 AS is_self FROM stacks
-               WHERE stack_id IN (SELECT stack_id FROM per_stack)
-               GROUP BY stack_id, func, file, kind),
-     total AS (SELECT target_id, sum(n) AS all_samples FROM per_stack GROUP BY target_id)
-SELECT t.pid, func, file, kind, sum(CASE WHEN is_self THEN n ELSE 0 END) AS self_samples,
-       sum(n) AS total_samples,
-       round(100.0 * sum(CASE WHEN is_self THEN n ELSE 0 END) / max(total.all_samples, 1), 2)
-           AS self_pct,
-       round(100.0 * sum(n) / max(total.all_samples, 1), 2) AS total_pct, t.id AS target_id
-FROM funcs JOIN per_stack USING (stack_id) JOIN total USING (target_id)
-JOIN targets t ON t.id = per_stack.target_id
-GROUP BY t.id, func, file, kind
-ORDER BY self_samples DESC, total_samples DESC;
+SELECT pid, func, file, kind, self_cpu AS self_samples, total_cpu AS total_samples,
+       round(100.0 * self_cpu / max(cpu_samples, 1), 2) AS self_pct,
+       round(100.0 * total_cpu / max(cpu_samples, 1), 2) AS total_pct, target_id
+FROM function_counts WHERE total_cpu > 0 ORDER BY self_samples DESC, total_samples DESC;
 
 -- Per thread over time: running on CPU, holding the GIL, its interpreter collecting garbage.
 CREATE TEMP VIEW thread_states AS

@@ -6,14 +6,16 @@
 set -eu
 cd "${1:-$(dirname "$0")/../probed}"
 
-# folder: the folders (and "base": the top's log.h config.h clock.h bgthread.h errbuf.h) it may include
+# folder: the folders (and "base": the top's log.h config.h clock.h bgthread.h errbuf.h) it may include.
+# stub/ (the library put into targets) includes nothing of the daemon's: its stub_proto.h is the
+# contract both ends build against, so any folder may read it.
 allowed() {
     case "$1" in
-    common) echo "common" ;;
+    common) echo "common stub" ;;
     base) echo "common base" ;;
     native) echo "common base native" ;;
     gpu) echo "common base gpu" ;;
-    sample) echo "common base native gpu sample" ;;
+    sample) echo "common base native gpu sample stub" ;;
     store) echo "common base native gpu sample store" ;;
     query) echo "common base store query" ;;
     intarget) echo "common base store intarget stub" ;;

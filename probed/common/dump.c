@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/procfs.h"
+#include "stub/stub_proto.h"
 #include "pyframes_native.h"
 
 #define THREADS_CAP 4096 /* libpyframes' THREAD_SPANS_MAX */
@@ -200,7 +201,7 @@ static json_t *process_json(struct pyf_target *t, struct pyf_native *nat,
     int own = 0;
 
     for (size_t i = 0; i < n; i++) {
-        bool stub = strcmp(bts[i].os_name, "probed-stub") == 0; /* stub.c's, not the job's */
+        bool stub = strcmp(bts[i].os_name, STUB_THREAD_NAME) == 0; /* stub.c's, not the job's */
         json_t *jt;
         if (stub && !show_probed) {
             own++;

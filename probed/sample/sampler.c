@@ -14,6 +14,7 @@
 #include "sample/hashid.h"
 #include "native/native.h"
 #include "common/procfs.h"
+#include "stub/stub_proto.h"
 
 /* How far a target may fall behind before ticks are skipped: a few periods, and never less
  * than CATCH_UP_NS, so that a preemption of the sampler (a busy machine's run queue, a VM's
@@ -228,7 +229,7 @@ static bool is_own_thread(struct target *t, pid_t tid)
         if (t->own_tids[i] != tid)
             continue;
         pyf_thread_name(t->pid, tid, os_name, sizeof(os_name));
-        if (!os_name[0] || strcmp(os_name, TARGET_OWN_NAME) == 0) /* "": gone meanwhile */
+        if (!os_name[0] || strcmp(os_name, STUB_THREAD_NAME) == 0) /* "": gone meanwhile */
             return true;
         t->own_tids[i] = t->own_tids[--t->n_own_tids];
         return false;
@@ -250,13 +251,13 @@ static void note_own_thread(struct target *t, pid_t tid, const char *os_name)
 {
     char name[32];
 
-    if (strcmp(os_name, TARGET_OWN_NAME) != 0)
+    if (strcmp(os_name, STUB_THREAD_NAME) != 0)
         return;
     /* full: a thread that has exited makes room (a request's); the stub's listening thread,
      * alive for good, keeps its place */
     for (size_t i = 0; t->n_own_tids == TARGET_OWN_TIDS && i < t->n_own_tids; i++) {
         pyf_thread_name(t->pid, t->own_tids[i], name, sizeof(name));
-        if (strcmp(name, TARGET_OWN_NAME) != 0)
+        if (strcmp(name, STUB_THREAD_NAME) != 0)
             t->own_tids[i] = t->own_tids[--t->n_own_tids];
     }
     if (t->n_own_tids == TARGET_OWN_TIDS) /* all alive: the oldest goes */
@@ -274,7 +275,7 @@ static void name_thread(struct sampler *s, struct ob_half *h, struct target *t, 
         return;
     pyf_thread_name(t->pid, tid, name, sizeof(name));
     note_own_thread(t, tid, name);
-    if (strcmp(name, TARGET_OWN_NAME) == 0 || ob_half__thread(s->ob, h, t->id, tid, name, name))
+    if (strcmp(name, STUB_THREAD_NAME) == 0 || ob_half__thread(s->ob, h, t->id, tid, name, name))
         remember_tid(t, tid, at); /* the stub's: known, and no row in the job's threads */
 }
 
@@ -289,9 +290,9 @@ static bool send_thread_names(struct sampler *s, struct target *t, pid_t tid, ui
 
     pyf_thread_name(t->pid, tid, os_name, sizeof(os_name));
     if (!os_name[0] && st && runs_probed_code(st))
-        snprintf(os_name, sizeof(os_name), "%s", TARGET_OWN_NAME);
+        snprintf(os_name, sizeof(os_name), "%s", STUB_THREAD_NAME);
     note_own_thread(t, tid, os_name);
-    if (strcmp(os_name, TARGET_OWN_NAME) == 0) { /* not the job's: no row in its threads */
+    if (strcmp(os_name, STUB_THREAD_NAME) == 0) { /* not the job's: no row in its threads */
         *ret_has_py_name = true;
         return true;
     }

@@ -27,7 +27,6 @@
 #define TARGET_READ_DEPTH PYF_DEPTH_MAX /* frames read of a thread found deeper than that */
 
 #define TARGET_OWN_TIDS 16 /* probed's stub threads known at once (one per request served) */
-#define TARGET_OWN_NAME "probed-stub" /* the stub names its threads so (stub.c) */
 
 enum target_state { TARGET_SAMPLING, TARGET_EXITED, TARGET_DETACHED, TARGET_FAILED };
 

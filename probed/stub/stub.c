@@ -535,11 +535,9 @@ static void reply(int fd, uint8_t status, const char *text)
         }
 }
 
-/* One connection: requests one after the other until the daemon hangs up. */
-/* The stub's threads are named so, for the daemon to tell them from the job's: it leaves them
- * out of samples (sampler.c), and a reader of `ps -L` or a backtrace sees whose they are. */
-#define STUB_THREAD_NAME "probed-stub"
-
+/* One connection: requests one after the other until the daemon hangs up. Its thread is
+ * named STUB_THREAD_NAME (stub_proto.h), for the daemon to tell it from the job's: it leaves
+ * it out of samples (sampler.c), and a reader of `ps -L` or a backtrace sees whose it is. */
 static void *serve_connection(void *arg)
 {
     int fd = (int)(intptr_t)arg;

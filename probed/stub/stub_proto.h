@@ -14,6 +14,9 @@
 #define STUB_SOCKET_NAME "sock"
 #define STUB_CODE_MAX (4u << 20)
 #define STUB_REPLY_MAX (16u << 20) /* longer output is cut there by the stub */
+/* The stub names each of its threads so (prctl): the sampler, backtrace and hang tell them
+ * from the job's by it and leave them out. */
+#define STUB_THREAD_NAME "probed-stub"
 
 enum stub_kind {
     STUB_RUN = 1,          /* run the code; print a final expression's value */
