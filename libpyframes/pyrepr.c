@@ -1,5 +1,6 @@
 /*
- * pyrepr.c - repr() of a target's containers and numpy values, for locals (see pyobj.h).
+ * pyrepr.c - repr() of a target's containers, numpy values and torch tensors, for locals (see
+ * pyobj.h).
  *
  * Not on the sampling path: read object by object. What it shows is bounded three ways, like
  * pystack and py-spy: containers inside containers REPR_DEPTH_MAX levels deep (deeper: "[...]"),
@@ -407,6 +408,159 @@ static int repr_ndarray(const struct pyf_target *t, uint64_t raddr, struct out *
     return r;
 }
 
+/*
+ * A torch tensor, as catch shows it: "<Tensor shape=(3, 4) dtype=torch.float32 device=cpu>",
+ * read without running anything in the target. Its Python object (THPVariable) holds, after
+ * the object header, c10::MaybeOwned<at::Tensor>: a bool, then the TensorImpl pointer. Within
+ * TensorImpl the members from the shape on are in one order in every torch from 1.10 to 2.x:
+ * SizesAndStrides (the dimension count, then 5 sizes and 5 strides inline, or a pointer to
+ * them when more), storage_offset_, numel_, data_type_ (TypeMeta: the ScalarType's index) and
+ * device_opt_ (c10::optional<Device>: engaged flag first; std::optional from torch 2.3: last).
+ * What comes before them varies by version, so they are found by scanning for the one place
+ * where all agree: the count of elements is the product of the sizes, the dtype and device
+ * are known ones, and the device is set (every dense or sparse tensor has one).
+ */
+#define TENSOR_IMPL_SCAN 256 /* bytes of TensorImpl looked at for the shape */
+#define TENSOR_NDIM_INLINE 5 /* C10_SIZES_AND_STRIDES_MAX_INLINE_SIZE */
+#define TENSOR_NDIM_MAX 64
+
+static const char *torch_dtype_name(unsigned index)
+{
+    static const char *const names[] = {
+        "uint8",           "int8",
+        "int16",           "int32",
+        "int64",           "float16",
+        "float32",         "float64",
+        "complex32",       "complex64",
+        "complex128",      "bool",
+        "qint8",           "quint8",
+        "qint32",          "bfloat16",
+        "quint4x2",        "quint2x4",
+        "bits1x8",         "bits2x4",
+        "bits4x2",         "bits8",
+        "bits16",          "float8_e5m2",
+        "float8_e4m3fn",   "float8_e5m2fnuz",
+        "float8_e4m3fnuz", "uint16",
+        "uint32",          "uint64",
+    };
+
+    return index < sizeof(names) / sizeof(names[0]) ? names[index] : NULL;
+}
+
+static const char *torch_device_type_name(unsigned type)
+{
+    static const char *const names[] = {
+        "cpu",  "cuda", "mkldnn", "opengl", "opencl", "ideep", "hip",
+        "fpga", "maia", "xla",    "vulkan", "metal",  "xpu",   "mps",
+        "meta", "hpu",  "ve",     "lazy",   "ipu",    "mtia",  "privateuseone",
+    };
+
+    return type < sizeof(names) / sizeof(names[0]) ? names[type] : NULL;
+}
+
+/* optional<Device> from its 3 bytes in either layout; false when neither reads as a set one. */
+static bool torch_device(const uint8_t *b, char *buf, size_t size)
+{
+    /* (engaged, type, index) for c10::optional; (type, index, engaged) for std::optional */
+    const int at[2][3] = {{0, 1, 2}, {2, 0, 1}};
+
+    for (int l = 0; l < 2; l++) {
+        const char *type = torch_device_type_name(b[at[l][1]]);
+        int index = (int8_t)b[at[l][2]];
+
+        if (b[at[l][0]] != 1 || !type || index < -1 || (b[at[l][1]] == 0 && index > 0))
+            continue;
+        if (index < 0)
+            snprintf(buf, size, "%s", type);
+        else
+            snprintf(buf, size, "%s:%d", type, index);
+        return true;
+    }
+    return false;
+}
+
+/* true when @type or one of its bases is torch's C tensor type (tp_base follows tp_flags by
+ * 88 bytes in every CPython 3). */
+static bool is_torch_tensor_type(const struct pyf_target *t, uint64_t type)
+{
+    char name[64];
+
+    for (int i = 0; type && i < 8; i++) {
+        if (pyobj_type_name(t, type, name, sizeof(name), NULL) < 0)
+            return false;
+        if (strcmp(name, "torch._C._TensorBase") == 0 || strcmp(name, "torch._C.TensorBase") == 0)
+            return true;
+        if (pyobj_read(t, type + t->lay.tp_flags + 88, &type, sizeof(type), NULL, "") < 0)
+            return false;
+    }
+    return false;
+}
+
+/* The shape of the TensorImpl read into @impl (TENSOR_IMPL_SCAN bytes at @impl_raddr), at
+ * the first offset where it reads consistently: 0 and @dims, @ndim, @dtype, @device set. */
+static bool torch_shape(const struct pyf_target *t, const uint8_t *impl, int64_t *dims,
+                        int *ret_ndim, const char **ret_dtype, char *device, size_t device_size)
+{
+    /* from the dimension count: sizes and strides 80, storage_offset_ 8, numel_ 8, TypeMeta 2,
+     * optional<Device> 3 */
+    const int numel_at = 8 + 16 * TENSOR_NDIM_INLINE + 8, dtype_at = numel_at + 8;
+
+    for (int k = 24; k + dtype_at + 5 <= TENSOR_IMPL_SCAN; k += 8) {
+        uint64_t ndim = field_u64(impl, k), numel = field_u64(impl, k + numel_at), product = 1;
+        uint16_t dtype;
+        bool ok = true;
+
+        memcpy(&dtype, impl + k + dtype_at, sizeof(dtype));
+        if (ndim > TENSOR_NDIM_MAX || !torch_dtype_name(dtype) ||
+            !torch_device(impl + k + dtype_at + 2, device, device_size))
+            continue;
+        if (ndim <= TENSOR_NDIM_INLINE)
+            memcpy(dims, impl + k + 8, ndim * sizeof(*dims));
+        else if (pyobj_read(t, field_u64(impl, k + 8), dims, ndim * sizeof(*dims), NULL, "") < 0)
+            continue;
+        for (uint64_t i = 0; ok && i < ndim; i++)
+            ok = dims[i] >= 0 && !__builtin_mul_overflow(product, (uint64_t)dims[i], &product);
+        if (!ok || product != numel)
+            continue;
+        *ret_ndim = (int)ndim;
+        *ret_dtype = torch_dtype_name(dtype);
+        return true;
+    }
+    return false;
+}
+
+/* A tensor's shape, dtype and device: true when @raddr is one and was shown; false leaves it
+ * to the generic "<Tensor at 0x...>". */
+static bool repr_tensor(const struct pyf_target *t, uint64_t raddr, uint64_t type, const char *name,
+                        struct out *o)
+{
+    const int32_t header = t->lay.ob_type + 8; /* the end of PyObject: cdata follows */
+    uint8_t cdata[16], impl[TENSOR_IMPL_SCAN];
+    int64_t dims[TENSOR_NDIM_MAX];
+    char device[32], text[48];
+    const char *dtype;
+    int ndim;
+
+    if (!is_torch_tensor_type(t, type) ||
+        pyobj_read(t, raddr + header, cdata, sizeof(cdata), NULL, "") < 0 || cdata[0] > 1 ||
+        pyobj_read(t, field_u64(cdata, 8), impl, sizeof(impl), NULL, "") < 0 ||
+        !torch_shape(t, impl, dims, &ndim, &dtype, device, sizeof(device)))
+        return false;
+    put(o, "<");
+    put(o, strrchr(name, '.') ? strrchr(name, '.') + 1 : name);
+    put(o, " shape=(");
+    for (int i = 0; i < ndim; i++) {
+        snprintf(text, sizeof(text), "%s%" PRId64, i ? ", " : "", dims[i]);
+        put(o, text);
+    }
+    put(o, ndim == 1 ? ",)" : ")");
+    snprintf(text, sizeof(text), " dtype=torch.%s device=", dtype);
+    put(o, text);
+    put(o, device);
+    put(o, ">");
+    return true;
+}
+
 /* numpy values by type name: true when @name is numpy's and was shown. */
 static int repr_numpy(const struct pyf_target *t, uint64_t raddr, const char *name, struct out *o,
                       bool *ret_shown, struct pyf_err *e)
@@ -463,6 +617,8 @@ static int repr_into(const struct pyf_target *t, uint64_t raddr, int depth, stru
             r = repr_numpy(t, raddr, name, o, &shown, e);
         if (r < 0 || shown)
             return r;
+        if (repr_tensor(t, raddr, type, name, o))
+            return 0;
     }
     r = pyobj_repr_scalar(t, raddr, text, sizeof(text), e);
     if (r == 0)

@@ -180,9 +180,10 @@ def test_garbage_collecting_is_stored_with_the_samples(target_factory, daemon):
 
 
 @pytest.mark.parametrize('python', interpreter_params())
-def test_locals_render_containers_numpy_and_corrupt_objects(python, target_factory):
+def test_locals_render_containers_numpy_tensors_and_corrupt_objects(python, target_factory):
     """Containers as repr() gives them (py-spy and pystack show them; we showed <list at 0x..>),
-    bounded in depth and length; numpy scalars and 0-d arrays by value; a corrupt object as
+    bounded in depth and length; numpy scalars and 0-d arrays by value; torch tensors by shape,
+    dtype and device as catch shows them (we showed <Tensor at 0x..>); a corrupt object as
     <invalid object at 0x..> beside the other locals (it hid every local of its frame)."""
     require(python)
     t = target_factory(python, 'locals.py')
@@ -192,7 +193,7 @@ def test_locals_render_containers_numpy_and_corrupt_objects(python, target_facto
     assert 'locals_error' not in frame, frame
     got = {x['name']: x['value'] for x in frame['locals']}
     for name, text in expected.items():
-        if name != 'numpy':
+        if name not in ('numpy', 'tensors'):
             assert got[name] == text, (name, got[name], text)
     assert got['nested'] == '[[1, [2, [...]]]]'
     assert got['long_list'] == '[' + ', '.join(str(i) for i in range(32)) + ', ...]'
@@ -201,6 +202,10 @@ def test_locals_render_containers_numpy_and_corrupt_objects(python, target_facto
         assert (got['np_float'], got['np_int'], got['np_bool'], got['np_f32'],
                 got['zero_d']) == ('1.5', '42', 'True', '0.1', 'array(2.5)'), got
         assert re.fullmatch(r'<ndarray float64 \(3, 4\) at 0x[0-9a-f]+>', got['arr']), got['arr']
+    for name, text in expected['tensors'].items():
+        assert got[name] == text, (name, got[name], text)
+    if python == '/usr/bin/python3':  # Debian's, with python3-torch
+        assert expected['tensors'], 'torch did not import in the target'
 
 
 @pytest.mark.parametrize('python', interpreter_params())
