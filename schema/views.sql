@@ -32,8 +32,9 @@ JOIN stacks st ON st.stack_id = s.stack_id;
 -- samples), then weighted by how many samples had that stack: much less work than joining
 -- every sample's frames.
 CREATE TEMP VIEW stack_hours AS
-SELECT target_id, stack_id, state & 1 AS on_cpu, sum(n) AS n FROM stack_counts
-WHERE span_s = 3600 AND stack_id <> 0 GROUP BY target_id, stack_id, state & 1;
+SELECT c.target_id, c.stack_id, c.state & 1 AS on_cpu, sum(c.n) AS n
+FROM targets t CROSS JOIN stack_counts c ON c.target_id = t.id AND c.span_s = 3600
+WHERE c.stack_id <> 0 GROUP BY c.target_id, c.stack_id, c.state & 1;
 
 -- Both counts side by side, the on-CPU ones and every sample's, with each process's totals:
 -- function_stats and function_stats_all are its two readings.
@@ -65,6 +66,34 @@ SELECT pid, func, file, kind, self_cpu AS self_samples, total_cpu AS total_sampl
        round(100.0 * self_cpu / max(cpu_samples, 1), 2) AS self_pct,
        round(100.0 * total_cpu / max(cpu_samples, 1), 2) AS total_pct, target_id
 FROM function_counts WHERE total_cpu > 0 ORDER BY self_samples DESC, total_samples DESC;
+
+-- Per thread, over everything stored: its samples and the share of them on the CPU, holding
+-- the GIL, collecting garbage and with no Python frames. From the hourly counts (CROSS JOIN:
+-- target by target, each a range of stack_counts' key), never by reading the samples:
+-- thread_states answers the same per sample, for a window.
+CREATE TEMP VIEW thread_stats AS
+SELECT t.pid, c.tid, th.name AS thread, sum(c.n) AS samples,
+       round(100.0 * sum(CASE WHEN c.state & 1 THEN c.n ELSE 0 END) / sum(c.n), 2) AS on_cpu_pct,
+       round(100.0 * sum(CASE WHEN c.state & 2 THEN c.n ELSE 0 END) / sum(c.n), 2) AS gil_pct,
+       round(100.0 * sum(CASE WHEN c.state & 4 THEN c.n ELSE 0 END) / sum(c.n), 2) AS gc_pct,
+       round(100.0 * sum(CASE WHEN c.stack_id = 0 THEN c.n ELSE 0 END) / sum(c.n), 2)
+           AS no_python_pct,
+       t.rank, c.target_id
+FROM targets t CROSS JOIN stack_counts c ON c.target_id = t.id AND c.span_s = 3600
+LEFT JOIN threads th ON th.target_id = c.target_id AND th.tid = c.tid
+GROUP BY c.target_id, c.tid;
+
+-- The samples counted per minute, thread, stack and state (minute_counts: stack_counts'
+-- minutes, bounds on ts_ns read only the minutes asked): "which stacks, how often" over a
+-- window, without reading the samples. ts_ns is the minute's start; a bound that falls
+-- inside a minute keeps or drops it whole.
+CREATE TEMP VIEW stack_minutes AS
+SELECT m.ts_ns, t.pid, m.tid, th.name AS thread, m.stack_id, m.state & 1 AS on_cpu,
+       (m.state >> 1) & 1 AS holds_gil, (m.state >> 2) & 1 AS gc_collecting, m.n,
+       m.target_id
+FROM minute_counts m
+JOIN targets t ON t.id = m.target_id
+LEFT JOIN threads th ON th.target_id = m.target_id AND th.tid = m.tid;
 
 -- Per thread over time: running on CPU, holding the GIL, its interpreter collecting garbage.
 CREATE TEMP VIEW thread_states AS

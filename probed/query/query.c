@@ -20,11 +20,15 @@
 #include "common/units.h"
 
 /* What the authorizer and progress handler need while a query runs. */
+/* A statement that timed out after unpacking more samples than this is told of the views that
+ * count them instead (a minute of 80 threads at 100 Hz is 480,000). */
+#define QUERY_MANY_SAMPLES 1000000
+
 struct guard {
     const struct query_scope *scope;
-    bool armed;             /* false while query.c itself sets the connection up */
-    bool internal;          /* samples (samplestab.c) prepares its own read of sample_blocks */
-    char refused[256];      /* why the authorizer said no */
+    bool armed;                   /* false while query.c itself sets the connection up */
+    struct samplestab_state tabs; /* samples, minute_counts (samplestab.c): their reads */
+    char refused[256];            /* why the authorizer said no */
     uint32_t via_view;      /* raw tables read through a view in the statement being prepared */
     char main_tables[2048]; /* main's tables, each followed by a NUL (the last by two) */
     int64_t deadline_ns;    /* CLOCK_MONOTONIC */
@@ -74,6 +78,7 @@ static int shadowed_table(const char *name)
         "threads",
         "samples",
         "stack_counts",
+        "minute_counts",
         "strings",
         "frames",
         "stack_frames",
@@ -151,7 +156,7 @@ static int authorize(void *ctx, int action, const char *a1, const char *a2, cons
 {
     struct guard *g = ctx;
 
-    if (!g->armed || g->internal)
+    if (!g->armed || g->tabs.internal)
         return SQLITE_OK;
     switch (action) {
     case SQLITE_FUNCTION:
@@ -309,6 +314,8 @@ static int shadow_tables(sqlite3 *db, const struct query_scope *sc, struct errbu
         " WHERE target_id IN (SELECT id FROM temp.targets);"
         "CREATE TEMP VIEW stack_counts AS SELECT * FROM main.stack_counts"
         " WHERE target_id IN (SELECT id FROM temp.targets);"
+        "CREATE TEMP VIEW minute_counts AS SELECT * FROM main.minute_counts"
+        " WHERE target_id IN (SELECT id FROM temp.targets);"
         "CREATE TEMP VIEW memory AS SELECT * FROM main.memory"
         " WHERE target_id IN (SELECT id FROM temp.targets);"
         "CREATE TEMP VIEW thread_cpu AS SELECT * FROM main.thread_cpu"
@@ -392,12 +399,15 @@ static int open_connection(const char *path, struct guard *g, sqlite3 **ret, str
     r = livetab_register(db, g->scope) == SQLITE_OK ? 0 : errbuf_set(err, -EIO, "python.backtrace");
     if (r == 0 && sqlprintf_register(db, QUERY_VALUE_BYTES) != SQLITE_OK)
         r = errbuf_set(err, -EIO, "registering printf(): %s", sqlite3_errmsg(db));
-    if (r == 0 && samplestab_register(db, &g->internal) != SQLITE_OK)
+    if (r == 0 && samplestab_register(db, &g->tabs) != SQLITE_OK)
         r = errbuf_set(err, -EIO, "registering samples: %s", sqlite3_errmsg(db));
     /* connected now, before the authorizer is armed: connecting declares the table, which the
      * authorizer would take for a write of the schema */
     if (r == 0)
-        r = setup_exec(db, "SELECT 1 FROM main.samples WHERE 0", err);
+        r = setup_exec(db,
+                       "SELECT 1 FROM main.samples WHERE 0;"
+                       "SELECT 1 FROM main.minute_counts WHERE 0",
+                       err);
     if (r == 0)
         r = setup_exec(db,
                        "ATTACH 'file:probed_python?mode=memory' AS python;"
@@ -531,6 +541,13 @@ static int collect(sqlite3 *db, struct guard *g, sqlite3_stmt *q, const struct q
         json_object_set_new(out, "truncated", json_false());
         return 0;
     }
+    if (g->timed_out && g->tabs.samples_read > QUERY_MANY_SAMPLES)
+        return errbuf_set(err, -ETIMEDOUT,
+                          "query interrupted after %lld ms (the query time limit), having read"
+                          " %llu samples one by one: bound ts_ns (ts_ns > ago('10m')) or pid,"
+                          " or ask the views that count them (function_stats, thread_stats,"
+                          " stack_minutes: docs/query.md)",
+                          (long long)lim->time_ms, (unsigned long long)g->tabs.samples_read);
     if (g->timed_out)
         return errbuf_set(err, -ETIMEDOUT, "query interrupted after %lld ms (the query time limit)",
                           (long long)lim->time_ms);

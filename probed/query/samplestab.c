@@ -9,7 +9,9 @@
 
 #include "store/blocks.h"
 
-enum { COL_TARGET, COL_TS, COL_TID, COL_STACK, COL_STATE };
+enum { COL_TARGET, COL_TS, COL_TID, COL_STACK, COL_STATE, COL_N };
+
+#define MINUTE_NS 60000000000LL /* stack_counts' minute buckets (span_s 60) */
 
 /* idxNum bits: which arguments xFilter gets, in this order */
 #define HAS_TARGET 1
@@ -21,7 +23,8 @@ enum { COL_TARGET, COL_TS, COL_TID, COL_STACK, COL_STATE };
 struct samples_vtab {
     sqlite3_vtab base;
     sqlite3 *db;
-    bool *internal;
+    struct samplestab_state *state;
+    bool minutes; /* minute_counts: rows of stack_counts, not samples */
 };
 
 struct samples_cursor {
@@ -37,26 +40,39 @@ struct samples_cursor {
     struct block_reader rd;
 };
 
-static int samples_connect(sqlite3 *db, void *aux, int argc, const char *const *argv,
-                           sqlite3_vtab **ret, char **errmsg)
+static int connect_table(sqlite3 *db, void *aux, bool minutes, sqlite3_vtab **ret)
 {
     struct samples_vtab *v;
-    int rc;
+    int rc = sqlite3_declare_vtab(db, minutes ? "CREATE TABLE x(target_id INTEGER, ts_ns INTEGER,"
+                                                " tid INTEGER, stack_id INTEGER, state INTEGER,"
+                                                " n INTEGER)"
+                                              : "CREATE TABLE x(target_id INTEGER, ts_ns INTEGER,"
+                                                " tid INTEGER, stack_id INTEGER, state INTEGER)");
 
-    (void)argc;
-    (void)argv;
-    (void)errmsg;
-    rc = sqlite3_declare_vtab(db, "CREATE TABLE x(target_id INTEGER, ts_ns INTEGER,"
-                                  " tid INTEGER, stack_id INTEGER, state INTEGER)");
     if (rc != SQLITE_OK)
         return rc;
     v = calloc(1, sizeof(*v));
     if (!v)
         return SQLITE_NOMEM;
     v->db = db;
-    v->internal = aux;
+    v->state = aux;
+    v->minutes = minutes;
     *ret = &v->base;
     return SQLITE_OK;
+}
+
+static int samples_connect(sqlite3 *db, void *aux, int argc, const char *const *argv,
+                           sqlite3_vtab **ret, char **errmsg)
+{
+    (void)argc, (void)argv, (void)errmsg;
+    return connect_table(db, aux, false, ret);
+}
+
+static int minutes_connect(sqlite3 *db, void *aux, int argc, const char *const *argv,
+                           sqlite3_vtab **ret, char **errmsg)
+{
+    (void)argc, (void)argv, (void)errmsg;
+    return connect_table(db, aux, true, ret);
 }
 
 static int samples_disconnect(sqlite3_vtab *vt)
@@ -70,7 +86,6 @@ static int samples_best_index(sqlite3_vtab *vt, sqlite3_index_info *info)
     int use[4] = {-1, -1, -1, -1}, plan = 0, argv = 0; /* target, lo, hi, tid: constraint i */
     double cost = 1e7;
 
-    (void)vt;
     for (int i = 0; i < info->nConstraint; i++) {
         const struct sqlite3_index_constraint *c = &info->aConstraint[i];
         int slot = -1;
@@ -109,6 +124,8 @@ static int samples_best_index(sqlite3_vtab *vt, sqlite3_index_info *info)
         cost /= (plan & HAS_LO) && (plan & HAS_HI) ? 1000 : 10;
     if (plan & HAS_TID)
         cost /= 4;
+    if (((struct samples_vtab *)vt)->minutes)
+        cost /= 100; /* a row per minute and stack, not per sample */
     info->idxNum = plan;
     info->estimatedCost = cost;
     info->estimatedRows = (sqlite3_int64)cost + 1;
@@ -162,15 +179,25 @@ static int prepare(struct samples_cursor *c, int plan)
     }
     sqlite3_finalize(c->q);
     c->q = NULL;
-    snprintf(sql, sizeof(sql),
-             "SELECT target_id, tid, first_ns, data FROM main.sample_blocks WHERE 1%s%s%s%s",
-             plan & HAS_TARGET ? " AND target_id = ?1" : "",
-             plan & HAS_LO ? " AND first_ns >= ?2 - " BLOCK_SPAN_SQL " AND last_ns >= ?2" : "",
-             plan & (HAS_HI | HAS_TS_EQ) ? " AND first_ns <= ?3" : "",
-             plan & HAS_TID ? " AND tid = ?4" : "");
-    *v->internal = true;
+    if (v->minutes) /* target by target (CROSS JOIN: that order), each a range of the key */
+        snprintf(sql, sizeof(sql),
+                 "SELECT c.target_id, c.bucket * %lld, c.tid, c.stack_id, c.state, c.n"
+                 " FROM main.targets t CROSS JOIN main.stack_counts c"
+                 " ON c.target_id = t.id AND c.span_s = 60 WHERE 1%s%s%s%s",
+                 MINUTE_NS, plan & HAS_TARGET ? " AND t.id = ?1" : "",
+                 plan & HAS_LO ? " AND c.bucket >= ?2" : "",
+                 plan & (HAS_HI | HAS_TS_EQ) ? " AND c.bucket <= ?3" : "",
+                 plan & HAS_TID ? " AND c.tid = ?4" : "");
+    else
+        snprintf(sql, sizeof(sql),
+                 "SELECT target_id, tid, first_ns, data FROM main.sample_blocks WHERE 1%s%s%s%s",
+                 plan & HAS_TARGET ? " AND target_id = ?1" : "",
+                 plan & HAS_LO ? " AND first_ns >= ?2 - " BLOCK_SPAN_SQL " AND last_ns >= ?2" : "",
+                 plan & (HAS_HI | HAS_TS_EQ) ? " AND first_ns <= ?3" : "",
+                 plan & HAS_TID ? " AND tid = ?4" : "");
+    v->state->internal = true;
     rc = sqlite3_prepare_v2(v->db, sql, -1, &c->q, NULL);
-    *v->internal = false;
+    v->state->internal = false;
     if (rc != SQLITE_OK)
         return fail(c, sqlite3_errmsg(v->db));
     c->q_plan = plan;
@@ -180,13 +207,22 @@ static int prepare(struct samples_cursor *c, int plan)
 /* The next sample the scan wants, reading blocks as needed: sets eof at the end. */
 static int advance(struct samples_cursor *c)
 {
+    if (((struct samples_vtab *)c->base.pVtab)->minutes) { /* a row is a row */
+        int rc = sqlite3_step(c->q);
+        c->eof = rc != SQLITE_ROW;
+        return rc == SQLITE_ROW || rc == SQLITE_DONE
+                   ? SQLITE_OK
+                   : fail(c, sqlite3_errmsg(sqlite3_db_handle(c->q)));
+    }
     for (;;) {
         if (c->in_block) {
             int got = blocks_next(&c->rd, &c->cur);
             if (got < 0)
                 return fail(c, "a damaged block in sample_blocks");
-            if (got > 0 && c->cur.ts_ns >= c->lo && c->cur.ts_ns <= c->hi)
+            if (got > 0 && c->cur.ts_ns >= c->lo && c->cur.ts_ns <= c->hi) {
+                ((struct samples_vtab *)c->base.pVtab)->state->samples_read++;
                 return SQLITE_OK;
+            }
             if (got > 0)
                 continue;
             c->in_block = false;
@@ -248,10 +284,16 @@ static int samples_filter(sqlite3_vtab_cursor *cur, int plan, const char *idx_st
         if (plan & HAS_TS_EQ)
             c->hi = bound(argv[a], true, INT64_MAX);
         c->lo = bound(argv[a++], false, INT64_MIN);
-        sqlite3_bind_int64(c->q, 2, c->lo);
     }
     if (plan & HAS_HI)
         c->hi = bound(argv[a++], true, INT64_MAX);
+    if (((struct samples_vtab *)cur->pVtab)->minutes) {
+        /* the minutes that hold the bounds (SQLite checks each row's start again) */
+        c->lo = c->lo / MINUTE_NS - (c->lo % MINUTE_NS < 0);
+        c->hi = c->hi / MINUTE_NS - (c->hi % MINUTE_NS < 0);
+    }
+    if (plan & HAS_LO)
+        sqlite3_bind_int64(c->q, 2, c->lo);
     if (plan & (HAS_HI | HAS_TS_EQ))
         sqlite3_bind_int64(c->q, 3, c->hi);
     if (plan & HAS_TID)
@@ -276,6 +318,10 @@ static int samples_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int co
 {
     struct samples_cursor *c = (struct samples_cursor *)cur;
 
+    if (((struct samples_vtab *)cur->pVtab)->minutes) {
+        sqlite3_result_value(ctx, sqlite3_column_value(c->q, col));
+        return SQLITE_OK;
+    }
     switch (col) {
     case COL_TARGET:
         sqlite3_result_int64(ctx, c->target_id);
@@ -317,7 +363,26 @@ static const sqlite3_module samples_module = {
     .xRowid = samples_rowid,
 };
 
-int samplestab_register(sqlite3 *db, bool *internal)
+static const sqlite3_module minutes_module = {
+    .iVersion = 0,
+    .xCreate = NULL,
+    .xConnect = minutes_connect,
+    .xBestIndex = samples_best_index,
+    .xDisconnect = samples_disconnect,
+    .xDestroy = samples_disconnect,
+    .xOpen = samples_open,
+    .xClose = samples_close,
+    .xFilter = samples_filter,
+    .xNext = samples_next,
+    .xEof = samples_eof,
+    .xColumn = samples_column,
+    .xRowid = samples_rowid,
+};
+
+int samplestab_register(sqlite3 *db, struct samplestab_state *state)
 {
-    return sqlite3_create_module(db, "samples", &samples_module, internal);
+    int rc = sqlite3_create_module(db, "samples", &samples_module, state);
+
+    return rc == SQLITE_OK ? sqlite3_create_module(db, "minute_counts", &minutes_module, state)
+                           : rc;
 }

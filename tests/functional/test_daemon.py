@@ -7,11 +7,13 @@ import signal
 import socket
 import sqlite3
 import subprocess
+import shutil
+import tempfile
 import time
 
 import pytest
 
-from conftest import INTERPRETERS, PROBECTL, interpreter_params, require, Target, TARGETS, wait_for
+from conftest import BUILD, INTERPRETERS, PROBECTL, interpreter_params, require, Target, TARGETS, wait_for
 from daemon import Daemon, daemon_without, ensure_test_user
 
 
@@ -265,6 +267,84 @@ def test_flamegraph_svg_and_folded(daemon):
         assert shares and all(0 <= x <= 100.0 for x in shares), top
     finally:
         t.close()
+
+
+def test_the_counting_views_equal_counting_the_samples(daemon):
+    """stack_minutes (stack_counts' minutes through minute_counts) and thread_stats (its hours)
+    answer what counting the samples answers, in one snapshot each; bounds on ts_ns and pid
+    reach the virtual tables under the views (EXPLAIN QUERY PLAN: the plan's idxNum has the
+    bound), so a window reads that window, whatever the store holds."""
+    t = busy('/usr/bin/python3')
+    try:
+        daemon.ctl('attach', t.pid, '--rate', '200', check=True)
+        wait_for(lambda: daemon.rows('SELECT count(*) FROM samples')[0][0] >= 600,
+                 what='600 samples')
+        minutes = ("SELECT ts_ns, tid, stack_id, on_cpu | (holds_gil << 1) | (gc_collecting << 2),"
+                   " n FROM stack_minutes WHERE pid = %d" % t.pid)
+        counted = ("SELECT ts_ns / 60000000000 * 60000000000, tid, stack_id, state, count(*)"
+                   " FROM samples s JOIN targets t ON t.id = s.target_id WHERE t.pid = %d"
+                   " GROUP BY 1, 2, 3, 4" % t.pid)
+        assert daemon.rows('SELECT (SELECT count(*) FROM (%s EXCEPT %s)),'
+                           ' (SELECT count(*) FROM (%s EXCEPT %s)), (SELECT count(*) FROM (%s))'
+                           % (minutes, counted, counted, minutes, minutes))[0][:2] == [0, 0]
+        # a bound at a minute's start: the minutes from it, the samples from it
+        last = ('(SELECT max(ts_ns) / 60000000000 * 60000000000 FROM samples)')
+        n_minutes, n_samples = daemon.rows(
+            'SELECT (SELECT sum(n) FROM stack_minutes WHERE ts_ns >= %s),'
+            ' (SELECT count(*) FROM samples WHERE ts_ns >= %s)' % (last, last))[0]
+        assert n_minutes == n_samples > 0, (n_minutes, n_samples)
+        rows = daemon.rows(
+            'SELECT a.samples, a.on_cpu_pct, a.gil_pct, a.gc_pct, a.no_python_pct, b.n, b.cpu,'
+            ' b.gil, b.gc, b.none, a.thread FROM thread_stats a JOIN (SELECT pid, tid,'
+            ' count(*) AS n, 100.0 * avg(on_cpu) AS cpu, 100.0 * avg(holds_gil) AS gil,'
+            ' 100.0 * avg(gc_collecting) AS gc, 100.0 * avg(no_python_frames) AS none'
+            ' FROM thread_states GROUP BY pid, tid) b USING (pid, tid) WHERE a.pid = %d'
+            % t.pid)
+        assert len(rows) == 2 and {r[10] for r in rows} == {'MainThread', 'sleeper'}, rows
+        for r in rows:
+            assert r[0] == r[5] and all(abs(r[i] - r[i + 5]) < 0.006 for i in (1, 2, 3, 4)), r
+        spinning = [r for r in rows if r[10] == 'MainThread'][0]
+        assert spinning[1] > 50, rows
+        for sql, bits in (("SELECT * FROM stack_minutes WHERE ts_ns > ago('5m')", 2),
+                          ("SELECT * FROM sample_frames WHERE ts_ns > ago('5m')", 2),
+                          ("SELECT * FROM stack_minutes WHERE pid = %d AND ts_ns > ago('5m')"
+                           " AND ts_ns < ago('1m')" % t.pid, 1 | 2 | 4),
+                          ("SELECT * FROM thread_states WHERE tid = %d" % t.pid, 8)):
+            plan = ' '.join(str(x) for row in daemon.rows('EXPLAIN QUERY PLAN ' + sql)
+                            for x in row)
+            idx = re.search(r'VIRTUAL TABLE INDEX (\d+)', plan)
+            assert idx and int(idx.group(1)) & bits == bits, (sql, plan)
+    finally:
+        t.close()
+
+
+def test_a_query_reading_every_sample_of_a_long_store_is_told_of_the_counting_views():
+    """A store of an hour of 8 ranks x 10 threads at 100 Hz (28.8 M samples, built by
+    bench/store_synth with the daemon's own schema and encoder): a query that counts every
+    sample one by one runs into the time limit, and says which views count them; those views
+    answer over the same store."""
+    work = tempfile.mkdtemp(prefix='probed-test-')
+    os.chmod(work, 0o755)
+    built = subprocess.run([os.path.join(BUILD, 'bench', 'store_synth'),
+                            os.path.join(work, 'probed.db'), '--hours', '1'],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True, check=True)
+    store = json.loads(built.stdout)
+    d = Daemon('--query-timeout', '1s', '--retention', '0', '--max-db-size', '0', workdir=work)
+    try:
+        r = d.ctl('query', 'SELECT func, count(*) FROM sample_frames WHERE depth = 0'
+                  ' GROUP BY func')
+        assert r.returncode != 0 and 'the query time limit' in r.stderr, r.stderr
+        assert re.search(r'having read \d+ samples one by one: bound ts_ns', r.stderr) and \
+            'function_stats, thread_stats, stack_minutes' in r.stderr, r.stderr
+        assert d.rows('SELECT sum(samples) FROM thread_stats')[0][0] == store['samples']
+        assert d.rows('SELECT count(DISTINCT pid) FROM function_stats')[0][0] == 8
+        first = d.rows("SELECT sum(n) FROM stack_minutes WHERE ts_ns < %d"
+                       % (store['first_ns'] + 60 * 10 ** 9))[0][0]
+        assert first == 8 * 10 * 60 * 100, first
+    finally:
+        d.close()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def counts_mismatch(tids=None):

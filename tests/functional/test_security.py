@@ -261,7 +261,8 @@ def test_another_users_code_is_not_readable_through_any_table(daemon, user):
                     "SELECT s.text FROM stack_frames sf JOIN frames f ON f.id = sf.frame_id"
                     " JOIN strings s ON s.id IN (f.func_id, f.file_id)",
                     "SELECT func, file FROM function_stats_all",
-                    "SELECT func, file FROM sample_frames"):
+                    "SELECT func, file FROM sample_frames",
+                    "SELECT func, file FROM stack_minutes JOIN stacks USING (stack_id)"):
             seen = json_rows(daemon.rows(sql, user=user))
             assert secret not in seen and secret_dir not in seen, sql
             assert 'evaltarget.py' in seen, sql  # the user's own code is there
@@ -272,8 +273,13 @@ def test_another_users_code_is_not_readable_through_any_table(daemon, user):
         # the counts flame graphs read: the user's own targets only
         mine_ids = daemon.rows('SELECT id FROM targets WHERE pid = %d' % mine.pid)
         assert daemon.rows('SELECT DISTINCT target_id FROM stack_counts', user=user) == mine_ids
+        assert daemon.rows('SELECT DISTINCT target_id FROM minute_counts', user=user) == mine_ids
+        assert daemon.rows('SELECT DISTINCT pid FROM thread_stats', user=user) == [[mine.pid]]
+        assert {root_job.pid, mine.pid} <= {r[0] for r in daemon.rows(
+            'SELECT DISTINCT pid FROM thread_stats')}
         for sql in ('SELECT * FROM main.strings', 'SELECT * FROM main.stack_frames',
-                    'SELECT * FROM main.stack_counts', 'SELECT name, payload FROM dbstat'):
+                    'SELECT * FROM main.stack_counts', 'SELECT * FROM main.minute_counts',
+                    'SELECT name, payload FROM dbstat'):
             r = daemon.ctl('query', sql, user=user)
             assert r.returncode != 0 and ('reserved to root' in r.stderr
                                           or 'refused' in r.stderr), (sql, r.stderr)
