@@ -18,6 +18,7 @@
 
 #include "err.h"
 #include "frameptr.h"
+#include "modfiles.h"
 #include "procmaps.h"
 #include "symtab.h"
 #include "target.h"
@@ -38,7 +39,8 @@ struct pyf_stopped {
 struct pyf_native {
     pid_t pid;
     Dwfl_Callbacks callbacks; /* libdw keeps a pointer: it lives as long as the Dwfl */
-    char *debuginfo_path;     /* NULL: libdw's default places (.gnu_debuglink, build-id) */
+    char *debuginfo_path;     /* a core's: NULL, libdw's default places */
+    struct modfiles files;    /* a live process's: how its modules' files are found */
     Dwfl *dwfl;
     enum { UNATTACHED, HELD_THREADS, STACK_COPIES } mode; /* how libdw reads thread state */
     const struct pyf_stack_copy *copy; /* STACK_COPIES: the sample being unwound */
@@ -276,9 +278,10 @@ int pyf_native_open(pid_t pid, struct pyf_symcache *symbols, struct pyf_native *
     n->pid = pid;
     n->symbols = symbols;
     n->own_symbols = own_symbols;
-    n->callbacks = (Dwfl_Callbacks){.find_elf = dwfl_linux_proc_find_elf,
-                                    .find_debuginfo = dwfl_standard_find_debuginfo,
-                                    .debuginfo_path = &n->debuginfo_path};
+    modfiles_init(&n->files, pid);
+    modfiles_enter(&n->files);
+    n->callbacks =
+        (Dwfl_Callbacks){.find_elf = modfiles_find_elf, .find_debuginfo = modfiles_find_debuginfo};
     n->dwfl = dwfl_begin(&n->callbacks);
     if (!n->dwfl) {
         pyf_native_free(n);
@@ -359,6 +362,7 @@ void pyf_native_free(struct pyf_native *n)
     free(n->tables);
     if (n->own_symbols)
         pyf_symcache_free(n->symbols);
+    modfiles_release(&n->files);
     free(n);
 }
 
@@ -452,6 +456,7 @@ static int unwind_core(struct pyf_native *n, pid_t tid, uint64_t *ret_pcs, size_
 int pyf_native__unwind(struct pyf_native *n, pid_t tid, uint64_t *ret_pcs, size_t cap,
                        size_t *ret_n, bool *ret_truncated, struct pyf_err *reterr)
 {
+    modfiles_enter(&n->files); /* libdw may open the module files now (modfiles.h) */
     struct unwind_ctx c = {.n = n, .pcs = ret_pcs, .cap = cap};
 
     if (n->core_elf)
@@ -563,6 +568,7 @@ int pyf_native__unwind_copy(struct pyf_native *n, const struct pyf_stack_copy *c
                             uint64_t *ret_pcs, size_t cap, size_t *ret_n, bool *ret_truncated,
                             struct pyf_err *reterr)
 {
+    modfiles_enter(&n->files); /* libdw may open the module files now (modfiles.h) */
     struct unwind_ctx c = {.n = n, .pcs = ret_pcs, .cap = cap};
     int r = unwind_copy(n, copy, &c, reterr);
 
@@ -691,6 +697,7 @@ static void again_with_frame_pointer(struct pyf_native *n, struct pyf_stack_copy
 int pyf_native__unwind_blocked(struct pyf_native *n, pid_t tid, uint64_t *ret_pcs, size_t cap,
                                size_t *ret_n, uint64_t ret_sched[3], struct pyf_err *reterr)
 {
+    modfiles_enter(&n->files); /* libdw may open the module files now (modfiles.h) */
     struct pyf_stack_copy copy = {.tid = tid,
                                   .regs_known = 1u << PYF_DWARF_SP | 1u << PYF_DWARF_IP};
     struct unwind_ctx c = {.n = n, .pcs = ret_pcs, .cap = cap};
@@ -796,6 +803,7 @@ static int prepare_module(Dwfl_Module *m, void **userdata, const char *name, Dwa
 
 void pyf_native__prepare(struct pyf_native *n)
 {
+    modfiles_enter(&n->files); /* libdw may open the module files now (modfiles.h) */
     dwfl_getmodules(n->dwfl, prepare_module, n, 0);
 }
 
@@ -832,11 +840,13 @@ static void drop_dead_tables(struct pyf_native *n)
 
 int pyf_native__reread_maps(struct pyf_native *n, struct pyf_err *reterr)
 {
+    modfiles_enter(&n->files); /* libdw may open the module files now (modfiles.h) */
     int r;
 
     /* Everything again, not only what was added: a library loaded since may lie between two
      * mappings of one that was there (a gap libdw counted as that one's). Modules reported as
      * before are kept by libdw, with their tables; the others are dropped. */
+    modfiles_forget_maps(&n->files);
     dwfl_report_begin(n->dwfl);
     r = dwfl_linux_proc_report(n->dwfl, n->pid);
     if (dwfl_report_end(n->dwfl, NULL, NULL) != 0 && r == 0)
@@ -904,6 +914,7 @@ static bool in_loaded_segment(Elf *elf, Dwarf_Addr bias, Dwarf_Addr addr)
 void pyf_native__symbol(struct pyf_native *n, uint64_t pc, bool innermost,
                         struct pyf_native_frame *ret_frame)
 {
+    modfiles_enter(&n->files); /* libdw may open the module files now (modfiles.h) */
     /* a return address points past its call, maybe into the next function or line */
     Dwarf_Addr lookup = innermost || pc == 0 ? pc : pc - 1, start = 0, bias = 0;
     Dwfl_Module *m = dwfl_addrmodule(n->dwfl, lookup);
@@ -929,6 +940,7 @@ void pyf_native__symbol(struct pyf_native *n, uint64_t pc, bool innermost,
 
 void pyf_native__source(struct pyf_native *n, struct pyf_native_frame *frame, bool innermost)
 {
+    modfiles_enter(&n->files); /* libdw may open the module files now (modfiles.h) */
     Dwarf_Addr lookup = innermost || frame->pc == 0 ? frame->pc : frame->pc - 1;
     Dwfl_Module *m = dwfl_addrmodule(n->dwfl, lookup);
     Dwfl_Line *line = m ? dwfl_module_getsrc(m, lookup) : NULL;

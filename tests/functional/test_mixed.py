@@ -11,12 +11,14 @@ after the attach)."""
 import json
 import os
 import re
+import shutil
+import subprocess
 import time
 
 import pytest
 
 from conftest import BUILD, interpreter_params, require, wait_for
-from daemon import daemon_without
+from daemon import Daemon, daemon_without
 
 EVAL = re.compile(r'^_PyEval_EvalFrameDefault')
 SORT = re.compile(r'^(qsort|msort)')
@@ -290,6 +292,92 @@ def test_a_function_without_a_symbol_is_named_by_its_library_and_offset(target_f
     assert re.match(r'^libspin\.so \(deleted\)\+0x[0-9a-f]+$', s[0][1]), s
     assert s[0][2].endswith('libspin.so (deleted)'), s
     detach(daemon, t.pid)
+
+
+def stripped_with_debug_file(folder, debuglink='libspin.debug'):
+    """tests' spin library stripped of its symbols (as distributions ship), its symbols kept in
+    a separate debug file (objcopy --only-keep-debug, as a -dbgsym package holds) named by a
+    .gnu_debuglink in the library: (library path, debug file path, build-id in hex)."""
+    built = os.path.join(BUILD, 'tests', 'libspin_lib.so')
+    lib, debug = os.path.join(folder, 'libspin.so'), os.path.join(folder, 'libspin.debug.real')
+    subprocess.run(['objcopy', '--only-keep-debug', built, debug], check=True)
+    shutil.copy(debug, os.path.join(folder, debuglink))  # the name the link records
+    subprocess.run(['objcopy', '--strip-all', '--add-gnu-debuglink=' + os.path.join(
+        folder, debuglink), built, lib], check=True)
+    os.unlink(os.path.join(folder, debuglink))
+    notes = subprocess.run(['readelf', '-n', built], stdout=subprocess.PIPE,
+                           universal_newlines=True, check=True).stdout
+    return lib, debug, re.search(r'Build ID: ([0-9a-f]+)', notes).group(1)
+
+
+def innermost_under_spin_for(daemon, pid):
+    def spins():
+        return [s for s in mixed(daemon, pid).values() if any(nat('^spin_for$')(f) for f in s)
+                and s[0][0] == 'native' and s[0][1] != 'spin_for']
+    return wait_for(spins, timeout=40, what='samples inside spin_for')[0][0]
+
+
+def test_a_stripped_librarys_functions_are_named_from_its_debug_file(target_factory, tmp_path,
+                                                                      daemon):
+    """Issue 36: a library without a symbol table is named from its separate debug file: by
+    its .gnu_debuglink beside it (or in .debug/), as gdb and perf find it. mix() is static:
+    only the debug file's .symtab names it."""
+    folder = str(tmp_path)
+    os.chmod(folder, 0o755)
+    lib, debug, _ = stripped_with_debug_file(folder)
+    os.rename(debug, os.path.join(folder, 'libspin.debug'))
+    t = target_factory('/usr/bin/python3', 'native_spin.py', lib,
+                       env=dict(os.environ, SPIN_IN_PLACE='1'))
+    daemon.ctl('attach', t.pid, '--native', check=True)
+    frame = innermost_under_spin_for(daemon, t.pid)
+    assert frame[1] == 'mix' and frame[2] == lib, frame
+    detach(daemon, t.pid)
+
+
+def test_debug_files_are_found_by_build_id_for_a_deleted_library(target_factory, tmp_path):
+    """By build-id: debuginfod's cache (what `debuginfod-find debuginfo` fetched), for a library
+    deleted since it was loaded (its file read from /proc/PID/map_files): the frame is named."""
+    folder = str(tmp_path)
+    os.chmod(folder, 0o755)
+    lib, debug, build_id = stripped_with_debug_file(folder)
+    cache = os.path.join(folder, 'debuginfod')
+    os.makedirs(os.path.join(cache, build_id))
+    os.rename(debug, os.path.join(cache, build_id, 'debuginfo'))
+    d = Daemon(env={'DEBUGINFOD_CACHE_PATH': cache})
+    try:
+        t = target_factory('/usr/bin/python3', 'native_spin.py', lib)  # copied, then deleted
+        d.ctl('attach', t.pid, '--native', check=True)
+        frame = innermost_under_spin_for(d, t.pid)
+        assert frame[1] == 'mix' and frame[2].endswith('libspin.so (deleted)'), frame
+    finally:
+        d.close()
+
+
+def test_a_fifo_or_a_link_in_the_targets_folder_never_hangs_nor_misleads_the_daemon(
+        target_factory, tmp_path, daemon):
+    """A user's library names its debug file; the user put a FIFO there (libdw's own lookup
+    opened it and blocked the daemon's sampler for good), or a symlink to a file elsewhere:
+    neither is opened; the frames are named by library and offset, and the daemon answers."""
+    for kind in ('fifo', 'symlink'):
+        folder = str(tmp_path / kind)
+        os.makedirs(folder)
+        os.chmod(folder, 0o755)
+        lib, debug, _ = stripped_with_debug_file(folder)
+        link = os.path.join(folder, 'libspin.debug')
+        if kind == 'fifo':
+            os.mkfifo(link)
+            os.makedirs(os.path.join(folder, '.debug'))
+            os.mkfifo(os.path.join(folder, '.debug', 'libspin.debug'))
+        else:
+            os.symlink(debug, link)
+        t = target_factory('/usr/bin/python3', 'native_spin.py', lib,
+                           env=dict(os.environ, SPIN_IN_PLACE='1'))
+        daemon.ctl('attach', t.pid, '--native', check=True, timeout=30)
+        frame = innermost_under_spin_for(daemon, t.pid)
+        assert re.match(r'^libspin\.so\+0x[0-9a-f]+$', frame[1]) and frame[2] == lib, frame
+        assert daemon.ctl('list', timeout=10).returncode == 0
+        detach(daemon, t.pid)
+        t.close()
 
 
 def test_flame_graph_colours_native_frames(target_factory, tmp_path, daemon):
