@@ -8,11 +8,13 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ctl/client.h"
@@ -219,6 +221,78 @@ static bool script_ended(void)
     return false;
 }
 
+/*
+ * While its user reads and types at the prompt, probectl asks after the session now and then
+ * (an io that sends nothing and waits for nothing: at the prompt pdb writes nothing to take),
+ * for the target ends a session no client asked about for its stale_s (debug.py: one left by
+ * a probectl that was killed, or whose terminal went away) and lets the paused thread go on.
+ */
+struct keepalive {
+    const char *socket;
+    int pid;
+    int every_ms;
+    bool stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+};
+
+static void *keepalive_run(void *arg)
+{
+    struct keepalive *k = arg;
+    struct timespec at;
+
+    pthread_mutex_lock(&k->mu);
+    while (!k->stop) {
+        clock_gettime(CLOCK_REALTIME, &at);
+        at.tv_sec += k->every_ms / 1000;
+        at.tv_nsec += (long)(k->every_ms % 1000) * 1000000L;
+        if (at.tv_nsec >= 1000000000L) {
+            at.tv_sec++;
+            at.tv_nsec -= 1000000000L;
+        }
+        if (pthread_cond_timedwait(&k->cv, &k->mu, &at) == 0 || k->stop)
+            continue;
+        pthread_mutex_unlock(&k->mu);
+        {
+            char err[256];
+            long status;
+            json_t *reply = NULL, *body = json_pack("{s:s, s:i, s:i}", "action", "io", "pid",
+                                                    k->pid, "wait_ms", 0);
+            client_call_when_free(client_socket_path(k->socket), "POST", "/v1/debug", body, NULL,
+                                  &status, &reply, err,
+                                  sizeof(err)); /* quiet: a miss is harmless */
+            json_decref(body);
+            json_decref(reply);
+        }
+        pthread_mutex_lock(&k->mu);
+    }
+    pthread_mutex_unlock(&k->mu);
+    return NULL;
+}
+
+/* Starts asking every third of @stale_s (the session's, from its last reply); false: not
+ * started (the session then lasts as long as the user types within stale_s). */
+static bool keepalive_start(struct keepalive *k, const char *socket, int pid, double stale_s)
+{
+    *k = (struct keepalive){
+        .socket = socket, .pid = pid, .every_ms = stale_s > 0.3 ? (int)(stale_s * 1000 / 3) : 100};
+    pthread_mutex_init(&k->mu, NULL);
+    pthread_cond_init(&k->cv, NULL);
+    return pthread_create(&k->thread, NULL, keepalive_run, k) == 0;
+}
+
+static void keepalive_stop(struct keepalive *k)
+{
+    pthread_mutex_lock(&k->mu);
+    k->stop = true;
+    pthread_cond_signal(&k->cv);
+    pthread_mutex_unlock(&k->mu);
+    pthread_join(k->thread, NULL);
+    pthread_mutex_destroy(&k->mu);
+    pthread_cond_destroy(&k->cv);
+}
+
 /* Reads a running thread's output until it stops at the prompt (Ctrl-C pauses it again) or the
  * session ends; the last reply. */
 static json_t *until_paused(const char *socket, int pid, json_t *reply)
@@ -298,9 +372,15 @@ int debug_main(int argc, char **argv)
             break;
         }
         show(str(reply, "output"), &prompt);
+        json_t *stale = json_object_get(reply, "stale_s");
+        struct keepalive alive;
+        bool keeping = keepalive_start(&alive, socket, pid,
+                                       json_is_number(stale) ? json_number_value(stale) : 60);
         json_decref(reply);
         take_sigint();
         line = readline(prompt);
+        if (keeping)
+            keepalive_stop(&alive);
         if (!line) /* Ctrl-D */
             printf("\n");
         else if (*line)

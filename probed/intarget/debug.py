@@ -23,6 +23,15 @@ import time
 import _probed_stub
 
 OUTPUT_MAX = 1 << 20  # held for the client; older output is dropped beyond it
+# A session no client has asked about for this long was left (a probectl killed, a terminal
+# gone, a pause nobody joined): the paused thread goes on, breakpoints cleared, and the next
+# pause is not refused. probectl says it is there at least every third of it, also while its
+# user types (the io replies give it). The process's own PROBED_DEBUG_STALE_S changes it (the
+# tests' few seconds).
+try:
+    STALE_S = max(1.0, float(os.environ.get('PROBED_DEBUG_STALE_S', '60')))
+except ValueError:
+    STALE_S = 60.0
 
 # Who may connect to a session served on a port (--listen, --dap): loopback is every local
 # user's, and whoever connects runs code as this process, so a connection is taken only from
@@ -84,13 +93,28 @@ class _Channel:
         self.waiting = False  # pdb waits for a line
         self.ended = False
         self.sock = None  # --listen: the connected client
+        self.contact = time.monotonic()  # a client's last request (or its connection)
+        self.watched = True  # False until a client first comes: a post-mortem or --listen
+        #                      session waits for its user however long that takes
+        self.abandoned = False
+
+    def touch(self):
+        self.contact = time.monotonic()
+        self.watched = True
+
+    def stale(self):
+        return (self.watched and self.sock is None
+                and time.monotonic() - self.contact > STALE_S)
 
     def readline(self):
         with self.cv:
             self.waiting = True
             self.cv.notify_all()
             while not self.lines and not self.ended:
-                self.cv.wait()
+                if self.stale():  # nobody will type: leave, as Ctrl-D does
+                    self.abandoned = True
+                    break
+                self.cv.wait(min(5.0, STALE_S / 3))
             self.waiting = False
             return self.lines.pop(0) if self.lines else 'detach\n'
 
@@ -147,7 +171,7 @@ class _Pdb(pdb.Pdb):
             frame.f_trace = None
             frame = frame.f_back
         self.message('probed: detached; the process goes on')
-        self.session.end('detached')
+        self.session.end(_how_left(self.session))
         return 1
 
     do_EOF = do_detach
@@ -176,6 +200,7 @@ class _Session:
             self.server.bind((host.strip('[]'), int(port)))
             self.server.listen(1)
             self.listen = '%s:%d' % (host, self.server.getsockname()[1])
+            self.chan.watched = False
             t = threading.Thread(target=self._serve, name='probed-debug-listen', daemon=True)
             t.start()
 
@@ -196,6 +221,7 @@ class _Session:
                 continue
             with self.chan.cv:
                 self.chan.sock = conn
+                self.chan.touch()
                 pending = self.chan.take()
             try:
                 conn.sendall(pending.encode('utf-8', 'replace'))
@@ -206,6 +232,7 @@ class _Session:
                 pass
             with self.chan.cv:
                 self.chan.sock = None
+                self.chan.touch()  # gone now: stale from here
             conn.close()
 
     def send(self, line):
@@ -335,9 +362,29 @@ def _arm(session):
         _arm_thread(session)
 
 
+def _how_left(s):
+    return 'abandoned: no client for %d s' % STALE_S if s.chan.abandoned else 'detached'
+
+
+def _end_stale(s):
+    """Ends session @s, which no client asked about for STALE_S: at the prompt its own thread
+    leaves (as Ctrl-D), else it is disarmed here; waits a little for that."""
+    s.chan.abandoned = True
+    if s.status() == 'paused':
+        with s.chan.cv:
+            s.chan.cv.notify_all()  # its readline sees it stale
+    else:
+        detach()
+    deadline = time.monotonic() + 5
+    while s.state != 'ended' and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def pause(native_id, listen):
     global _session
     with _lock:
+        if _session is not None and _session.state != 'ended' and _session.chan.stale():
+            _end_stale(_session)
         if _session is not None and _session.state != 'ended':
             return {'error': 'a debugger session is open already (thread %d, %s): join it with'
                     ' probectl debug, or leave it' % (_session.ident, _session.status()),
@@ -351,7 +398,7 @@ def pause(native_id, listen):
             ident = found[0].ident
         _session = _Session(ident, listen)
         _arm(_session)
-        return {'state': 'armed', 'ident': ident, 'listen': _session.listen}
+        return {'state': 'armed', 'ident': ident, 'listen': _session.listen, 'stale_s': STALE_S}
 
 
 def post_mortem(tb):
@@ -361,6 +408,7 @@ def post_mortem(tb):
         if _session is not None and _session.state != 'ended':
             return False
         _session = s = _Session(threading.get_ident(), None)
+        s.chan.watched = False
     s.state = 'running'
     s.pdb.reset()
     s.chan.write('probed: post-mortem: the thread waits here until you leave (detach)\n')
@@ -380,6 +428,7 @@ def io(line, wait):
     s = _session or (_ended[-1] if _ended else None)
     if s is None:
         return {'state': 'none'}
+    s.chan.touch()
     deadline = time.time() + wait
     with s.chan.cv:
         if line is not None:
@@ -402,13 +451,14 @@ def io(line, wait):
     s.told = state == 'ended'
     if state == 'ended' and s in _ended and not out:
         _ended.remove(s)  # told once
-    return {'output': out, 'state': state, 'how': s.how, 'listen': s.listen}
+    return {'output': out, 'state': state, 'how': s.how, 'listen': s.listen, 'stale_s': STALE_S}
 
 
 def interrupt():
     s = _session
     if s is None:
         return {'state': 'none'}
+    s.chan.touch()
     if s.status() == 'running':
         _arm(s)
     return {'state': s.status()}
@@ -425,7 +475,7 @@ def detach():
                                                                 'settrace_all_threads'):
             threading.settrace_all_threads(None)
         s.pdb.clear_all_breaks()
-        s.end('detached')
+        s.end(_how_left(s))
         # pdb's trace function stays on the frames it traced (its bottom one's at least):
         # cleared here, and the thread's own trace function too when it is the main one,
         # where a pending call runs (the trace returns None on every event meanwhile)

@@ -218,6 +218,50 @@ def test_a_script_on_stdin_ends_with_its_input(tmp_path):
         close_all(None, t, d)
 
 
+def test_a_session_nobody_asks_about_ends_by_itself(tmp_path):
+    """A pause nobody joined (or a probectl killed mid-session) left the thread paused and every
+    later `pause` refused until a raw API call detached it. A session no client asked about for
+    its stale time (60 s; PROBED_DEBUG_STALE_S, here 2 s) ends by itself: the thread goes on, as
+    after Ctrl-D, and the next pause works; a user at the prompt keeps it, however long they
+    think (probectl asks after it meanwhile)."""
+    d = Daemon()
+    count = str(tmp_path / 'steps')
+    t = Target('/usr/bin/python3', 'debuggee.py', count,
+               env=dict(os.environ, PROBED_DEBUG_STALE_S='2'))
+    term = None
+    try:
+        wait_for(lambda: steps(count) > 2, 20, 'the target stepping')
+        d.ctl('pause', t.pid, check=True)
+        wait_for(lambda: not going(count, 0.3), 10, 'the thread paused')
+        wait_for(lambda: going(count, 0.3), 20, 'the thread going on by itself')
+        status, body = d.api('POST', '/v1/debug', {'pid': t.pid, 'action': 'io', 'wait_ms': 0})
+        assert status == 200 and body['state'] == 'ended' and \
+            body['how'].startswith('abandoned: no client for 2 s'), body
+        assert left_behind(d, t.pid) == ['0', '0']
+        # a fresh session is refused to a second pause; once stale, it is taken over
+        d.ctl('pause', t.pid, check=True)
+        r = d.ctl('pause', t.pid)
+        assert r.returncode != 0 and 'open already' in r.stderr, r.stderr
+        time.sleep(2.5)
+        r = d.ctl('pause', t.pid)
+        assert r.returncode == 0, r.stderr
+        # a user at the prompt for three times the stale time keeps the session
+        term = Term(d, 'debug', t.pid)
+        term.expect(r'\(Pdb\) ')
+        time.sleep(6)
+        assert not going(count)
+        term.settle()
+        term.send('where\n')
+        out = term.expect(r'\(Pdb\) ')
+        assert 'main()' in out, out
+        term.leave('the debugger session ended \\(detached\\)')
+        assert term.close() == 0
+        term = None
+        wait_for(lambda: going(count, 0.3), 10, 'the target going on after leaving')
+    finally:
+        close_all(term, t, d)
+
+
 @pytest.mark.parametrize('name', ['pyenv-3.9', 'debian-python3', 'pyenv-3.13'])
 def test_another_thread_and_its_version(name, tmp_path):
     """--thread pauses the thread asked for (3.12+: threading's trace on every thread, kept by
