@@ -330,7 +330,7 @@ def test_a_query_reading_every_sample_of_a_long_store_is_told_of_the_counting_vi
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            universal_newlines=True, check=True)
     store = json.loads(built.stdout)
-    d = Daemon('--query-timeout', '1s', '--retention', '0', '--max-db-size', '0', workdir=work)
+    d = Daemon('--query-timeout', '2s', '--retention', '0', '--max-db-size', '0', workdir=work)
     try:
         r = d.ctl('query', 'SELECT func, count(*) FROM sample_frames WHERE depth = 0'
                   ' GROUP BY func')
