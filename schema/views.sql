@@ -179,7 +179,7 @@ SELECT c.op, c.group_name, c.group_size, c.seq, c.seq_source, c.rank,
        CASE WHEN c.op IN ('send', 'isend', 'reduce', 'gather') THEN c.peer
             WHEN c.op IN ('recv', 'irecv') THEN c.rank ELSE NULL END AS dst_rank,
        c.bytes, c.dtype, c.async, c.duration_ns / 1e6 AS latency_ms,
-       coalesce(c.state <> 'completed', c.duration_ns IS NULL) AS in_flight,
+       coalesce(c.state = 'issued', c.duration_ns IS NULL) AS in_flight,
        coalesce(c.state, CASE WHEN c.duration_ns IS NULL THEN 'issued' ELSE 'completed' END)
            AS state,
        strftime('%Y-%m-%d %H:%M:%f', c.ts_ns / 1e9, 'unixepoch') AS ts, t.pid, c.ts_ns,

@@ -34,13 +34,14 @@
 /* Each target's latest traced collective (probectl torch PID on --comm): pid, op, group, seq,
  * in flight, start, source ('c10d', or 'ddp': DDP's gradient buckets of a step). Only
  * collectives numbered by c10d: their numbers are the same on every rank (a send's or a
- * receive's are not: they are counted by each end). */
+ * receive's are not: they are counted by each end); not those the trace went off during
+ * (state 'untraced': whether they completed was not seen). */
 static const char COMM_SQL[] =
     "SELECT t.pid, c.op, c.group_name, c.seq,"
-    " coalesce(c.state <> 'completed', c.duration_ns IS NULL), c.ts_ns, c.seq_source"
+    " coalesce(c.state = 'issued', c.duration_ns IS NULL), c.ts_ns, c.seq_source"
     " FROM comm_calls c JOIN targets t ON t.id = c.target_id"
     " WHERE c.call_id = (SELECT max(call_id) FROM comm_calls c2 WHERE c2.target_id ="
-    " c.target_id AND c2.seq_source IN ('c10d', 'ddp'))";
+    " c.target_id AND c2.seq_source IN ('c10d', 'ddp') AND coalesce(c2.state, '') <> 'untraced')";
 
 struct hang_opts {
     bool native, no_lines, json;

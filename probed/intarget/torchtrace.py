@@ -564,9 +564,15 @@ class CommTracer:
         with self.lock:
             for w in self.ddps:
                 w.restore()
-                if w.pending is not None:  # never completed while traced: stays in flight
-                    self.open.pop(w.pending[0], None)
             self.ddps = []
+            # in flight as the trace goes: their end will not be seen; sent (the last drain
+            # follows) as 'untraced', never left 'issued', which hang would take for a rank
+            # still waiting there
+            for rec in list(self.open.values()):
+                rec[13] = 'untraced'
+                if len(self.done) < MAX_RECORDS:
+                    self.done.append(rec)
+            self.open.clear()
 
     # ---- DistributedDataParallel's collectives (C++) ----
 

@@ -656,9 +656,15 @@ def test_ddp_gradient_all_reduce_from_cpp_is_recorded_and_hang_names_the_stalled
             r.stdout
         group = [g for g in doc['groups'] if g['ranks'] == '1'][0]
         assert group['stack'][0]['function'] == 'load_batch', group
-        # off, on the rank blocked in DDP's all_reduce (the Reducer's lock held): answered
+        # off, on the rank blocked in DDP's all_reduce (the Reducer's lock held): answered,
+        # and the row in flight is no longer 'issued' (hang would take it for a rank still
+        # waiting there): its end was not seen
         r = d.ctl('torch', procs[0].pid, 'off', timeout=30)
         assert r.returncode == 0, r.stdout + r.stderr
+        rows = d.rows("SELECT state, in_flight FROM comm_metrics WHERE rank = 0 AND seq = %d"
+                      % coll['seq'])
+        assert rows == [['untraced', 0]], rows
+        assert d.rows("SELECT count(*) FROM comm_metrics WHERE rank = 0 AND in_flight") == [[0]]
     finally:
         for p in procs:
             p.kill()
