@@ -64,6 +64,11 @@ static const struct key_def keys[CFG_N] = {
     [CFG_NVML] = {"nvml", K_PATH, false, "", 0, 0, true,
                   "NVIDIA's libnvidia-ml.so.1, which GPU readings come from (empty: the loader's"
                   " path, then the driver's usual folders; off: GPUs are not read)"},
+    [CFG_PROBED_THREADS] = {"probed_threads", K_CHOICE, true, "hide", 0, 0, false,
+                            "probed's own threads and code in a target (the stub's, loaded for"
+                            " eval, the torch trace ...) in samples: hide (the job's truth) or"
+                            " show (stored as the job's are, the threads named probed-stub and"
+                            " the code's file <probed...>)"},
 };
 
 void config_init(struct config *c)
@@ -177,10 +182,14 @@ int config_check(enum config_key k, const char *value, int64_t *num, struct errb
         return 0;
     case K_ADDRESS:
         return check_address(value, err);
-    case K_CHOICE: /* metrics_cmdline, the only one */
-        if (strcmp(value, "script") != 0 && strcmp(value, "full") != 0)
-            return errbuf_set(err, -EINVAL, "%s: '%s' is not script or full", d->name, value);
+    case K_CHOICE: { /* two words: the first is 0, the second 1 */
+        const char *one = k == CFG_PROBED_THREADS ? "hide" : "script";
+        const char *two = k == CFG_PROBED_THREADS ? "show" : "full";
+        if (strcmp(value, one) != 0 && strcmp(value, two) != 0)
+            return errbuf_set(err, -EINVAL, "%s: '%s' is not %s or %s", d->name, value, one, two);
+        *num = strcmp(value, two) == 0;
         return 0;
+    }
     default:
         return check_number(d, value, num, err);
     }

@@ -47,6 +47,7 @@ enum config_key {
     CFG_METRICS_CMDLINE,     /* /metrics cmd label: "script" (program and script) or "full" */
     CFG_WRITE_BACKLOG,       /* bytes of batches kept while the database fails; 0 = none */
     CFG_NVML,                /* libnvidia-ml.so.1: "" = search, "off" = GPUs not read (restart) */
+    CFG_PROBED_THREADS,      /* the stub's threads and frames in samples: 0 hide, 1 show */
     CFG_N
 };
 

@@ -5,7 +5,7 @@
  *   probed [--config PATH] [--socket PATH] [--db PATH] [--foreground] [--rate HZ]
  *          [--retention DUR] [--max-db-size SIZE] [--query-timeout DUR] [--metrics ADDR]
  *          [--memory-interval DUR] [--metrics-cmdline script|full] [--group NAME] [--stub PATH]
- *          [--nvml PATH|off]
+ *          [--nvml PATH|off] [--probed-threads hide|show]
  *
  * Settings come from config.h: defaults, then probed.conf, then these options; SIGHUP
  * re-reads the file and the API changes the live ones (probectl config).
@@ -75,6 +75,8 @@ static void usage(FILE *out)
             "  --metrics-cmdline script|full  the cmd label of /metrics: the program and its\n"
             "                         script (default), or the whole command line\n"
             "  --write-backlog SIZE   samples kept while the database fails (default 64M)\n"
+            "  --probed-threads hide|show  probed's own threads and code in a target, in\n"
+            "                         samples (default hide: the job's own only)\n"
             "  --group NAME           group owning the socket (default probed, if it exists)\n"
             "  --stub PATH            the library eval loads into targets (default: next to\n"
             "                         probed, else %s/libprobed-stub.so)\n"
@@ -120,6 +122,7 @@ static const struct {
     {"allocation-interval", CFG_ALLOCATION_INTERVAL},
     {"metrics-cmdline", CFG_METRICS_CMDLINE},
     {"write-backlog", CFG_WRITE_BACKLOG},
+    {"probed-threads", CFG_PROBED_THREADS},
     {"group", CFG_GROUP},
     {"stub", CFG_STUB},
     {"nvml", CFG_NVML},
@@ -303,7 +306,7 @@ static int start(struct daemon *d, struct options *o)
     }
     if ((r = outbox_new(OUTBOX_SAMPLES, &d->ob)) < 0 ||
         (r = targets_new(d->ob, next_id, &d->reg)) < 0 ||
-        (r = sampler_new(d->reg, d->ob, &d->sampler)) < 0 ||
+        (r = sampler_new(d->reg, d->ob, &o->cfg, &d->sampler)) < 0 ||
         (r = follower_new(d->reg, &d->follower)) < 0)
         return log_errno(LOG_ERR, r, "allocating the sampler");
     if (store__live_targets(d->store, resume_one, d->reg, &err) < 0)

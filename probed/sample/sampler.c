@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "config.h"
 #include "sample/hashid.h"
 #include "native/native.h"
 #include "common/procfs.h"
@@ -70,7 +71,7 @@ static int64_t frame_id_of(struct sampler *s, struct ob_half *h, const struct py
 
 static int64_t frame_id(struct sampler *s, struct ob_half *h, const struct pyf_frame *f)
 {
-    if (f->file && strncmp(f->file, "<probed", 7) == 0)
+    if (!s->show_own && f->file && strncmp(f->file, "<probed", 7) == 0)
         return PROBED_FRAME_ID;
     return frame_id_of(s, h, f);
 }
@@ -275,8 +276,9 @@ static void name_thread(struct sampler *s, struct ob_half *h, struct target *t, 
         return;
     pyf_thread_name(t->pid, tid, name, sizeof(name));
     note_own_thread(t, tid, name);
-    if (strcmp(name, STUB_THREAD_NAME) == 0 || ob_half__thread(s->ob, h, t->id, tid, name, name))
-        remember_tid(t, tid, at); /* the stub's: known, and no row in the job's threads */
+    if ((!s->show_own && strcmp(name, STUB_THREAD_NAME) == 0) ||
+        ob_half__thread(s->ob, h, t->id, tid, name, name))
+        remember_tid(t, tid, at); /* the stub's, hidden: known, and no row in the job's threads */
 }
 
 /* Sends one Python thread's names: threading's (""  when it has none yet) and the OS's. */
@@ -292,11 +294,13 @@ static bool send_thread_names(struct sampler *s, struct target *t, pid_t tid, ui
     if (!os_name[0] && st && runs_probed_code(st))
         snprintf(os_name, sizeof(os_name), "%s", STUB_THREAD_NAME);
     note_own_thread(t, tid, os_name);
-    if (strcmp(os_name, STUB_THREAD_NAME) == 0) { /* not the job's: no row in its threads */
+    if (strcmp(os_name, STUB_THREAD_NAME) == 0 && !s->show_own) { /* no row in the job's */
         *ret_has_py_name = true;
         return true;
     }
-    if (pyf_target__thread_py_name(t->pyf, ident, name, sizeof(name), &e) < 0)
+    if (strcmp(os_name, STUB_THREAD_NAME) == 0) /* shown: named as probed's, never the job's */
+        snprintf(name, sizeof(name), "%s", STUB_THREAD_NAME);
+    else if (pyf_target__thread_py_name(t->pyf, ident, name, sizeof(name), &e) < 0)
         name[0] = '\0';
     *ret_has_py_name = name[0] != '\0';
     h = outbox__lock(s->ob);
@@ -433,7 +437,7 @@ static void add_native_only(struct sampler *s, struct ob_half *h, struct target 
     bool eval_loop;
 
     name_thread(s, h, t, ns->tid);
-    if (t->n_own_tids && is_own_thread(t, ns->tid)) { /* the stub's listening thread */
+    if (!s->show_own && t->n_own_tids && is_own_thread(t, ns->tid)) { /* the stub's listener */
         t->stats.own_skipped++;
         return;
     }
@@ -467,7 +471,7 @@ static void record(struct sampler *s, struct target *t, size_t n, int64_t ts, in
         const struct pyf_thread *th = &t->threads[i];
         struct ob_sample smp = {.ts_ns = ts, .target_id = t->id, .tid = th->tid};
 
-        if (t->n_own_tids && is_own_thread(t, th->tid)) { /* probed's, not the job's */
+        if (!s->show_own && t->n_own_tids && is_own_thread(t, th->tid)) { /* not the job's */
             t->stats.own_skipped++;
             if (t->native)
                 native__take(t->native, th->tid);
@@ -671,6 +675,7 @@ static void *sampler_main(void *arg)
             t->stats.late++;
             t->next_ns = now - now % t->period_ns;
         }
+        s->show_own = s->config && config_num(s->config, CFG_PROBED_THREADS) == 1;
         sample_target(s, t, now);
         count_tick(s, mono_ns() - now);
         t->next_ns += t->period_ns;
@@ -682,7 +687,7 @@ static void *sampler_main(void *arg)
     return NULL;
 }
 
-int sampler_new(struct targets *reg, struct outbox *ob, struct sampler **ret)
+int sampler_new(struct targets *reg, struct outbox *ob, struct config *config, struct sampler **ret)
 {
     struct sampler *s = calloc(1, sizeof(*s));
 
@@ -690,6 +695,7 @@ int sampler_new(struct targets *reg, struct outbox *ob, struct sampler **ret)
         return -ENOMEM;
     s->reg = reg;
     s->ob = ob;
+    s->config = config;
     *ret = s;
     return 0;
 }

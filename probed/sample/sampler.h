@@ -37,6 +37,7 @@ struct sampler {
     bool started, stopping; /* under the registry's lock */
     struct targets *reg;
     struct outbox *ob;
+    struct config *config; /* probed_threads, read each pass */
     /* how long each tick of one target took: cumulative-less buckets, summed by /metrics */
     atomic_uint_fast64_t tick_hist[SAMPLER_HIST_N + 1], tick_ns_sum;
 
@@ -49,9 +50,11 @@ struct sampler {
     int32_t mixed_order[TARGET_DEPTH_MAX + NATIVE_DEPTH_MAX];
     struct pyf_stack instant; /* Python frames the eBPF sampler copied, decoded */
     struct pyf_frame instant_frames[TARGET_DEPTH_MAX];
+    bool show_own; /* this pass: probed_threads = show (the stub's threads and code kept) */
 };
 
-int sampler_new(struct targets *reg, struct outbox *ob, struct sampler **ret);
+int sampler_new(struct targets *reg, struct outbox *ob, struct config *config,
+                struct sampler **ret);
 int sampler_start(struct sampler *s);
 /* Stops the thread; the registry and its targets stay (a restart resumes them). */
 void sampler_stop(struct sampler *s);

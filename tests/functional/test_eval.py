@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, PYENV, Target, interpreter_params, require
+from conftest import BUILD, PYENV, Target, interpreter_params, require, wait_for
 from daemon import ensure_test_user
 
 REINJECT = os.path.join(BUILD, 'tests', 'reinject')
@@ -203,6 +203,37 @@ def test_200_injections_and_evals_leave_no_trace(daemon, python, mode):
     finally:
         t.close()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def test_probed_threads_show_keeps_the_stubs_threads_and_code_marked(daemon):
+    """probed_threads = show (probectl config, live): the stub's threads and code are stored as
+    the job's are, marked: the thread named probed-stub in threads, its frames' file <probed>;
+    hide again (the default) leaves them out."""
+    t = target('/usr/bin/python3', 'sleep')
+    try:
+        daemon.ctl('config', 'probed_threads=show', check=True)
+        daemon.ctl('attach', t.pid, check=True)
+        r = daemon.ctl('eval', t.pid, 'import time; time.sleep(0.8); 1')
+        assert (r.returncode, r.stdout) == (0, '1\n'), r.stdout + r.stderr
+
+        def shown():
+            return daemon.rows("SELECT f.thread, count(*) FROM sample_frames f JOIN targets t"
+                               " ON t.id = f.target_id WHERE t.pid = %d AND f.file LIKE"
+                               " '<probed%%' GROUP BY 1" % t.pid)
+        rows = wait_for(shown, 10, "the stub's samples stored")
+        assert [r[0] for r in rows] == ['probed-stub'] and rows[0][1] >= 10, rows
+        assert daemon.rows("SELECT count(*) FROM threads h JOIN targets t ON t.id ="
+                           " h.target_id WHERE t.pid = %d AND h.name = 'probed-stub'"
+                           % t.pid)[0][0] >= 1
+        daemon.ctl('config', 'probed_threads=hide', check=True)
+        before = sum(n for _, n in shown())
+        r = daemon.ctl('eval', t.pid, 'import time; time.sleep(0.8); 2')
+        assert r.stdout == '2\n', r.stdout + r.stderr
+        time.sleep(1.2)  # stored
+        assert sum(n for _, n in shown()) == before
+    finally:
+        daemon.ctl('config', 'probed_threads=hide')
+        t.close()
 
 
 @pytest.mark.parametrize('python', interpreter_params('debian-3.14', 'debian-3.15'))

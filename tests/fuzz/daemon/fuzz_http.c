@@ -72,7 +72,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     config_init(&d.cfg);
     if (config_set(&d.cfg, CFG_METRICS_ADDRESS, "off", false, true, &err) < 0 ||
         store_open(db, &d.store, &err) < 0 || outbox_new(4096, &d.ob) < 0 ||
-        targets_new(d.ob, 1, &d.reg) < 0 || sampler_new(d.reg, d.ob, &d.sampler) < 0 ||
+        targets_new(d.ob, 1, &d.reg) < 0 || sampler_new(d.reg, d.ob, NULL, &d.sampler) < 0 ||
         follower_new(d.reg, &d.follower) < 0)
         abort();
     d.writer = (struct writer){
