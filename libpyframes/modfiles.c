@@ -111,6 +111,10 @@ int modfiles_find_elf(Dwfl_Module *mod, void **userdata, const char *module_name
     fd = open_mapped(m, module_name, base);
     if (fd < 0) /* no CAP_SYS_ADMIN (or CAP_CHECKPOINT_RESTORE) for map_files: the path */
         fd = open_in_root(m->pid, module_name, 0);
+    if (fd < 0 && strlen(module_name) > strlen(DELETED) &&
+        strcmp(module_name + strlen(module_name) - strlen(DELETED), DELETED) == 0)
+        /* deleted, and no map_files: libdw reads it from the process's memory if it can */
+        return dwfl_linux_proc_find_elf(mod, userdata, module_name, base, file_name, elfp);
     if (fd < 0)
         return -1;
     *file_name = strdup(module_name);
