@@ -226,6 +226,7 @@ def test_probed_threads_show_keeps_the_stubs_threads_and_code_marked(daemon):
                            " h.target_id WHERE t.pid = %d AND h.name = 'probed-stub'"
                            % t.pid)[0][0] >= 1
         daemon.ctl('config', 'probed_threads=hide', check=True)
+        time.sleep(1.5)  # the samples taken while shown, flushed
         before = sum(n for _, n in shown())
         r = daemon.ctl('eval', t.pid, 'import time; time.sleep(0.8); 2')
         assert r.stdout == '2\n', r.stdout + r.stderr
