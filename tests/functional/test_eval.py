@@ -220,8 +220,9 @@ def test_probed_threads_show_keeps_the_stubs_threads_and_code_marked(daemon):
             return daemon.rows("SELECT f.thread, count(*) FROM sample_frames f JOIN targets t"
                                " ON t.id = f.target_id WHERE t.pid = %d AND f.file LIKE"
                                " '<probed%%' GROUP BY 1" % t.pid)
-        rows = wait_for(shown, 10, "the stub's samples stored")
-        assert [r[0] for r in rows] == ['probed-stub'] and rows[0][1] >= 10, rows
+        rows = wait_for(lambda: (lambda r: r if sum(n for _, n in r) >= 10 else None)(shown()),
+                        10, "the stub's samples stored")
+        assert [r[0] for r in rows] == ['probed-stub'], rows
         assert daemon.rows("SELECT count(*) FROM threads h JOIN targets t ON t.id ="
                            " h.target_id WHERE t.pid = %d AND h.name = 'probed-stub'"
                            % t.pid)[0][0] >= 1
