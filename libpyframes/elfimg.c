@@ -99,28 +99,39 @@ bool elfimg__has_symtab(const struct elfimg *img)
     return img->symtab != NULL;
 }
 
+/* Scans the table's raw Elf64_Sym array and its string table directly: a lookup runs at
+ * every attach, often for a name the file lacks (Python 2's, 3.6's), over tens of thousands
+ * of symbols, and gelf_getsym()/elf_strptr() per symbol cost several times the comparison.
+ * The file is the target's: every name offset is bounds-checked against the string table. */
 static int find_in(Elf *elf, Elf_Scn *scn, const char *name, uint64_t *ret_vaddr)
 {
+    size_t len = strlen(name);
+    const Elf64_Sym *syms;
+    const char *strs;
+    Elf_Data *data, *strdata;
+    size_t n, strsz;
     GElf_Shdr sh;
-    Elf_Data *data;
-    size_t n;
 
-    if (!scn || !gelf_getshdr(scn, &sh) || sh.sh_entsize == 0)
+    if (!scn || !gelf_getshdr(scn, &sh))
         return -ENOENT;
     data = elf_getdata(scn, NULL);
-    if (!data)
+    strdata = elf_getdata(elf_getscn(elf, sh.sh_link), NULL);
+    if (!data || !data->d_buf || data->d_type != ELF_T_SYM || !strdata || !strdata->d_buf)
         return -ENOENT;
-    n = sh.sh_size / sh.sh_entsize;
+    syms = data->d_buf;
+    n = data->d_size / sizeof(Elf64_Sym); /* 64-bit only: elfimg_open() checked the class */
+    strs = strdata->d_buf;
+    strsz = strdata->d_size;
     for (size_t i = 0; i < n; i++) {
-        GElf_Sym sym;
-        const char *s;
-        if (!gelf_getsym(data, (int)i, &sym) || sym.st_shndx == SHN_UNDEF || sym.st_value == 0)
+        const Elf64_Sym *sym = &syms[i];
+        /* Compares len + 1 bytes: the name and its NUL, all within the table. */
+        if (sym->st_name >= strsz || strsz - sym->st_name <= len || strs[sym->st_name] != name[0] ||
+            memcmp(strs + sym->st_name, name, len + 1) != 0)
             continue;
-        s = elf_strptr(elf, sh.sh_link, sym.st_name);
-        if (s && strcmp(s, name) == 0) {
-            *ret_vaddr = sym.st_value;
-            return 0;
-        }
+        if (sym->st_shndx == SHN_UNDEF || sym->st_value == 0)
+            continue;
+        *ret_vaddr = sym->st_value;
+        return 0;
     }
     return -ENOENT;
 }

@@ -50,12 +50,13 @@ static enum runtime_kind runtime_kind_of(const struct elfimg *img)
 {
     uint64_t v;
 
-    /* Python 2 also has interp_head and _PyThreadState_Current: rule it out first. */
+    /* _PyRuntime first: 3.7+ is what runs, and each miss scans every symbol. Python 2 also
+     * has interp_head and _PyThreadState_Current: rule it out before 3.6. */
+    if (elfimg__symbol(img, "_PyRuntime", &v) == 0)
+        return RUNTIME_3;
     if (elfimg__symbol(img, "Py_InitModule4_64", &v) == 0 ||
         elfimg__symbol(img, "Py_InitModule4", &v) == 0)
         return RUNTIME_2;
-    if (elfimg__symbol(img, "_PyRuntime", &v) == 0)
-        return RUNTIME_3;
     if (elfimg__symbol(img, "interp_head", &v) == 0 ||
         elfimg__symbol(img, "_PyThreadState_Current", &v) == 0)
         return RUNTIME_36;
