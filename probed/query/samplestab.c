@@ -40,8 +40,11 @@ struct samples_cursor {
     struct block_reader rd;
 };
 
-static int connect_table(sqlite3 *db, void *aux, bool minutes, sqlite3_vtab **ret)
+/* One module under two names; argv[0] says which (an eponymous table's is the module's). */
+static int samples_connect(sqlite3 *db, void *aux, int argc, const char *const *argv,
+                           sqlite3_vtab **ret, char **errmsg)
 {
+    bool minutes = argc > 0 && strcmp(argv[0], "minute_counts") == 0;
     struct samples_vtab *v;
     int rc = sqlite3_declare_vtab(db, minutes ? "CREATE TABLE x(target_id INTEGER, ts_ns INTEGER,"
                                                 " tid INTEGER, stack_id INTEGER, state INTEGER,"
@@ -49,6 +52,7 @@ static int connect_table(sqlite3 *db, void *aux, bool minutes, sqlite3_vtab **re
                                               : "CREATE TABLE x(target_id INTEGER, ts_ns INTEGER,"
                                                 " tid INTEGER, stack_id INTEGER, state INTEGER)");
 
+    (void)errmsg;
     if (rc != SQLITE_OK)
         return rc;
     v = calloc(1, sizeof(*v));
@@ -59,20 +63,6 @@ static int connect_table(sqlite3 *db, void *aux, bool minutes, sqlite3_vtab **re
     v->minutes = minutes;
     *ret = &v->base;
     return SQLITE_OK;
-}
-
-static int samples_connect(sqlite3 *db, void *aux, int argc, const char *const *argv,
-                           sqlite3_vtab **ret, char **errmsg)
-{
-    (void)argc, (void)argv, (void)errmsg;
-    return connect_table(db, aux, false, ret);
-}
-
-static int minutes_connect(sqlite3 *db, void *aux, int argc, const char *const *argv,
-                           sqlite3_vtab **ret, char **errmsg)
-{
-    (void)argc, (void)argv, (void)errmsg;
-    return connect_table(db, aux, true, ret);
 }
 
 static int samples_disconnect(sqlite3_vtab *vt)
@@ -363,26 +353,10 @@ static const sqlite3_module samples_module = {
     .xRowid = samples_rowid,
 };
 
-static const sqlite3_module minutes_module = {
-    .iVersion = 0,
-    .xCreate = NULL,
-    .xConnect = minutes_connect,
-    .xBestIndex = samples_best_index,
-    .xDisconnect = samples_disconnect,
-    .xDestroy = samples_disconnect,
-    .xOpen = samples_open,
-    .xClose = samples_close,
-    .xFilter = samples_filter,
-    .xNext = samples_next,
-    .xEof = samples_eof,
-    .xColumn = samples_column,
-    .xRowid = samples_rowid,
-};
-
 int samplestab_register(sqlite3 *db, struct samplestab_state *state)
 {
     int rc = sqlite3_create_module(db, "samples", &samples_module, state);
 
-    return rc == SQLITE_OK ? sqlite3_create_module(db, "minute_counts", &minutes_module, state)
+    return rc == SQLITE_OK ? sqlite3_create_module(db, "minute_counts", &samples_module, state)
                            : rc;
 }
