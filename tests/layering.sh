@@ -6,7 +6,7 @@
 set -eu
 cd "${1:-$(dirname "$0")/../probed}"
 
-# folder: the folders (and "base": the top's log.h config.h clock.h bgthread.h errbuf.h) it may include.
+# folder: the folders (and "base": the top's log.h config.h clock.h errbuf.h) it may include.
 # stub/ (the library put into targets) includes nothing of the daemon's: its stub_proto.h is the
 # contract both ends build against, so any folder may read it.
 allowed() {
@@ -31,7 +31,7 @@ check() { # file folder
         inc=$(printf '%s' "$line" | sed 's/^[0-9]*:#include "\([^"]*\)".*/\1/')
         case "$inc" in
         */*) to=${inc%%/*} ;;
-        log.h | config.h | clock.h | bgthread.h | errbuf.h) to=base ;;
+        log.h | config.h | clock.h | errbuf.h) to=base ;;
         *) continue ;; # a library's own (pyframes.h, oncpu.h) or a generated file
         esac
         case " $(allowed "$2") " in
@@ -47,7 +47,7 @@ out=$(
             [ -e "$f" ] && check "$f" "$d"
         done
     done
-    for f in log.c log.h config.c config.h clock.c clock.h bgthread.c bgthread.h errbuf.c errbuf.h; do
+    for f in log.c log.h config.c config.h clock.c clock.h errbuf.c errbuf.h; do
         check "$f" base
     done
 )

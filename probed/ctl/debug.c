@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/bgthread.h"
 #include "ctl/client.h"
 
 #define RUNNING_POLL_MS 1000 /* each read of a running thread's output waits this long */
@@ -228,32 +229,30 @@ static bool script_ended(void)
  * a probectl that was killed, or whose terminal went away) and lets the paused thread go on.
  */
 struct keepalive {
+    struct bgthread bg;
     const char *socket;
     int pid;
-    int every_ms;
-    bool stop;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    pthread_t thread;
+    int64_t every_ns;
 };
+
+static int64_t mono_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
 
 static void *keepalive_run(void *arg)
 {
     struct keepalive *k = arg;
-    struct timespec at;
 
-    pthread_mutex_lock(&k->mu);
-    while (!k->stop) {
-        clock_gettime(CLOCK_REALTIME, &at);
-        at.tv_sec += k->every_ms / 1000;
-        at.tv_nsec += (long)(k->every_ms % 1000) * 1000000L;
-        if (at.tv_nsec >= 1000000000L) {
-            at.tv_sec++;
-            at.tv_nsec -= 1000000000L;
-        }
-        if (pthread_cond_timedwait(&k->cv, &k->mu, &at) == 0 || k->stop)
-            continue;
-        pthread_mutex_unlock(&k->mu);
+    pthread_mutex_lock(&k->bg.lock);
+    for (;;) {
+        bgthread_wait_until(&k->bg, mono_now_ns() + k->every_ns);
+        if (k->bg.stopping)
+            break;
+        pthread_mutex_unlock(&k->bg.lock);
         {
             char err[256];
             long status;
@@ -265,9 +264,9 @@ static void *keepalive_run(void *arg)
             json_decref(body);
             json_decref(reply);
         }
-        pthread_mutex_lock(&k->mu);
+        pthread_mutex_lock(&k->bg.lock);
     }
-    pthread_mutex_unlock(&k->mu);
+    pthread_mutex_unlock(&k->bg.lock);
     return NULL;
 }
 
@@ -275,22 +274,15 @@ static void *keepalive_run(void *arg)
  * started (the session then lasts as long as the user types within stale_s). */
 static bool keepalive_start(struct keepalive *k, const char *socket, int pid, double stale_s)
 {
-    *k = (struct keepalive){
-        .socket = socket, .pid = pid, .every_ms = stale_s > 0.3 ? (int)(stale_s * 1000 / 3) : 100};
-    pthread_mutex_init(&k->mu, NULL);
-    pthread_cond_init(&k->cv, NULL);
-    return pthread_create(&k->thread, NULL, keepalive_run, k) == 0;
+    *k = (struct keepalive){.socket = socket,
+                            .pid = pid,
+                            .every_ns = stale_s > 0.3 ? (int64_t)(stale_s * 1e9 / 3) : 100000000};
+    return bgthread_start(&k->bg, "probectl-alive", keepalive_run, k) == 0;
 }
 
 static void keepalive_stop(struct keepalive *k)
 {
-    pthread_mutex_lock(&k->mu);
-    k->stop = true;
-    pthread_cond_signal(&k->cv);
-    pthread_mutex_unlock(&k->mu);
-    pthread_join(k->thread, NULL);
-    pthread_mutex_destroy(&k->mu);
-    pthread_cond_destroy(&k->cv);
+    bgthread_stop(&k->bg);
 }
 
 /* Reads a running thread's output until it stops at the prompt (Ctrl-C pauses it again) or the

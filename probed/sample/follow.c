@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "bgthread.h"
+#include "common/bgthread.h"
 #include "clock.h"
 #include "log.h"
 #include "common/procfs.h"

@@ -18,7 +18,7 @@
 
 #include <stdatomic.h>
 
-#include "bgthread.h"
+#include "common/bgthread.h"
 #include "config.h"
 #include "gpu/nvml.h"
 #include "sample/outbox.h"

@@ -17,7 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "bgthread.h"
+#include "common/bgthread.h"
 #include "config.h"
 #include "sample/outbox.h"
 #include "store/store.h"

@@ -1,6 +1,6 @@
 /*
- * bgthread.h - a background thread of the daemon that sleeps until a CLOCK_MONOTONIC
- * deadline or a wake-up, and stops on request (the writer and the meter).
+ * bgthread.h - a background thread that sleeps until a CLOCK_MONOTONIC deadline or a wake-up,
+ * and stops on request: the daemon's writer and meter, probectl debug's keepalive.
  *
  * The thread function runs with nothing held; it takes @lock around bgthread_wait_until()
  * and reads @stopping under it. Threads: start/stop/wake from the owner's thread.

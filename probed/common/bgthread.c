@@ -1,6 +1,6 @@
 /* bgthread.c - see bgthread.h. */
 #define _GNU_SOURCE
-#include "bgthread.h"
+#include "common/bgthread.h"
 
 #include <time.h>
 
