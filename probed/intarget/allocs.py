@@ -1,12 +1,20 @@
 # allocs.py - run inside a target through its stub (probed/intarget/allocs.c embeds this file): where
-# memory goes, by source line, with tracemalloc. "on" starts tracing (one frame: the line that
-# allocated) unless the process already traces, and takes a first snapshot; "snapshot"
+# memory goes, by source line, with tracemalloc. "on" starts tracing (the line that allocated
+# and _PROBED_FRAMES - 1 callers, to tell probed's own work apart) unless the process already
+# traces, and takes a first snapshot; "snapshot"
 # compares a new one with the last and returns the lines whose memory changed most; "off"
 # stops tracing if probed started it. The result is one JSON line on stdout.
 import json as _json
 import linecache as _lc
 import re as _re
 import tracemalloc as _tm
+
+# Frames kept per allocation when probed starts tracing. An allocation with a frame of probed's
+# code among them is probed's: the stub's JSON (json.dumps called from '<probed stub>', 3
+# frames up), the torch trace's hooks (record_function called from '<probed torch>', 1 up).
+# One frame showed those as the job's own (JSONEncoder.iterencode among its top rows); each
+# frame kept costs every traced allocation (bench/allocs.py: 1, 4 and 8 frames).
+_PROBED_FRAMES = 4
 
 
 def _probed_func_of(filename, lineno, cache):
@@ -53,27 +61,39 @@ def _probed_allocs(action, top):
         if st is None:
             started = not _tm.is_tracing()
             if started:
-                _tm.start(1)
+                _tm.start(_PROBED_FRAMES)
             st = _tm._probed_state = {'started': started, 'snap': None, 'funcs': {}}
     elif st is None or not _tm.is_tracing():
         return {'error': 'allocation tracking is off in this process'}
     # Per line (size, count) now, against the previous snapshot's. This runs holding the GIL,
     # so it groups tracemalloc's raw traces (most recent frame first) in one loop rather than
     # through Snapshot.filter_traces/compare_to (Python loops over every trace, several times).
+    # A trace is keyed by its first frame, or None when it is probed's own: any frame in a file
+    # named '<probed...>' ('<probed>' evals, '<probed stub>' bootstrap.py, '<probed torch>'), or
+    # a first frame of this module's work (tracemalloc, linecache). _get_traces() hands out one
+    # tuple per distinct traceback, so each is judged once.
+    own_files = (_tm.__file__, _lc.__file__)
+    keys = {}
     now = {}
     for trace in _tm._get_traces():
-        key = trace[2][0] if trace[2] else ('<unknown>', 0)
+        frames = trace[2]
+        key = keys.get(id(frames), keys)
+        if key is keys:
+            if not frames:
+                key = ('<unknown>', 0)
+            elif frames[0][0] in own_files or any(f[0].startswith('<probed') for f in frames):
+                key = None
+            else:
+                key = frames[0]
+            keys[id(frames)] = key
+        if key is None:
+            continue
         acc = now.get(key)
         if acc is None:
             now[key] = [trace[1], 1]
         else:
             acc[0] += trace[1]
             acc[1] += 1
-    # probed's own: this module's work (tracemalloc, linecache) and the stub's code, every
-    # file named '<probed...>' ('<probed>' evals, '<probed stub>' bootstrap.py, '<probed torch>')
-    for key in [k for k in now if k[0] in (_tm.__file__, _lc.__file__) or
-                k[0].startswith('<probed')]:
-        del now[key]
     rows = []
     prev = st['snap']
     if prev is not None:

@@ -671,3 +671,32 @@ def test_a_process_without_torch_and_bad_requests():
     finally:
         plain.close()
         d.close()
+
+
+def test_allocations_of_a_traced_job_leave_out_probeds_own():
+    """`memory --allocations` on a job with the torch trace on listed JSONEncoder.iterencode and
+    JSONDecoder.raw_decode among its rows, in a job that uses no JSON: the stub's drains, seen
+    through one frame per allocation. Tracing keeps 4 frames now and leaves out every
+    allocation made under a frame of probed's code; the job's own lines are still there."""
+    d = Daemon()
+    t = Target(PYTHON, 'trainloop.py')
+    try:
+        d.ctl('config', 'allocation_interval=1s', check=True)
+        d.ctl('attach', t.pid, check=True)
+        d.ctl('torch', t.pid, 'on', check=True)
+        d.ctl('memory', t.pid, '--allocations', 'on', check=True)
+        wait_for(lambda: d.rows('SELECT count(DISTINCT ts_ns) FROM memory_allocations'
+                                ' WHERE pid = %d' % t.pid)[0][0] >= 12,
+                 timeout=60, what='twelve snapshots')
+        rows = d.rows('SELECT DISTINCT function_name, file FROM memory_allocations'
+                      ' WHERE pid = %d' % t.pid)
+        files = {f for _, f in rows}
+        assert any(f.endswith('trainloop.py') for f in files), rows
+        own = [r for r in rows if '/json/' in r[1] or r[1].startswith('<probed')
+               or r[1].endswith(('/tracemalloc.py', '/linecache.py'))]
+        assert own == [], own
+        assert d.ctl('torch', t.pid, 'summary', check=True).returncode == 0
+    finally:
+        d.ctl('torch', t.pid, 'off')
+        t.close()
+        d.close()
