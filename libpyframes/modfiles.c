@@ -3,6 +3,7 @@
 #include "modfiles.h"
 
 #include <elfutils/libdwelf.h>
+#include <gelf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -152,6 +153,22 @@ static int found(int fd, const void *id, int id_len, const char *name, char **re
     return fd;
 }
 
+/* Whether @mod's own file has a symbol table (libdw loaded it before asking for its debug
+ * file): only a module without one is worth a fetch. */
+static bool has_symtab(Dwfl_Module *mod)
+{
+    Dwarf_Addr bias;
+    Elf *elf = dwfl_module_getelf(mod, &bias);
+    Elf_Scn *scn = NULL;
+
+    while (elf && (scn = elf_nextscn(elf, scn)) != NULL) {
+        GElf_Shdr sh;
+        if (gelf_getshdr(scn, &sh) && sh.sh_type == SHT_SYMTAB)
+            return true;
+    }
+    return !elf; /* no file to judge: nothing to fetch for */
+}
+
 /* debuginfod's cache: where its client keeps what it fetched, by build-id. */
 static int open_debuginfod_cache(const char *hex, char *name, size_t size)
 {
@@ -209,5 +226,7 @@ int modfiles_find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modul
     if (fd < 0)
         fd = found(open_debuginfod_cache(hex, name, sizeof(name)), id, id_len, name,
                    debuginfo_file_name);
+    if (fd < 0 && m->fetch && !has_symtab(mod))
+        fetchdbg_request(m->fetch, id, (size_t)id_len); /* named once it lands */
     return fd;
 }

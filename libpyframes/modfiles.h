@@ -16,9 +16,12 @@
  *     is looked for by build-id in the target's /usr/lib/debug/.build-id and the host's, then
  *     by its .gnu_debuglink name beside it, in its .debug folder and under /usr/lib/debug
  *     (those in the target's root, no symlinks followed), then in debuginfod's cache (files
- *     fetched by `debuginfod-find`, or by a daemon run with DEBUGINFOD_URLS: libdw's client,
- *     keyed by build-id); a candidate is taken only when its build-id is the module's (or,
- *     for a module without one, the debuglink's CRC matches a file of at most 256 MiB).
+ *     fetched by `debuginfod-find` or by the daemon, below, keyed by build-id); a candidate is
+ * taken only when its build-id is the module's (or, for a module without one, the debuglink's CRC
+ * matches a file of at most 256 MiB);
+ *   - a module with no symbol table whose debug file is nowhere here is asked of debuginfod
+ *     servers in the background (fetchdbg.h), when the daemon runs with DEBUGINFOD_URLS;
+ *     modules with a symbol table are not (their DWARF, for source lines, can weigh GBs).
  * Which process a callback is for: libdw does not pass it, so the thread that calls libdw for
  * a process says so first (modfiles_enter), as native.c does at each of its entry points.
  * Threads: any; the process is the calling thread's. Memory: the names returned are malloc'd
@@ -32,11 +35,13 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "fetchdbg.h"
 #include "procmaps.h"
 
 /* One process's: its pid, and its maps as last read (which mapping a module's file is). */
 struct modfiles {
     pid_t pid;
+    struct fetchdbg *fetch; /* asked for a debug file found nowhere here; NULL: none */
     struct procmaps maps;
     bool maps_read;
 };

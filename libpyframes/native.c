@@ -20,6 +20,7 @@
 #include "frameptr.h"
 #include "modfiles.h"
 #include "procmaps.h"
+#include "fetchdbg.h"
 #include "symtab.h"
 #include "target.h"
 
@@ -46,6 +47,7 @@ struct pyf_native {
     const struct pyf_stack_copy *copy; /* STACK_COPIES: the sample being unwound */
     struct pyf_symcache *symbols;      /* the function tables (symtab.h) */
     bool own_symbols;                  /* opened without a shared cache: ours to free */
+    uint64_t fetched_seen;             /* the debuginfod generation its modules were read at */
     /* which table serves each module, found at its first use; the module's libdw userdata
      * points at its entry too, so a lookup (each frame of each sample) is no search */
     struct module_table **tables;
@@ -279,6 +281,8 @@ int pyf_native_open(pid_t pid, struct pyf_symcache *symbols, struct pyf_native *
     n->symbols = symbols;
     n->own_symbols = own_symbols;
     modfiles_init(&n->files, pid);
+    n->files.fetch = symcache__fetcher(symbols);
+    n->fetched_seen = fetchdbg_generation(n->files.fetch);
     modfiles_enter(&n->files);
     n->callbacks =
         (Dwfl_Callbacks){.find_elf = modfiles_find_elf, .find_debuginfo = modfiles_find_debuginfo};
@@ -838,6 +842,28 @@ static void drop_dead_tables(struct pyf_native *n)
     n->n_tables = kept;
 }
 
+bool pyf_native__stale(const struct pyf_native *n)
+{
+    return fetchdbg_generation(n->files.fetch) != n->fetched_seen;
+}
+
+/* A new libdw session with no module: a module keeps the debug file it was first reported
+ * with, so one fetched since is read only by a module reported anew. 0, or -1. */
+static int renew(struct pyf_native *n)
+{
+    for (size_t i = 0; i < n->n_tables; i++) {
+        symcache__put(n->symbols, n->tables[i]->tab);
+        free(n->tables[i]->object);
+        free(n->tables[i]);
+    }
+    n->n_tables = 0;
+    n->fetched_seen = fetchdbg_generation(n->files.fetch);
+    dwfl_end(n->dwfl);
+    n->mode = UNATTACHED; /* a stack copy's state is attached again at the next unwind */
+    n->dwfl = dwfl_begin(&n->callbacks);
+    return n->dwfl ? 0 : ENOMEM;
+}
+
 int pyf_native__reread_maps(struct pyf_native *n, struct pyf_err *reterr)
 {
     modfiles_enter(&n->files); /* libdw may open the module files now (modfiles.h) */
@@ -847,6 +873,9 @@ int pyf_native__reread_maps(struct pyf_native *n, struct pyf_err *reterr)
      * mappings of one that was there (a gap libdw counted as that one's). Modules reported as
      * before are kept by libdw, with their tables; the others are dropped. */
     modfiles_forget_maps(&n->files);
+    if (pyf_native__stale(n) && n->mode != HELD_THREADS && (r = renew(n)) != 0)
+        return pyf_fail(reterr, PYF_INVALID, r, 0, "pid %d: libdw: %s", (int)n->pid,
+                        dwfl_errmsg(-1));
     dwfl_report_begin(n->dwfl);
     r = dwfl_linux_proc_report(n->dwfl, n->pid);
     if (dwfl_report_end(n->dwfl, NULL, NULL) != 0 && r == 0)

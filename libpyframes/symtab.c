@@ -3,6 +3,7 @@
 #include "symtab.h"
 
 #include "evalcold.h"
+#include "fetchdbg.h"
 
 #include "pyframes.h"
 
@@ -21,6 +22,7 @@ struct pyf_symcache {
     struct symtab **tables; /* every shared table in use */
     size_t n, cap;
     struct pyf_symcache_stats stats;
+    struct fetchdbg *fetch; /* NULL: no debuginfod */
 };
 
 static int by_start(const void *a, const void *b)
@@ -127,6 +129,11 @@ struct symtab *symtab_build(Dwfl_Module *m, Dwarf_Addr bias)
     }
     for (size_t k = 0; k < t->n; k++)
         t->syms[k].name = t->names + (uintptr_t)t->syms[k].name;
+    {
+        const char *debug_file = NULL;
+        dwfl_module_info(m, NULL, NULL, NULL, NULL, NULL, NULL, &debug_file);
+        t->from_debug_file = debug_file != NULL;
+    }
     qsort(t->syms, t->n, sizeof(*t->syms), by_start);
     t->bytes += t->n * sizeof(*t->syms);
     return t;
@@ -205,6 +212,7 @@ void pyf_symcache_free(struct pyf_symcache *c)
 {
     if (!c)
         return;
+    fetchdbg_stop(c->fetch);
     for (size_t i = 0; i < c->n; i++) /* tables still referenced: their users are gone too */
         symtab_free(c->tables[i]);
     free(c->tables);
@@ -214,9 +222,40 @@ void pyf_symcache_free(struct pyf_symcache *c)
 
 void pyf_symcache__stats(struct pyf_symcache *c, struct pyf_symcache_stats *ret)
 {
+    struct fetchdbg_stats f;
+
     pthread_mutex_lock(&c->lock);
     *ret = c->stats;
     pthread_mutex_unlock(&c->lock);
+    fetchdbg_stats(c->fetch, &f);
+    ret->debuginfod_requested = f.requested;
+    ret->debuginfod_fetched = f.fetched;
+    ret->debuginfod_failed = f.failed;
+}
+
+int pyf_symcache__fetch_debuginfo(struct pyf_symcache *c, struct pyf_err *reterr)
+{
+    if (c->fetch)
+        return 0;
+    return fetchdbg_start(&c->fetch, reterr);
+}
+
+struct fetchdbg *symcache__fetcher(struct pyf_symcache *c)
+{
+    return c ? c->fetch : NULL;
+}
+
+/* Takes @t out of the list (the lock held): its users keep it until they put it back. */
+static void unlist(struct pyf_symcache *c, struct symtab *t)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        if (c->tables[i] != t)
+            continue;
+        c->tables[i] = c->tables[--c->n];
+        c->stats.tables--;
+        c->stats.bytes -= t->bytes;
+        return;
+    }
 }
 
 static struct symtab *find_shared(struct pyf_symcache *c, const uint8_t *id, size_t len)
@@ -261,6 +300,10 @@ struct symtab *symcache__get(struct pyf_symcache *c, Dwfl_Module *m, Dwarf_Addr 
      * building its own */
     pthread_mutex_lock(&c->lock);
     t = find_shared(c, id, (size_t)len);
+    if (t && !t->from_debug_file && fetchdbg_landed(c->fetch, id, (size_t)len)) {
+        unlist(c, t); /* built before its debug file was fetched */
+        t = NULL;
+    }
     if (t) {
         c->stats.hits++;
     } else if ((t = symtab_build(m, bias)) != NULL) {
@@ -288,14 +331,8 @@ void symcache__put(struct pyf_symcache *c, struct symtab *t)
     }
     pthread_mutex_lock(&c->lock);
     last = --t->refs == 0;
-    for (size_t i = 0; last && i < c->n; i++) {
-        if (c->tables[i] != t)
-            continue;
-        c->tables[i] = c->tables[--c->n];
-        c->stats.tables--;
-        c->stats.bytes -= t->bytes;
-        break;
-    }
+    if (last)
+        unlist(c, t); /* unless a newer one replaced it already */
     pthread_mutex_unlock(&c->lock);
     if (last)
         symtab_free(t);

@@ -38,7 +38,8 @@ struct symtab {
     struct sym *syms;
     size_t n;
     char *names;
-    size_t bytes; /* held by the table, for the cache's figures */
+    size_t bytes;         /* held by the table, for the cache's figures */
+    bool from_debug_file; /* its functions came from a separate debug file */
 };
 
 /* Builds @m's table (.symtab, else .dynsym, or separate debug info); @bias is its load bias. */
@@ -54,5 +55,9 @@ const char *symtab__shown(struct sym *s);
  * build-id gets a table of its own (shared with no one). NULL: no memory. */
 struct symtab *symcache__get(struct pyf_symcache *c, Dwfl_Module *m, Dwarf_Addr bias);
 void symcache__put(struct pyf_symcache *c, struct symtab *t); /* NULL is a no-op */
+/* The cache's debuginfod fetcher (fetchdbg.h); NULL: it fetches nothing. A table built
+ * without the debug file that the fetcher has since landed is not handed out again: the
+ * next symcache__get() of that build-id builds it anew, from a module that has the file. */
+struct fetchdbg *symcache__fetcher(struct pyf_symcache *c);
 
 #endif

@@ -42,6 +42,7 @@
 #include "sample/outbox.h"
 #include "sample/runstate.h"
 #include "sample/sampler.h"
+#include "sample/targets.h"
 #include "store/store.h"
 #include "store/writer.h"
 
@@ -278,6 +279,22 @@ static void on_reload(evutil_socket_t sig, short what, void *arg)
             restart[0] ? "; needs a restart to change: " : "", restart);
 }
 
+/* Debug files of libraries without symbols (Ubuntu's libc), asked of the servers the daemon's
+ * DEBUGINFOD_URLS names (as for gdb and perf), in the background; without it, none. */
+static void start_debuginfod(struct targets *reg)
+{
+    const char *urls = getenv("DEBUGINFOD_URLS");
+    struct pyf_err e;
+
+    if (!urls || !urls[0])
+        return;
+    if (pyf_symcache__fetch_debuginfo(reg->symbols, &e) == 0)
+        log_msg(LOG_INFO, "debuginfod: debug files of libraries without symbols are asked of %s",
+                urls);
+    else
+        log_msg(LOG_WARN, "%s", e.msg);
+}
+
 static int start(struct daemon *d, struct options *o)
 {
     const char *db_path = o->cfg.text[CFG_DATABASE], *socket_path = o->cfg.text[CFG_SOCKET];
@@ -309,6 +326,7 @@ static int start(struct daemon *d, struct options *o)
         (r = sampler_new(d->reg, d->ob, &o->cfg, &d->sampler)) < 0 ||
         (r = follower_new(d->reg, &d->follower)) < 0)
         return log_errno(LOG_ERR, r, "allocating the sampler");
+    start_debuginfod(d->reg);
     if (store__live_targets(d->store, resume_one, d->reg, &err) < 0)
         log_msg(LOG_WARN, "not resuming targets: %s", err.msg);
     d->writer = (struct writer){

@@ -69,10 +69,18 @@ struct pyf_symcache_stats {
     uint64_t builds; /* tables built */
     uint64_t hits;   /* a process found its table built already (by another process) */
     uint64_t bytes;  /* held now */
+    /* debug files asked of debuginfod servers (pyf_symcache__fetch_debuginfo), landed, and
+     * found nowhere (or failed: timeout, server down) */
+    uint64_t debuginfod_requested, debuginfod_fetched, debuginfod_failed;
 };
 int pyf_symcache_new(struct pyf_symcache **ret); /* -ENOMEM */
 void pyf_symcache_free(struct pyf_symcache *c);  /* NULL is a no-op */
 void pyf_symcache__stats(struct pyf_symcache *c, struct pyf_symcache_stats *ret);
+/* Asks the debuginfod servers of DEBUGINFOD_URLS, in a thread of the cache's own, for the
+ * debug file of each module that has no symbol table and no debug file on this machine
+ * (fetchdbg.h); once one lands, pyf_native__stale() says so to each process's reader.
+ * -ENOENT: DEBUGINFOD_URLS is not set; -errno: the thread did not start. */
+int pyf_symcache__fetch_debuginfo(struct pyf_symcache *c, struct pyf_err *reterr);
 
 /* The symbol tables of a process (libdw) and an unwinder for its held threads. */
 struct pyf_native;
@@ -134,8 +142,14 @@ int pyf_native__unwind_blocked(struct pyf_native *n, pid_t tid, uint64_t *ret_pc
 void pyf_native__prepare(struct pyf_native *n);
 
 /* Reads the process's mappings again (they were read at open), for the libraries loaded since,
- * and prepares the new ones. Call it when a copy could not be unwound past its first frame. */
+ * and prepares the new ones. Call it when a copy could not be unwound past its first frame,
+ * or when pyf_native__stale(): then every module is read afresh from its files, so that one
+ * named by library and offset gets the functions of its debug file. The names it gave before
+ * (pointers into its tables) are not valid after it. */
 int pyf_native__reread_maps(struct pyf_native *n, struct pyf_err *reterr);
+/* Whether debug files were fetched since its modules were read (pyf_symcache__fetch_debuginfo):
+ * pyf_native__reread_maps() then names their functions. */
+bool pyf_native__stale(const struct pyf_native *n);
 
 /* Names @pc (@innermost: the thread's own pc, not a return address, which points past its
  * call): object and function, from tables pyf_native__prepare() can load ahead. Always fills

@@ -312,7 +312,9 @@ void native__collect(struct native *n, bool refresh_threads)
     list_threads(n);
     refresh(n, &err); /* fails only once the process is gone */
     /* at most once a second: JIT code stays in no object however often they are read */
-    if (n->maps_stale && now_ns() - n->maps_reread_ns > 1000000000u) {
+    /* debug files fetched since (pyf_symcache__fetch_debuginfo) name what had no name */
+    if ((n->maps_stale || pyf_native__stale(n->nat)) &&
+        now_ns() - n->maps_reread_ns > 1000000000u) {
         struct pyf_err e;
         if (pyf_native__reread_maps(n->nat, &e) == 0) {
             n->stats.maps_reread++;

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, interpreter_params, require, wait_for
+from conftest import BUILD, free_port, interpreter_params, require, wait_for
 from daemon import Daemon, daemon_without
 
 EVAL = re.compile(r'^_PyEval_EvalFrameDefault')
@@ -351,6 +351,65 @@ def test_debug_files_are_found_by_build_id_for_a_deleted_library(target_factory,
         assert frame[1] == 'mix' and frame[2].endswith('libspin.so (deleted)'), frame
     finally:
         d.close()
+
+
+def debuginfod_server(folder, serves):
+    """Debian's debuginfod (elfutils' server) on a free port of 127.0.0.1, serving the ELF and
+    debug files under @serves: (process, URL), once it answers for what it scanned."""
+    port = free_port()
+    url = 'http://127.0.0.1:%d' % port
+    server = subprocess.Popen(['debuginfod', '-p', str(port), '-F', serves, '-d',
+                               os.path.join(folder, 'debuginfod.sqlite')],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return server, url
+
+
+def test_a_debug_file_only_a_debuginfod_server_has_is_fetched_and_names_the_frames(
+        target_factory, tmp_path):
+    """Issue 36: a library without a symbol table, whose debug file is on no disk here but on
+    a debuginfod server that DEBUGINFOD_URLS names (a real one, Debian's): the daemon asks for
+    it in the background while sampling on, keeps it in the client's cache by build-id, and
+    names the frames from it; the function shows first as library+offset, then as `mix`."""
+    import urllib.request
+    folder = str(tmp_path)
+    os.chmod(folder, 0o755)
+    lib, debug, build_id = stripped_with_debug_file(folder)
+    serves = os.path.join(folder, 'served')
+    os.makedirs(serves)
+    os.rename(debug, os.path.join(serves, 'libspin.debug'))
+    cache = os.path.join(folder, 'cache')
+    server, url = debuginfod_server(folder, serves)
+    d = None
+    try:
+        def served():
+            try:
+                with urllib.request.urlopen('%s/buildid/%s/debuginfo' % (url, build_id),
+                                            timeout=5) as r:
+                    return r.status == 200
+            except OSError:
+                return False
+        wait_for(served, timeout=60, what='debuginfod serving the debug file')
+        d = Daemon(env={'DEBUGINFOD_URLS': url, 'DEBUGINFOD_CACHE_PATH': cache})
+        t = target_factory('/usr/bin/python3', 'native_spin.py', lib,
+                           env=dict(os.environ, SPIN_IN_PLACE='1'))
+        d.ctl('attach', t.pid, '--native', check=True)
+
+        def named():
+            return [s for s in mixed(d, t.pid).values()
+                    if any(nat('^spin_for$')(f) for f in s) and s[0][1] == 'mix']
+        s = wait_for(named, timeout=60, what='frames named mix from the fetched file')[0]
+        assert s[0][2] == lib, s
+        assert os.path.isfile(os.path.join(cache, build_id, 'debuginfo'))
+        status, body = d.api('GET', '/v1/targets')
+        fetched = body['native_symbols']['debuginfod']
+        assert fetched['requested'] >= 1 and fetched['fetched'] >= 1, fetched
+        assert 'debuginfod: debug files of libraries without symbols are asked of ' + url \
+            in d.read_log(), d.read_log()
+    finally:
+        if d:
+            d.close()
+        server.terminate()
+        server.wait()
 
 
 def test_a_fifo_or_a_link_in_the_targets_folder_never_hangs_nor_misleads_the_daemon(
