@@ -32,12 +32,15 @@ def _namespace(sid):
 
 def _fix_main_thread(main_ident, main_native_id):
     """`threading` imported first on the stub's thread takes that thread for the main one
-    (3.6-3.12): give the main thread its identity back, and it a lock held till shutdown,
-    like the one the real main thread's state would hold."""
+    (3.6-3.12; 3.13+ asks the runtime for the main thread's ident, but still takes this
+    thread's native id): give the main thread its identity back, and it a lock held till
+    shutdown, like the one the real main thread's state would hold."""
     import threading
     main = threading._main_thread
     wrong = main.ident
     if wrong == main_ident:
+        if getattr(main, '_native_id', None) not in (None, main_native_id):
+            main._native_id = main_native_id
         return
     import _thread
     held = _thread.allocate_lock()
@@ -107,8 +110,17 @@ def _run(src, sid, main_ident, main_native_id):
     import io
     ns = _namespace(sid)
     out = io.StringIO()
-    had_threading = 'threading' in sys.modules
     ok = True
+    if 'threading' not in sys.modules:
+        # Imported on this thread, threading takes it for the main one: imported now, the
+        # main thread given its identity back before any code runs. Fixed after the code ran,
+        # that code saw the wrong main thread, and so did the samples meanwhile (the torch
+        # trace imports threading, then waits on `import torch` while a fresh job's main
+        # thread holds that import: this thread was named MainThread all that time).
+        try:
+            _fix_main_thread(main_ident, main_native_id)
+        except Exception as e:  # never leave the target worse off than it was
+            out.write('probed: could not restore threading.main_thread(): %r\n' % (e,))
     _capture(out)
     try:
         tree = compile(src, '<probed>', 'exec', 0x400)  # ast.PyCF_ONLY_AST
@@ -126,11 +138,6 @@ def _run(src, sid, main_ident, main_native_id):
         traceback.print_exception(kind, value, tb.tb_next if tb else None)
     finally:
         _release()
-        if not had_threading and 'threading' in sys.modules:
-            try:
-                _fix_main_thread(main_ident, main_native_id)
-            except Exception as e:  # never leave the target worse off than it was
-                out.write('probed: could not restore threading.main_thread(): %r\n' % (e,))
     return ok, out.getvalue()
 
 

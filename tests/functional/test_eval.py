@@ -109,7 +109,10 @@ def test_the_stubs_thread_is_not_sampled_as_the_jobs(daemon, python):
 
 @pytest.mark.parametrize('python', interpreter_params())
 def test_threading_imported_by_an_eval_keeps_the_main_thread(daemon, python):
-    """The target never imported threading; the first eval does, on the stub's thread."""
+    """The target never imported threading; the first eval does, on the stub's thread: the
+    main thread stays the process's, inside that eval too (it was repaired only after the
+    eval's code had run: that code saw the stub's thread as the main one, and so did samples
+    taken meanwhile, the torch trace waiting on a fresh job's `import torch`)."""
     require(python)
     t = target(python, 'sleep')
     try:
@@ -117,8 +120,12 @@ def test_threading_imported_by_an_eval_keeps_the_main_thread(daemon, python):
         assert r.returncode == 0, r.stdout + r.stderr
         if r.stdout == 'True\n':  # this build imports it at startup (pyenv 3.11.7 does)
             print('%s imports threading at startup: nothing to repair' % python)
-        r = daemon.ctl('eval', t.pid, 'import threading; threading.main_thread().name')
-        assert r.returncode == 0, r.stdout + r.stderr
+        # the eval that imports it already sees the real main thread, not its own
+        r = daemon.ctl('eval', t.pid, 'import threading; m = threading.main_thread();'
+                       ' (m.name, m.ident != threading.get_ident(),'
+                       ' getattr(m, "native_id", %d))' % t.pid)
+        assert (r.returncode, r.stdout) == (0, "('MainThread', True, %d)\n" % t.pid), \
+            r.stdout + r.stderr
         r = daemon.ctl('eval', '--main-thread', t.pid,
                        'import threading; t = threading.current_thread();'
                        ' (t is threading.main_thread(), t.name, t.is_alive())')
