@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "query/livetab.h"
+#include "query/dialect.h"
 #include "query/samplestab.h"
 #include "query/sqlmem.h"
 #include "query/sqlprintf.h"
@@ -397,6 +398,8 @@ static int open_connection(const char *path, struct guard *g, sqlite3 **ret, str
     sqlite3_create_function(db, "iso", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL, fn_iso, NULL,
                             NULL);
     r = livetab_register(db, g->scope) == SQLITE_OK ? 0 : errbuf_set(err, -EIO, "python.backtrace");
+    if (r == 0 && dialect_register(db) != SQLITE_OK)
+        r = errbuf_set(err, -EIO, "registering now(), hour(), ...: %s", sqlite3_errmsg(db));
     if (r == 0 && sqlprintf_register(db, QUERY_VALUE_BYTES) != SQLITE_OK)
         r = errbuf_set(err, -EIO, "registering printf(): %s", sqlite3_errmsg(db));
     if (r == 0 && samplestab_register(db, &g->tabs) != SQLITE_OK)
@@ -484,22 +487,40 @@ static int fail_step(sqlite3 *db, struct guard *g, int rc, struct errbuf *err)
     return errbuf_set(err, -EINVAL, "%s", g->refused[0] ? g->refused : sqlite3_errmsg(db));
 }
 
+/* Whether anything but blanks and semicolons follows the first statement. */
+static bool more_after(const char *tail)
+{
+    while (tail && (*tail == ' ' || *tail == '\n' || *tail == '\t' || *tail == ';'))
+        tail++;
+    return tail && *tail;
+}
+
 static int prepare(sqlite3 *db, struct guard *g, const char *sql, sqlite3_stmt **ret,
                    struct errbuf *err)
 {
     const char *tail = NULL;
     sqlite3_stmt *q = NULL;
-    int rc;
+    char *rewritten = NULL; /* the seeds' dialect made SQLite's: now() - interval '5 min' */
+    int rc = dialect_rewrite(sql, &rewritten);
+    bool more;
 
+    if (rc < 0)
+        return errbuf_set(err, rc, "out of memory");
     g->via_view = 0;
-    rc = sqlite3_prepare_v2(db, sql, -1, &q, &tail);
+    rc = sqlite3_prepare_v2(db, rewritten ? rewritten : sql, -1, &q, &tail);
+    if (rc != SQLITE_OK && rewritten && strstr(sqlite3_errmsg(db), "now_offset")) {
+        /* an error in what the rewrite wrote: told of the user's own text instead */
+        free(rewritten);
+        rewritten = NULL;
+        rc = sqlite3_prepare_v2(db, sql, -1, &q, &tail);
+    }
+    more = more_after(tail); /* tail points into the text prepared */
+    free(rewritten);
     if (rc != SQLITE_OK)
         return fail_step(db, g, rc, err);
     if (!q)
         return errbuf_set(err, -EINVAL, "empty query");
-    while (tail && (*tail == ' ' || *tail == '\n' || *tail == '\t' || *tail == ';'))
-        tail++;
-    if (tail && *tail) {
+    if (more) {
         sqlite3_finalize(q);
         return errbuf_set(err, -EINVAL, "one statement per query (found more after the first)");
     }

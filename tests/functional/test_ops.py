@@ -270,13 +270,19 @@ def test_memory_timeline_and_probectl_memory():
         bad = d.rows('SELECT count(*) FROM memory WHERE NOT (uss <= pss AND pss <= rss)')
         assert bad[0][0] == 0
 
-        # the seeds' memory queries, in SQLite's words
-        recent = d.query("SELECT * FROM memory_usage WHERE timestamp > datetime('now',"
-                         " '-5 minutes')")
+        # the seeds' memory queries, as written there (../shared/seeds/), and the window is
+        # one: none of the readings older than it
+        recent = d.query("SELECT * FROM memory_usage WHERE timestamp > now() - interval '5 min'")
         assert len(recent['rows']) >= n and 'memory_mb' in recent['columns']  # more came
-        by_hour = d.rows("SELECT strftime('%H', timestamp), avg(memory_mb) FROM memory_usage"
-                         " GROUP BY strftime('%H', timestamp)")
+        # (text to the millisecond against nanoseconds: one reading at the edge may differ)
+        text_ns = d.rows("SELECT (SELECT count(*) FROM memory_usage WHERE timestamp > now() - 60),"
+                         " (SELECT count(*) FROM memory WHERE ts_ns > now() - 60)")[0]
+        assert text_ns[1] >= 8 and abs(text_ns[0] - text_ns[1]) <= 1, text_ns
+        assert d.rows("SELECT count(*) FROM memory_usage WHERE timestamp > now() + 1") == [[0]]
+        by_hour = d.rows("SELECT hour(timestamp), avg(memory_mb) FROM memory_usage"
+                         " GROUP BY hour(timestamp)")
         assert by_hour and by_hour[0][1] > 10
+        assert by_hour[0][0] in (time.gmtime().tm_hour, (time.gmtime().tm_hour - 1) % 24)
         per_thread = d.rows('SELECT tid, max(cpu_pct) FROM thread_cpu_usage GROUP BY tid')
         assert sorted(r[0] for r in per_thread)[0] == t.pid and len(per_thread) == 2
 
@@ -540,10 +546,14 @@ def test_allocation_tracking_finds_the_leak(python):
                       " '<string>'")
         assert rows == [[0]], rows
 
-        # the seeds' leak query, in SQLite's words
-        rows = d.rows("SELECT function_name, sum(allocated_bytes) AS total_alloc"
-                      " FROM memory_allocations WHERE timestamp > datetime('now', '-1 hour')"
-                      " GROUP BY function_name ORDER BY total_alloc DESC")
+        # the seeds' leak query, as written there
+        rows = d.rows("""
+  SELECT function_name, sum(allocated_bytes) as total_alloc
+  FROM memory_allocations 
+  WHERE timestamp > now() - interval '1 hour'
+  GROUP BY function_name
+  ORDER BY total_alloc DESC
+""")
         assert rows[0][0] == 'Cache.remember' and rows[0][1] > 1500 * 1024, rows
         # every request that ran in the target is audited like an eval: now (refused), on, now
         assert d.rows("SELECT count(*) FROM evals WHERE mode = 'allocations'")[0][0] == 3

@@ -31,6 +31,8 @@
     X(test_config_file_and_reload)                                                                 \
     X(test_mixed_order)                                                                            \
     X(test_sqlmem_budgets)                                                                         \
+    X(test_dialect_rewrite)                                                                        \
+    X(test_dialect_functions)                                                                      \
     X(test_blocks_round_trip)                                                                      \
     X(test_blocks_split_at_the_stacks_limit)                                                       \
     X(test_blocks_runs)                                                                            \
