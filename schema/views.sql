@@ -303,3 +303,9 @@ SELECT d.iteration AS step, t.pid, t.rank, d.module, d.group_name, d.forward_ns 
        d.call_id, d.target_id
 FROM ddp_steps d
 JOIN targets t ON t.id = d.target_id;
+
+-- The daemon's settings when the query came (probed.conf and `probectl config`):
+-- information_schema.df_settings as the seeds query it, and this plainer name.
+-- SELECT name, value FROM information_schema.df_settings LIMIT 5
+CREATE TEMP VIEW settings AS
+SELECT name, value, default_value, live, description FROM information_schema.df_settings;

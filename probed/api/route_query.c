@@ -55,7 +55,11 @@ static void run_sql(struct query_job *qj, const char *sql)
     free(keys);
     qj->j.scope.live_pids = qj->live_pids;
     qj->j.scope.n_live_pids = n < TARGETS_MAX ? n : TARGETS_MAX;
+    qj->j.scope.settings = config_json(a->cfg.config); /* NULL (no memory): none shown */
     int r = query_run(a->cfg.db_path, &qj->j.scope, &lim, sql, &qj->j.body, &err);
+
+    json_decref(qj->j.scope.settings);
+    qj->j.scope.settings = NULL;
 
     if (r < 0) {
         qj->j.status = http_status(r, NULL);

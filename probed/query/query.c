@@ -273,6 +273,43 @@ static void fn_iso(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 
 /* ---- connection set-up ---- */
 
+/* information_schema.df_settings, as the seeds query it (SELECT name, value ...): the
+ * daemon's settings when the query came, in a database of the connection's own. */
+static int load_settings(sqlite3 *db, json_t *settings, struct errbuf *err)
+{
+    sqlite3_stmt *q = NULL;
+    size_t i;
+    json_t *s;
+    int rc = sqlite3_exec(db,
+                          "ATTACH 'file:probed_information_schema?mode=memory' AS "
+                          "information_schema;"
+                          "CREATE TABLE information_schema.df_settings(name TEXT, value TEXT,"
+                          " description TEXT, default_value TEXT, live INTEGER)",
+                          NULL, NULL, NULL);
+
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(db, "INSERT INTO information_schema.df_settings VALUES (?, ?, ?, ?, ?)",
+                                -1, &q, NULL);
+    json_array_foreach(settings, i, s)
+    {
+        if (rc != SQLITE_OK)
+            break;
+        sqlite3_bind_text(q, 1, json_string_value(json_object_get(s, "key")), -1, SQLITE_STATIC);
+        sqlite3_bind_text(q, 2, json_string_value(json_object_get(s, "value")), -1,
+                          SQLITE_STATIC);
+        sqlite3_bind_text(q, 3, json_string_value(json_object_get(s, "doc")), -1, SQLITE_STATIC);
+        sqlite3_bind_text(q, 4, json_string_value(json_object_get(s, "default")), -1,
+                          SQLITE_STATIC);
+        sqlite3_bind_int(q, 5, json_is_true(json_object_get(s, "live")));
+        rc = sqlite3_step(q) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
+        sqlite3_reset(q);
+    }
+    sqlite3_finalize(q);
+    if (rc != SQLITE_OK)
+        return errbuf_set(err, -EIO, "information_schema.df_settings: %s", sqlite3_errmsg(db));
+    return 0;
+}
+
 static int setup_exec(sqlite3 *db, const char *sql, struct errbuf *err)
 {
     char *msg = NULL;
@@ -416,6 +453,8 @@ static int open_connection(const char *path, struct guard *g, sqlite3 **ret, str
                        "ATTACH 'file:probed_python?mode=memory' AS python;"
                        "CREATE VIRTUAL TABLE python.backtrace USING probed_backtrace;",
                        err);
+    if (r == 0)
+        r = load_settings(db, g->scope->settings, err);
     if (r == 0)
         r = shadow_tables(db, g->scope, err);
     if (r == 0)

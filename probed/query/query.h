@@ -34,6 +34,9 @@ struct query_scope {
      * what python.backtrace reads when no pid is asked for (borrowed) */
     const pid_t *live_pids;
     size_t n_live_pids;
+    /* the daemon's settings (config_json: key, value, default, live, doc), borrowed: what
+     * information_schema.df_settings and settings show; NULL: none */
+    json_t *settings;
 };
 
 struct query_limits {

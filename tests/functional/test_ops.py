@@ -340,6 +340,14 @@ def test_config_lists_every_setting_with_its_default():
             assert re.search(r'^%s\s+= %s\s' % (key, re.escape(default)), out, re.M), out
         assert 'default: 127.0.0.1:9464' in out and 'command line' in out
         assert d.ctl('config', 'retention', check=True).stdout == '7d\n'
+        # the seeds' query, as written there, and the plainer view: the same settings, live
+        d.ctl('config', 'sample_rate=250', check=True)
+        rows = dict(d.rows('SELECT name, value FROM information_schema.df_settings'))
+        assert rows['sample_rate'] == '250' and rows['retention'] == '7d', rows
+        assert len(d.rows('SELECT name, value FROM information_schema.df_settings LIMIT 5')) == 5
+        assert d.rows("SELECT value, default_value, live FROM settings"
+                      " WHERE name = 'sample_rate'") == [['250', '100', 1]]
+        assert len(rows) == len(re.findall(r'^\w+\s+= ', out, re.M)), (rows, out)
     finally:
         d.close()
 
