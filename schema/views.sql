@@ -309,3 +309,32 @@ JOIN targets t ON t.id = d.target_id;
 -- SELECT name, value FROM information_schema.df_settings LIMIT 5
 CREATE TEMP VIEW settings AS
 SELECT name, value, default_value, live, description FROM information_schema.df_settings;
+
+-- The seeds' profiling_data: one row per timed operation, whatever timed it: the torch trace's
+-- spans (`fc1 forward`, `fc1 backward`, the optimizer's `SGD step`), collectives as they
+-- completed (`all_reduce`) and GPU kernels of a torch profile. duration_ms is host time for
+-- the first two (device time in device_ms where recorded), the GPU's for kernels.
+-- SELECT operation_name, avg(duration_ms), count(*) FROM profiling_data
+-- WHERE timestamp > now() - interval '5 minutes' GROUP BY operation_name
+-- ORDER BY avg(duration_ms) DESC
+CREATE TEMP VIEW profiling_data AS
+SELECT r.module || ' ' || r.stage AS operation_name, 'torch' AS source,
+       r.duration_ns / 1e6 AS duration_ms, r.device_ns / 1e6 AS device_ms,
+       strftime('%Y-%m-%d %H:%M:%f', r.ts_ns / 1e9, 'unixepoch') AS timestamp, t.pid, t.rank,
+       r.step, r.module, r.stage, r.ts_ns, r.duration_ns, r.target_id
+FROM torch_records r
+JOIN targets t ON t.id = r.target_id
+UNION ALL
+SELECT c.op, 'comm', c.duration_ns / 1e6, NULL,
+       strftime('%Y-%m-%d %H:%M:%f', c.ts_ns / 1e9, 'unixepoch'), t.pid, t.rank, NULL, NULL, NULL,
+       c.ts_ns, c.duration_ns, c.target_id
+FROM comm_calls c
+JOIN targets t ON t.id = c.target_id
+WHERE c.duration_ns IS NOT NULL
+UNION ALL
+SELECT e.name, 'gpu', e.duration_ns / 1e6, e.duration_ns / 1e6,
+       strftime('%Y-%m-%d %H:%M:%f', e.ts_ns / 1e9, 'unixepoch'), t.pid, t.rank, e.step,
+       e.module, e.stage, e.ts_ns, e.duration_ns, e.target_id
+FROM torch_profile_events e
+JOIN targets t ON t.id = e.target_id
+WHERE e.kind IN ('kernel', 'gpu_memcpy', 'gpu_memset');

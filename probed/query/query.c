@@ -273,6 +273,53 @@ static void fn_iso(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 
 /* ---- connection set-up ---- */
 
+#define TRAINING_LOGS_COLUMNS 64
+
+/*
+ * The seeds' training_logs: a row per recorded step and process, a column per variable the
+ * torch trace reads (--exprs loss@train,epoch@train: loss, epoch), so that `SELECT epoch,
+ * avg(loss) FROM training_logs GROUP BY epoch` runs. Its columns are the variables recorded
+ * when the query came, of the user's own processes (torch_values is their view): a name read
+ * in two functions is a column per function (loss@train, loss@eval).
+ */
+static int training_logs_view(sqlite3 *db, struct errbuf *err)
+{
+    sqlite3_str *sql = sqlite3_str_new(db);
+    sqlite3_stmt *q = NULL;
+    int rc = sqlite3_prepare_v2(db,
+                                "SELECT function, name, count(*) OVER (PARTITION BY name)"
+                                " FROM (SELECT DISTINCT function, name FROM torch_values)"
+                                " ORDER BY name, function",
+                                -1, &q, NULL);
+    char *text;
+    int n = 0;
+
+    sqlite3_str_appendall(sql, "CREATE TEMP VIEW training_logs AS SELECT step, pid, rank,"
+                               " min(ts) AS timestamp");
+    while (rc == SQLITE_OK && sqlite3_step(q) == SQLITE_ROW && n++ < TRAINING_LOGS_COLUMNS) {
+        const char *function = (const char *)sqlite3_column_text(q, 0);
+        const char *name = (const char *)sqlite3_column_text(q, 1);
+        if (sqlite3_column_int(q, 2) > 1)
+            sqlite3_str_appendf(sql,
+                                ", max(CASE WHEN name = %Q AND func = %Q THEN value END)"
+                                " AS \"%w@%w\"",
+                                name, function, name, function);
+        else
+            sqlite3_str_appendf(sql, ", max(CASE WHEN name = %Q THEN value END) AS \"%w\"", name,
+                                name);
+    }
+    sqlite3_finalize(q);
+    sqlite3_str_appendall(sql, ", min(ts_ns) AS ts_ns, target_id FROM torch_variables"
+                               " GROUP BY target_id, step");
+    text = sqlite3_str_finish(sql);
+    if (rc == SQLITE_OK && text)
+        rc = sqlite3_exec(db, text, NULL, NULL, NULL);
+    sqlite3_free(text);
+    if (rc != SQLITE_OK || !text)
+        return errbuf_set(err, -EIO, "training_logs: %s", text ? sqlite3_errmsg(db) : "no memory");
+    return 0;
+}
+
 /* information_schema.df_settings, as the seeds query it (SELECT name, value ...): the
  * daemon's settings when the query came, in a database of the connection's own. */
 static int load_settings(sqlite3 *db, json_t *settings, struct errbuf *err)
@@ -288,15 +335,14 @@ static int load_settings(sqlite3 *db, json_t *settings, struct errbuf *err)
                           NULL, NULL, NULL);
 
     if (rc == SQLITE_OK)
-        rc = sqlite3_prepare_v2(db, "INSERT INTO information_schema.df_settings VALUES (?, ?, ?, ?, ?)",
-                                -1, &q, NULL);
+        rc = sqlite3_prepare_v2(
+            db, "INSERT INTO information_schema.df_settings VALUES (?, ?, ?, ?, ?)", -1, &q, NULL);
     json_array_foreach(settings, i, s)
     {
         if (rc != SQLITE_OK)
             break;
         sqlite3_bind_text(q, 1, json_string_value(json_object_get(s, "key")), -1, SQLITE_STATIC);
-        sqlite3_bind_text(q, 2, json_string_value(json_object_get(s, "value")), -1,
-                          SQLITE_STATIC);
+        sqlite3_bind_text(q, 2, json_string_value(json_object_get(s, "value")), -1, SQLITE_STATIC);
         sqlite3_bind_text(q, 3, json_string_value(json_object_get(s, "doc")), -1, SQLITE_STATIC);
         sqlite3_bind_text(q, 4, json_string_value(json_object_get(s, "default")), -1,
                           SQLITE_STATIC);
@@ -459,6 +505,8 @@ static int open_connection(const char *path, struct guard *g, sqlite3 **ret, str
         r = shadow_tables(db, g->scope, err);
     if (r == 0)
         r = setup_exec(db, schema_views, err);
+    if (r == 0)
+        r = training_logs_view(db, err);
     if (r == 0)
         r = viewtab_register(db) == SQLITE_OK
                 ? setup_exec(

@@ -168,6 +168,32 @@ def test_training_loop_traced(model, modules):
                      " python.torch_trace) GROUP BY module, stage ORDER BY avg_memory DESC"
                      " LIMIT 10")
         assert len(hot) == 10 and all(r[3] == 6 for r in hot), hot
+        # training progress, as written there: a row per epoch from the tracked variables,
+        # the very losses the script logged
+        progress = d.rows("""
+  SELECT epoch, avg(loss), min(loss), count(*) as steps
+  FROM training_logs 
+  GROUP BY epoch 
+  ORDER BY epoch
+""")
+        by_epoch = {}
+        for e in logged:
+            by_epoch.setdefault(e['epoch'], []).append(e['loss'])
+        assert [r[0] for r in progress] == sorted(by_epoch) and all(
+            abs(r[1] - sum(by_epoch[r[0]]) / len(by_epoch[r[0]])) < 1e-9 and
+            r[2] == min(by_epoch[r[0]]) and r[3] == len(by_epoch[r[0]]) for r in progress), \
+            (progress, by_epoch)
+        # performance hotspots, as written there: every traced span of the last 5 minutes
+        spans = d.rows("""
+  SELECT operation_name, avg(duration_ms), count(*)
+  FROM profiling_data 
+  WHERE timestamp > now() - interval '5 minutes'
+  GROUP BY operation_name
+  ORDER BY avg(duration_ms) DESC
+""")
+        names = {r[0]: r[2] for r in spans}
+        assert names == {'%s %s' % w: job.steps for w in want}, spans
+        assert spans[0][1] >= spans[-1][1] > 0, spans
 
         out = d.ctl('torch', job.pid, 'summary', '--top', '100', check=True).stdout
         assert '%d steps recorded (0-%d)' % (job.steps, job.steps - 1) in out, out
