@@ -659,7 +659,65 @@ static bool put(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
     return true;
 }
 
-int dialect_rewrite(const char *sql, char **ret)
+void dialect_swaps_free(struct dialect_swaps *swaps)
+{
+    for (size_t i = 0; swaps && i < swaps->n; i++) {
+        free(swaps->v[i].made);
+        free(swaps->v[i].written);
+    }
+    if (swaps) {
+        free(swaps->v);
+        *swaps = (struct dialect_swaps){0};
+    }
+}
+
+static bool add_swap(struct dialect_swaps *swaps, const char *made, const char *written,
+                     size_t written_len)
+{
+    struct dialect_swap *v = realloc(swaps->v, (swaps->n + 1) * sizeof(*v));
+
+    if (!v)
+        return false;
+    swaps->v = v;
+    v[swaps->n] = (struct dialect_swap){strdup(made), strndup(written, written_len)};
+    if (!v[swaps->n].made || !v[swaps->n].written) {
+        free(v[swaps->n].made);
+        free(v[swaps->n].written);
+        return false;
+    }
+    swaps->n++;
+    return true;
+}
+
+char *dialect_column_name(const struct dialect_swaps *swaps, const char *name)
+{
+    char *out = NULL;
+    size_t len = 0, cap = 0;
+    const char *p = name;
+    bool changed = false;
+
+    while (swaps && p && *p) {
+        size_t i;
+        for (i = 0; i < swaps->n; i++)
+            if (strncmp(p, swaps->v[i].made, strlen(swaps->v[i].made)) == 0)
+                break;
+        if (i < swaps->n) {
+            if (!put(&out, &len, &cap, swaps->v[i].written, strlen(swaps->v[i].written)))
+                goto fail;
+            p += strlen(swaps->v[i].made);
+            changed = true;
+        } else if (!put(&out, &len, &cap, p++, 1)) {
+            goto fail;
+        }
+    }
+    if (changed)
+        return out;
+fail:
+    free(out);
+    return NULL;
+}
+
+int dialect_rewrite(const char *sql, char **ret, struct dialect_swaps *swaps)
 {
     struct toks k = {.sql = sql};
     size_t cap = 0, copied = 0, len = 0, out_cap = 0;
@@ -725,7 +783,9 @@ int dialect_rewrite(const char *sql, char **ret)
         if (repl[0]) {
             const struct tok *last = &k.v[next - 1];
             ok = put(&out, &len, &out_cap, sql + copied, k.v[i].at - copied) &&
-                 put(&out, &len, &out_cap, repl, strlen(repl));
+                 put(&out, &len, &out_cap, repl, strlen(repl)) &&
+                 (!swaps ||
+                  add_swap(swaps, repl, sql + k.v[i].at, last->at + last->len - k.v[i].at));
             copied = last->at + last->len;
             changed = true;
         }
@@ -736,6 +796,7 @@ int dialect_rewrite(const char *sql, char **ret)
     free(k.v);
     if (!ok) {
         free(out);
+        dialect_swaps_free(swaps);
         return -ENOMEM;
     }
     if (!changed) {

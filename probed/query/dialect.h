@@ -18,7 +18,8 @@
  *                                             name ends in _ns (either side of the comparison),
  *                                             the time in nanoseconds
  *     Anything else is copied byte for byte: a query the rewrite does not touch is run as given.
- * Threads: any (no state). Memory: dialect_rewrite's result is malloc'd, the caller's to free.
+ * Threads: any (no state). Memory: dialect_rewrite's result and swaps are malloc'd, the
+ * caller's to free.
  * Failure: dialect_rewrite returns 0 (nothing to rewrite; *ret NULL), 1 (rewritten), or
  * -ENOMEM.
  */
@@ -28,8 +29,23 @@
 #include <sqlite3.h>
 #include <stddef.h>
 
+/* What a rewrite wrote for what the user wrote, to name result columns in the user's words
+ * (SQLite names an unaliased column by its expression's text: now_offset(-300)). */
+struct dialect_swap {
+    char *made, *written;
+};
+struct dialect_swaps {
+    struct dialect_swap *v;
+    size_t n;
+};
+
 int dialect_register(sqlite3 *db); /* SQLITE_OK or an SQLite error code */
-int dialect_rewrite(const char *sql, char **ret);
+/* @swaps (NULL: not wanted) gets each replacement; free it with dialect_swaps_free(). */
+int dialect_rewrite(const char *sql, char **ret, struct dialect_swaps *swaps);
+void dialect_swaps_free(struct dialect_swaps *swaps);
+/* @name with each replacement in it given back its user's text: malloc'd, NULL when @name
+ * holds none (or no memory: @name is then shown as it is). */
+char *dialect_column_name(const struct dialect_swaps *swaps, const char *name);
 
 /* Parses @s, 'N unit [N unit ...]' as interval literals say it, into seconds: 0, or -EINVAL. */
 int dialect_interval_seconds(const char *s, size_t len, double *ret);

@@ -35,6 +35,7 @@ struct guard {
     int64_t deadline_ns;    /* CLOCK_MONOTONIC */
     bool timed_out;
     struct sqlmem_budget *memory; /* what the connection's allocations are charged to */
+    struct dialect_swaps swaps;   /* what the rewrite of the seeds' dialect replaced */
 };
 
 static int64_t now_mono_ns(void)
@@ -588,7 +589,7 @@ static int prepare(sqlite3 *db, struct guard *g, const char *sql, sqlite3_stmt *
     const char *tail = NULL;
     sqlite3_stmt *q = NULL;
     char *rewritten = NULL; /* the seeds' dialect made SQLite's: now() - interval '5 min' */
-    int rc = dialect_rewrite(sql, &rewritten);
+    int rc = dialect_rewrite(sql, &rewritten, &g->swaps);
     bool more;
 
     if (rc < 0)
@@ -628,8 +629,11 @@ static int collect(sqlite3 *db, struct guard *g, sqlite3_stmt *q, const struct q
 
     json_object_set_new(out, "columns", cols);
     json_object_set_new(out, "rows", rows);
-    for (int i = 0; i < ncol; i++)
-        json_array_append_new(cols, json_string(sqlite3_column_name(q, i)));
+    for (int i = 0; i < ncol; i++) { /* named in the user's words, not the rewrite's */
+        char *written = dialect_column_name(&g->swaps, sqlite3_column_name(q, i));
+        json_array_append_new(cols, json_string(written ? written : sqlite3_column_name(q, i)));
+        free(written);
+    }
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
         json_t *row;
         if (n == lim->max_rows || bytes > QUERY_REPLY_BYTES) {
@@ -688,6 +692,7 @@ int query_run(const char *db_path, const struct query_scope *scope, const struct
     sqlite3_finalize(q);
     sqlite3_close(db);
     sqlmem_leave(g.memory);
+    dialect_swaps_free(&g.swaps);
     if (r < 0) {
         json_decref(out);
         return r;

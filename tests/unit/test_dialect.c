@@ -13,7 +13,7 @@ static const char *rewrite(const char *sql)
 {
     static char buf[1024];
     char *out = NULL;
-    int r = dialect_rewrite(sql, &out);
+    int r = dialect_rewrite(sql, &out, NULL);
 
     snprintf(buf, sizeof(buf), "%s", r == 1 ? out : r == 0 ? "(unchanged)" : "(error)");
     free(out);
@@ -53,6 +53,22 @@ int test_dialect_rewrite(void)
     CHECK_STR(rewrite("SELECT 'unterminated now() - 1"), "(unchanged)");
     CHECK_STR(rewrite("SELECT now() - interval '"), "(unchanged)");
 
+    {
+        struct dialect_swaps swaps = {0};
+        char *out = NULL, *name;
+        CHECK(dialect_rewrite("SELECT now() - interval '5 min', EXTRACT(hour FROM t) FROM x", &out,
+                              &swaps) == 1);
+        CHECK(swaps.n == 2);
+        name = dialect_column_name(&swaps, "now_offset(-300)");
+        CHECK_STR(name, "now() - interval '5 min'");
+        free(name);
+        name = dialect_column_name(&swaps, "date_part('hour', t)");
+        CHECK_STR(name, "EXTRACT(hour FROM t)");
+        free(name);
+        CHECK(dialect_column_name(&swaps, "count(*)") == NULL);
+        dialect_swaps_free(&swaps);
+        free(out);
+    }
     CHECK(dialect_interval_seconds("1 hour 30 minutes", 17, &s) == 0 && s == 5400);
     CHECK(dialect_interval_seconds("250ms", 5, &s) == 0 && s == 0.25);
     CHECK(dialect_interval_seconds("", 0, &s) < 0);
