@@ -490,17 +490,17 @@ static void run_debug(struct job *j)
                &err);
 }
 
-/* POST /v1/debug {"pid", "action": "pause"|"io"|"interrupt"|"detach", "thread": tid,
+/* POST /v1/debug {"pid", "action": "pause"|"io"|"interrupt"|"detach"|"keepalive", "thread": tid,
  * "listen": "host:port", "dap": bool, "input": "line", "wait_ms": 0..10000} */
 struct job *debug_post(struct api *a, const struct request *rq)
 {
-    static const char *const actions[] = {"pause", "io", "interrupt", "detach"};
+    static const char *const actions[] = {"pause", "io", "interrupt", "detach", "keepalive"};
     json_t *jthread = json_object_get(rq->body, "thread"),
            *jlisten = json_object_get(rq->body, "listen");
     json_t *jdap = json_object_get(rq->body, "dap"), *jinput = json_object_get(rq->body, "input");
     json_t *jwait = json_object_get(rq->body, "wait_ms");
     json_t *jinsecure = json_object_get(rq->body, "insecure_listen");
-    int k = action_of(json_object_get(rq->body, "action"), actions, 4);
+    int k = action_of(json_object_get(rq->body, "action"), actions, 5);
     pid_t pid = rq->pid; /* parsed and authorised by routes.c */
     json_int_t wait = jwait ? json_integer_value(jwait) : 5000;
     struct errbuf why;
@@ -516,7 +516,8 @@ struct job *debug_post(struct api *a, const struct request *rq)
          (strlen(json_string_value(jinput)) > 65536 || strchr(json_string_value(jinput), '\n')))) {
         reply_error(rq->req, 400,
                     "expected {\"pid\": int, \"action\": \"pause\"|\"io\"|\"interrupt\"|"
-                    "\"detach\", optional \"thread\": tid, \"listen\": \"host:port\", \"dap\":"
+                    "\"detach\"|\"keepalive\", optional \"thread\": tid, \"listen\": "
+                    "\"host:port\", \"dap\":"
                     " bool, \"input\": one line (no newline, <= 64 KiB), \"wait_ms\": 0..%d}",
                     DEBUG_WAIT_MAX_MS);
         return NULL;

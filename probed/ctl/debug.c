@@ -224,9 +224,10 @@ static bool script_ended(void)
 
 /*
  * While its user reads and types at the prompt, probectl asks after the session now and then
- * (an io that sends nothing and waits for nothing: at the prompt pdb writes nothing to take),
- * for the target ends a session no client asked about for its stale_s (debug.py: one left by
- * a probectl that was killed, or whose terminal went away) and lets the paused thread go on.
+ * (a keepalive, which takes nothing: pdb's output and the news of the session's end stay the
+ * reading loop's), for the target ends a session no client asked about for its stale_s
+ * (debug.py: one left by a probectl that was killed, or whose terminal went away) and lets the
+ * paused thread go on.
  */
 struct keepalive {
     struct bgthread bg;
@@ -248,7 +249,10 @@ static void *keepalive_run(void *arg)
     struct keepalive *k = arg;
 
     pthread_mutex_lock(&k->bg.lock);
-    for (;;) {
+    /* stopping is read before each wait too: a stop that came before this thread first ran
+     * (the user typed at once, on a busy machine) signalled no one, and a wait would hold
+     * keepalive_stop() for all of every_ns (CI: probectl stuck after `continue`) */
+    while (!k->bg.stopping) {
         bgthread_wait_until(&k->bg, mono_now_ns() + k->every_ns);
         if (k->bg.stopping)
             break;
@@ -256,8 +260,8 @@ static void *keepalive_run(void *arg)
         {
             char err[256];
             long status;
-            json_t *reply = NULL, *body = json_pack("{s:s, s:i, s:i}", "action", "io", "pid",
-                                                    k->pid, "wait_ms", 0);
+            json_t *reply = NULL,
+                   *body = json_pack("{s:s, s:i}", "action", "keepalive", "pid", k->pid);
             client_call_when_free(client_socket_path(k->socket), "POST", "/v1/debug", body, NULL,
                                   &status, &reply, err,
                                   sizeof(err)); /* quiet: a miss is harmless */

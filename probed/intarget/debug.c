@@ -55,7 +55,8 @@ bad:
  * command() returns for the request, passed as hex JSON (a safe literal). */
 static char *script(const struct debug_request *rq)
 {
-    static const char *const actions[] = {"pause", "io", "interrupt", "detach", "load"};
+    static const char *const actions[] = {"pause",  "io",        "interrupt",
+                                          "detach", "keepalive", "load"};
     bool loads = rq->action == DEBUG_PAUSE || rq->action == DEBUG_LOAD;
     json_t *args =
         json_pack("{s:s, s:i, s:s?, s:b, s:s?, s:f, s:I}", "action", actions[rq->action], "thread",
@@ -107,6 +108,9 @@ static char *audit_text(const struct debug_request *rq)
     case DEBUG_DETACH:
         r = asprintf(&text, "detach");
         break;
+    case DEBUG_KEEPALIVE:
+        r = asprintf(&text, "keepalive");
+        break;
     case DEBUG_LOAD:
         r = asprintf(&text, "catch --postmortem");
         break;
@@ -125,7 +129,8 @@ int debug_run(struct stubctl *sc, const char *db_path, const struct debug_reques
         .timeout_ms = DEBUG_TIMEOUT_MS + (rq->action == DEBUG_IO ? rq->wait_ms : 0),
         .mode = "debug",
         /* a read of the session's output runs only probed's code */
-        .unaudited = (rq->action == DEBUG_IO && !rq->input) || rq->action == DEBUG_INTERRUPT,
+        .unaudited = (rq->action == DEBUG_IO && !rq->input) || rq->action == DEBUG_INTERRUPT ||
+                     rq->action == DEBUG_KEEPALIVE,
     };
     char *code = script(rq), *audit = audit_text(rq);
     json_t *body = NULL, *error;

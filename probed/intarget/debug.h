@@ -29,7 +29,15 @@
 
 #define DEBUG_WAIT_MAX_MS 10000 /* the longest `io` waits for pdb */
 
-enum debug_action { DEBUG_PAUSE, DEBUG_IO, DEBUG_INTERRUPT, DEBUG_DETACH, DEBUG_LOAD };
+/* KEEPALIVE: the client still holds the session (takes no output, unlike an IO that reads). */
+enum debug_action {
+    DEBUG_PAUSE,
+    DEBUG_IO,
+    DEBUG_INTERRUPT,
+    DEBUG_DETACH,
+    DEBUG_KEEPALIVE,
+    DEBUG_LOAD
+};
 
 struct debug_request {
     pid_t pid;

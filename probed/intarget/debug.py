@@ -454,6 +454,17 @@ def io(line, wait):
     return {'output': out, 'state': state, 'how': s.how, 'listen': s.listen, 'stale_s': STALE_S}
 
 
+def keepalive():
+    """The client still holds the session (probectl asks while its user is at the prompt): it
+    is not stale. Takes nothing: the output, and the news of its end, stay the reader's (an io
+    here took them, and probectl then waited for a prompt, or an end, already taken)."""
+    s = _session
+    if s is None:
+        return {'state': 'none'}
+    s.chan.touch()
+    return {'state': s.status(), 'stale_s': STALE_S}
+
+
 def interrupt():
     s = _session
     if s is None:
@@ -633,6 +644,8 @@ def command(args):
         r = io(args.get('input'), min(float(args.get('wait', 5)), 10.0))
     elif action == 'interrupt':
         r = interrupt()
+    elif action == 'keepalive':
+        r = keepalive()
     else:
         r = detach()
     return json.dumps(r)

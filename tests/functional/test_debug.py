@@ -15,6 +15,7 @@ import select
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -585,3 +586,37 @@ def test_a_session_on_a_port_is_only_for_the_user_who_paused(tmp_path):
     finally:
         t.close()
         d.close()
+
+
+def test_the_keepalive_takes_nothing_of_the_session():
+    """probectl asks after a session while its user is at the prompt; that call was an io, which
+    takes pdb's output: one that came between a `continue` and its breakpoint's prompt took
+    that prompt, and probectl waited for it for good (CI, 3.14 and 3.15 under load: the target
+    paused, probectl never ending). A stale time of 0.6 s makes the keepalive ask every 0.2 s:
+    twelve runs to a breakpoint each show their prompt, and the session ends as asked."""
+    d = Daemon()
+    tmp = tempfile.mkdtemp(prefix='probed-debug-')
+    count = os.path.join(tmp, 'steps')
+    t = Target('/usr/bin/python3', 'debuggee.py', count,
+               env=dict(os.environ, PROBED_DEBUG_STALE_S='0.6'))
+    term = None
+    try:
+        wait_for(lambda: steps(count) > 2, 20, 'the target stepping')
+        d.ctl('pause', t.pid, check=True)
+        term = Term(d, 'debug', t.pid)
+        term.expect(r'\(Pdb\) ')
+        term.send('break %s:%d\n' % (DEBUGGEE, marks(DEBUGGEE)['step']))
+        term.expect(r'Breakpoint 1 at .*?\(Pdb\) ')
+        for _ in range(12):
+            term.settle(quiet=0.3)  # and the keepalive asks meanwhile
+            term.send('continue\n')
+            out = term.expect(r'\(Pdb\) ')
+            assert re.search(r'debuggee\.py\(%d\)step\(\)' % marks(DEBUGGEE)['step'], out), out
+        term.send('clear 1\n')
+        term.expect(r'Deleted breakpoint 1.*?\(Pdb\) ')
+        term.leave('the debugger session ended \\(detached\\)')
+        assert term.close() == 0
+        term = None
+        wait_for(lambda: going(count, 0.3), 10, 'the target going on after leaving')
+    finally:
+        close_all(term, t, d)
