@@ -103,3 +103,14 @@ int layout_from_debug_offsets(const void *raw, uint64_t raw_bytes, uint32_t vers
     *ret_layout = lay;
     return 0;
 }
+
+extern const struct pyf_aio_layout pyf_aio_layouts[];
+extern const size_t pyf_n_aio_layouts;
+
+const struct pyf_aio_layout *aio_layout_for_version(uint32_t version)
+{
+    for (size_t i = 0; i < pyf_n_aio_layouts; i++)
+        if (pyf_aio_layouts[i].version == version)
+            return &pyf_aio_layouts[i];
+    return NULL;
+}

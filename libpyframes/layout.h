@@ -133,6 +133,22 @@ struct pyf_layout {
     int32_t ts_eval_breaker, ts_debugger_pending, ts_debugger_script, debugger_script_size;
     int32_t is_remote_debug;
     int32_t eval_stop_bit; /* the eval_breaker bit that makes the thread look (0: none) */
+    /* generators and coroutines (tasks.c). <= 3.10: the PyFrameObject* a generator holds
+     * (gen_frame), suspended when f_stacktop is set (3.6-3.9) or f_state is fr_suspended
+     * (3.10; fr_created: not started), running when fr_running says so. 3.11+: the frame inside
+     * the generator (gen_iframe) and its int8 state (gen_state): gen_created, suspended from
+     * gen_suspended_lo to _hi, gen_executing. What a suspended coroutine awaits is the top of
+     * its frame's value stack: *(f_stacktop - 8) (3.6-3.9), f_valuestack[f_stackdepth - 1]
+     * (3.10), localsplus[stacktop - 1] (fr_stack_index, 3.11-3.13), stackpointer[-gen_yf_depth]
+     * (3.14+) */
+    int32_t gen_frame, gen_iframe, gen_state, gen_created, gen_suspended_lo, gen_suspended_hi;
+    int32_t gen_executing;
+    int32_t gen_yf_depth; /* the awaited object is that many slots below the top (1; 3.15: 2) */
+    int32_t fr_stacktop, fr_valuestack, fr_stackdepth, fr_suspended, fr_created;
+    int32_t fr_stack_index, fr_stackpointer;
+    /* 3.14+: the circular lists of asyncio tasks in _PyThreadStateImpl and (tasks of threads
+     * that ended) in PyInterpreterState, and the thread's running task; -1 before */
+    int32_t ts_asyncio_tasks, ts_asyncio_running_task, is_asyncio_tasks;
     /* 3.13+: where this version's _Py_DebugOffsets publishes each offset; NULL before */
     const struct pyf_debug_map *debug_map;
 };
@@ -182,5 +198,24 @@ const struct pyf_layout *layout_newest(void);
 int layout_from_debug_offsets(const void *raw, uint64_t raw_bytes, uint32_t version,
                               const struct pyf_layout *base, struct pyf_layout *ret_layout,
                               char *why, size_t why_size);
+
+/*
+ * asyncio's Task and Future as one version lays them out (Modules/_asynciomodule.c keeps them
+ * in no header: gen/aiogen.py finds each offset by running that version). Offsets in bytes
+ * from the object; -1 where the version has no such field. A target's _asyncio.Task type
+ * must have tp_basicsize task_size, or the entry is not used.
+ */
+struct pyf_aio_layout {
+    uint32_t version;
+    int32_t task_size;
+    int32_t task_loop, task_coro, task_fut_waiter, task_name, task_state;
+    int32_t fut_callback0, fut_callbacks; /* the first done callback; the list of the rest */
+    int32_t task_node;                    /* 3.14+: the task's node in its thread's list of tasks */
+    int32_t futiter_future;               /* _asyncio.FutureIter (await future) -> the future */
+    int32_t method_self;                  /* a bound method -> its self */
+    int32_t weakref_object;               /* a weakref -> its referent */
+};
+/* Borrowed, static: the entry for 3.minor, or NULL. */
+const struct pyf_aio_layout *aio_layout_for_version(uint32_t version);
 
 #endif

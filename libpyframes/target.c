@@ -339,6 +339,8 @@ static int find_addresses(struct pyf_target *t, const struct runtime_file *rf, s
         {"PyDict_Type", offsetof(struct pyf_types, dict)},
         {"PySet_Type", offsetof(struct pyf_types, set)},
         {"PyFrozenSet_Type", offsetof(struct pyf_types, frozenset)},
+        {"PyCoro_Type", offsetof(struct pyf_types, coro)},
+        {"PyGen_Type", offsetof(struct pyf_types, gen)},
     };
 
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)

@@ -37,6 +37,7 @@ struct thread_spans {
 struct pyf_types {
     uint64_t code, str, bytes, long_, bool_, float_, none, cell, tuple;
     uint64_t list, dict, set, frozenset;
+    uint64_t coro, gen; /* coroutines and generators (tasks.c) */
 };
 
 /* What stack.c keeps of one frame between reading it and resolving its code object. */

@@ -30,6 +30,9 @@
 #endif
 #if PY_VERSION_HEX >= 0x030e0000
 #include "internal/pycore_ceval.h" /* _PY_EVAL_PLEASE_STOP_BIT */
+#include "internal/pycore_genobject.h"
+#include "internal/pycore_interpframe_structs.h"
+#include "internal/pycore_tstate.h"
 #endif
 #if PY_VERSION_HEX >= 0x030b0000 && PY_VERSION_HEX < 0x030d0000
 #define NEED_OPCODE_TABLES /* _PyOpcode_Deopt and _PyOpcode_Caches, for the call sites */
@@ -539,6 +542,70 @@ int main(void)
     F("debugger_script_size", -1);
     F("is_remote_debug", -1);
     F("eval_stop_bit", 0);
+#endif
+    /* generators and coroutines: where a suspended one's frame is, whether it is suspended,
+     * and the top of its value stack (what it awaits) */
+#if PY_VERSION_HEX < 0x030b0000
+    F("gen_frame", offsetof(PyGenObject, gi_frame));
+    F("gen_iframe", -1);
+    F("gen_state", -1);
+    F("gen_created", 0);
+    F("gen_suspended_lo", 0);
+    F("gen_suspended_hi", 0);
+    F("gen_executing", 0);
+#else
+    F("gen_frame", -1);
+    F("gen_iframe", offsetof(PyGenObject, gi_iframe));
+    F("gen_state", offsetof(PyGenObject, gi_frame_state));
+    F("gen_created", FRAME_CREATED);
+    F("gen_suspended_lo", FRAME_SUSPENDED);
+#if PY_VERSION_HEX >= 0x030f0000
+    F("gen_suspended_hi", FRAME_SUSPENDED_YIELD_FROM_LOCKED);
+#elif PY_VERSION_HEX >= 0x030d0000
+    F("gen_suspended_hi", FRAME_SUSPENDED_YIELD_FROM);
+#else
+    F("gen_suspended_hi", FRAME_SUSPENDED);
+#endif
+    F("gen_executing", FRAME_EXECUTING);
+#endif
+#if PY_VERSION_HEX < 0x030a0000
+    F("fr_stacktop", offsetof(PyFrameObject, f_stacktop));
+#else
+    F("fr_stacktop", -1);
+#endif
+#if PY_VERSION_HEX >= 0x030a0000 && PY_VERSION_HEX < 0x030b0000
+    F("fr_valuestack", offsetof(PyFrameObject, f_valuestack));
+    F("fr_stackdepth", offsetof(PyFrameObject, f_stackdepth));
+    F("fr_suspended", FRAME_SUSPENDED);
+    F("fr_created", FRAME_CREATED);
+#else
+    F("fr_valuestack", -1);
+    F("fr_stackdepth", -1);
+    F("fr_suspended", 0);
+    F("fr_created", 0);
+#endif
+#if PY_VERSION_HEX >= 0x030b0000 && PY_VERSION_HEX < 0x030e0000
+    F("fr_stack_index", offsetof(_PyInterpreterFrame, stacktop));
+#else
+    F("fr_stack_index", -1);
+#endif
+    /* the slot below the top holding what a suspended generator awaits: _PyGen_yf() peeks at
+     * depth 1 until 3.14, at depth 2 from 3.15 (SEND leaves a NULL above the receiver) */
+#if PY_VERSION_HEX >= 0x030f0000
+    F("gen_yf_depth", 2);
+#else
+    F("gen_yf_depth", 1);
+#endif
+#if PY_VERSION_HEX >= 0x030e0000
+    F("fr_stackpointer", offsetof(_PyInterpreterFrame, stackpointer));
+    F("ts_asyncio_tasks", offsetof(_PyThreadStateImpl, asyncio_tasks_head));
+    F("ts_asyncio_running_task", offsetof(_PyThreadStateImpl, asyncio_running_task));
+    F("is_asyncio_tasks", offsetof(PyInterpreterState, asyncio_tasks_head));
+#else
+    F("fr_stackpointer", -1);
+    F("ts_asyncio_tasks", -1);
+    F("ts_asyncio_running_task", -1);
+    F("is_asyncio_tasks", -1);
 #endif
 #if PY_VERSION_HEX >= 0x030d0000
     FS("debug_map", "&debug_map");

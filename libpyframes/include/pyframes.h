@@ -285,4 +285,54 @@ void pyf_utf8_scrub(char *buf, size_t cap);
 int pyf_target__thread_py_name(struct pyf_target *t, uint64_t ident, char *buf, size_t size,
                                struct pyf_err *reterr);
 
+/*
+ * The asyncio tasks of the main interpreter (3.7+), as asyncio.all_tasks() and
+ * asyncio.print_call_graph() would show them from inside: each task's name and state, the
+ * coroutine stack it is suspended in (or, running, its thread's frames down to its
+ * coroutine), the future it waits for, and which tasks await it (directly, through gather()
+ * or as a TaskGroup's parent). At most @max tasks; a task that kept changing while read is
+ * left out and counted in torn. *ret is the caller's: pyf_tasks_free(). No asyncio imported:
+ * no tasks. PYF_UNSUPPORTED: 3.6, or asyncio without its C module.
+ */
+enum pyf_task_state {
+    PYF_TASK_WAITING,   /* suspended in an await */
+    PYF_TASK_RUNNING,   /* its coroutine runs on a thread now (pyf_task.tid) */
+    PYF_TASK_SCHEDULED, /* created, not started yet */
+    PYF_TASK_DONE,
+    PYF_TASK_CANCELLED,
+};
+#define PYF_TASK_FRAMES_MAX 64 /* frames of a task's stack kept; deeper is cut */
+
+struct pyf_task_frame {
+    char func[128];
+    char file[256];
+    int32_t line;
+};
+
+struct pyf_task {
+    uint64_t raddr;
+    char name[128]; /* "" where the version has no names (3.7) */
+    enum pyf_task_state state;
+    pid_t tid;                 /* PYF_TASK_RUNNING: the thread running it */
+    uint64_t waits_for;        /* the future it waits for; 0: none */
+    char waits_for_type[64];   /* that future's type name: "_asyncio.Future", "_GatheringFuture" */
+    size_t frame0, n_frames;   /* its stack: pyf_tasks.frames[frame0...], innermost first */
+    size_t parent0, n_parents; /* the tasks awaiting it: pyf_tasks.parents[parent0...] */
+};
+
+struct pyf_tasks {
+    struct pyf_task *tasks;
+    size_t n_tasks;
+    struct pyf_task_frame *frames;
+    size_t n_frames;
+    size_t *parents; /* indices into tasks */
+    size_t n_parents;
+    size_t total; /* tasks found: more than n_tasks when @max was reached */
+    size_t torn;  /* tasks left out: they changed every time they were read */
+};
+
+int pyf_target__tasks(struct pyf_target *t, size_t max, struct pyf_tasks **ret,
+                      struct pyf_err *reterr);
+void pyf_tasks_free(struct pyf_tasks *tasks); /* NULL is a no-op */
+
 #endif

@@ -13,6 +13,7 @@
 #include "api/server.h"
 #include "clock.h"
 #include "common/dump.h"
+#include "common/taskdump.h"
 #include "common/units.h"
 #include "query/flame.h"
 #include "query/pprof.h"
@@ -206,6 +207,7 @@ struct backtrace_job {
     int locals;
     bool native; /* mixed stacks (the threads held by ptrace a moment) */
     bool probed; /* probed's own threads and frames too */
+    bool tasks;  /* the asyncio tasks instead of the threads */
 };
 
 static void run_backtrace(struct job *j)
@@ -217,12 +219,16 @@ static void run_backtrace(struct job *j)
 
     /* still the process authorised (a queued job may start late), and still after the read:
      * what was read was that process's, or it is not shown */
-    if (r == 0 && (r = dump_json(j->grant.pid, bj->locals,
-                                 (bj->native ? DUMP_NATIVE : 0) | (bj->probed ? DUMP_PROBED : 0),
-                                 &j->body, &e)) < 0) {
-        j->status = http_status(0, &e);
-        j->body = error_body(j->status, e.msg);
-        return;
+    if (r == 0) {
+        r = bj->tasks ? taskdump_json(j->grant.pid, TASKDUMP_MAX, &j->body, &e)
+                      : dump_json(j->grant.pid, bj->locals,
+                                  (bj->native ? DUMP_NATIVE : 0) | (bj->probed ? DUMP_PROBED : 0),
+                                  &j->body, &e);
+        if (r < 0) {
+            j->status = http_status(0, &e);
+            j->body = error_body(j->status, e.msg);
+            return;
+        }
     }
     if (r == 0 && (r = procfs_grant_check(&j->grant, why, sizeof(why))) < 0) {
         json_decref(j->body);
@@ -236,17 +242,22 @@ static void run_backtrace(struct job *j)
     j->status = 200;
 }
 
-/* GET /v1/backtrace?pid=&locals=&native=&probed= */
+/* GET /v1/backtrace?pid=&locals=&native=&probed=&tasks= */
 struct job *backtrace_get(struct api *a, const struct request *rq)
 {
-    uint64_t locals = 0, native = 0, probed = 0;
+    uint64_t locals = 0, native = 0, probed = 0, tasks = 0;
     struct backtrace_job *bj;
 
     const char *v = evhttp_find_header(rq->params, "native");
 
     if (param_uint(rq->req, rq->params, "locals", INT32_MAX, &locals) < 0 ||
-        param_uint(rq->req, rq->params, "probed", 1, &probed) < 0)
+        param_uint(rq->req, rq->params, "probed", 1, &probed) < 0 ||
+        param_uint(rq->req, rq->params, "tasks", 1, &tasks) < 0)
         return NULL;
+    if (tasks && (native || locals)) {
+        reply_error(rq->req, 400, "backtrace's tasks=1 takes neither native nor locals");
+        return NULL;
+    }
     if (v && parse_uint(v, 1, &native) < 0) {
         reply_error(rq->req, 400,
                     "backtrace takes &native=1 (mixed stacks) or &native=0, not '%.16s'", v);
@@ -258,6 +269,7 @@ struct job *backtrace_get(struct api *a, const struct request *rq)
     bj->locals = (int)locals;
     bj->native = native == 1;
     bj->probed = probed == 1;
+    bj->tasks = tasks == 1;
     return &bj->j;
 }
 

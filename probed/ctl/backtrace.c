@@ -13,10 +13,11 @@
 
 #include "ctl/client.h"
 #include "common/dump.h"
+#include "common/taskdump.h"
 
 struct bt_opts {
     pid_t pid;
-    bool json, direct, native, probed;
+    bool json, direct, native, probed, tasks;
     int locals_depth; /* frames (innermost first) whose locals are shown; 0: none */
     const char *socket;
     const char *core, *executable; /* --core: a core file instead of a process */
@@ -27,6 +28,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: probectl backtrace <pid> [--native] [--locals[=N]] [--json] [--direct]\n"
             "                          [--probed] [--socket S]\n"
+            "       probectl backtrace <pid> --tasks [--json] [--direct] [--socket S]\n"
             "       probectl backtrace --core FILE [--executable PYTHON] [--native] [--locals]\n"
             "  Prints every thread's Python stack, innermost frame first.\n"
             "  --core FILE   a core file (the kernel's, or gcore's) of a Python process instead\n"
@@ -35,6 +37,8 @@ static void usage(FILE *out)
             "  --native      mixed stacks: C/C++ frames too, Python frames in place of the\n"
             "                interpreter's (the threads are stopped for a moment with ptrace)\n"
             "  --locals[=N]  also show the local variables of the N innermost frames (all)\n"
+            "  --tasks       the asyncio tasks instead of the threads: each task's state, the\n"
+            "                coroutine stack it waits in, and the tasks awaiting it, as a tree\n"
             "  --json        machine-readable output (see docs/backtrace.md)\n"
             "  --direct      read the process here instead of through the daemon\n"
             "  --probed      also probed's own threads (the stub's, when eval or the torch\n"
@@ -47,11 +51,17 @@ static void usage(FILE *out)
 static int parse_args(int argc, char **argv, struct bt_opts *o)
 {
     static const struct option longopts[] = {
-        {"locals", optional_argument, NULL, 'l'}, {"json", no_argument, NULL, 'j'},
-        {"native", no_argument, NULL, 'n'},       {"probed", no_argument, NULL, 'P'},
-        {"direct", no_argument, NULL, 'd'},       {"socket", required_argument, NULL, 's'},
-        {"core", required_argument, NULL, 'c'},   {"executable", required_argument, NULL, 'e'},
-        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+        {"locals", optional_argument, NULL, 'l'},
+        {"json", no_argument, NULL, 'j'},
+        {"native", no_argument, NULL, 'n'},
+        {"probed", no_argument, NULL, 'P'},
+        {"direct", no_argument, NULL, 'd'},
+        {"socket", required_argument, NULL, 's'},
+        {"core", required_argument, NULL, 'c'},
+        {"executable", required_argument, NULL, 'e'},
+        {"tasks", no_argument, NULL, 't'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     char *end;
     long pid;
@@ -87,6 +97,9 @@ static int parse_args(int argc, char **argv, struct bt_opts *o)
         case 'e':
             o->executable = optarg;
             break;
+        case 't':
+            o->tasks = true;
+            break;
         case 'h':
             usage(stdout);
             exit(0);
@@ -97,6 +110,11 @@ static int parse_args(int argc, char **argv, struct bt_opts *o)
     }
     if (o->executable && !o->core) {
         fprintf(stderr, "probectl backtrace: --executable goes with --core\n");
+        return -1;
+    }
+    if (o->tasks && (o->native || o->locals_depth || o->core || o->probed)) {
+        fprintf(stderr, "probectl backtrace: --tasks goes with neither --native, --locals, "
+                        "--core nor --probed\n");
         return -1;
     }
     if (o->core && optind == argc)
@@ -210,6 +228,96 @@ void backtrace_print_text(json_t *doc)
     json_array_foreach(threads, i, jt) print_thread_text(jt);
 }
 
+/* ---- asyncio tasks: the await tree ------------------------------------------------ */
+
+#define TREE_DEPTH_MAX 64 /* a deeper await tree (or a cycle) is cut with "..." */
+
+static bool awaited_by(json_t *task, const char *id)
+{
+    json_t *by = json_object_get(task, "awaited_by"), *x;
+    size_t i;
+
+    json_array_foreach(by, i, x)
+    {
+        if (strcmp(json_string_value(x), id) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* A root of the tree: no task of the document awaits it (an awaiter left out counts not). */
+static bool is_root(json_t *tasks, json_t *task)
+{
+    json_t *by = json_object_get(task, "awaited_by"), *x, *t;
+    size_t i, k;
+
+    json_array_foreach(by, i, x)
+    {
+        json_array_foreach(tasks, k, t)
+        {
+            if (strcmp(json_string_value(json_object_get(t, "id")), json_string_value(x)) == 0)
+                return false;
+        }
+    }
+    return true;
+}
+
+static void print_task(json_t *tasks, json_t *task, int depth)
+{
+    const char *name = json_string_value(json_object_get(task, "name"));
+    const char *state = json_string_value(json_object_get(task, "state"));
+    const char *id = json_string_value(json_object_get(task, "id"));
+    json_t *waits = json_object_get(task, "waits_for"), *f, *child;
+    int pad = depth * 4;
+    size_t i;
+
+    printf("\n%*s%sTask \"%s\" (%s", pad, "", depth ? "└── " : "", name && *name ? name : id,
+           state);
+    if (json_is_integer(json_object_get(task, "tid")))
+        printf(" on thread %d", (int)json_integer_value(json_object_get(task, "tid")));
+    if (waits)
+        printf(" for %s", json_string_value(json_object_get(waits, "type")));
+    printf(")\n");
+    pad += depth ? 4 : 0;
+    json_array_foreach(json_object_get(task, "frames"), i, f)
+        printf("%*s    %s (%s:%d)\n", pad, "", json_string_value(json_object_get(f, "func")),
+               json_string_value(json_object_get(f, "file")),
+               (int)json_integer_value(json_object_get(f, "line")));
+    if (depth >= TREE_DEPTH_MAX) {
+        printf("%*s    ...\n", pad, "");
+        return;
+    }
+    json_array_foreach(tasks, i, child)
+    {
+        if (awaited_by(child, id))
+            print_task(tasks, child, depth + 1);
+    }
+}
+
+static void print_tasks_text(json_t *doc)
+{
+    json_t *tasks = json_object_get(doc, "tasks"), *t;
+    json_int_t torn = json_integer_value(json_object_get(doc, "torn"));
+    json_int_t total = json_integer_value(json_object_get(doc, "total"));
+    size_t i;
+
+    printf("Process %d: Python %s, %zu asyncio task%s",
+           (int)json_integer_value(json_object_get(doc, "pid")),
+           json_string_value(json_object_get(doc, "python_version")), json_array_size(tasks),
+           json_array_size(tasks) == 1 ? "" : "s");
+    if (total > (json_int_t)json_array_size(tasks))
+        printf(" (of %lld)", (long long)total);
+    if (torn)
+        printf(", %lld left out: they changed each time they were read", (long long)torn);
+    printf("\n");
+    /* the roots: tasks no task awaits; the rest print under each task awaiting them */
+    json_array_foreach(tasks, i, t)
+    {
+        if (is_root(tasks, t))
+            print_task(tasks, t, 0);
+    }
+}
+
 /* ---- main ---------------------------------------------------------------------------- */
 
 /* Through the daemon: 1 = no daemon (read directly), 0 = *doc set, -1 = error printed. */
@@ -219,8 +327,11 @@ static int from_daemon(const struct bt_opts *o, json_t **doc)
     long status = 0;
     int r;
 
-    snprintf(path, sizeof(path), "/v1/backtrace?pid=%d&locals=%d&native=%d&probed=%d", (int)o->pid,
-             o->locals_depth, o->native, o->probed);
+    if (o->tasks)
+        snprintf(path, sizeof(path), "/v1/backtrace?pid=%d&tasks=1", (int)o->pid);
+    else
+        snprintf(path, sizeof(path), "/v1/backtrace?pid=%d&locals=%d&native=%d&probed=%d",
+                 (int)o->pid, o->locals_depth, o->native, o->probed);
     r = client_call(client_socket_path(o->socket), "GET", path, NULL, &status, doc, NULL, NULL, err,
                     sizeof(err));
     if (r == -ENOENT || r == -ECONNREFUSED)
@@ -262,7 +373,11 @@ int backtrace_main(int argc, char **argv)
     r = o.core ? 0 : o.direct ? 1 : from_daemon(&o, &doc);
     if (r < 0)
         return 1;
-    if (r == 1 &&
+    if (r == 1 && o.tasks && taskdump_json(o.pid, TASKDUMP_MAX, &doc, &e) < 0) {
+        fprintf(stderr, "probectl: %s\n", e.msg);
+        return 1;
+    }
+    if (r == 1 && !o.tasks &&
         dump_json(o.pid, o.locals_depth,
                   (o.native ? DUMP_NATIVE : 0) | (o.probed ? DUMP_PROBED : 0), &doc, &e) < 0) {
         fprintf(stderr, "probectl: %s\n", e.msg);
@@ -271,6 +386,8 @@ int backtrace_main(int argc, char **argv)
     if (o.json) {
         json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_ENSURE_ASCII);
         printf("\n");
+    } else if (o.tasks) {
+        print_tasks_text(doc);
     } else {
         backtrace_print_text(doc);
     }

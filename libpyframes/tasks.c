@@ -1,0 +1,723 @@
+/*
+ * tasks.c - pyf_target__tasks(): the asyncio tasks of a target, read from outside. See
+ * pyframes.h.
+ *
+ * Where the tasks are: asyncio.tasks._all_tasks, a WeakSet (3.7-3.11); _scheduled_tasks and
+ * the plain set _eager_tasks (3.12, 3.13); from 3.14 each thread's circular list of its tasks
+ * (and the interpreter's, for tasks of threads that ended), with the two sets for tasks that
+ * are not _asyncio.Task. Each task (layouts/aio.c) names its coroutine; a suspended
+ * coroutine's frame (layout.h's gen_* and fr_stack* fields) has on top of its value stack
+ * what it awaits: another coroutine, whose frame is read in turn, down to the future the task
+ * waits for. A running task's frames are its thread's, down to its coroutine's frame.
+ *
+ * Which task awaits which, as asyncio.print_call_graph() says from 3.14: the task whose
+ * awaited future (fut_waiter) is the other task, or a gather() whose _children hold it, or
+ * the TaskGroup (the self of a done callback, _on_task_done) whose _parent_task it is.
+ *
+ * Consistency: the target runs on. A task's chain is read twice; one that reads differently
+ * is read again, up to TASK_ATTEMPTS times, then counted in pyf_tasks.torn and left out.
+ *
+ * Threads: the target's owner. Memory: one struct pyf_tasks the caller frees. Failure:
+ * -errno + pyf_err; a task that cannot be read is left out (torn), not an error.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+#include "pyobj.h"
+#include "target.h"
+
+#define TASK_ATTEMPTS 3
+#define SET_SLOTS_MAX (1u << 22) /* entries of a registry set read at most */
+#define CHILDREN_MAX 4096        /* a gather's children looked at */
+#define THREADS_MAX 4096         /* threads searched for a running task */
+#define GEN_BYTES 512            /* of a generator object: its frame's head too (3.11+) */
+#define FRAME_OBJECT_BYTES 512   /* of a PyFrameObject (<= 3.10) */
+
+/* One read of every task. */
+struct walk {
+    struct pyf_target *t;
+    const struct pyf_aio_layout *a;
+    uint64_t task_type, globals;
+    uint64_t *found; /* task addresses, as gathered from the registries */
+    size_t n_found, cap_found, total;
+    struct pyf_tasks *out;
+    size_t cap_tasks, cap_frames, cap_parents;
+    struct pyf_stack one; /* one frame decoded at a time */
+    struct pyf_frame one_frame;
+    struct pyf_thread *threads; /* read once, when a task is found running */
+    struct pyf_stack *stacks;
+    size_t n_threads;
+    bool threads_read;
+};
+
+/* One coroutine chain as read: each frame's address and line, and the state it ended in. */
+struct chain {
+    struct pyf_task_frame frames[PYF_TASK_FRAMES_MAX];
+    uint64_t frame_raddrs[PYF_TASK_FRAMES_MAX];
+    size_t n;
+    enum pyf_task_state state;
+    uint64_t running_frame; /* the running coroutine's frame, found on a thread's stack */
+};
+
+static int read_obj(const struct pyf_target *t, uint64_t raddr, void *buf, size_t size,
+                    struct pyf_err *e, const char *what)
+{
+    return pyobj_read(t, raddr, buf, size, e, what);
+}
+
+static void add_found(struct walk *w, uint64_t task)
+{
+    w->total++;
+    for (size_t i = 0; i < w->n_found; i++)
+        if (w->found[i] == task)
+            return (void)w->total--;
+    if (w->n_found < w->cap_found)
+        w->found[w->n_found++] = task;
+}
+
+/* The keys of set @raddr; through weakrefs (their referents) when @weak. */
+static int add_set(struct walk *w, uint64_t raddr, bool weak, struct pyf_err *e)
+{
+    const struct pyf_layout *l = &w->t->lay;
+    int64_t used = 0, mask = 0;
+    uint64_t table = 0;
+    size_t slots, entry = (size_t)l->set_entry_size;
+    uint8_t *tab;
+    int r = read_obj(w->t, raddr + (uint64_t)l->set_used, &used, sizeof(used), e, "task set");
+
+    if (r == 0)
+        r = read_obj(w->t, raddr + (uint64_t)l->set_mask, &mask, sizeof(mask), e, "task set");
+    if (r == 0)
+        r = read_obj(w->t, raddr + (uint64_t)l->set_table, &table, sizeof(table), e, "task set");
+    if (r < 0)
+        return r;
+    if (used < 0 || mask < 0 || (uint64_t)mask >= SET_SLOTS_MAX || used > mask + 1 || entry < 16)
+        return pyf_fail(e, PYF_TORN, EFAULT, raddr, "pid %d: task set at 0x%" PRIx64 " is corrupt",
+                        w->t->info.pid, raddr);
+    slots = (size_t)mask + 1;
+    if (!(tab = malloc(slots * entry)))
+        return pyf_fail(e, PYF_INVALID, ENOMEM, 0, "pid %d: task set of %zu slots", w->t->info.pid,
+                        slots);
+    r = read_obj(w->t, table, tab, slots * entry, e, "task set's table");
+    for (size_t i = 0; r == 0 && i < slots; i++) {
+        uint64_t key = field_u64(tab + i * entry, 0), obj = key;
+
+        /* a deleted entry holds the dummy key with hash -1 */
+        if (!key || (int64_t)field_u64(tab + i * entry, 8) == -1)
+            continue;
+        if (weak && read_obj(w->t, key + (uint64_t)w->a->weakref_object, &obj, sizeof(obj), NULL,
+                             "weakref") < 0)
+            continue;
+        if (obj && obj != w->t->types.none)
+            add_found(w, obj);
+    }
+    free(tab);
+    return r;
+}
+
+/* The tasks on the circular list whose head is at @head (3.14+). */
+static int add_list(struct walk *w, uint64_t head, struct pyf_err *e)
+{
+    uint64_t node = 0;
+    int r = read_obj(w->t, head, &node, sizeof(node), e, "task list");
+
+    for (size_t n = 0; r == 0 && node && node != head; n++) {
+        if (n >= w->cap_found * 2)
+            return pyf_fail(e, PYF_TORN, EFAULT, head,
+                            "pid %d: the task list at 0x%" PRIx64 " does not end", w->t->info.pid,
+                            head);
+        add_found(w, node - (uint64_t)w->a->task_node);
+        r = read_obj(w->t, node, &node, sizeof(node), e, "task list node");
+    }
+    return r;
+}
+
+static int read_threads(struct walk *w, struct pyf_err *e)
+{
+    int r = 0;
+
+    if (w->threads_read)
+        return 0;
+    w->threads_read = true;
+    w->threads = calloc(THREADS_MAX, sizeof(*w->threads));
+    if (!w->threads)
+        return pyf_fail(e, PYF_INVALID, ENOMEM, 0, "pid %d: threads", w->t->info.pid);
+    r = pyf_target__threads(w->t, w->threads, THREADS_MAX, &w->n_threads, e);
+    if (r < 0)
+        w->n_threads = 0;
+    return r;
+}
+
+/* Every task the registries hold, into w->found. */
+static int gather_tasks(struct walk *w, struct pyf_err *e)
+{
+    const struct pyf_layout *l = &w->t->lay;
+    static const struct {
+        const char *name;
+        bool weak;
+    } sets[] = {{"_all_tasks", true}, {"_scheduled_tasks", true}, {"_eager_tasks", false}};
+    int r = 0;
+
+    for (size_t i = 0; r == 0 && i < sizeof(sets) / sizeof(sets[0]); i++) {
+        uint64_t set = 0, data = 0;
+
+        r = pyobj_dict_get_str(w->t, w->globals, sets[i].name, &set, e);
+        if (r == 0 && set && sets[i].weak)
+            r = pyobj_attr(w->t, set, "data", &data, e);
+        else
+            data = set;
+        if (r == 0 && data)
+            r = add_set(w, data, sets[i].weak, e);
+    }
+    if (r == 0 && w->a->task_node >= 0 && l->ts_asyncio_tasks >= 0) {
+        uint64_t interp = 0;
+
+        r = read_threads(w, e);
+        for (size_t i = 0; r == 0 && i < w->n_threads; i++)
+            r = add_list(w, w->threads[i].tstate_raddr + (uint64_t)l->ts_asyncio_tasks, e);
+        if (r == 0)
+            r = threads__first_interp(w->t, &interp, e);
+        if (r == 0 && interp)
+            r = add_list(w, interp + (uint64_t)l->is_asyncio_tasks, e);
+    }
+    return r;
+}
+
+static bool chain_full(const struct chain *c)
+{
+    return c->n >= PYF_TASK_FRAMES_MAX;
+}
+
+/* Frame @fr (bytes @buf, @len of them, at @raddr) decoded onto @c. */
+static int push_frame(struct walk *w, struct chain *c, uint64_t raddr, const uint8_t *buf,
+                      size_t len, struct pyf_err *e)
+{
+    struct pyf_frames_copy copy = {.raddrs = &raddr, .bytes = buf, .stride = len, .n = 1};
+    int r = pyf_target__stack_of_copy(w->t, &copy, &w->one, e);
+
+    if (r < 0)
+        return r;
+    if (w->one.n_frames != 1)
+        return pyf_fail(e, PYF_TORN, EFAULT, raddr, "pid %d: coroutine frame at 0x%" PRIx64,
+                        w->t->info.pid, raddr);
+    if (chain_full(c))
+        return 0;
+    snprintf(c->frames[c->n].func, sizeof(c->frames[0].func), "%s", w->one_frame.func);
+    snprintf(c->frames[c->n].file, sizeof(c->frames[0].file), "%s", w->one_frame.file);
+    c->frames[c->n].line = w->one_frame.line;
+    c->frame_raddrs[c->n++] = raddr;
+    return 0;
+}
+
+/* One coroutine (or generator) @gen: its frame onto @c (outermost first as we go; reversed
+ * at the end), and what it awaits in *@ret_next (0: nothing to follow). */
+static int read_coroutine(struct walk *w, uint64_t gen, bool is_coro, struct chain *c,
+                          uint64_t *ret_next, struct pyf_err *e)
+{
+    const struct pyf_layout *l = &w->t->lay;
+    uint8_t buf[GEN_BYTES + FRAME_OBJECT_BYTES];
+    uint64_t frame = 0, top = 0;
+    bool suspended = false, running = false, created = false, yield_from = is_coro;
+    int r;
+
+    *ret_next = 0;
+    if (l->gen_iframe >= 0) { /* 3.11+: the frame is inside the generator */
+        size_t want = (size_t)l->gen_iframe + w->t->fr_copy_read;
+        int8_t state;
+
+        if (want < (size_t)l->gen_iframe + 80)
+            want = (size_t)l->gen_iframe + 80;
+        if (want > sizeof(buf))
+            return pyf_fail(e, PYF_INVALID, EINVAL, gen, "pid %d: generator frame too large",
+                            w->t->info.pid);
+        if ((r = read_obj(w->t, gen, buf, want, e, "coroutine")) < 0)
+            return r;
+        state = (int8_t)buf[l->gen_state];
+        frame = gen + (uint64_t)l->gen_iframe;
+        created = state == l->gen_created;
+        running = state == l->gen_executing;
+        suspended = state >= l->gen_suspended_lo && state <= l->gen_suspended_hi;
+        if (!is_coro && l->gen_suspended_hi > l->gen_suspended_lo)
+            yield_from = state > l->gen_suspended_lo; /* 3.13+ says so of a generator */
+        if (!suspended && !running && !created)
+            return 0; /* finished */
+        if (l->fr_stack_index >= 0 && suspended) {
+            int32_t idx = field_i32(buf + l->gen_iframe, l->fr_stack_index);
+
+            if (idx < 1 || idx > (1 << 16))
+                return pyf_fail(e, PYF_TORN, EFAULT, frame, "pid %d: coroutine stack depth %d",
+                                w->t->info.pid, idx);
+            top = frame + (uint64_t)l->fr_localsplus + (uint64_t)(idx - 1) * 8;
+        } else if (l->fr_stackpointer >= 0 && suspended) {
+            uint64_t sp = field_u64(buf + l->gen_iframe, l->fr_stackpointer);
+
+            uint64_t depth = (uint64_t)l->gen_yf_depth * 8;
+
+            if (sp < frame + (uint64_t)l->fr_localsplus + depth || sp > frame + (1u << 20))
+                return pyf_fail(e, PYF_TORN, EFAULT, frame, "pid %d: coroutine stack pointer",
+                                w->t->info.pid);
+            top = sp - depth;
+        }
+        r = push_frame(w, c, frame, buf + l->gen_iframe, want - (size_t)l->gen_iframe, e);
+    } else { /* <= 3.10: a frame object */
+        uint8_t *fb = buf + GEN_BYTES;
+        size_t want =
+            w->t->fr_copy_read > (size_t)l->fr_size ? w->t->fr_copy_read : (size_t)l->fr_size;
+
+        if (want > FRAME_OBJECT_BYTES)
+            want = FRAME_OBJECT_BYTES;
+        if ((r = read_obj(w->t, gen + (uint64_t)l->gen_frame, &frame, sizeof(frame), e,
+                          "coroutine")) < 0)
+            return r;
+        if (!frame)
+            return 0; /* finished */
+        if ((r = read_obj(w->t, frame, fb, want, e, "coroutine frame")) < 0)
+            return r;
+        running = (int8_t)fb[l->fr_running] == l->fr_running_value;
+        if (l->fr_stacktop >= 0) { /* 3.6-3.9 */
+            uint64_t stacktop = field_u64(fb, l->fr_stacktop);
+
+            created = field_i32(fb, l->fr_lasti) < 0;
+            suspended = !running && !created && stacktop;
+            if (suspended)
+                top = stacktop - 8;
+        } else { /* 3.10 */
+            int8_t state = (int8_t)fb[l->fr_running];
+            int32_t depth = field_i32(fb, l->fr_stackdepth);
+
+            created = state == l->fr_created;
+            suspended = state == l->fr_suspended;
+            if (suspended && (depth < 1 || depth > (1 << 16)))
+                return pyf_fail(e, PYF_TORN, EFAULT, frame, "pid %d: coroutine stack depth %d",
+                                w->t->info.pid, depth);
+            if (suspended)
+                top = field_u64(fb, l->fr_valuestack) + (uint64_t)(depth - 1) * 8;
+        }
+        /* a generator on 3.6-3.10 does not say whether it suspended in yield from */
+        r = push_frame(w, c, frame, fb, want, e);
+    }
+    if (r < 0)
+        return r;
+    if (running) {
+        c->state = PYF_TASK_RUNNING;
+        c->running_frame = frame;
+    } else if (created && c->n == 1) {
+        c->state = PYF_TASK_SCHEDULED;
+    }
+    if (suspended && yield_from && top) {
+        uint64_t bits = 0;
+
+        if ((r = read_obj(w->t, top, &bits, sizeof(bits), e, "awaited object")) < 0)
+            return r;
+        *ret_next = stackref_object(l, bits);
+    }
+    return 0;
+}
+
+/* The coroutine chain of task @coro, outermost first as read, then reversed. */
+static int read_chain(struct walk *w, uint64_t coro, struct chain *c, struct pyf_err *e)
+{
+    int r = 0;
+
+    c->n = 0;
+    c->state = PYF_TASK_WAITING;
+    c->running_frame = 0;
+    for (size_t depth = 0; r == 0 && coro && depth < PYF_TASK_FRAMES_MAX; depth++) {
+        uint64_t type = 0, next = 0;
+
+        if ((r = pyobj_type(w->t, coro, &type, e)) < 0)
+            break;
+        if (type != w->t->types.coro && type != w->t->types.gen)
+            break; /* a future (FutureIter), or an awaitable we do not read into */
+        r = read_coroutine(w, coro, type == w->t->types.coro, c, &next, e);
+        coro = next;
+    }
+    for (size_t i = 0; i < c->n / 2; i++) { /* innermost first, as stacks are */
+        struct pyf_task_frame f = c->frames[i];
+        uint64_t a = c->frame_raddrs[i];
+
+        c->frames[i] = c->frames[c->n - 1 - i];
+        c->frames[c->n - 1 - i] = f;
+        c->frame_raddrs[i] = c->frame_raddrs[c->n - 1 - i];
+        c->frame_raddrs[c->n - 1 - i] = a;
+    }
+    return r;
+}
+
+static bool same_chain(const struct chain *a, const struct chain *b)
+{
+    if (a->n != b->n || a->state != b->state)
+        return false;
+    for (size_t i = 0; i < a->n; i++)
+        if (a->frame_raddrs[i] != b->frame_raddrs[i] || a->frames[i].line != b->frames[i].line)
+            return false;
+    return true;
+}
+
+/* A running task: its thread, and that thread's frames down to its coroutine's. */
+static int running_frames(struct walk *w, struct chain *c, pid_t *ret_tid, struct pyf_err *e)
+{
+    int r = read_threads(w, e);
+
+    if (r == 0 && !w->stacks) {
+        w->stacks = calloc(w->n_threads ? w->n_threads : 1, sizeof(*w->stacks));
+        for (size_t i = 0; w->stacks && i < w->n_threads; i++) {
+            w->stacks[i].cap = PYF_DEPTH_MAX;
+            w->stacks[i].frames = calloc(PYF_DEPTH_MAX, sizeof(struct pyf_frame));
+            /* a thread that cannot be read has no frames: its task reads as it was */
+            if (!w->stacks[i].frames ||
+                pyf_target__stack(w->t, &w->threads[i], &w->stacks[i], NULL) < 0)
+                w->stacks[i].n_frames = 0;
+        }
+        if (!w->stacks)
+            return pyf_fail(e, PYF_INVALID, ENOMEM, 0, "pid %d: stacks", w->t->info.pid);
+    }
+    for (size_t i = 0; r == 0 && i < w->n_threads; i++) {
+        const struct pyf_stack *st = &w->stacks[i];
+
+        for (size_t k = 0; k < st->n_frames; k++) {
+            if (st->frames[k].frame_raddr != c->running_frame)
+                continue;
+            c->n = 0;
+            for (size_t j = 0; j <= k && !chain_full(c); j++) {
+                snprintf(c->frames[c->n].func, sizeof(c->frames[0].func), "%s", st->frames[j].func);
+                snprintf(c->frames[c->n].file, sizeof(c->frames[0].file), "%s", st->frames[j].file);
+                c->frames[c->n].line = st->frames[j].line;
+                c->frame_raddrs[c->n++] = st->frames[j].frame_raddr;
+            }
+            *ret_tid = w->threads[i].tid;
+            return 0;
+        }
+    }
+    return r;
+}
+
+static int task_name(struct walk *w, uint64_t name, char *buf, size_t size)
+{
+    uint64_t type = 0, n = 0;
+    char *text = NULL;
+
+    buf[0] = '\0';
+    if (!name || pyobj_type(w->t, name, &type, NULL) < 0)
+        return 0;
+    if (type == w->t->types.str && pyobj_str(w->t, name, size - 1, &text, NULL) == 0) {
+        snprintf(buf, size, "%s", text);
+        free(text);
+    } else if (type == w->t->types.long_ && pyobj_u64(w->t, name, &n, NULL) == 0) {
+        snprintf(buf, size, "Task-%" PRIu64, n); /* 3.13+ names a task when asked */
+    }
+    return 0;
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t size)
+{
+    void *q;
+    size_t n = *cap ? *cap : 64;
+
+    if (need <= *cap)
+        return 0;
+    while (n < need)
+        n *= 2;
+    if (!(q = realloc(*p, n * size)))
+        return -ENOMEM;
+    *p = q;
+    *cap = n;
+    return 0;
+}
+
+/* Task @raddr into w->out, or counted torn. */
+static int read_task(struct walk *w, uint64_t raddr, struct pyf_err *e)
+{
+    const struct pyf_aio_layout *a = w->a;
+    struct pyf_tasks *out = w->out;
+    struct chain *c = calloc(2, sizeof(*c));
+    uint8_t head[256];
+    struct pyf_task *task;
+    int r = 0, attempt;
+
+    if (!c)
+        return pyf_fail(e, PYF_INVALID, ENOMEM, 0, "pid %d: task chain", w->t->info.pid);
+    if (grow((void **)&out->tasks, &w->cap_tasks, out->n_tasks + 1, sizeof(*out->tasks)) < 0) {
+        free(c);
+        return pyf_fail(e, PYF_INVALID, ENOMEM, 0, "pid %d: tasks", w->t->info.pid);
+    }
+    task = &out->tasks[out->n_tasks];
+    memset(task, 0, sizeof(*task));
+    task->raddr = raddr;
+    for (attempt = 0; attempt < TASK_ATTEMPTS; attempt++) {
+        struct pyf_err local;
+        uint64_t type = 0, coro = 0;
+        int32_t state;
+
+        r = read_obj(w->t, raddr, head, (size_t)a->task_size, &local, "task");
+        if (r == 0 && field_u64(head, w->t->lay.ob_type) != w->task_type)
+            break; /* no longer a task (freed): not one to show */
+        if (r < 0) {
+            if (pyf_err_fatal(&local)) {
+                *e = local;
+                free(c);
+                return r;
+            }
+            continue;
+        }
+        state = field_i32(head, a->task_state);
+        coro = field_u64(head, a->task_coro);
+        task->waits_for = field_u64(head, a->task_fut_waiter);
+        task->state = state == 1   ? PYF_TASK_CANCELLED
+                      : state == 2 ? PYF_TASK_DONE
+                                   : PYF_TASK_WAITING;
+        if (a->task_name >= 0)
+            task_name(w, field_u64(head, a->task_name), task->name, sizeof(task->name));
+        if (task->state != PYF_TASK_WAITING) {
+            c[0].n = 0;
+            break;
+        }
+        if (read_chain(w, coro, &c[0], &local) < 0 || read_chain(w, coro, &c[1], &local) < 0 ||
+            !same_chain(&c[0], &c[1]))
+            continue;
+        task->state = c[0].state;
+        if (task->state == PYF_TASK_RUNNING && running_frames(w, &c[0], &task->tid, &local) < 0)
+            continue;
+        task->waits_for_type[0] = '\0';
+        if (task->waits_for && pyobj_type(w->t, task->waits_for, &type, NULL) == 0)
+            pyobj_type_name(w->t, type, task->waits_for_type, sizeof(task->waits_for_type), NULL);
+        break;
+    }
+    if (attempt == TASK_ATTEMPTS) {
+        out->torn++;
+        free(c);
+        return 0;
+    }
+    if (r == 0 && field_u64(head, w->t->lay.ob_type) != w->task_type) {
+        free(c);
+        return 0;
+    }
+    if (grow((void **)&out->frames, &w->cap_frames, out->n_frames + c[0].n, sizeof(*out->frames)) <
+        0) {
+        free(c);
+        return pyf_fail(e, PYF_INVALID, ENOMEM, 0, "pid %d: task frames", w->t->info.pid);
+    }
+    task->frame0 = out->n_frames;
+    task->n_frames = c[0].n;
+    memcpy(out->frames + out->n_frames, c[0].frames, c[0].n * sizeof(*out->frames));
+    out->n_frames += c[0].n;
+    out->n_tasks++;
+    free(c);
+    return 0;
+}
+
+static ssize_t task_index(const struct pyf_tasks *out, uint64_t raddr)
+{
+    for (size_t i = 0; raddr && i < out->n_tasks; i++)
+        if (out->tasks[i].raddr == raddr)
+            return (ssize_t)i;
+    return -1;
+}
+
+struct edge {
+    size_t child, parent;
+};
+
+static int cmp_edge(const void *x, const void *y)
+{
+    const struct edge *a = x, *b = y;
+
+    if (a->child != b->child)
+        return a->child < b->child ? -1 : 1;
+    return a->parent < b->parent ? -1 : a->parent > b->parent;
+}
+
+static void add_edge(struct edge *edges, size_t *n, size_t cap, ssize_t child, ssize_t parent)
+{
+    if (child < 0 || parent < 0 || child == parent || *n >= cap)
+        return;
+    for (size_t i = 0; i < *n; i++)
+        if (edges[i].child == (size_t)child && edges[i].parent == (size_t)parent)
+            return;
+    edges[(*n)++] = (struct edge){(size_t)child, (size_t)parent};
+}
+
+/* The TaskGroup whose _on_task_done is callback @cb: its _parent_task, or 0. */
+static uint64_t group_parent(struct walk *w, uint64_t cb)
+{
+    uint64_t type = 0, self = 0, parent = 0;
+    char name[32];
+
+    if (!cb || pyobj_type(w->t, cb, &type, NULL) < 0 ||
+        pyobj_type_name(w->t, type, name, sizeof(name), NULL) < 0 || strcmp(name, "method") != 0 ||
+        read_obj(w->t, cb + (uint64_t)w->a->method_self, &self, sizeof(self), NULL, "method") < 0 ||
+        pyobj_attr(w->t, self, "_parent_task", &parent, NULL) < 0)
+        return 0;
+    return parent;
+}
+
+/* Which task awaits which (see the head of the file), into out->parents. */
+static int link_tasks(struct walk *w, struct pyf_err *e)
+{
+    struct pyf_tasks *out = w->out;
+    size_t cap = out->n_tasks * 4 + 16, n = 0;
+    struct edge *edges = malloc(cap * sizeof(*edges));
+    uint64_t *children = malloc(CHILDREN_MAX * sizeof(*children));
+
+    if (!edges || !children) {
+        free(edges);
+        free(children);
+        return pyf_fail(e, PYF_INVALID, ENOMEM, 0, "pid %d: task graph", w->t->info.pid);
+    }
+    for (size_t i = 0; i < out->n_tasks; i++) {
+        const struct pyf_task *p = &out->tasks[i];
+        uint64_t list = 0, cb0 = 0, cbs = 0;
+        int64_t size = 0;
+
+        if (p->state == PYF_TASK_WAITING && p->waits_for) {
+            ssize_t direct = task_index(out, p->waits_for);
+
+            if (direct >= 0) {
+                add_edge(edges, &n, cap, direct, (ssize_t)i);
+            } else if (pyobj_attr(w->t, p->waits_for, "_children", &list, NULL) == 0 && list &&
+                       read_obj(w->t, list + (uint64_t)w->t->lay.var_size, &size, sizeof(size),
+                                NULL, "gather's children") == 0 &&
+                       size > 0) {
+                uint64_t items = 0;
+                size_t k = size < CHILDREN_MAX ? (size_t)size : CHILDREN_MAX;
+
+                if (read_obj(w->t, list + (uint64_t)w->t->lay.list_items, &items, sizeof(items),
+                             NULL, "gather's children") == 0 &&
+                    read_obj(w->t, items, children, k * 8, NULL, "gather's children") == 0)
+                    for (size_t j = 0; j < k; j++)
+                        add_edge(edges, &n, cap, task_index(out, children[j]), (ssize_t)i);
+            }
+        }
+        /* a TaskGroup's child: its first done callback, or one in the list of the rest */
+        if (w->a->fut_callback0 >= 0)
+            read_obj(w->t, p->raddr + (uint64_t)w->a->fut_callback0, &cb0, sizeof(cb0), NULL,
+                     "callback");
+        add_edge(edges, &n, cap, (ssize_t)i, task_index(out, group_parent(w, cb0)));
+        if (read_obj(w->t, p->raddr + (uint64_t)w->a->fut_callbacks, &cbs, sizeof(cbs), NULL,
+                     "callbacks") == 0 &&
+            cbs &&
+            read_obj(w->t, cbs + (uint64_t)w->t->lay.var_size, &size, sizeof(size), NULL,
+                     "callbacks") == 0 &&
+            size > 0 && size <= 64) {
+            uint64_t items = 0, item[64], pair[2];
+
+            if (read_obj(w->t, cbs + (uint64_t)w->t->lay.list_items, &items, sizeof(items), NULL,
+                         "callbacks") == 0 &&
+                read_obj(w->t, items, item, (size_t)size * 8, NULL, "callbacks") == 0)
+                for (int64_t j = 0; j < size; j++) {
+                    uint64_t cb = item[j];
+                    size_t got = 0;
+
+                    if (w->a->fut_callback0 >= 0 &&
+                        pyobj_tuple(w->t, item[j], pair, 2, &got, NULL) == 0 && got == 2)
+                        cb = pair[0]; /* (callback, context) */
+                    add_edge(edges, &n, cap, (ssize_t)i, task_index(out, group_parent(w, cb)));
+                }
+        }
+    }
+    qsort(edges, n, sizeof(*edges), cmp_edge);
+    out->parents = malloc((n ? n : 1) * sizeof(*out->parents));
+    if (!out->parents) {
+        free(edges);
+        free(children);
+        return pyf_fail(e, PYF_INVALID, ENOMEM, 0, "pid %d: task graph", w->t->info.pid);
+    }
+    for (size_t k = 0; k < n; k++) {
+        struct pyf_task *c = &out->tasks[edges[k].child];
+
+        if (!c->n_parents)
+            c->parent0 = k;
+        c->n_parents++;
+        out->parents[k] = edges[k].parent;
+    }
+    out->n_parents = n;
+    free(edges);
+    free(children);
+    return 0;
+}
+
+void pyf_tasks_free(struct pyf_tasks *tasks)
+{
+    if (!tasks)
+        return;
+    free(tasks->tasks);
+    free(tasks->frames);
+    free(tasks->parents);
+    free(tasks);
+}
+
+static int find_module(struct walk *w, struct pyf_err *e)
+{
+    uint64_t interp = 0, modules = 0, module = 0, task = 0;
+    int64_t size = 0;
+    int r = threads__first_interp(w->t, &interp, e);
+
+    if (r == 0 && interp)
+        r = target_read_u64(w->t, interp + (uint64_t)w->t->lay.is_modules, &modules, e,
+                            "sys.modules");
+    if (r == 0 && modules)
+        r = pyobj_dict_get_str(w->t, modules, "asyncio.tasks", &module, e);
+    if (r == 0 && module)
+        r = target_read_u64(w->t, module + (uint64_t)w->t->lay.module_dict, &w->globals, e,
+                            "asyncio.tasks' globals");
+    if (r == 0 && w->globals)
+        r = pyobj_dict_get_str(w->t, w->globals, "Task", &task, e);
+    if (r < 0 || !task)
+        return r; /* asyncio not imported: no tasks */
+    r = read_obj(w->t, task + (uint64_t)w->t->lay.tp_basicsize, &size, sizeof(size), e,
+                 "asyncio.Task");
+    if (r == 0 && size != w->a->task_size)
+        return pyf_fail(e, PYF_UNSUPPORTED, ENOTSUP, task,
+                        "pid %d: asyncio.Task is %" PRId64 " bytes, not the %d of _asyncio.Task"
+                        " in Python %s (asyncio's C module is missing or replaced)",
+                        w->t->info.pid, size, w->a->task_size, w->t->info.version_str);
+    w->task_type = task;
+    return r;
+}
+
+int pyf_target__tasks(struct pyf_target *t, size_t max, struct pyf_tasks **ret,
+                      struct pyf_err *reterr)
+{
+    struct walk w = {.t = t, .a = aio_layout_for_version(t->info.version)};
+    int r = 0;
+
+    *ret = NULL;
+    if (!w.a || t->info.version < PYF_VER(3, 7) || !t->types.coro || !t->types.gen)
+        return pyf_fail(reterr, PYF_UNSUPPORTED, ENOTSUP, 0,
+                        "pid %d: Python %s keeps its asyncio tasks where only its own C code "
+                        "finds them; tasks are read from 3.7 on",
+                        t->info.pid, t->info.version_str);
+    w.out = calloc(1, sizeof(*w.out));
+    w.cap_found = max ? max : 1;
+    w.found = malloc(w.cap_found * sizeof(*w.found));
+    w.one.frames = &w.one_frame;
+    w.one.cap = 1;
+    if (!w.out || !w.found)
+        r = pyf_fail(reterr, PYF_INVALID, ENOMEM, 0, "pid %d: tasks", t->info.pid);
+    if (r == 0)
+        r = find_module(&w, reterr);
+    if (r == 0 && w.task_type)
+        r = gather_tasks(&w, reterr);
+    for (size_t i = 0; r == 0 && i < w.n_found; i++)
+        r = read_task(&w, w.found[i], reterr);
+    if (r == 0)
+        r = link_tasks(&w, reterr);
+    if (r == 0)
+        w.out->total = w.total > w.out->n_tasks ? w.total : w.out->n_tasks;
+    for (size_t i = 0; w.stacks && i < w.n_threads; i++)
+        free(w.stacks[i].frames);
+    free(w.stacks);
+    free(w.threads);
+    free(w.found);
+    if (r < 0) {
+        pyf_tasks_free(w.out);
+        return r;
+    }
+    *ret = w.out;
+    return 0;
+}

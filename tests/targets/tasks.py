@@ -1,0 +1,115 @@
+"""asyncio tasks in known states, for probectl backtrace --tasks (tests/functional/test_tasks.py).
+
+The main task awaits its children (a TaskGroup on 3.11+, else gather): a task awaiting a
+gather of two, a task awaiting another task, a task blocked on a Queue, a thousand idle
+sleepers; then "busy" runs forever (never awaiting, so every other task stays as it is) after
+creating "late", which therefore never starts. READY {...} once busy runs.
+"""
+import asyncio
+import inspect
+import json
+import os
+import sys
+
+N_IDLE = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
+NAMES = sys.version_info >= (3, 8)
+IDS = {}  # our name of each task -> id(task), its address
+
+
+def spawn(coro, name):
+    loop = asyncio.get_event_loop()
+    task = loop.create_task(coro, name=name) if NAMES else loop.create_task(coro)
+    IDS[name] = id(task)
+    return task
+
+
+def chain(task):
+    """The task's frames as CPython itself links them (cr_await), innermost first."""
+    frames, coro = [], task._coro
+    while type(coro).__name__ == 'coroutine' and coro.cr_frame is not None:
+        code = coro.cr_frame.f_code
+        frames.append([getattr(code, 'co_qualname', code.co_name), code.co_filename,
+                       coro.cr_frame.f_lineno])
+        coro = coro.cr_await
+    return frames[::-1]
+
+
+def truth():
+    """What the program itself says of each of its tasks but the running one."""
+    out = {}
+    for task in asyncio.all_tasks():
+        if task is asyncio.current_task():
+            continue
+        started = inspect.getcoroutinestate(task._coro) != 'CORO_CREATED'
+        out['0x%x' % id(task)] = {'state': 'waiting' if started else 'scheduled',
+                                  'frames': chain(task)}
+    return out
+
+
+async def leaf():
+    await asyncio.sleep(3600)  # MARK:leaf
+
+
+async def middle():
+    await leaf()  # MARK:middle
+
+
+async def gathered_child():
+    await middle()  # MARK:gathered_child
+
+
+async def gather_parent():
+    await asyncio.gather(spawn(gathered_child(), 'child-a'),
+                         spawn(gathered_child(), 'child-b'))  # MARK:gather_parent
+
+
+async def awaited():
+    await leaf()  # MARK:awaited
+
+
+async def direct_parent():
+    await spawn(awaited(), 'awaited')  # MARK:direct_parent
+
+
+async def queue_waiter(q):
+    await q.get()  # MARK:queue_waiter
+
+
+async def idle():
+    await asyncio.sleep(3600)  # MARK:idle
+
+
+async def busy():
+    spawn(leaf(), 'late')
+    IDS['busy'] = id(asyncio.current_task())
+    print('READY ' + json.dumps({'pid': os.getpid(), 'ids': IDS, 'tasks': truth()}), flush=True)
+    n = 0
+    while True: n += 1  # MARK:busy (one line: a read lands on it wherever it is)
+
+
+async def main():
+    IDS['main'] = id(asyncio.current_task())
+    q = asyncio.Queue()
+    if sys.version_info >= (3, 11):
+        async with asyncio.TaskGroup() as tg:  # MARK:main_group
+            IDS['gather-parent'] = id(tg.create_task(gather_parent(), name='gather-parent'))
+            IDS['direct-parent'] = id(tg.create_task(direct_parent(), name='direct-parent'))
+            IDS['queue-waiter'] = id(tg.create_task(queue_waiter(q), name='queue-waiter'))
+            for i in range(N_IDLE):
+                spawn(idle(), 'idle-%d' % i)
+            await asyncio.sleep(0.2)
+            IDS['busy'] = id(tg.create_task(busy(), name='busy'))
+    else:
+        children = [spawn(gather_parent(), 'gather-parent'), spawn(direct_parent(), 'direct-parent'),
+                    spawn(queue_waiter(q), 'queue-waiter')]
+        for i in range(N_IDLE):
+            spawn(idle(), 'idle-%d' % i)
+        await asyncio.sleep(0.2)
+        children.append(spawn(busy(), 'busy'))
+        await asyncio.gather(*children)  # MARK:main_gather
+
+
+if sys.version_info >= (3, 7):
+    asyncio.run(main())
+else:
+    asyncio.get_event_loop().run_until_complete(main())
