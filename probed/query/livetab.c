@@ -1,4 +1,4 @@
-/* livetab.c - see livetab.h. */
+/* livetab.c - see livetab.h: python.backtrace, then python.tasks. */
 #define _GNU_SOURCE
 #include "query/livetab.h"
 
@@ -340,4 +340,278 @@ int livetab_register(sqlite3 *db, const struct query_scope *scope)
         return SQLITE_NOMEM;
     *proto = (struct live_vtab){.scope = scope};
     return sqlite3_create_module_v2(db, "probed_backtrace", &live_module, proto, sqlite3_free);
+}
+
+/* ---- python.tasks: each asyncio task's frames, one row per frame ------------------------ */
+
+enum task_col {
+    TCOL_PID,
+    TCOL_TASK,
+    TCOL_NAME,
+    TCOL_STATE,
+    TCOL_TID,
+    TCOL_DEPTH,
+    TCOL_FUNC,
+    TCOL_FILE,
+    TCOL_LINENO,
+    TCOL_WAITS_FOR,
+    TCOL_AWAITED_BY,
+    TCOL_N
+};
+
+#define LIVE_TASKS_MAX 100000 /* tasks of one process a scan reads */
+
+struct task_row {
+    int pid, tid;
+    int depth, lineno;  /* -1: the task has no frames (done, cancelled): NULL */
+    char *text[TCOL_N]; /* task, name, state, func, file, waits_for, awaited_by; else NULL */
+};
+
+struct task_cursor {
+    sqlite3_vtab_cursor base;
+    struct task_row *rows;
+    size_t n, cap, i;
+};
+
+static int task_connect(sqlite3 *db, void *aux, int argc, const char *const *argv,
+                        sqlite3_vtab **ret, char **errmsg)
+{
+    const struct live_vtab *proto = aux;
+    struct live_vtab *v;
+    int rc = sqlite3_declare_vtab(db, "CREATE TABLE x(pid INTEGER, task TEXT, name TEXT,"
+                                      " state TEXT, tid INTEGER, depth INTEGER, func TEXT,"
+                                      " file TEXT, lineno INTEGER, waits_for TEXT,"
+                                      " awaited_by TEXT)");
+
+    (void)argc, (void)argv, (void)errmsg;
+    if (rc != SQLITE_OK)
+        return rc;
+    if (!(v = sqlite3_malloc(sizeof(*v))))
+        return SQLITE_NOMEM;
+    *v = *proto;
+    memset(&v->base, 0, sizeof(v->base));
+    *ret = &v->base;
+    return SQLITE_OK;
+}
+
+static int task_best_index(sqlite3_vtab *vt, sqlite3_index_info *info)
+{
+    (void)vt;
+    info->idxNum = 0;
+    for (int i = 0; i < info->nConstraint; i++) {
+        const struct sqlite3_index_constraint *c = &info->aConstraint[i];
+        if (c->usable && c->iColumn == TCOL_PID && c->op == SQLITE_INDEX_CONSTRAINT_EQ) {
+            info->aConstraintUsage[i].argvIndex = 1;
+            info->aConstraintUsage[i].omit = 1;
+            info->idxNum = IDX_PID;
+            break;
+        }
+    }
+    info->estimatedCost = info->idxNum ? 100 : 10000;
+    return SQLITE_OK;
+}
+
+static int task_open(sqlite3_vtab *vt, sqlite3_vtab_cursor **ret)
+{
+    struct task_cursor *c = sqlite3_malloc(sizeof(*c));
+
+    (void)vt;
+    if (!c)
+        return SQLITE_NOMEM;
+    memset(c, 0, sizeof(*c));
+    *ret = &c->base;
+    return SQLITE_OK;
+}
+
+static void free_task_rows(struct task_cursor *c)
+{
+    for (size_t i = 0; i < c->n; i++)
+        for (int k = 0; k < TCOL_N; k++)
+            free(c->rows[i].text[k]);
+    free(c->rows);
+    c->rows = NULL;
+    c->n = c->cap = c->i = 0;
+}
+
+static int task_close(sqlite3_vtab_cursor *cur)
+{
+    free_task_rows((struct task_cursor *)cur);
+    sqlite3_free(cur);
+    return SQLITE_OK;
+}
+
+static char *hex_id(uint64_t raddr)
+{
+    char *s = NULL;
+
+    return asprintf(&s, "0x%llx", (unsigned long long)raddr) < 0 ? NULL : s;
+}
+
+static char *awaiters_json(const struct pyf_tasks *ts, const struct pyf_task *t)
+{
+    json_t *a = json_array();
+    char *s;
+
+    for (size_t k = 0; a && k < t->n_parents; k++) {
+        char *id = hex_id(ts->tasks[ts->parents[t->parent0 + k]].raddr);
+        json_array_append_new(a, json_string(id ? id : ""));
+        free(id);
+    }
+    s = a ? json_dumps(a, JSON_COMPACT) : NULL;
+    json_decref(a);
+    return s;
+}
+
+static int add_task_row(struct task_cursor *c, const struct task_row *r)
+{
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? 2 * c->cap : 64;
+        struct task_row *rows = realloc(c->rows, cap * sizeof(*rows));
+        if (!rows)
+            return -ENOMEM;
+        c->rows = rows;
+        c->cap = cap;
+    }
+    c->rows[c->n++] = *r;
+    return 0;
+}
+
+/* Every task of @pid into rows: one per frame, one with no frame for a task that has none. */
+static int read_tasks(struct task_cursor *c, pid_t pid, struct pyf_err *e)
+{
+    struct pyf_target *t = NULL;
+    struct pyf_tasks *ts = NULL;
+    int r = pyf_target_open(pid, &t, e);
+
+    for (int i = 0; r == 0 && i < 5; i++) /* a read torn as a whole is made again */
+        if ((r = pyf_target__tasks(t, LIVE_TASKS_MAX, &ts, e)) == 0 || e->kind != PYF_TORN)
+            break;
+    for (size_t i = 0; r == 0 && i < ts->n_tasks; i++) {
+        const struct pyf_task *task = &ts->tasks[i];
+        size_t n = task->n_frames ? task->n_frames : 1;
+
+        for (size_t d = 0; r == 0 && d < n; d++) {
+            const struct pyf_task_frame *f = task->n_frames ? &ts->frames[task->frame0 + d] : NULL;
+            struct task_row row = {.pid = pid,
+                                   .tid = task->state == PYF_TASK_RUNNING ? task->tid : 0,
+                                   .depth = f ? (int)d : -1,
+                                   .lineno = f ? f->line : -1};
+
+            row.text[TCOL_TASK] = hex_id(task->raddr);
+            row.text[TCOL_NAME] = strdup(task->name);
+            row.text[TCOL_STATE] = strdup(task->state == PYF_TASK_WAITING     ? "waiting"
+                                          : task->state == PYF_TASK_RUNNING   ? "running"
+                                          : task->state == PYF_TASK_SCHEDULED ? "scheduled"
+                                          : task->state == PYF_TASK_DONE      ? "done"
+                                                                              : "cancelled");
+            row.text[TCOL_FUNC] = f ? strdup(f->func) : NULL;
+            row.text[TCOL_FILE] = f ? strdup(f->file) : NULL;
+            row.text[TCOL_WAITS_FOR] = task->state == PYF_TASK_WAITING && task->waits_for
+                                           ? strdup(task->waits_for_type)
+                                           : NULL;
+            row.text[TCOL_AWAITED_BY] = awaiters_json(ts, task);
+            if (add_task_row(c, &row) < 0) {
+                for (int k = 0; k < TCOL_N; k++)
+                    free(row.text[k]);
+                snprintf(e->msg, sizeof(e->msg), "pid %d: no memory for its tasks", (int)pid);
+                r = -ENOMEM;
+            }
+        }
+    }
+    pyf_tasks_free(ts);
+    pyf_target_free(t);
+    return r;
+}
+
+static int task_filter(sqlite3_vtab_cursor *cur, int idx_num, const char *idx_str, int argc,
+                       sqlite3_value **argv)
+{
+    struct task_cursor *c = (struct task_cursor *)cur;
+    struct live_vtab *v = (struct live_vtab *)cur->pVtab;
+    pid_t only = (idx_num & IDX_PID) && argc > 0 ? (pid_t)sqlite3_value_int(argv[0]) : 0;
+    struct pid_list *l = malloc(sizeof(*l));
+    int rc = l ? SQLITE_OK : SQLITE_NOMEM;
+
+    (void)idx_str;
+    free_task_rows(c);
+    if (rc == SQLITE_OK)
+        rc = scan_pids(v, only, l, &v->base.zErrMsg);
+    for (size_t i = 0; rc == SQLITE_OK && i < l->n; i++) {
+        struct pyf_err e = {0};
+
+        if (only && l->pids[i] != only)
+            continue;
+        /* as python.backtrace: an attached target that cannot be read (ended, 3.6) has no
+         * rows; one the user named is an error */
+        if (read_tasks(c, l->pids[i], &e) < 0 && (v->scope->pid || only)) {
+            v->base.zErrMsg = sqlite3_mprintf("python.tasks: %s", e.msg);
+            rc = SQLITE_ERROR;
+        }
+    }
+    free(l);
+    return rc;
+}
+
+static int task_next(sqlite3_vtab_cursor *cur)
+{
+    ((struct task_cursor *)cur)->i++;
+    return SQLITE_OK;
+}
+
+static int task_eof(sqlite3_vtab_cursor *cur)
+{
+    const struct task_cursor *c = (const struct task_cursor *)cur;
+    return c->i >= c->n;
+}
+
+static int task_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col)
+{
+    const struct task_cursor *c = (const struct task_cursor *)cur;
+    const struct task_row *r = &c->rows[c->i];
+
+    if (col == TCOL_PID)
+        sqlite3_result_int(ctx, r->pid);
+    else if (col == TCOL_TID && r->tid)
+        sqlite3_result_int(ctx, r->tid);
+    else if (col == TCOL_DEPTH && r->depth >= 0)
+        sqlite3_result_int(ctx, r->depth);
+    else if (col == TCOL_LINENO && r->depth >= 0)
+        sqlite3_result_int(ctx, r->lineno);
+    else if (col >= 0 && col < TCOL_N && r->text[col])
+        sqlite3_result_text(ctx, r->text[col], -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_result_null(ctx);
+    return SQLITE_OK;
+}
+
+static int task_rowid(sqlite3_vtab_cursor *cur, sqlite3_int64 *ret)
+{
+    *ret = (sqlite3_int64)((const struct task_cursor *)cur)->i;
+    return SQLITE_OK;
+}
+
+static const sqlite3_module task_module = {
+    .iVersion = 0,
+    .xCreate = task_connect,
+    .xConnect = task_connect,
+    .xBestIndex = task_best_index,
+    .xDisconnect = live_disconnect,
+    .xDestroy = live_disconnect,
+    .xOpen = task_open,
+    .xClose = task_close,
+    .xFilter = task_filter,
+    .xNext = task_next,
+    .xEof = task_eof,
+    .xColumn = task_column,
+    .xRowid = task_rowid,
+};
+
+int livetab_register_tasks(sqlite3 *db, const struct query_scope *scope)
+{
+    struct live_vtab *proto = sqlite3_malloc(sizeof(*proto));
+
+    if (!proto)
+        return SQLITE_NOMEM;
+    *proto = (struct live_vtab){.scope = scope};
+    return sqlite3_create_module_v2(db, "probed_tasks", &task_module, proto, sqlite3_free);
 }

@@ -1,5 +1,6 @@
 /*
- * livetab.h - python.backtrace: the live Python stacks of the targets, as a virtual table.
+ * livetab.h - python.backtrace and python.tasks: the live Python stacks and asyncio tasks of
+ * the targets, as virtual tables.
  *
  * Columns: pid, tid, thread, depth (0 = innermost), func, file, lineno, first_line, holds_gil,
  * on_cpu, locals (a JSON object of the frame's locals, read only when the column is asked
@@ -16,5 +17,15 @@
 
 /* Registers module "probed_backtrace"; @scope must outlive the connection. */
 int livetab_register(sqlite3 *db, const struct query_scope *scope);
+
+/*
+ * python.tasks: the asyncio tasks of the same targets (pyf_target__tasks), one row per frame of
+ * each task's stack, innermost first (a task with no frames, done or cancelled, has one row
+ * with NULL depth, func, file and lineno). Columns: pid, task (its address, "0x..."), name,
+ * state (waiting, running, scheduled, done, cancelled), tid (running: its thread), depth,
+ * func, file, lineno, waits_for (the awaited future's type), awaited_by (a JSON array of the
+ * tasks awaiting it). Registers module "probed_tasks".
+ */
+int livetab_register_tasks(sqlite3 *db, const struct query_scope *scope);
 
 #endif

@@ -481,7 +481,10 @@ static int open_connection(const char *path, struct guard *g, sqlite3 **ret, str
     sqlite3_create_function(db, "ago", 1, SQLITE_UTF8, NULL, fn_ago, NULL, NULL);
     sqlite3_create_function(db, "iso", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL, fn_iso, NULL,
                             NULL);
-    r = livetab_register(db, g->scope) == SQLITE_OK ? 0 : errbuf_set(err, -EIO, "python.backtrace");
+    r = livetab_register(db, g->scope) == SQLITE_OK &&
+                livetab_register_tasks(db, g->scope) == SQLITE_OK
+            ? 0
+            : errbuf_set(err, -EIO, "python.backtrace, python.tasks");
     if (r == 0 && dialect_register(db) != SQLITE_OK)
         r = errbuf_set(err, -EIO, "registering now(), hour(), ...: %s", sqlite3_errmsg(db));
     if (r == 0 && sqlprintf_register(db, QUERY_VALUE_BYTES) != SQLITE_OK)
@@ -498,7 +501,8 @@ static int open_connection(const char *path, struct guard *g, sqlite3 **ret, str
     if (r == 0)
         r = setup_exec(db,
                        "ATTACH 'file:probed_python?mode=memory' AS python;"
-                       "CREATE VIRTUAL TABLE python.backtrace USING probed_backtrace;",
+                       "CREATE VIRTUAL TABLE python.backtrace USING probed_backtrace;"
+                       "CREATE VIRTUAL TABLE python.tasks USING probed_tasks;",
                        err);
     if (r == 0)
         r = load_settings(db, g->scope->settings, err);

@@ -984,8 +984,8 @@ def test_every_table_and_view_shows_a_user_nothing_of_anothers(user, root_secret
                                            " WHERE type IN ('table', 'view')", user=user)]
         assert 'sample_blocks' in main and 'function_stats' in temp, (main, temp)
         names = (['main.' + n for n in main] + main + temp
-                 + ['python.backtrace', 'python.torch_trace', 'python.variables', 'dbstat',
-                    'sqlite_stmt', 'main.dbstat'])
+                 + ['python.backtrace', 'python.tasks', 'python.torch_trace', 'python.variables',
+                    'dbstat', 'sqlite_stmt', 'main.dbstat'])
         seen_by_root = 0
         for name in names:
             if name in ('sqlite_sequence', 'main.sqlite_sequence'):

@@ -100,3 +100,41 @@ def test_the_asyncio_table_is_the_interpreters_own(python):
                           stdout=subprocess.PIPE, universal_newlines=True).stdout.strip()
     with open(os.path.join(src, 'layouts', 'aio.c'), encoding='utf-8') as f:
         assert line in f.read(), line
+
+
+def test_the_tasks_table_says_what_the_command_says(target_factory, daemon):
+    """python.tasks: a row per frame of each task, as `backtrace --tasks` shows them; with SQL
+    over them, the tasks waiting in one function."""
+    t = target_factory('/usr/bin/python3', 'tasks.py', '20')
+    doc = tasks_of(daemon, t.pid)
+    rows = daemon.rows('SELECT task, name, state, tid, depth, func, file, lineno, waits_for,'
+                       ' awaited_by FROM python.tasks WHERE pid = %d ORDER BY task, depth' % t.pid)
+    want = []
+    for task in sorted(doc['tasks'], key=lambda x: x['id']):
+        for depth, f in enumerate(task['frames']):
+            want.append([task['id'], task['name'], task['state'], task.get('tid'), depth,
+                         f['func'], f['file'], f['line'],
+                         task['waits_for']['type'] if 'waits_for' in task else None,
+                         json.dumps(task['awaited_by'], separators=(',', ':'))])
+    assert sorted(rows) == sorted(want)
+    idle = daemon.rows("SELECT count(DISTINCT task) FROM python.tasks WHERE pid = %d"
+                       " AND func = 'idle' AND state = 'waiting'" % t.pid)
+    assert idle == [[20]]
+
+
+def test_another_users_tasks_are_refused(target_factory, daemon):
+    """Root's asyncio program: a user reads none of its tasks, by command or by table."""
+    from daemon import ensure_test_user
+    user = ensure_test_user()
+    os.chmod(daemon.socket, 0o666)
+    t = target_factory('/usr/bin/python3', 'tasks.py', '5')
+    daemon.ctl('attach', t.pid, check=True)  # in the daemon's live targets: root's, not theirs
+    assert daemon.rows('SELECT count(DISTINCT task) FROM python.tasks') == [[14]]
+    r = daemon.ctl('backtrace', t.pid, '--tasks', '--json', user=user)
+    assert r.returncode != 0 and 'idle' not in r.stdout, (r.stdout, r.stderr)
+    r = daemon.ctl('query', 'SELECT name, func FROM python.tasks WHERE pid = %d' % t.pid,
+                   user=user)
+    assert r.returncode != 0 and 'not your process' in r.stderr and 'idle' not in r.stdout
+    r = daemon.ctl('query', 'SELECT count(*) FROM python.tasks', '--format', 'json', user=user)
+    assert r.returncode == 0 and json.loads(r.stdout)['rows'] == [[0]], (r.stdout, r.stderr)
+    daemon.ctl('detach', t.pid, check=True)
