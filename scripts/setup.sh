@@ -12,7 +12,7 @@ packages="
   libsqlite3-dev sqlite3 libxxhash-dev libprotobuf-c-dev protobuf-c-compiler zlib1g-dev
   libevent-dev libjansson-dev libcurl4-openssl-dev libedit-dev
   python3 python3-pytest python3-torch procps util-linux curl golang-go strace prometheus
-  openssh-server openssh-client iproute2 gdb python3-debugpy debuginfod
+  openssh-server openssh-client iproute2 gdb python3-debugpy debuginfod python3-uvloop
   chromium chromium-driver python3-selenium
   patchelf xz-utils gpgv debian-archive-keyring
 "

@@ -37,7 +37,26 @@ def test_every_task_with_its_stack_state_and_awaiters(python, target_factory, da
         r = daemon.ctl('backtrace', target_factory(python, 'naps.py').pid, '--tasks')
         assert r.returncode == 1 and 'tasks are read from 3.7 on' in r.stderr, r.stderr
         return
-    t = target_factory(python, 'tasks.py', str(N_IDLE))
+    check_tasks(python, 'plain', target_factory, daemon)
+
+
+@pytest.mark.parametrize('python', interpreter_params('pyenv-3.12', 'pyenv-3.13', 'debian-3.14',
+                                                      'debian-3.15'))
+def test_eager_tasks_are_found_too(python, target_factory, daemon):
+    """asyncio.eager_task_factory (3.12+): tasks that ran eagerly into their first await."""
+    require(python)
+    check_tasks(python, 'eager', target_factory, daemon)
+
+
+@pytest.mark.parametrize('python', interpreter_params('debian-python3'))
+def test_tasks_on_uvloop(python, target_factory, daemon):
+    """uvloop (Debian's python3-uvloop): its loop runs asyncio's own C tasks."""
+    require(python)
+    check_tasks(python, 'uvloop', target_factory, daemon)
+
+
+def check_tasks(python, mode, target_factory, daemon):
+    t = target_factory(python, 'tasks.py', str(N_IDLE), mode)
     ids, truth = t.info['ids'], t.info['tasks']
     doc = tasks_of(daemon, t.pid)
     got = {x['id']: x for x in doc['tasks']}
@@ -68,9 +87,10 @@ def test_every_task_with_its_stack_state_and_awaiters(python, target_factory, da
         return sorted('0x%x' % ids[n] for n in names)
     assert awaiters('child-a') == awaiters('child-b') == ref('gather-parent')
     assert awaiters('awaited') == ref('direct-parent')
-    for name in ('gather-parent', 'direct-parent', 'queue-waiter', 'busy'):
+    for name in ('gather-parent', 'direct-parent', 'queue-waiter') + (
+            ('busy',) if mode != 'eager' else ()):
         assert awaiters(name) == ref('main'), name
-    for name in ('main', 'late', 'idle-0', 'idle-999'):
+    for name in ('main', 'late', 'idle-0', 'idle-999') + (('busy',) if mode == 'eager' else ()):
         assert awaiters(name) == [], name
     waits = got['0x%x' % ids['direct-parent']]['waits_for']
     assert waits['id'] == '0x%x' % ids['awaited'] and waits['type'] == '_asyncio.Task'
@@ -78,7 +98,7 @@ def test_every_task_with_its_stack_state_and_awaiters(python, target_factory, da
     # the text: the await tree, main's children under it
     text = daemon.ctl('backtrace', t.pid, '--tasks', check=True).stdout
     assert re.search(r'%d asyncio tasks' % (N_IDLE + 9), text)
-    assert re.search(r'\n    └── Task "[^"]+" \(running on thread %d\)\n\s+busy \(%s:%d\)'
+    assert re.search(r'\n(    └── )?Task "[^"]+" \(running on thread %d\)\n\s+busy \(%s:%d\)'
                      % (t.pid, re.escape(TASKS), M['busy']), text), text[:3000]
 
 

@@ -4,6 +4,10 @@ The main task awaits its children (a TaskGroup on 3.11+, else gather): a task aw
 gather of two, a task awaiting another task, a task blocked on a Queue, a thousand idle
 sleepers; then "busy" runs forever (never awaiting, so every other task stays as it is) after
 creating "late", which therefore never starts. READY {...} once busy runs.
+
+usage: tasks.py [N_IDLE] [plain|eager|uvloop]: eager, tasks made by asyncio.eager_task_factory
+(3.12+; busy then is made apart, as a plain Task no one awaits, or it would run inside main);
+uvloop, on uvloop's event loop.
 """
 import asyncio
 import inspect
@@ -12,6 +16,7 @@ import os
 import sys
 
 N_IDLE = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
+MODE = sys.argv[2] if len(sys.argv) > 2 else 'plain'
 NAMES = sys.version_info >= (3, 8)
 IDS = {}  # our name of each task -> id(task), its address
 
@@ -87,8 +92,21 @@ async def busy():
     while True: n += 1  # MARK:busy (one line: a read lands on it wherever it is)
 
 
+def start_busy(tg=None):
+    if MODE == 'eager':
+        task = asyncio.Task(busy(), name='busy')
+    elif tg is not None:
+        task = tg.create_task(busy(), name='busy')
+    else:
+        task = spawn(busy(), 'busy')
+    IDS['busy'] = id(task)
+    return task
+
+
 async def main():
     IDS['main'] = id(asyncio.current_task())
+    if MODE == 'eager':
+        asyncio.get_running_loop().set_task_factory(asyncio.eager_task_factory)
     q = asyncio.Queue()
     if sys.version_info >= (3, 11):
         async with asyncio.TaskGroup() as tg:  # MARK:main_group
@@ -98,17 +116,20 @@ async def main():
             for i in range(N_IDLE):
                 spawn(idle(), 'idle-%d' % i)
             await asyncio.sleep(0.2)
-            IDS['busy'] = id(tg.create_task(busy(), name='busy'))
+            start_busy(tg)
     else:
         children = [spawn(gather_parent(), 'gather-parent'), spawn(direct_parent(), 'direct-parent'),
                     spawn(queue_waiter(q), 'queue-waiter')]
         for i in range(N_IDLE):
             spawn(idle(), 'idle-%d' % i)
         await asyncio.sleep(0.2)
-        children.append(spawn(busy(), 'busy'))
+        children.append(start_busy())
         await asyncio.gather(*children)  # MARK:main_gather
 
 
+if MODE == 'uvloop':
+    import uvloop
+    uvloop.install()
 if sys.version_info >= (3, 7):
     asyncio.run(main())
 else:
