@@ -23,6 +23,7 @@ import time
 import _probed_stub
 
 OUTPUT_MAX = 1 << 20  # held for the client; older output is dropped beyond it
+RUNNING_ANSWER_S = 1.0  # after a line, the longest an io waits for a prompt while the thread runs
 # A session no client has asked about for this long was left (a probectl killed, a terminal
 # gone, a pause nobody joined): the paused thread goes on, breakpoints cleared, and the next
 # pause is not refused. probectl says it is there at least every third of it, also while its
@@ -430,6 +431,10 @@ def io(line, wait):
         return {'state': 'none'}
     s.chan.touch()
     deadline = time.time() + wait
+    # after a line, pdb answers with a prompt, or the thread runs on (continue): then this
+    # answers "running" within RUNNING_ANSWER_S, for the client to read the output as it comes
+    # and to stop it again (Ctrl-C waited out the whole wait, 8 s, before)
+    running_until = time.time() + RUNNING_ANSWER_S
     with s.chan.cv:
         if line is not None:
             if s.listen:
@@ -442,10 +447,14 @@ def io(line, wait):
             s.chan.waiting = False
             s.chan.cv.notify_all()
         while not s.chan.ended and not (s.chan.waiting and not s.chan.lines):
-            left = deadline - time.time()
+            now = time.time()
+            if line is not None and now >= running_until and not s.chan.lines:
+                break  # pdb took the line and the thread runs on
+            left = deadline - now
             if left <= 0:
                 break
-            s.chan.cv.wait(left)
+            # pdb taking the line wakes no one: look again in a while
+            s.chan.cv.wait(left if line is None else min(left, 0.05))
         out = s.chan.take()
     state = s.status()
     s.told = state == 'ended'
