@@ -157,7 +157,7 @@ def test_eval_in_every_state(daemon, python, mode):
 @pytest.mark.parametrize('python', interpreter_params())
 def test_timeouts_answer_and_never_wedge_the_daemon(daemon, python):
     require(python)
-    t = target(python, 'cgil')  # holds the GIL in a C call, 3 s at a time
+    t = target(python, 'cgil')  # holds the GIL in a C call, 2 s at a time
     r2 = target(python, 'read')
     try:
         start = time.time()
@@ -169,7 +169,7 @@ def test_timeouts_answer_and_never_wedge_the_daemon(daemon, python):
         assert 'may still be running' in r.stderr
         assert time.time() - start < 15
         assert daemon.ctl('list').returncode == 0  # the daemon serves meanwhile
-        # the GIL comes free between two 3 s calls, once per waiting thread: the timed-out
+        # the GIL comes free between two 2 s calls, once per waiting thread: the timed-out
         # eval's thread is served first, then this one
         r = daemon.ctl('eval', '--timeout', '40', t.pid, 'counter >= 0')
         assert (r.returncode, r.stdout) == (0, 'True\n'), r.stderr

@@ -1,7 +1,7 @@
 """A target for the eval tests (tests/functional/test_eval.py); argv[1] says what it does.
 
 busy     pure Python, counting            sleep   in time.sleep() between counts
-read     blocked in os.read() on a pipe   cgil    in a C call that holds the GIL (3 s at a time)
+read     blocked in os.read() on a pipe   cgil    in a C call that holds the GIL (2 s at a time)
 float    a float loop that checks every result (a clobbered FPU register shows as wrong)
 signals  the float loop with SIGALRM every millisecond (a handler counting `ticks`)
 malloc   allocating and freeing large buffers (libc malloc/free) all the time
@@ -47,7 +47,7 @@ def cgil():
     libc = ctypes.PyDLL(None)  # PyDLL: the GIL stays held during the call
     global counter
     while True:
-        libc.sleep(3)
+        libc.usleep(2000000)  # 2 s: an eval asked at its start must time out at 1 s
         counter += 1
 
 
