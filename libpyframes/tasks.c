@@ -2,7 +2,8 @@
  * tasks.c - pyf_target__tasks(): the asyncio tasks of a target, read from outside. See
  * pyframes.h.
  *
- * Where the tasks are: asyncio.tasks._all_tasks, a WeakSet (3.7-3.11); _scheduled_tasks and
+ * Where the tasks are: the WeakSet in _asyncio's C static all_tasks (3.6: found by its symbol
+ * in the module's own file); asyncio.tasks._all_tasks, a WeakSet (3.7-3.11); _scheduled_tasks and
  * the plain set _eager_tasks (3.12, 3.13); from 3.14 each thread's circular list of its tasks
  * (and the interpreter's, for tasks of threads that ended), with the two sets for tasks that
  * are not _asyncio.Task. Each task (layouts/aio.c) names its coroutine; a suspended
@@ -23,11 +24,14 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "elfimg.h"
 #include "err.h"
+#include "procmaps.h"
 #include "pyobj.h"
 #include "target.h"
 
@@ -153,6 +157,54 @@ static int read_threads(struct walk *w, struct pyf_err *e)
     return r;
 }
 
+/* 3.6: the WeakSet of every task is _asyncio's static all_tasks, named in no Python object: its
+ * address is the module file's symbol (.symtab: a build not stripped) plus where that file is
+ * mapped. 0: _asyncio not loaded. */
+static int registry_36(struct walk *w, uint64_t *ret, struct pyf_err *e)
+{
+    struct procmaps pm = {0};
+    struct elfimg *img = NULL;
+    const struct procmap *m = NULL;
+    uint64_t vaddr = 0, off = 0, at, sym = 0;
+    char full[PATH_MAX + 32];
+    int r;
+
+    *ret = 0;
+    if (w->t->mem.core)
+        return pyf_fail(e, PYF_UNSUPPORTED, ENOTSUP, 0,
+                        "Python 3.6 keeps its asyncio tasks where only a live process shows "
+                        "them; tasks of a 3.6 core are not read");
+    if ((r = procmaps_read(w->t->info.pid, &pm)) < 0)
+        return pyf_fail(e, r == -EACCES ? PYF_DENIED : PYF_GONE, -r, 0, "pid %d: its maps",
+                        w->t->info.pid);
+    for (size_t i = 0; i < pm.n && !m; i++) {
+        const char *b = strrchr(pm.maps[i].path, '/');
+
+        if (b && strncmp(b + 1, "_asyncio.", 9) == 0)
+            m = &pm.maps[i];
+    }
+    if (!m) {
+        procmaps_free(&pm);
+        return 0;
+    }
+    snprintf(full, sizeof(full), "/proc/%d/root%s", (int)w->t->info.pid, m->path);
+    r = elfimg_open(full, m->inode, &img, e);
+    if (r == 0 &&
+        (elfimg__symbol(img, "all_tasks", &sym) < 0 || elfimg__first_load(img, &vaddr, &off) < 0))
+        r = pyf_fail(e, PYF_UNSUPPORTED, ENOTSUP, 0,
+                     "pid %d: %s has no symbol table (stripped): Python 3.6 keeps its asyncio "
+                     "tasks in its static all_tasks, found only by that symbol",
+                     w->t->info.pid, m->path);
+    if (r == 0 && !(at = procmaps__addr_of_offset(&pm, m->path, off)))
+        r = pyf_fail(e, PYF_TORN, ENOENT, 0, "pid %d: %s is no longer mapped", w->t->info.pid,
+                     m->path);
+    if (r == 0)
+        r = read_obj(w->t, at - vaddr + sym, ret, sizeof(*ret), e, "_asyncio's all_tasks");
+    elfimg_free(img);
+    procmaps_free(&pm);
+    return r;
+}
+
 /* Every task the registries hold, into w->found. */
 static int gather_tasks(struct walk *w, struct pyf_err *e)
 {
@@ -163,6 +215,14 @@ static int gather_tasks(struct walk *w, struct pyf_err *e)
     } sets[] = {{"_all_tasks", true}, {"_scheduled_tasks", true}, {"_eager_tasks", false}};
     int r = 0;
 
+    if (w->t->info.version == PYF_VER(3, 6)) {
+        uint64_t set = 0, data = 0;
+
+        r = registry_36(w, &set, e);
+        if (r == 0 && set)
+            r = pyobj_attr(w->t, set, "data", &data, e);
+        return r == 0 && data ? add_set(w, data, true, e) : r;
+    }
     for (size_t i = 0; r == 0 && i < sizeof(sets) / sizeof(sets[0]); i++) {
         uint64_t set = 0, data = 0;
 
@@ -687,10 +747,9 @@ int pyf_target__tasks(struct pyf_target *t, size_t max, struct pyf_tasks **ret,
     int r = 0;
 
     *ret = NULL;
-    if (!w.a || t->info.version < PYF_VER(3, 7) || !t->types.coro || !t->types.gen)
+    if (!w.a || !t->types.coro || !t->types.gen)
         return pyf_fail(reterr, PYF_UNSUPPORTED, ENOTSUP, 0,
-                        "pid %d: Python %s keeps its asyncio tasks where only its own C code "
-                        "finds them; tasks are read from 3.7 on",
+                        "pid %d: asyncio tasks of Python %s are not read (no layout of its Task)",
                         t->info.pid, t->info.version_str);
     w.out = calloc(1, sizeof(*w.out));
     w.cap_found = max ? max : 1;

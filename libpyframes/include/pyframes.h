@@ -286,13 +286,14 @@ int pyf_target__thread_py_name(struct pyf_target *t, uint64_t ident, char *buf, 
                                struct pyf_err *reterr);
 
 /*
- * The asyncio tasks of the main interpreter (3.7+), as asyncio.all_tasks() and
+ * The asyncio tasks of the main interpreter, as asyncio.all_tasks() and
  * asyncio.print_call_graph() would show them from inside: each task's name and state, the
  * coroutine stack it is suspended in (or, running, its thread's frames down to its
  * coroutine), the future it waits for, and which tasks await it (directly, through gather()
  * or as a TaskGroup's parent). At most @max tasks; a task that kept changing while read is
  * left out and counted in torn. *ret is the caller's: pyf_tasks_free(). No asyncio imported:
- * no tasks. PYF_UNSUPPORTED: 3.6, or asyncio without its C module.
+ * no tasks. PYF_UNSUPPORTED: asyncio without its C module, a stripped 3.6 (whose tasks only a
+ * symbol finds) or a 3.6 core.
  */
 enum pyf_task_state {
     PYF_TASK_WAITING,   /* suspended in an await */

@@ -6,7 +6,7 @@
  * /v1/backtrace?tasks=1, so both give the same document. Reads with libpyframes
  * (pyf_target__tasks); a read that fails torn is made again.
  * Threads: any (each call has its own libpyframes handle). Memory: the caller owns *ret.
- * Failure: -errno with the reason in @e (PYF_GONE, PYF_DENIED, PYF_UNSUPPORTED: 3.6, ...).
+ * Failure: -errno with the reason in @e (PYF_GONE, PYF_DENIED, PYF_UNSUPPORTED, ...).
  */
 #ifndef PROBED_TASKDUMP_H
 #define PROBED_TASKDUMP_H

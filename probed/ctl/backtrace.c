@@ -271,8 +271,8 @@ static void print_task(json_t *tasks, json_t *task, int depth)
     int pad = depth * 4;
     size_t i;
 
-    printf("\n%*s%sTask \"%s\" (%s", pad, "", depth ? "└── " : "", name && *name ? name : id,
-           state);
+    printf("%s%*s%sTask \"%s\" (%s", depth ? "" : "\n", pad, "", depth ? "└── " : "",
+           name && *name ? name : id, state);
     if (json_is_integer(json_object_get(task, "tid")))
         printf(" on thread %d", (int)json_integer_value(json_object_get(task, "tid")));
     if (waits)

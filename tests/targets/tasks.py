@@ -19,6 +19,9 @@ N_IDLE = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
 MODE = sys.argv[2] if len(sys.argv) > 2 else 'plain'
 NAMES = sys.version_info >= (3, 8)
 IDS = {}  # our name of each task -> id(task), its address
+# 3.6 has them as Task's class methods only
+current_task = getattr(asyncio, 'current_task', None) or asyncio.Task.current_task
+all_tasks = getattr(asyncio, 'all_tasks', None) or asyncio.Task.all_tasks
 
 
 def spawn(coro, name):
@@ -29,21 +32,28 @@ def spawn(coro, name):
 
 
 def chain(task):
-    """The task's frames as CPython itself links them (cr_await), innermost first."""
+    """The task's frames as CPython itself links them (cr_await), innermost first. A
+    generator's frame (3.6's @coroutine sleep) ends it before 3.13, which alone says whether a
+    generator is suspended in yield from (gi_yieldfrom is read from its stack)."""
     frames, coro = [], task._coro
-    while type(coro).__name__ == 'coroutine' and coro.cr_frame is not None:
-        code = coro.cr_frame.f_code
-        frames.append([getattr(code, 'co_qualname', code.co_name), code.co_filename,
-                       coro.cr_frame.f_lineno])
-        coro = coro.cr_await
+    while type(coro).__name__ in ('coroutine', 'generator'):
+        is_coro = type(coro).__name__ == 'coroutine'
+        frame = coro.cr_frame if is_coro else coro.gi_frame
+        if frame is None:
+            break
+        frames.append([getattr(frame.f_code, 'co_qualname', frame.f_code.co_name),
+                       frame.f_code.co_filename, frame.f_lineno])
+        if not is_coro and sys.version_info < (3, 13):
+            break
+        coro = coro.cr_await if is_coro else coro.gi_yieldfrom
     return frames[::-1]
 
 
 def truth():
     """What the program itself says of each of its tasks but the running one."""
     out = {}
-    for task in asyncio.all_tasks():
-        if task is asyncio.current_task():
+    for task in all_tasks():
+        if task is current_task() or task.done():
             continue
         started = inspect.getcoroutinestate(task._coro) != 'CORO_CREATED'
         out['0x%x' % id(task)] = {'state': 'waiting' if started else 'scheduled',
@@ -86,7 +96,7 @@ async def idle():
 
 async def busy():
     spawn(leaf(), 'late')
-    IDS['busy'] = id(asyncio.current_task())
+    IDS['busy'] = id(current_task())
     print('READY ' + json.dumps({'pid': os.getpid(), 'ids': IDS, 'tasks': truth()}), flush=True)
     n = 0
     while True: n += 1  # MARK:busy (one line: a read lands on it wherever it is)
@@ -104,7 +114,7 @@ def start_busy(tg=None):
 
 
 async def main():
-    IDS['main'] = id(asyncio.current_task())
+    IDS['main'] = id(current_task())
     if MODE == 'eager':
         asyncio.get_running_loop().set_task_factory(asyncio.eager_task_factory)
     q = asyncio.Queue()
