@@ -231,6 +231,7 @@ void pyf_symcache__stats(struct pyf_symcache *c, struct pyf_symcache_stats *ret)
     ret->debuginfod_requested = f.requested;
     ret->debuginfod_fetched = f.fetched;
     ret->debuginfod_failed = f.failed;
+    ret->debuginfod_dropped = f.dropped;
 }
 
 int pyf_symcache__fetch_debuginfo(struct pyf_symcache *c, struct pyf_err *reterr)

@@ -69,9 +69,9 @@ struct pyf_symcache_stats {
     uint64_t builds; /* tables built */
     uint64_t hits;   /* a process found its table built already (by another process) */
     uint64_t bytes;  /* held now */
-    /* debug files asked of debuginfod servers (pyf_symcache__fetch_debuginfo), landed, and
-     * found nowhere (or failed: timeout, server down) */
-    uint64_t debuginfod_requested, debuginfod_fetched, debuginfod_failed;
+    /* debug files asked of debuginfod servers (pyf_symcache__fetch_debuginfo), landed, found
+     * nowhere (or failed: timeout, server down), and not asked: the queue was full */
+    uint64_t debuginfod_requested, debuginfod_fetched, debuginfod_failed, debuginfod_dropped;
 };
 int pyf_symcache_new(struct pyf_symcache **ret); /* -ENOMEM */
 void pyf_symcache_free(struct pyf_symcache *c);  /* NULL is a no-op */

@@ -167,14 +167,15 @@ int targets_list(struct api *a, const struct request *rq)
             json_pack("{s:o, s:o}", "targets", arr, "following", watches_json(a, rq->peer)));
     /* the native function tables the targets share (one per library, by build-id) */
     pyf_symcache__stats(a->parts.reg->symbols, &sc);
-    return reply_json(rq->req, 200,
-                      json_pack("{s:o, s:o, s:{s:I, s:I, s:I, s:I, s:{s:I, s:I, s:I}}}", "targets",
-                                arr, "following", watches_json(a, rq->peer), "native_symbols",
-                                "tables", (json_int_t)sc.tables, "builds", (json_int_t)sc.builds,
-                                "hits", (json_int_t)sc.hits, "bytes", (json_int_t)sc.bytes,
-                                "debuginfod", "requested", (json_int_t)sc.debuginfod_requested,
-                                "fetched", (json_int_t)sc.debuginfod_fetched, "failed",
-                                (json_int_t)sc.debuginfod_failed));
+    return reply_json(
+        rq->req, 200,
+        json_pack("{s:o, s:o, s:{s:I, s:I, s:I, s:I, s:{s:I, s:I, s:I, s:I}}}", "targets", arr,
+                  "following", watches_json(a, rq->peer), "native_symbols", "tables",
+                  (json_int_t)sc.tables, "builds", (json_int_t)sc.builds, "hits",
+                  (json_int_t)sc.hits, "bytes", (json_int_t)sc.bytes, "debuginfod", "requested",
+                  (json_int_t)sc.debuginfod_requested, "fetched", (json_int_t)sc.debuginfod_fetched,
+                  "failed", (json_int_t)sc.debuginfod_failed, "dropped",
+                  (json_int_t)sc.debuginfod_dropped));
 }
 
 int targets_get(struct api *a, const struct request *rq)

@@ -412,6 +412,71 @@ def test_a_debug_file_only_a_debuginfod_server_has_is_fetched_and_names_the_fram
         server.wait()
 
 
+def test_a_flood_of_unknown_build_ids_is_bounded_and_never_slows_the_sampler(target_factory,
+                                                                           tmp_path):
+    """Attack: a user's process maps 150 stripped libraries, each with a build-id of its own
+    that no server has, and spends native time in each, while the server named by
+    DEBUGINFOD_URLS takes the connection and never answers (the client waits its timeout).
+    At most 64 build-ids wait (the rest are dropped, asked again later); the sampler samples on
+    at its rate, the API answers, and the daemon stops at once, the fetch under way cut short."""
+    import socket
+    folder = str(tmp_path)
+    os.chmod(folder, 0o755)
+    built = os.path.join(BUILD, 'tests', 'libspin_lib.so')
+    base = os.path.join(folder, 'base.so')
+    subprocess.run(['objcopy', '--strip-all', built, base], check=True)
+    notes = subprocess.run(['readelf', '-n', base], stdout=subprocess.PIPE,
+                           universal_newlines=True, check=True).stdout
+    build_id = bytes.fromhex(re.search(r'Build ID: ([0-9a-f]+)', notes).group(1))
+    with open(base, 'rb') as f:
+        image = f.read()
+    assert image.count(build_id) == 1
+    paths = []
+    for i in range(150):
+        path = os.path.join(folder, 'libflood%d.so' % i)
+        with open(path, 'wb') as f:
+            f.write(image.replace(build_id, (b'probed-flood-%07d' % i)[:len(build_id)]
+                                  .ljust(len(build_id), b'#')))
+        paths.append(path)
+    with open(os.path.join(folder, 'libs'), 'w') as f:
+        f.write('\n'.join(paths))
+    silent = socket.socket()
+    silent.bind(('127.0.0.1', 0))
+    silent.listen(256)  # takes connections, never answers
+    url = 'http://127.0.0.1:%d' % silent.getsockname()[1]
+    d = Daemon(env={'DEBUGINFOD_URLS': url, 'DEBUGINFOD_TIMEOUT': '120',
+                    'DEBUGINFOD_CACHE_PATH': os.path.join(folder, 'cache')})
+    try:
+        t = target_factory('/usr/bin/python3', 'many_libs.py', os.path.join(folder, 'libs'))
+        assert t.info['libs'] == 150
+        d.ctl('attach', t.pid, '--native', check=True)
+
+        def asked():
+            return d.api('GET', '/v1/targets')[1]['native_symbols']['debuginfod']
+        fetch = wait_for(lambda: asked()['dropped'] > 0 and asked(), timeout=90,
+                         what='requests past the queue dropped', explain=asked)
+        assert fetch['requested'] <= 65 and fetch['fetched'] == 0, fetch
+
+        def samples():
+            return [x for x in d.api('GET', '/v1/targets')[1]['targets']
+                    if x['pid'] == t.pid][0]['stats']['samples']
+        before, t0 = samples(), time.time()
+        time.sleep(2)
+        rate = (samples() - before) / (time.time() - t0)
+        assert rate > 50, rate  # 100 Hz asked: the sampler never waits on a fetch
+        t1 = time.time()
+        assert d.ctl('list', timeout=10).returncode == 0 and time.time() - t1 < 5
+        assert asked()['requested'] <= 65, asked()
+        t1 = time.time()
+        d.close()  # exit 0 and no sanitizer report, or it fails here
+        d = None
+        assert time.time() - t1 < 15
+    finally:
+        if d:
+            d.close()
+        silent.close()
+
+
 def test_a_fifo_or_a_link_in_the_targets_folder_never_hangs_nor_misleads_the_daemon(
         target_factory, tmp_path, daemon):
     """A user's library names its debug file; the user put a FIFO there (libdw's own lookup
