@@ -564,7 +564,8 @@ static int read_task(struct walk *w, uint64_t raddr, struct pyf_err *e)
     }
     task->frame0 = out->n_frames;
     task->n_frames = c[0].n;
-    memcpy(out->frames + out->n_frames, c[0].frames, c[0].n * sizeof(*out->frames));
+    if (c[0].n) /* none: frames may still be NULL */
+        memcpy(out->frames + out->n_frames, c[0].frames, c[0].n * sizeof(*out->frames));
     out->n_frames += c[0].n;
     out->n_tasks++;
     free(c);

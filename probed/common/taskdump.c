@@ -51,7 +51,8 @@ static json_t *render(const struct pyf_target_info *info, const struct pyf_tasks
 
     if (!sorted)
         return NULL;
-    memcpy(sorted, ts->tasks, ts->n_tasks * sizeof(*sorted));
+    if (ts->n_tasks) /* none: tasks may be NULL */
+        memcpy(sorted, ts->tasks, ts->n_tasks * sizeof(*sorted));
     qsort(sorted, ts->n_tasks, sizeof(*sorted), cmp_task);
     doc = json_object();
     tasks = json_array();
