@@ -781,3 +781,80 @@ int pyf_target__tasks(struct pyf_target *t, size_t max, struct pyf_tasks **ret,
     *ret = w.out;
     return 0;
 }
+
+/* Whether coroutine @gen runs now: its frame's address and code when it does (else 0s). */
+static int coroutine_running(struct walk *w, uint64_t gen, uint64_t *ret_frame, uint64_t *ret_code,
+                             struct pyf_err *e)
+{
+    const struct pyf_layout *l = &w->t->lay;
+    uint8_t buf[GEN_BYTES];
+    uint64_t frame = 0;
+    int r;
+
+    *ret_frame = *ret_code = 0;
+    if (l->gen_iframe >= 0) {
+        size_t want = (size_t)l->gen_iframe + (size_t)l->fr_code + 8;
+
+        if (want > sizeof(buf) || (size_t)l->gen_state >= want)
+            return pyf_fail(e, PYF_INVALID, EINVAL, gen, "pid %d: generator layout",
+                            w->t->info.pid);
+        if ((r = read_obj(w->t, gen, buf, want, e, "coroutine")) < 0)
+            return r;
+        if ((int8_t)buf[l->gen_state] != l->gen_executing)
+            return 0;
+        *ret_frame = gen + (uint64_t)l->gen_iframe;
+        *ret_code = stackref_object(l, field_u64(buf + l->gen_iframe, l->fr_code));
+        return 0;
+    }
+    if ((r = read_obj(w->t, gen + (uint64_t)l->gen_frame, &frame, sizeof(frame), e, "coroutine")) <
+            0 ||
+        !frame)
+        return r;
+    if ((size_t)l->fr_running >= sizeof(buf) || (size_t)l->fr_code + 8 > sizeof(buf))
+        return pyf_fail(e, PYF_INVALID, EINVAL, gen, "pid %d: frame layout", w->t->info.pid);
+    if ((r = read_obj(w->t, frame, buf, (size_t)l->fr_size, e, "coroutine frame")) < 0)
+        return r;
+    if ((int8_t)buf[l->fr_running] != l->fr_running_value)
+        return 0;
+    *ret_frame = frame;
+    *ret_code = field_u64(buf, l->fr_code);
+    return 0;
+}
+
+int pyf_target__running_tasks(struct pyf_target *t, struct pyf_running_task *ret, size_t cap,
+                              size_t *ret_n, struct pyf_err *reterr)
+{
+    struct walk w = {.t = t, .a = aio_layout_for_version(t->info.version)};
+    int r = 0;
+
+    *ret_n = 0;
+    if (!w.a || !t->types.coro)
+        return 0; /* no Task layout: no task is known to run */
+    w.cap_found = 1u << 17;
+    if (!(w.found = malloc(w.cap_found * sizeof(*w.found))))
+        return pyf_fail(reterr, PYF_INVALID, ENOMEM, 0, "pid %d: tasks", t->info.pid);
+    r = find_module(&w, reterr);
+    if (r == 0 && w.task_type)
+        r = gather_tasks(&w, reterr);
+    for (size_t i = 0; r == 0 && i < w.n_found && *ret_n < cap; i++) {
+        uint8_t head[256];
+        uint64_t coro, type = 0, frame = 0, code = 0;
+
+        /* a task that cannot be read now (freed meanwhile) is not one running */
+        if (read_obj(t, w.found[i], head, (size_t)w.a->task_size, NULL, "task") < 0 ||
+            field_u64(head, t->lay.ob_type) != w.task_type || field_i32(head, w.a->task_state) != 0)
+            continue;
+        coro = field_u64(head, w.a->task_coro);
+        if (pyobj_type(t, coro, &type, NULL) < 0 || type != t->types.coro ||
+            coroutine_running(&w, coro, &frame, &code, NULL) < 0 || !frame)
+            continue;
+        ret[*ret_n] =
+            (struct pyf_running_task){.task = w.found[i], .coro_frame = frame, .code = code};
+        if (w.a->task_name >= 0)
+            task_name(&w, field_u64(head, w.a->task_name), ret[*ret_n].name, sizeof(ret[0].name));
+        (*ret_n)++;
+    }
+    free(w.threads);
+    free(w.found);
+    return r;
+}

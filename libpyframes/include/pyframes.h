@@ -336,4 +336,17 @@ int pyf_target__tasks(struct pyf_target *t, size_t max, struct pyf_tasks **ret,
                       struct pyf_err *reterr);
 void pyf_tasks_free(struct pyf_tasks *tasks); /* NULL is a no-op */
 
+/*
+ * The asyncio tasks running now, each with the frame of its own coroutine (on the stack of the
+ * thread that runs it) and that frame's code object: a stack read just before that holds a
+ * frame at that address with that code ran the task then (the stack's thread ran it; the
+ * caller matches them). At most @cap; no asyncio, none running: *ret_n 0.
+ */
+struct pyf_running_task {
+    uint64_t task, coro_frame, code;
+    char name[128]; /* "" where the version has no names (3.6, 3.7) */
+};
+int pyf_target__running_tasks(struct pyf_target *t, struct pyf_running_task *ret, size_t cap,
+                              size_t *ret_n, struct pyf_err *reterr);
+
 #endif

@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -161,9 +162,25 @@ static json_t *mixed_frames(struct pyf_target *t, struct pyf_native *nat,
     return frames;
 }
 
-static json_t *thread_json(struct pyf_target *t, struct pyf_native *nat, const struct bt_thread *bt,
-                           int depth, bool show_probed)
+#define RUNNING_TASKS_MAX 256 /* asyncio tasks running at once: one per thread with a loop */
+
+/* The asyncio task whose coroutine's frame is on @st (that frame, with its code), or NULL. */
+static const struct pyf_running_task *task_of(const struct pyf_stack *st,
+                                              const struct pyf_running_task *run, size_t n_run)
 {
+    for (size_t i = 0; i < st->n_frames; i++)
+        for (size_t k = 0; k < n_run; k++)
+            if (st->frames[i].frame_raddr == run[k].coro_frame &&
+                st->frames[i].code_raddr == run[k].code)
+                return &run[k];
+    return NULL;
+}
+
+static json_t *thread_json(struct pyf_target *t, struct pyf_native *nat, const struct bt_thread *bt,
+                           int depth, bool show_probed, const struct pyf_running_task *run,
+                           size_t n_run)
+{
+    const struct pyf_running_task *task = task_of(&bt->st, run, n_run);
     json_t *frames = json_array();
     json_t *jt =
         json_pack("{s:i, s:s, s:s, s:I, s:b, s:b, s:b, s:b}", "tid", (int)bt->th.tid, "name",
@@ -173,6 +190,12 @@ static json_t *thread_json(struct pyf_target *t, struct pyf_native *nat, const s
 
     if (nat)
         json_object_set_new(jt, "python", json_boolean(!bt->native_only));
+    if (task) {
+        char id[24];
+
+        snprintf(id, sizeof(id), "0x%" PRIx64, task->task);
+        json_object_set_new(jt, "task", json_pack("{s:s, s:s}", "id", id, "name", task->name));
+    }
 
     if (nat && bt->n_pcs > 0) {
         json_decref(frames);
@@ -199,6 +222,14 @@ static json_t *process_json(struct pyf_target *t, struct pyf_native *nat,
     json_t *threads = json_array();
     json_t *root;
     int own = 0;
+    struct pyf_running_task *run = calloc(RUNNING_TASKS_MAX, sizeof(*run));
+    size_t n_run = 0;
+    struct pyf_err e;
+
+    /* read after the stacks: a thread is said to run a task only when its stack then held
+     * that task's coroutine frame, and still does (task_of) */
+    if (run && pyf_target__running_tasks(t, run, RUNNING_TASKS_MAX, &n_run, &e) < 0)
+        n_run = 0;
 
     for (size_t i = 0; i < n; i++) {
         bool stub = strcmp(bts[i].os_name, STUB_THREAD_NAME) == 0; /* stub.c's, not the job's */
@@ -207,7 +238,7 @@ static json_t *process_json(struct pyf_target *t, struct pyf_native *nat,
             own++;
             continue;
         }
-        jt = thread_json(t, nat, &bts[i], depth, show_probed);
+        jt = thread_json(t, nat, &bts[i], depth, show_probed, run, n_run);
         if (jt && stub)
             json_object_set_new(jt, "probed", json_true());
         json_array_append_new(threads, jt);
@@ -221,6 +252,7 @@ static json_t *process_json(struct pyf_target *t, struct pyf_native *nat,
         json_object_set_new(root, "probed_threads", json_integer(own));
     if (root && info->note[0]) /* a version newer than this build knows, and how it is read */
         json_object_set_new(root, "note", json_string(info->note));
+    free(run);
     return root;
 }
 

@@ -182,6 +182,13 @@ static void print_thread_text(json_t *jt)
         printf(" (no Python)");
     if (json_is_true(json_object_get(jt, "probed")))
         printf(" (probed's)");
+    if (json_is_object(json_object_get(jt, "task"))) { /* the asyncio task it runs */
+        const char *name = json_string_value(json_object_get(json_object_get(jt, "task"), "name"));
+        printf(" (task \"%s\")",
+               name && *name
+                   ? name
+                   : json_string_value(json_object_get(json_object_get(jt, "task"), "id")));
+    }
     printf("\n");
     if (error) {
         printf("    <unreadable: %s>\n", error);

@@ -22,7 +22,8 @@ enum col {
     COL_FIRST_LINE,
     COL_HOLDS_GIL,
     COL_ON_CPU,
-    COL_LOCALS
+    COL_LOCALS,
+    COL_TASK
 };
 
 #define LIVE_PIDS_MAX 1024
@@ -32,7 +33,7 @@ enum col {
 
 struct live_row {
     int pid, tid, depth, lineno, first_line, holds_gil, on_cpu;
-    char *thread, *func, *file, *locals;
+    char *thread, *func, *file, *locals, *task;
 };
 
 struct live_vtab {
@@ -54,7 +55,7 @@ static int live_connect(sqlite3 *db, void *aux, int argc, const char *const *arg
     int rc = sqlite3_declare_vtab(db, "CREATE TABLE x(pid INTEGER, tid INTEGER, thread TEXT,"
                                       " depth INTEGER, func TEXT, file TEXT, lineno INTEGER,"
                                       " first_line INTEGER, holds_gil INTEGER, on_cpu INTEGER,"
-                                      " locals TEXT)");
+                                      " locals TEXT, task TEXT)");
 
     (void)argc, (void)argv, (void)errmsg;
     if (rc != SQLITE_OK)
@@ -110,6 +111,7 @@ static void free_rows(struct live_cursor *c)
         free(c->rows[i].func);
         free(c->rows[i].file);
         free(c->rows[i].locals);
+        free(c->rows[i].task);
     }
     free(c->rows);
     c->rows = NULL;
@@ -165,18 +167,39 @@ static int add_row(struct live_cursor *c, const struct live_row *r)
     return 0;
 }
 
+#define LIVE_RUNNING_TASKS_MAX 256
+
+/* The name (else the id) of the asyncio task whose coroutine's frame, with its code, is on
+ * @st; NULL when none (malloc'd). */
+static char *task_on(const struct pyf_stack *st, const struct pyf_running_task *run, size_t n_run)
+{
+    for (size_t i = 0; i < st->n_frames; i++)
+        for (size_t k = 0; k < n_run; k++)
+            if (st->frames[i].frame_raddr == run[k].coro_frame &&
+                st->frames[i].code_raddr == run[k].code) {
+                char *s = NULL;
+                if (run[k].name[0])
+                    return strdup(run[k].name);
+                return asprintf(&s, "0x%llx", (unsigned long long)run[k].task) < 0 ? NULL : s;
+            }
+    return NULL;
+}
+
 /* Every thread's stack of @pid into rows. */
 static int read_pid(struct live_cursor *c, pid_t pid, bool with_locals, struct pyf_frame *frames,
                     struct pyf_err *e)
 {
     struct pyf_thread *threads = calloc(LIVE_THREADS_MAX, sizeof(*threads));
+    struct pyf_running_task *run = calloc(LIVE_RUNNING_TASKS_MAX, sizeof(*run));
     struct pyf_target *t = NULL;
-    size_t n = 0;
-    int r = threads ? pyf_target_open(pid, &t, e) : -ENOMEM;
+    size_t n = 0, n_run = 0;
+    int r = threads && run ? pyf_target_open(pid, &t, e) : -ENOMEM;
 
-    if (!threads)
+    if (!threads || !run)
         snprintf(e->msg, sizeof(e->msg), "pid %d: no memory for its thread list", (int)pid);
-
+    /* the tasks running now: a thread whose stack holds one's coroutine frame runs it */
+    if (r == 0 && pyf_target__running_tasks(t, run, LIVE_RUNNING_TASKS_MAX, &n_run, e) < 0)
+        n_run = 0;
     if (r == 0)
         r = pyf_target__threads(t, threads, LIVE_THREADS_MAX, &n, e);
     for (size_t i = 0; r == 0 && i < n; i++) {
@@ -191,6 +214,8 @@ static int read_pid(struct live_cursor *c, pid_t pid, bool with_locals, struct p
         /* threading's name for it, else the OS's */
         if (pyf_target__thread_py_name(t, threads[i].ident, name, sizeof(name), e) < 0 || !name[0])
             pyf_thread_name(pid, threads[i].tid, name, sizeof(name));
+        char *task = task_on(&st, run, n_run);
+
         for (size_t d = 0; r == 0 && d < st.n_frames; d++) {
             struct live_row row = {
                 .pid = pid,
@@ -204,12 +229,15 @@ static int read_pid(struct live_cursor *c, pid_t pid, bool with_locals, struct p
                 .func = strdup(st.frames[d].func),
                 .file = strdup(st.frames[d].file),
                 .locals = with_locals ? locals_json(t, &st.frames[d]) : NULL,
+                .task = task ? strdup(task) : NULL,
             };
             r = add_row(c, &row);
         }
+        free(task);
     }
     pyf_target_free(t);
     free(threads);
+    free(run);
     return r;
 }
 
@@ -297,9 +325,11 @@ static int live_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col)
                        : col == COL_FUNC   ? r->func
                        : col == COL_FILE   ? r->file
                        : col == COL_LOCALS ? r->locals
+                       : col == COL_TASK   ? r->task
                                            : NULL;
 
-    if (col == COL_THREAD || col == COL_FUNC || col == COL_FILE || col == COL_LOCALS) {
+    if (col == COL_THREAD || col == COL_FUNC || col == COL_FILE || col == COL_LOCALS ||
+        col == COL_TASK) {
         if (text)
             sqlite3_result_text(ctx, text, -1, SQLITE_TRANSIENT);
         else

@@ -92,6 +92,15 @@ def check_tasks(python, mode, target_factory, daemon):
     waits = got['0x%x' % ids['direct-parent']]['waits_for']
     assert waits['id'] == '0x%x' % ids['awaited'] and waits['type'] == '_asyncio.Task'
 
+    # the running task, said of the thread running it: in its backtrace and python.backtrace
+    bt = json.loads(daemon.ctl('backtrace', t.pid, '--json', check=True).stdout)
+    main = [th for th in bt['threads'] if th['tid'] == t.pid][0]
+    assert main['task'] == {'id': busy['id'], 'name': busy['name']}, main
+    assert all('task' not in th for th in bt['threads'] if th['tid'] != t.pid)
+    rows = daemon.rows('SELECT DISTINCT tid, task FROM python.backtrace WHERE pid = %d' % t.pid)
+    assert [t.pid, busy['name'] or busy['id']] in rows, rows
+    assert all(task is None for tid, task in rows if tid != t.pid), rows
+
     # the text: the await tree, main's children under it
     text = daemon.ctl('backtrace', t.pid, '--tasks', check=True).stdout
     assert re.search(r'%d asyncio tasks' % (N_IDLE + 9), text)
