@@ -33,6 +33,7 @@
 #include "err.h"
 #include "procmaps.h"
 #include "pyobj.h"
+#include "remote.h"
 #include "target.h"
 
 #define TASK_ATTEMPTS 3
@@ -77,11 +78,60 @@ static int read_obj(const struct pyf_target *t, uint64_t raddr, void *buf, size_
 static void add_found(struct walk *w, uint64_t task)
 {
     w->total++;
-    for (size_t i = 0; i < w->n_found; i++)
-        if (w->found[i] == task)
-            return (void)w->total--;
     if (w->n_found < w->cap_found)
         w->found[w->n_found++] = task;
+}
+
+static int cmp_raddr(const void *x, const void *y)
+{
+    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+
+    return a < b ? -1 : a > b;
+}
+
+/* A task in two registries at once (a 3.12 eager task moving to the scheduled set while read)
+ * is one task: w->found sorted, each once. */
+static void unique_found(struct walk *w)
+{
+    size_t kept = 0;
+
+    qsort(w->found, w->n_found, sizeof(*w->found), cmp_raddr);
+    for (size_t i = 0; i < w->n_found; i++)
+        if (kept == 0 || w->found[kept - 1] != w->found[i])
+            w->found[kept++] = w->found[i];
+    w->total -= w->n_found - kept;
+    w->n_found = kept;
+}
+
+/* Objects @raddrs[0..n) of @size bytes each into @out (object i at i * size), a batch of
+ * them a syscall; ok[i]: object i was read (a batch with one unreadable, freed meanwhile, is
+ * read again one by one). */
+#define READ_BATCH 512
+static void read_many(const struct pyf_target *t, const uint64_t *raddrs, size_t n, size_t size,
+                      uint8_t *out, bool *ok)
+{
+    struct iovec l[READ_BATCH], r[READ_BATCH];
+
+    for (size_t at = 0; at < n; at += READ_BATCH) {
+        size_t k = n - at < READ_BATCH ? n - at : READ_BATCH, m = 0;
+        size_t idx[READ_BATCH];
+
+        for (size_t i = at; i < at + k; i++) {
+            ok[i] = false;
+            if (!raddrs[i] || (raddrs[i] & 7)) /* not an object's address */
+                continue;
+            l[m] = (struct iovec){.iov_base = out + i * size, .iov_len = size};
+            r[m] = (struct iovec){.iov_base = (void *)(uintptr_t)raddrs[i], .iov_len = size};
+            idx[m++] = i;
+        }
+        if (remote_readv(&t->mem, l, r, m) == 0) {
+            for (size_t j = 0; j < m; j++)
+                ok[idx[j]] = true;
+            continue;
+        }
+        for (size_t j = 0; j < m; j++)
+            ok[idx[j]] = remote_read(&t->mem, raddrs[idx[j]], out + idx[j] * size, size) == 0;
+    }
 }
 
 /* The keys of set @raddr; through weakrefs (their referents) when @weak. */
@@ -90,7 +140,7 @@ static int add_set(struct walk *w, uint64_t raddr, bool weak, struct pyf_err *e)
     const struct pyf_layout *l = &w->t->lay;
     int64_t used = 0, mask = 0;
     uint64_t table = 0;
-    size_t slots, entry = (size_t)l->set_entry_size;
+    size_t slots, entry = (size_t)l->set_entry_size, n = 0;
     uint8_t *tab;
     int r = read_obj(w->t, raddr + (uint64_t)l->set_used, &used, sizeof(used), e, "task set");
 
@@ -108,15 +158,33 @@ static int add_set(struct walk *w, uint64_t raddr, bool weak, struct pyf_err *e)
         return pyf_fail(e, PYF_INVALID, ENOMEM, 0, "pid %d: task set of %zu slots", w->t->info.pid,
                         slots);
     r = read_obj(w->t, table, tab, slots * entry, e, "task set's table");
+    /* the keys, in place of the table's entries: a deleted one holds the dummy key with hash
+     * -1; through weakrefs, their referents (wr_object), read a batch a syscall */
     for (size_t i = 0; r == 0 && i < slots; i++) {
-        uint64_t key = field_u64(tab + i * entry, 0), obj = key;
+        uint64_t key = field_u64(tab + i * entry, 0);
 
-        /* a deleted entry holds the dummy key with hash -1 */
-        if (!key || (int64_t)field_u64(tab + i * entry, 8) == -1)
-            continue;
-        if (weak && read_obj(w->t, key + (uint64_t)w->a->weakref_object, &obj, sizeof(obj), NULL,
-                             "weakref") < 0)
-            continue;
+        if (key && (int64_t)field_u64(tab + i * entry, 8) != -1)
+            ((uint64_t *)tab)[n++] = key;
+    }
+    if (r == 0 && weak) {
+        size_t ref_bytes = (size_t)w->a->weakref_object + 8;
+        uint8_t *refs = malloc(n * ref_bytes + 1);
+        bool *ok = malloc(n * sizeof(*ok) + 1);
+
+        if (!refs || !ok) {
+            r = pyf_fail(e, PYF_INVALID, ENOMEM, 0, "pid %d: task set of %zu", w->t->info.pid, n);
+            n = 0;
+        }
+        read_many(w->t, (const uint64_t *)tab, n, ref_bytes, refs, ok);
+        for (size_t i = 0; i < n; i++) /* an unreadable one went meanwhile */
+            ((uint64_t *)tab)[i] =
+                ok[i] ? field_u64(refs + i * ref_bytes, w->a->weakref_object) : 0;
+        free(refs);
+        free(ok);
+    }
+    for (size_t i = 0; r == 0 && i < n; i++) {
+        uint64_t obj = ((const uint64_t *)tab)[i];
+
         if (obj && obj != w->t->types.none)
             add_found(w, obj);
     }
@@ -427,11 +495,13 @@ static int running_frames(struct walk *w, struct chain *c, pid_t *ret_tid, struc
     if (r == 0 && !w->stacks) {
         w->stacks = calloc(w->n_threads ? w->n_threads : 1, sizeof(*w->stacks));
         for (size_t i = 0; w->stacks && i < w->n_threads; i++) {
+            struct pyf_err ignored;
+
             w->stacks[i].cap = PYF_DEPTH_MAX;
             w->stacks[i].frames = calloc(PYF_DEPTH_MAX, sizeof(struct pyf_frame));
             /* a thread that cannot be read has no frames: its task reads as it was */
             if (!w->stacks[i].frames ||
-                pyf_target__stack(w->t, &w->threads[i], &w->stacks[i], NULL) < 0)
+                pyf_target__stack(w->t, &w->threads[i], &w->stacks[i], &ignored) < 0)
                 w->stacks[i].n_frames = 0;
         }
         if (!w->stacks)
@@ -763,6 +833,8 @@ int pyf_target__tasks(struct pyf_target *t, size_t max, struct pyf_tasks **ret,
         r = find_module(&w, reterr);
     if (r == 0 && w.task_type)
         r = gather_tasks(&w, reterr);
+    if (w.found)
+        unique_found(&w);
     for (size_t i = 0; r == 0 && i < w.n_found; i++)
         r = read_task(&w, w.found[i], reterr);
     if (r == 0)
@@ -782,78 +854,100 @@ int pyf_target__tasks(struct pyf_target *t, size_t max, struct pyf_tasks **ret,
     return 0;
 }
 
-/* Whether coroutine @gen runs now: its frame's address and code when it does (else 0s). */
-static int coroutine_running(struct walk *w, uint64_t gen, uint64_t *ret_frame, uint64_t *ret_code,
-                             struct pyf_err *e)
+/* Of tasks @tasks[0..n): those whose coroutine runs now, into @ret (see pyframes.h). Three
+ * batched reads: the tasks, their coroutines, and (<= 3.10) the coroutines' frames. */
+#define RUNNING_CHUNK 1024
+struct running_scratch {
+    uint64_t coros[RUNNING_CHUNK], frames[RUNNING_CHUNK];
+    size_t of[RUNNING_CHUNK]; /* the task of coroutine j */
+    bool ok[RUNNING_CHUNK], ok2[RUNNING_CHUNK];
+    uint8_t heads[RUNNING_CHUNK * 256], gens[RUNNING_CHUNK * GEN_BYTES];
+};
+
+static void running_of(struct walk *w, struct running_scratch *x, const uint64_t *tasks, size_t n,
+                       struct pyf_running_task *ret, size_t cap, size_t *ret_n)
 {
     const struct pyf_layout *l = &w->t->lay;
-    uint8_t buf[GEN_BYTES];
-    uint64_t frame = 0;
-    int r;
+    const struct pyf_aio_layout *a = w->a;
+    size_t task_bytes = (size_t)a->task_size, m = 0;
+    /* of a coroutine: its type, and its state and frame's code (3.11+) or its frame (<= 3.10) */
+    size_t gen_bytes = l->gen_iframe >= 0 ? (size_t)l->gen_iframe + (size_t)l->fr_code + 8
+                                          : (size_t)l->gen_frame + 8;
 
-    *ret_frame = *ret_code = 0;
-    if (l->gen_iframe >= 0) {
-        size_t want = (size_t)l->gen_iframe + (size_t)l->fr_code + 8;
+    if (task_bytes > 256 || gen_bytes > GEN_BYTES || (size_t)l->fr_size > GEN_BYTES)
+        return;
+    read_many(w->t, tasks, n, task_bytes, x->heads, x->ok);
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *h = x->heads + i * task_bytes;
 
-        if (want > sizeof(buf) || (size_t)l->gen_state >= want)
-            return pyf_fail(e, PYF_INVALID, EINVAL, gen, "pid %d: generator layout",
-                            w->t->info.pid);
-        if ((r = read_obj(w->t, gen, buf, want, e, "coroutine")) < 0)
-            return r;
-        if ((int8_t)buf[l->gen_state] != l->gen_executing)
-            return 0;
-        *ret_frame = gen + (uint64_t)l->gen_iframe;
-        *ret_code = stackref_object(l, field_u64(buf + l->gen_iframe, l->fr_code));
-        return 0;
+        if (x->ok[i] && field_u64(h, l->ob_type) == w->task_type &&
+            field_i32(h, a->task_state) == 0)
+            x->coros[m] = field_u64(h, a->task_coro), x->of[m++] = i;
     }
-    if ((r = read_obj(w->t, gen + (uint64_t)l->gen_frame, &frame, sizeof(frame), e, "coroutine")) <
-            0 ||
-        !frame)
-        return r;
-    if ((size_t)l->fr_running >= sizeof(buf) || (size_t)l->fr_code + 8 > sizeof(buf))
-        return pyf_fail(e, PYF_INVALID, EINVAL, gen, "pid %d: frame layout", w->t->info.pid);
-    if ((r = read_obj(w->t, frame, buf, (size_t)l->fr_size, e, "coroutine frame")) < 0)
-        return r;
-    if ((int8_t)buf[l->fr_running] != l->fr_running_value)
-        return 0;
-    *ret_frame = frame;
-    *ret_code = field_u64(buf, l->fr_code);
-    return 0;
+    read_many(w->t, x->coros, m, gen_bytes, x->gens, x->ok2);
+    if (l->gen_iframe < 0) /* <= 3.10: the frame objects, whose state says running */
+        for (size_t j = 0; j < m; j++)
+            x->frames[j] =
+                x->ok2[j] && field_u64(x->gens + j * gen_bytes, l->ob_type) == w->t->types.coro
+                    ? field_u64(x->gens + j * gen_bytes, l->gen_frame)
+                    : 0;
+    for (size_t j = 0; j < m && *ret_n < cap; j++) {
+        const uint8_t *g = x->gens + j * gen_bytes;
+        const uint8_t *head = x->heads + x->of[j] * task_bytes;
+        uint64_t frame = 0, code = 0;
+
+        if (!x->ok2[j] || field_u64(g, l->ob_type) != w->t->types.coro)
+            continue;
+        if (l->gen_iframe >= 0) {
+            if ((int8_t)g[l->gen_state] != l->gen_executing)
+                continue;
+            frame = x->coros[j] + (uint64_t)l->gen_iframe;
+            code = stackref_object(l, field_u64(g + l->gen_iframe, l->fr_code));
+        } else {
+            uint8_t fb[GEN_BYTES];
+
+            /* few run at once: their frames are read one by one */
+            if (!x->frames[j] ||
+                remote_read(&w->t->mem, x->frames[j], fb, (size_t)l->fr_size) < 0 ||
+                (int8_t)fb[l->fr_running] != l->fr_running_value)
+                continue;
+            frame = x->frames[j];
+            code = field_u64(fb, l->fr_code);
+        }
+        ret[*ret_n] =
+            (struct pyf_running_task){.task = tasks[x->of[j]], .coro_frame = frame, .code = code};
+        if (a->task_name >= 0)
+            task_name(w, field_u64(head, a->task_name), ret[*ret_n].name, sizeof(ret[0].name));
+        (*ret_n)++;
+    }
 }
 
 int pyf_target__running_tasks(struct pyf_target *t, struct pyf_running_task *ret, size_t cap,
                               size_t *ret_n, struct pyf_err *reterr)
 {
     struct walk w = {.t = t, .a = aio_layout_for_version(t->info.version)};
+    struct running_scratch *x = NULL;
     int r = 0;
 
     *ret_n = 0;
     if (!w.a || !t->types.coro)
         return 0; /* no Task layout: no task is known to run */
     w.cap_found = 1u << 17;
-    if (!(w.found = malloc(w.cap_found * sizeof(*w.found))))
-        return pyf_fail(reterr, PYF_INVALID, ENOMEM, 0, "pid %d: tasks", t->info.pid);
-    r = find_module(&w, reterr);
+    w.found = malloc(w.cap_found * sizeof(*w.found));
+    x = malloc(sizeof(*x));
+    if (!w.found || !x)
+        r = pyf_fail(reterr, PYF_INVALID, ENOMEM, 0, "pid %d: tasks", t->info.pid);
+    if (r == 0)
+        r = find_module(&w, reterr);
     if (r == 0 && w.task_type)
         r = gather_tasks(&w, reterr);
-    for (size_t i = 0; r == 0 && i < w.n_found && *ret_n < cap; i++) {
-        uint8_t head[256];
-        uint64_t coro, type = 0, frame = 0, code = 0;
-
-        /* a task that cannot be read now (freed meanwhile) is not one running */
-        if (read_obj(t, w.found[i], head, (size_t)w.a->task_size, NULL, "task") < 0 ||
-            field_u64(head, t->lay.ob_type) != w.task_type || field_i32(head, w.a->task_state) != 0)
-            continue;
-        coro = field_u64(head, w.a->task_coro);
-        if (pyobj_type(t, coro, &type, NULL) < 0 || type != t->types.coro ||
-            coroutine_running(&w, coro, &frame, &code, NULL) < 0 || !frame)
-            continue;
-        ret[*ret_n] =
-            (struct pyf_running_task){.task = w.found[i], .coro_frame = frame, .code = code};
-        if (w.a->task_name >= 0)
-            task_name(&w, field_u64(head, w.a->task_name), ret[*ret_n].name, sizeof(ret[0].name));
-        (*ret_n)++;
-    }
+    if (w.found)
+        unique_found(&w);
+    for (size_t at = 0; r == 0 && at < w.n_found && *ret_n < cap; at += RUNNING_CHUNK)
+        running_of(&w, x, w.found + at,
+                   w.n_found - at < RUNNING_CHUNK ? w.n_found - at : RUNNING_CHUNK, ret, cap,
+                   ret_n);
+    free(x);
     free(w.threads);
     free(w.found);
     return r;

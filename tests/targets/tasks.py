@@ -5,7 +5,7 @@ gather of two, a task awaiting another task, a task blocked on a Queue, a thousa
 sleepers; then "busy" runs forever (never awaiting, so every other task stays as it is) after
 creating "late", which therefore never starts. READY {...} once busy runs.
 
-usage: tasks.py [N_IDLE] [plain|eager|uvloop]: eager, tasks made by asyncio.eager_task_factory
+usage: tasks.py [N_IDLE] [plain|eager|uvloop] (N_IDLE: else $TASKS_IDLE, else 1000): eager, tasks made by asyncio.eager_task_factory
 (3.12+; busy then is made apart, as a plain Task no one awaits, or it would run inside main);
 uvloop, on uvloop's event loop.
 """
@@ -15,7 +15,7 @@ import json
 import os
 import sys
 
-N_IDLE = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
+N_IDLE = int(sys.argv[1]) if len(sys.argv) > 1 else int(os.environ.get('TASKS_IDLE', '1000'))
 MODE = sys.argv[2] if len(sys.argv) > 2 else 'plain'
 NAMES = sys.version_info >= (3, 8)
 IDS = {}  # our name of each task -> id(task), its address
