@@ -52,6 +52,10 @@ struct exits {
     size_t n_pending;
     struct kline klines[EXITS_KMSG_LINES];
     size_t next_kline;
+    /* the targets whose end was recorded last: an attach ends once, however many times its
+     * end is heard of (CI's sanitizer run counted one exit twice) */
+    int64_t recorded[EXITS_RECORDED];
+    size_t next_recorded;
     atomic_uint_fast64_t counts[EXIT_KINDS], lost;
 };
 
@@ -219,6 +223,12 @@ static void on_exit_event(struct exits *e, pid_t pid, int status, int64_t event_
      * pid reused since is not it */
     if (procfs_start_time(pid, &start) == 0 && start != key.start_time)
         return;
+    for (size_t i = 0; i < e->n_pending; i++)
+        if (e->pending[i].target_id == key.id)
+            return;
+    for (size_t i = 0; i < EXITS_RECORDED; i++)
+        if (e->recorded[i] == key.id)
+            return;
     if (e->n_pending == EXITS_PENDING_MAX) {
         atomic_fetch_add(&e->lost, 1);
         return;
@@ -356,6 +366,7 @@ static void flush_pending(struct exits *e, bool all)
             }
             continue;
         }
+        e->recorded[e->next_recorded++ % EXITS_RECORDED] = p->target_id;
         atomic_fetch_add(&e->counts[strcmp(c.kind, "exit") == 0     ? EXIT_CLEAN
                                     : strcmp(c.kind, "signal") == 0 ? EXIT_SIGNAL
                                                                     : EXIT_OOM],

@@ -27,6 +27,7 @@
 
 #define EXITS_SETTLE_MS 300
 #define EXITS_PENDING_MAX 256   /* exits of targets waiting for their kernel lines */
+#define EXITS_RECORDED 256      /* targets whose end was recorded, remembered: each once */
 #define EXITS_KMSG_LINES 128    /* the kernel's recent lines kept */
 #define EXITS_REMEMBER_MS 60000 /* how long a target that ended is still matched to an exit */
 
