@@ -43,6 +43,8 @@
 #define GEN_BYTES 512            /* of a generator object: its frame's head too (3.11+) */
 #define FRAME_OBJECT_BYTES 512   /* of a PyFrameObject (<= 3.10) */
 
+struct chain;
+
 /* One read of every task. */
 struct walk {
     struct pyf_target *t;
@@ -51,7 +53,8 @@ struct walk {
     uint64_t *found; /* task addresses, as gathered from the registries */
     size_t n_found, cap_found, total;
     struct pyf_tasks *out;
-    size_t cap_tasks, cap_frames, cap_parents;
+    size_t cap_tasks, cap_frames;
+    struct chain *chains; /* two: a task's chain, read twice */
     struct pyf_stack one; /* one frame decoded at a time */
     struct pyf_frame one_frame;
     struct pyf_thread *threads; /* read once, when a task is found running */
@@ -68,12 +71,6 @@ struct chain {
     enum pyf_task_state state;
     uint64_t running_frame; /* the running coroutine's frame, found on a thread's stack */
 };
-
-static int read_obj(const struct pyf_target *t, uint64_t raddr, void *buf, size_t size,
-                    struct pyf_err *e, const char *what)
-{
-    return pyobj_read(t, raddr, buf, size, e, what);
-}
 
 static void add_found(struct walk *w, uint64_t task)
 {
@@ -142,12 +139,12 @@ static int add_set(struct walk *w, uint64_t raddr, bool weak, struct pyf_err *e)
     uint64_t table = 0;
     size_t slots, entry = (size_t)l->set_entry_size, n = 0;
     uint8_t *tab;
-    int r = read_obj(w->t, raddr + (uint64_t)l->set_used, &used, sizeof(used), e, "task set");
+    int r = pyobj_read(w->t, raddr + (uint64_t)l->set_used, &used, sizeof(used), e, "task set");
 
     if (r == 0)
-        r = read_obj(w->t, raddr + (uint64_t)l->set_mask, &mask, sizeof(mask), e, "task set");
+        r = pyobj_read(w->t, raddr + (uint64_t)l->set_mask, &mask, sizeof(mask), e, "task set");
     if (r == 0)
-        r = read_obj(w->t, raddr + (uint64_t)l->set_table, &table, sizeof(table), e, "task set");
+        r = pyobj_read(w->t, raddr + (uint64_t)l->set_table, &table, sizeof(table), e, "task set");
     if (r < 0)
         return r;
     if (used < 0 || mask < 0 || (uint64_t)mask >= SET_SLOTS_MAX || used > mask + 1 || entry < 16)
@@ -157,7 +154,7 @@ static int add_set(struct walk *w, uint64_t raddr, bool weak, struct pyf_err *e)
     if (!(tab = malloc(slots * entry)))
         return pyf_fail(e, PYF_INVALID, ENOMEM, 0, "pid %d: task set of %zu slots", w->t->info.pid,
                         slots);
-    r = read_obj(w->t, table, tab, slots * entry, e, "task set's table");
+    r = pyobj_read(w->t, table, tab, slots * entry, e, "task set's table");
     /* the keys, in place of the table's entries: a deleted one holds the dummy key with hash
      * -1; through weakrefs, their referents (wr_object), read a batch a syscall */
     for (size_t i = 0; r == 0 && i < slots; i++) {
@@ -196,7 +193,7 @@ static int add_set(struct walk *w, uint64_t raddr, bool weak, struct pyf_err *e)
 static int add_list(struct walk *w, uint64_t head, struct pyf_err *e)
 {
     uint64_t node = 0;
-    int r = read_obj(w->t, head, &node, sizeof(node), e, "task list");
+    int r = pyobj_read(w->t, head, &node, sizeof(node), e, "task list");
 
     for (size_t n = 0; r == 0 && node && node != head; n++) {
         if (n >= w->cap_found * 2)
@@ -204,7 +201,7 @@ static int add_list(struct walk *w, uint64_t head, struct pyf_err *e)
                             "pid %d: the task list at 0x%" PRIx64 " does not end", w->t->info.pid,
                             head);
         add_found(w, node - (uint64_t)w->a->task_node);
-        r = read_obj(w->t, node, &node, sizeof(node), e, "task list node");
+        r = pyobj_read(w->t, node, &node, sizeof(node), e, "task list node");
     }
     return r;
 }
@@ -267,7 +264,7 @@ static int registry_36(struct walk *w, uint64_t *ret, struct pyf_err *e)
         r = pyf_fail(e, PYF_TORN, ENOENT, 0, "pid %d: %s is no longer mapped", w->t->info.pid,
                      m->path);
     if (r == 0)
-        r = read_obj(w->t, at - vaddr + sym, ret, sizeof(*ret), e, "_asyncio's all_tasks");
+        r = pyobj_read(w->t, at - vaddr + sym, ret, sizeof(*ret), e, "_asyncio's all_tasks");
     elfimg_free(img);
     procmaps_free(&pm);
     return r;
@@ -363,7 +360,7 @@ static int read_coroutine(struct walk *w, uint64_t gen, bool is_coro, struct cha
         if (want > sizeof(buf))
             return pyf_fail(e, PYF_INVALID, EINVAL, gen, "pid %d: generator frame too large",
                             w->t->info.pid);
-        if ((r = read_obj(w->t, gen, buf, want, e, "coroutine")) < 0)
+        if ((r = pyobj_read(w->t, gen, buf, want, e, "coroutine")) < 0)
             return r;
         state = (int8_t)buf[l->gen_state];
         frame = gen + (uint64_t)l->gen_iframe;
@@ -399,12 +396,12 @@ static int read_coroutine(struct walk *w, uint64_t gen, bool is_coro, struct cha
 
         if (want > FRAME_OBJECT_BYTES)
             want = FRAME_OBJECT_BYTES;
-        if ((r = read_obj(w->t, gen + (uint64_t)l->gen_frame, &frame, sizeof(frame), e,
-                          "coroutine")) < 0)
+        if ((r = pyobj_read(w->t, gen + (uint64_t)l->gen_frame, &frame, sizeof(frame), e,
+                            "coroutine")) < 0)
             return r;
         if (!frame)
             return 0; /* finished */
-        if ((r = read_obj(w->t, frame, fb, want, e, "coroutine frame")) < 0)
+        if ((r = pyobj_read(w->t, frame, fb, want, e, "coroutine frame")) < 0)
             return r;
         running = (int8_t)fb[l->fr_running] == l->fr_running_value;
         if (l->fr_stacktop >= 0) { /* 3.6-3.9 */
@@ -440,7 +437,7 @@ static int read_coroutine(struct walk *w, uint64_t gen, bool is_coro, struct cha
     if (suspended && yield_from && top) {
         uint64_t bits = 0;
 
-        if ((r = read_obj(w->t, top, &bits, sizeof(bits), e, "awaited object")) < 0)
+        if ((r = pyobj_read(w->t, top, &bits, sizeof(bits), e, "awaited object")) < 0)
             return r;
         *ret_next = stackref_object(l, bits);
     }
@@ -565,17 +562,13 @@ static int read_task(struct walk *w, uint64_t raddr, struct pyf_err *e)
 {
     const struct pyf_aio_layout *a = w->a;
     struct pyf_tasks *out = w->out;
-    struct chain *c = calloc(2, sizeof(*c));
+    struct chain *c = w->chains;
     uint8_t head[256];
     struct pyf_task *task;
     int r = 0, attempt;
 
-    if (!c)
-        return pyf_fail(e, PYF_INVALID, ENOMEM, 0, "pid %d: task chain", w->t->info.pid);
-    if (grow((void **)&out->tasks, &w->cap_tasks, out->n_tasks + 1, sizeof(*out->tasks)) < 0) {
-        free(c);
+    if (grow((void **)&out->tasks, &w->cap_tasks, out->n_tasks + 1, sizeof(*out->tasks)) < 0)
         return pyf_fail(e, PYF_INVALID, ENOMEM, 0, "pid %d: tasks", w->t->info.pid);
-    }
     task = &out->tasks[out->n_tasks];
     memset(task, 0, sizeof(*task));
     task->raddr = raddr;
@@ -584,13 +577,12 @@ static int read_task(struct walk *w, uint64_t raddr, struct pyf_err *e)
         uint64_t type = 0, coro = 0;
         int32_t state;
 
-        r = read_obj(w->t, raddr, head, (size_t)a->task_size, &local, "task");
+        r = pyobj_read(w->t, raddr, head, (size_t)a->task_size, &local, "task");
         if (r == 0 && field_u64(head, w->t->lay.ob_type) != w->task_type)
             break; /* no longer a task (freed): not one to show */
         if (r < 0) {
             if (pyf_err_fatal(&local)) {
                 *e = local;
-                free(c);
                 return r;
             }
             continue;
@@ -620,33 +612,38 @@ static int read_task(struct walk *w, uint64_t raddr, struct pyf_err *e)
     }
     if (attempt == TASK_ATTEMPTS) {
         out->torn++;
-        free(c);
         return 0;
     }
-    if (r == 0 && field_u64(head, w->t->lay.ob_type) != w->task_type) {
-        free(c);
+    if (r == 0 && field_u64(head, w->t->lay.ob_type) != w->task_type)
         return 0;
-    }
     if (grow((void **)&out->frames, &w->cap_frames, out->n_frames + c[0].n, sizeof(*out->frames)) <
-        0) {
-        free(c);
+        0)
         return pyf_fail(e, PYF_INVALID, ENOMEM, 0, "pid %d: task frames", w->t->info.pid);
-    }
     task->frame0 = out->n_frames;
     task->n_frames = c[0].n;
     if (c[0].n) /* none: frames may still be NULL */
         memcpy(out->frames + out->n_frames, c[0].frames, c[0].n * sizeof(*out->frames));
     out->n_frames += c[0].n;
     out->n_tasks++;
-    free(c);
     return 0;
 }
 
+/* The index of task @raddr in out->tasks, or -1. They were read in w->found's order, which
+ * unique_found() sorted by address. */
 static ssize_t task_index(const struct pyf_tasks *out, uint64_t raddr)
 {
-    for (size_t i = 0; raddr && i < out->n_tasks; i++)
-        if (out->tasks[i].raddr == raddr)
-            return (ssize_t)i;
+    size_t lo = 0, hi = out->n_tasks;
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+
+        if (out->tasks[mid].raddr == raddr)
+            return (ssize_t)mid;
+        if (out->tasks[mid].raddr < raddr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
     return -1;
 }
 
@@ -681,7 +678,8 @@ static uint64_t group_parent(struct walk *w, uint64_t cb)
 
     if (!cb || pyobj_type(w->t, cb, &type, NULL) < 0 ||
         pyobj_type_name(w->t, type, name, sizeof(name), NULL) < 0 || strcmp(name, "method") != 0 ||
-        read_obj(w->t, cb + (uint64_t)w->a->method_self, &self, sizeof(self), NULL, "method") < 0 ||
+        pyobj_read(w->t, cb + (uint64_t)w->a->method_self, &self, sizeof(self), NULL, "method") <
+            0 ||
         pyobj_attr(w->t, self, "_parent_task", &parent, NULL) < 0)
         return 0;
     return parent;
@@ -711,35 +709,35 @@ static int link_tasks(struct walk *w, struct pyf_err *e)
             if (direct >= 0) {
                 add_edge(edges, &n, cap, direct, (ssize_t)i);
             } else if (pyobj_attr(w->t, p->waits_for, "_children", &list, NULL) == 0 && list &&
-                       read_obj(w->t, list + (uint64_t)w->t->lay.var_size, &size, sizeof(size),
-                                NULL, "gather's children") == 0 &&
+                       pyobj_read(w->t, list + (uint64_t)w->t->lay.var_size, &size, sizeof(size),
+                                  NULL, "gather's children") == 0 &&
                        size > 0) {
                 uint64_t items = 0;
                 size_t k = size < CHILDREN_MAX ? (size_t)size : CHILDREN_MAX;
 
-                if (read_obj(w->t, list + (uint64_t)w->t->lay.list_items, &items, sizeof(items),
-                             NULL, "gather's children") == 0 &&
-                    read_obj(w->t, items, children, k * 8, NULL, "gather's children") == 0)
+                if (pyobj_read(w->t, list + (uint64_t)w->t->lay.list_items, &items, sizeof(items),
+                               NULL, "gather's children") == 0 &&
+                    pyobj_read(w->t, items, children, k * 8, NULL, "gather's children") == 0)
                     for (size_t j = 0; j < k; j++)
                         add_edge(edges, &n, cap, task_index(out, children[j]), (ssize_t)i);
             }
         }
         /* a TaskGroup's child: its first done callback, or one in the list of the rest */
         if (w->a->fut_callback0 >= 0)
-            read_obj(w->t, p->raddr + (uint64_t)w->a->fut_callback0, &cb0, sizeof(cb0), NULL,
-                     "callback");
+            pyobj_read(w->t, p->raddr + (uint64_t)w->a->fut_callback0, &cb0, sizeof(cb0), NULL,
+                       "callback");
         add_edge(edges, &n, cap, (ssize_t)i, task_index(out, group_parent(w, cb0)));
-        if (read_obj(w->t, p->raddr + (uint64_t)w->a->fut_callbacks, &cbs, sizeof(cbs), NULL,
-                     "callbacks") == 0 &&
+        if (pyobj_read(w->t, p->raddr + (uint64_t)w->a->fut_callbacks, &cbs, sizeof(cbs), NULL,
+                       "callbacks") == 0 &&
             cbs &&
-            read_obj(w->t, cbs + (uint64_t)w->t->lay.var_size, &size, sizeof(size), NULL,
-                     "callbacks") == 0 &&
+            pyobj_read(w->t, cbs + (uint64_t)w->t->lay.var_size, &size, sizeof(size), NULL,
+                       "callbacks") == 0 &&
             size > 0 && size <= 64) {
             uint64_t items = 0, item[64], pair[2];
 
-            if (read_obj(w->t, cbs + (uint64_t)w->t->lay.list_items, &items, sizeof(items), NULL,
-                         "callbacks") == 0 &&
-                read_obj(w->t, items, item, (size_t)size * 8, NULL, "callbacks") == 0)
+            if (pyobj_read(w->t, cbs + (uint64_t)w->t->lay.list_items, &items, sizeof(items), NULL,
+                           "callbacks") == 0 &&
+                pyobj_read(w->t, items, item, (size_t)size * 8, NULL, "callbacks") == 0)
                 for (int64_t j = 0; j < size; j++) {
                     uint64_t cb = item[j];
                     size_t got = 0;
@@ -800,8 +798,8 @@ static int find_module(struct walk *w, struct pyf_err *e)
         r = pyobj_dict_get_str(w->t, w->globals, "Task", &task, e);
     if (r < 0 || !task)
         return r; /* asyncio not imported: no tasks */
-    r = read_obj(w->t, task + (uint64_t)w->t->lay.tp_basicsize, &size, sizeof(size), e,
-                 "asyncio.Task");
+    r = pyobj_read(w->t, task + (uint64_t)w->t->lay.tp_basicsize, &size, sizeof(size), e,
+                   "asyncio.Task");
     if (r == 0 && size != w->a->task_size)
         return pyf_fail(e, PYF_UNSUPPORTED, ENOTSUP, task,
                         "pid %d: asyncio.Task is %" PRId64 " bytes, not the %d of _asyncio.Task"
@@ -809,6 +807,31 @@ static int find_module(struct walk *w, struct pyf_err *e)
                         w->t->info.pid, size, w->a->task_size, w->t->info.version_str);
     w->task_type = task;
     return r;
+}
+
+/* Every task's address into w->found (at most @max, sorted, each once). */
+static int find_tasks(struct walk *w, size_t max, struct pyf_err *e)
+{
+    int r;
+
+    w->cap_found = max ? max : 1;
+    if (!(w->found = malloc(w->cap_found * sizeof(*w->found))))
+        return pyf_fail(e, PYF_INVALID, ENOMEM, 0, "pid %d: tasks", w->t->info.pid);
+    r = find_module(w, e);
+    if (r == 0 && w->task_type)
+        r = gather_tasks(w, e);
+    unique_found(w);
+    return r;
+}
+
+static void walk_free(struct walk *w)
+{
+    for (size_t i = 0; w->stacks && i < w->n_threads; i++)
+        free(w->stacks[i].frames);
+    free(w->stacks);
+    free(w->threads);
+    free(w->found);
+    free(w->chains);
 }
 
 int pyf_target__tasks(struct pyf_target *t, size_t max, struct pyf_tasks **ret,
@@ -823,29 +846,20 @@ int pyf_target__tasks(struct pyf_target *t, size_t max, struct pyf_tasks **ret,
                         "pid %d: asyncio tasks of Python %s are not read (no layout of its Task)",
                         t->info.pid, t->info.version_str);
     w.out = calloc(1, sizeof(*w.out));
-    w.cap_found = max ? max : 1;
-    w.found = malloc(w.cap_found * sizeof(*w.found));
+    w.chains = calloc(2, sizeof(*w.chains));
     w.one.frames = &w.one_frame;
     w.one.cap = 1;
-    if (!w.out || !w.found)
+    if (!w.out || !w.chains)
         r = pyf_fail(reterr, PYF_INVALID, ENOMEM, 0, "pid %d: tasks", t->info.pid);
     if (r == 0)
-        r = find_module(&w, reterr);
-    if (r == 0 && w.task_type)
-        r = gather_tasks(&w, reterr);
-    if (w.found)
-        unique_found(&w);
+        r = find_tasks(&w, max, reterr);
     for (size_t i = 0; r == 0 && i < w.n_found; i++)
         r = read_task(&w, w.found[i], reterr);
     if (r == 0)
         r = link_tasks(&w, reterr);
     if (r == 0)
         w.out->total = w.total > w.out->n_tasks ? w.total : w.out->n_tasks;
-    for (size_t i = 0; w.stacks && i < w.n_threads; i++)
-        free(w.stacks[i].frames);
-    free(w.stacks);
-    free(w.threads);
-    free(w.found);
+    walk_free(&w);
     if (r < 0) {
         pyf_tasks_free(w.out);
         return r;
@@ -932,23 +946,43 @@ int pyf_target__running_tasks(struct pyf_target *t, struct pyf_running_task *ret
     *ret_n = 0;
     if (!w.a || !t->types.coro)
         return 0; /* no Task layout: no task is known to run */
-    w.cap_found = 1u << 17;
-    w.found = malloc(w.cap_found * sizeof(*w.found));
-    x = malloc(sizeof(*x));
-    if (!w.found || !x)
-        r = pyf_fail(reterr, PYF_INVALID, ENOMEM, 0, "pid %d: tasks", t->info.pid);
-    if (r == 0)
-        r = find_module(&w, reterr);
-    if (r == 0 && w.task_type)
-        r = gather_tasks(&w, reterr);
-    if (w.found)
-        unique_found(&w);
+    if (!(x = malloc(sizeof(*x))))
+        return pyf_fail(reterr, PYF_INVALID, ENOMEM, 0, "pid %d: tasks", t->info.pid);
+    r = find_tasks(&w, 1u << 17, reterr);
     for (size_t at = 0; r == 0 && at < w.n_found && *ret_n < cap; at += RUNNING_CHUNK)
         running_of(&w, x, w.found + at,
                    w.n_found - at < RUNNING_CHUNK ? w.n_found - at : RUNNING_CHUNK, ret, cap,
                    ret_n);
     free(x);
-    free(w.threads);
-    free(w.found);
+    walk_free(&w);
     return r;
+}
+
+/* The running task whose coroutine's frame, with its code, is on @st; NULL: none. */
+const struct pyf_running_task *pyf_running_task_on(const struct pyf_stack *st,
+                                                   const struct pyf_running_task *run, size_t n_run)
+{
+    for (size_t i = 0; i < st->n_frames; i++)
+        for (size_t k = 0; k < n_run; k++)
+            if (st->frames[i].frame_raddr == run[k].coro_frame &&
+                st->frames[i].code_raddr == run[k].code)
+                return &run[k];
+    return NULL;
+}
+
+const char *pyf_task_state_name(enum pyf_task_state s)
+{
+    switch (s) {
+    case PYF_TASK_WAITING:
+        return "waiting";
+    case PYF_TASK_RUNNING:
+        return "running";
+    case PYF_TASK_SCHEDULED:
+        return "scheduled";
+    case PYF_TASK_DONE:
+        return "done";
+    case PYF_TASK_CANCELLED:
+        return "cancelled";
+    }
+    return "unknown";
 }

@@ -335,6 +335,8 @@ struct pyf_tasks {
 int pyf_target__tasks(struct pyf_target *t, size_t max, struct pyf_tasks **ret,
                       struct pyf_err *reterr);
 void pyf_tasks_free(struct pyf_tasks *tasks); /* NULL is a no-op */
+/* "waiting", "running", "scheduled", "done", "cancelled". */
+const char *pyf_task_state_name(enum pyf_task_state s);
 
 /*
  * The asyncio tasks running now, each with the frame of its own coroutine (on the stack of the
@@ -348,5 +350,8 @@ struct pyf_running_task {
 };
 int pyf_target__running_tasks(struct pyf_target *t, struct pyf_running_task *ret, size_t cap,
                               size_t *ret_n, struct pyf_err *reterr);
+/* The one of @run[0..n_run) whose coroutine's frame, with its code, is on @st; NULL: none. */
+const struct pyf_running_task *
+pyf_running_task_on(const struct pyf_stack *st, const struct pyf_running_task *run, size_t n_run);
 
 #endif

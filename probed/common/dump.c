@@ -164,23 +164,11 @@ static json_t *mixed_frames(struct pyf_target *t, struct pyf_native *nat,
 
 #define RUNNING_TASKS_MAX 256 /* asyncio tasks running at once: one per thread with a loop */
 
-/* The asyncio task whose coroutine's frame is on @st (that frame, with its code), or NULL. */
-static const struct pyf_running_task *task_of(const struct pyf_stack *st,
-                                              const struct pyf_running_task *run, size_t n_run)
-{
-    for (size_t i = 0; i < st->n_frames; i++)
-        for (size_t k = 0; k < n_run; k++)
-            if (st->frames[i].frame_raddr == run[k].coro_frame &&
-                st->frames[i].code_raddr == run[k].code)
-                return &run[k];
-    return NULL;
-}
-
 static json_t *thread_json(struct pyf_target *t, struct pyf_native *nat, const struct bt_thread *bt,
                            int depth, bool show_probed, const struct pyf_running_task *run,
                            size_t n_run)
 {
-    const struct pyf_running_task *task = task_of(&bt->st, run, n_run);
+    const struct pyf_running_task *task = pyf_running_task_on(&bt->st, run, n_run);
     json_t *frames = json_array();
     json_t *jt =
         json_pack("{s:i, s:s, s:s, s:I, s:b, s:b, s:b, s:b}", "tid", (int)bt->th.tid, "name",
@@ -227,7 +215,7 @@ static json_t *process_json(struct pyf_target *t, struct pyf_native *nat,
     struct pyf_err e;
 
     /* read after the stacks: a thread is said to run a task only when its stack then held
-     * that task's coroutine frame, and still does (task_of) */
+     * that task's coroutine frame, and still does (pyf_running_task_on) */
     if (run && pyf_target__running_tasks(t, run, RUNNING_TASKS_MAX, &n_run, &e) < 0)
         n_run = 0;
 

@@ -10,23 +10,6 @@
 
 #define TORN_RETRIES 5 /* a read that failed torn as a whole (not one task): read again */
 
-const char *taskdump_state_name(enum pyf_task_state s)
-{
-    switch (s) {
-    case PYF_TASK_WAITING:
-        return "waiting";
-    case PYF_TASK_RUNNING:
-        return "running";
-    case PYF_TASK_SCHEDULED:
-        return "scheduled";
-    case PYF_TASK_DONE:
-        return "done";
-    case PYF_TASK_CANCELLED:
-        return "cancelled";
-    }
-    return "unknown";
-}
-
 static json_t *task_id(uint64_t raddr)
 {
     char id[24];
@@ -67,7 +50,7 @@ static json_t *render(const struct pyf_target_info *info, const struct pyf_tasks
 
         json_object_set_new(jt, "id", task_id(t->raddr));
         json_object_set_new(jt, "name", json_string(t->name));
-        json_object_set_new(jt, "state", json_string(taskdump_state_name(t->state)));
+        json_object_set_new(jt, "state", json_string(pyf_task_state_name(t->state)));
         if (t->state == PYF_TASK_RUNNING && t->tid)
             json_object_set_new(jt, "tid", json_integer(t->tid));
         if (t->state == PYF_TASK_WAITING && t->waits_for) {

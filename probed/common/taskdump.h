@@ -23,7 +23,4 @@
  * frames: [{func, file, line}]}]}; ids are the tasks' addresses ("0x7f..."). */
 int taskdump_json(pid_t pid, size_t max, json_t **ret, struct pyf_err *e);
 
-/* The state's name: "waiting", "running", "scheduled", "done", "cancelled". */
-const char *taskdump_state_name(enum pyf_task_state s);
-
 #endif

@@ -41,32 +41,43 @@ struct live_vtab {
     const struct query_scope *scope;
 };
 
-struct live_cursor {
+/* What both tables' cursors start with: n rows read, the row at i. */
+struct rows_cursor {
     sqlite3_vtab_cursor base;
-    struct live_row *rows;
     size_t n, cap, i;
 };
 
-static int live_connect(sqlite3 *db, void *aux, int argc, const char *const *argv,
-                        sqlite3_vtab **ret, char **errmsg)
+struct live_cursor {
+    struct rows_cursor pos;
+    struct live_row *rows;
+};
+
+/* Declares the table @schema of a connection: its vtab a copy of @aux (the scope). */
+static int declare(sqlite3 *db, void *aux, const char *schema, sqlite3_vtab **ret)
 {
     const struct live_vtab *proto = aux;
     struct live_vtab *v;
-    int rc = sqlite3_declare_vtab(db, "CREATE TABLE x(pid INTEGER, tid INTEGER, thread TEXT,"
-                                      " depth INTEGER, func TEXT, file TEXT, lineno INTEGER,"
-                                      " first_line INTEGER, holds_gil INTEGER, on_cpu INTEGER,"
-                                      " locals TEXT, task TEXT)");
+    int rc = sqlite3_declare_vtab(db, schema);
 
-    (void)argc, (void)argv, (void)errmsg;
     if (rc != SQLITE_OK)
         return rc;
-    v = sqlite3_malloc(sizeof(*v));
-    if (!v)
+    if (!(v = sqlite3_malloc(sizeof(*v))))
         return SQLITE_NOMEM;
     *v = *proto;
     memset(&v->base, 0, sizeof(v->base));
     *ret = &v->base;
     return SQLITE_OK;
+}
+
+static int live_connect(sqlite3 *db, void *aux, int argc, const char *const *argv,
+                        sqlite3_vtab **ret, char **errmsg)
+{
+    (void)argc, (void)argv, (void)errmsg;
+    return declare(db, aux,
+                   "CREATE TABLE x(pid INTEGER, tid INTEGER, thread TEXT, depth INTEGER, func TEXT,"
+                   " file TEXT, lineno INTEGER, first_line INTEGER, holds_gil INTEGER,"
+                   " on_cpu INTEGER, locals TEXT, task TEXT)",
+                   ret);
 }
 
 static int live_disconnect(sqlite3_vtab *vt)
@@ -75,38 +86,68 @@ static int live_disconnect(sqlite3_vtab *vt)
     return SQLITE_OK;
 }
 
+/* Both tables' pid is column 0: a pid = constraint is handed to xFilter (IDX_PID). */
+static int pid_index(sqlite3_index_info *info)
+{
+    for (int i = 0; i < info->nConstraint; i++) {
+        const struct sqlite3_index_constraint *c = &info->aConstraint[i];
+        if (c->usable && c->iColumn == 0 && c->op == SQLITE_INDEX_CONSTRAINT_EQ) {
+            info->aConstraintUsage[i].argvIndex = 1;
+            info->aConstraintUsage[i].omit = 1;
+            info->estimatedCost = 100;
+            return IDX_PID;
+        }
+    }
+    info->estimatedCost = 10000;
+    return 0;
+}
+
 static int live_best_index(sqlite3_vtab *vt, sqlite3_index_info *info)
 {
     (void)vt;
-    info->idxNum = (info->colUsed & ((sqlite3_uint64)1 << COL_LOCALS)) ? IDX_LOCALS : 0;
-    for (int i = 0; i < info->nConstraint; i++) {
-        const struct sqlite3_index_constraint *c = &info->aConstraint[i];
-        if (c->usable && c->iColumn == COL_PID && c->op == SQLITE_INDEX_CONSTRAINT_EQ) {
-            info->aConstraintUsage[i].argvIndex = 1;
-            info->aConstraintUsage[i].omit = 1;
-            info->idxNum |= IDX_PID;
-            break;
-        }
-    }
-    info->estimatedCost = (info->idxNum & IDX_PID) ? 100 : 10000;
+    info->idxNum =
+        pid_index(info) | ((info->colUsed & ((sqlite3_uint64)1 << COL_LOCALS)) ? IDX_LOCALS : 0);
+    return SQLITE_OK;
+}
+
+static int open_cursor(size_t size, sqlite3_vtab_cursor **ret)
+{
+    struct rows_cursor *c = sqlite3_malloc((int)size);
+
+    if (!c)
+        return SQLITE_NOMEM;
+    memset(c, 0, size);
+    *ret = &c->base;
     return SQLITE_OK;
 }
 
 static int live_open(sqlite3_vtab *vt, sqlite3_vtab_cursor **ret)
 {
-    struct live_cursor *c = sqlite3_malloc(sizeof(*c));
-
     (void)vt;
-    if (!c)
-        return SQLITE_NOMEM;
-    memset(c, 0, sizeof(*c));
-    *ret = &c->base;
+    return open_cursor(sizeof(struct live_cursor), ret);
+}
+
+static int rows_next(sqlite3_vtab_cursor *cur)
+{
+    ((struct rows_cursor *)cur)->i++;
+    return SQLITE_OK;
+}
+
+static int rows_eof(sqlite3_vtab_cursor *cur)
+{
+    const struct rows_cursor *c = (const struct rows_cursor *)cur;
+    return c->i >= c->n;
+}
+
+static int rows_rowid(sqlite3_vtab_cursor *cur, sqlite3_int64 *ret)
+{
+    *ret = (sqlite3_int64)((const struct rows_cursor *)cur)->i;
     return SQLITE_OK;
 }
 
 static void free_rows(struct live_cursor *c)
 {
-    for (size_t i = 0; i < c->n; i++) {
+    for (size_t i = 0; i < c->pos.n; i++) {
         free(c->rows[i].thread);
         free(c->rows[i].func);
         free(c->rows[i].file);
@@ -115,7 +156,7 @@ static void free_rows(struct live_cursor *c)
     }
     free(c->rows);
     c->rows = NULL;
-    c->n = c->cap = c->i = 0;
+    c->pos.n = c->pos.cap = c->pos.i = 0;
 }
 
 static int live_close(sqlite3_vtab_cursor *cur)
@@ -153,36 +194,40 @@ static char *locals_json(struct pyf_target *t, const struct pyf_frame *f)
     return s;
 }
 
-static int add_row(struct live_cursor *c, const struct live_row *r)
+/* Room for one more row of @size bytes in @rows (of @c's cap): -ENOMEM when there is none. */
+static int grow_rows(struct rows_cursor *c, void **rows, size_t size)
 {
     if (c->n == c->cap) {
         size_t cap = c->cap ? 2 * c->cap : 64;
-        struct live_row *rows = realloc(c->rows, cap * sizeof(*rows));
-        if (!rows)
+        void *grown = realloc(*rows, cap * size);
+        if (!grown)
             return -ENOMEM;
-        c->rows = rows;
+        *rows = grown;
         c->cap = cap;
     }
-    c->rows[c->n++] = *r;
+    return 0;
+}
+
+static int add_row(struct live_cursor *c, const struct live_row *r)
+{
+    if (grow_rows(&c->pos, (void **)&c->rows, sizeof(*r)) < 0)
+        return -ENOMEM;
+    c->rows[c->pos.n++] = *r;
     return 0;
 }
 
 #define LIVE_RUNNING_TASKS_MAX 256
 
-/* The name (else the id) of the asyncio task whose coroutine's frame, with its code, is on
- * @st; NULL when none (malloc'd). */
-static char *task_on(const struct pyf_stack *st, const struct pyf_running_task *run, size_t n_run)
+/* The name (else the id) of the running task @task; NULL for none (malloc'd). */
+static char *task_label(const struct pyf_running_task *task)
 {
-    for (size_t i = 0; i < st->n_frames; i++)
-        for (size_t k = 0; k < n_run; k++)
-            if (st->frames[i].frame_raddr == run[k].coro_frame &&
-                st->frames[i].code_raddr == run[k].code) {
-                char *s = NULL;
-                if (run[k].name[0])
-                    return strdup(run[k].name);
-                return asprintf(&s, "0x%llx", (unsigned long long)run[k].task) < 0 ? NULL : s;
-            }
-    return NULL;
+    char *s = NULL;
+
+    if (!task)
+        return NULL;
+    if (task->name[0])
+        return strdup(task->name);
+    return asprintf(&s, "0x%llx", (unsigned long long)task->task) < 0 ? NULL : s;
 }
 
 /* Every thread's stack of @pid into rows. */
@@ -214,7 +259,7 @@ static int read_pid(struct live_cursor *c, pid_t pid, bool with_locals, struct p
         /* threading's name for it, else the OS's */
         if (pyf_target__thread_py_name(t, threads[i].ident, name, sizeof(name), e) < 0 || !name[0])
             pyf_thread_name(pid, threads[i].tid, name, sizeof(name));
-        char *task = task_on(&st, run, n_run);
+        char *task = task_label(pyf_running_task_on(&st, run, n_run));
 
         for (size_t d = 0; r == 0 && d < st.n_frames; d++) {
             struct live_row row = {
@@ -298,22 +343,10 @@ static int live_filter(sqlite3_vtab_cursor *cur, int idx_num, const char *idx_st
     return rc;
 }
 
-static int live_next(sqlite3_vtab_cursor *cur)
-{
-    ((struct live_cursor *)cur)->i++;
-    return SQLITE_OK;
-}
-
-static int live_eof(sqlite3_vtab_cursor *cur)
-{
-    const struct live_cursor *c = (const struct live_cursor *)cur;
-    return c->i >= c->n;
-}
-
 static int live_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col)
 {
     const struct live_cursor *c = (const struct live_cursor *)cur;
-    const struct live_row *r = &c->rows[c->i];
+    const struct live_row *r = &c->rows[c->pos.i];
     const int ints[] = {[COL_PID] = r->pid,
                         [COL_TID] = r->tid,
                         [COL_DEPTH] = r->depth,
@@ -340,12 +373,6 @@ static int live_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col)
     return SQLITE_OK;
 }
 
-static int live_rowid(sqlite3_vtab_cursor *cur, sqlite3_int64 *ret)
-{
-    *ret = (sqlite3_int64)((const struct live_cursor *)cur)->i;
-    return SQLITE_OK;
-}
-
 static const sqlite3_module live_module = {
     .iVersion = 0,
     .xCreate = live_connect,
@@ -356,20 +383,26 @@ static const sqlite3_module live_module = {
     .xOpen = live_open,
     .xClose = live_close,
     .xFilter = live_filter,
-    .xNext = live_next,
-    .xEof = live_eof,
+    .xNext = rows_next,
+    .xEof = rows_eof,
     .xColumn = live_column,
-    .xRowid = live_rowid,
+    .xRowid = rows_rowid,
 };
 
-int livetab_register(sqlite3 *db, const struct query_scope *scope)
+static int register_module(sqlite3 *db, const struct query_scope *scope, const char *name,
+                           const sqlite3_module *module)
 {
     struct live_vtab *proto = sqlite3_malloc(sizeof(*proto));
 
     if (!proto)
         return SQLITE_NOMEM;
     *proto = (struct live_vtab){.scope = scope};
-    return sqlite3_create_module_v2(db, "probed_backtrace", &live_module, proto, sqlite3_free);
+    return sqlite3_create_module_v2(db, name, module, proto, sqlite3_free);
+}
+
+int livetab_register(sqlite3 *db, const struct query_scope *scope)
+{
+    return register_module(db, scope, "probed_backtrace", &live_module);
 }
 
 /* ---- python.tasks: each asyncio task's frames, one row per frame ------------------------ */
@@ -398,69 +431,42 @@ struct task_row {
 };
 
 struct task_cursor {
-    sqlite3_vtab_cursor base;
+    struct rows_cursor pos;
     struct task_row *rows;
-    size_t n, cap, i;
 };
 
 static int task_connect(sqlite3 *db, void *aux, int argc, const char *const *argv,
                         sqlite3_vtab **ret, char **errmsg)
 {
-    const struct live_vtab *proto = aux;
-    struct live_vtab *v;
-    int rc = sqlite3_declare_vtab(db, "CREATE TABLE x(pid INTEGER, task TEXT, name TEXT,"
-                                      " state TEXT, tid INTEGER, depth INTEGER, func TEXT,"
-                                      " file TEXT, lineno INTEGER, waits_for TEXT,"
-                                      " awaited_by TEXT)");
-
     (void)argc, (void)argv, (void)errmsg;
-    if (rc != SQLITE_OK)
-        return rc;
-    if (!(v = sqlite3_malloc(sizeof(*v))))
-        return SQLITE_NOMEM;
-    *v = *proto;
-    memset(&v->base, 0, sizeof(v->base));
-    *ret = &v->base;
-    return SQLITE_OK;
+    return declare(db, aux,
+                   "CREATE TABLE x(pid INTEGER, task TEXT, name TEXT, state TEXT, tid INTEGER,"
+                   " depth INTEGER, func TEXT, file TEXT, lineno INTEGER, waits_for TEXT,"
+                   " awaited_by TEXT)",
+                   ret);
 }
 
 static int task_best_index(sqlite3_vtab *vt, sqlite3_index_info *info)
 {
     (void)vt;
-    info->idxNum = 0;
-    for (int i = 0; i < info->nConstraint; i++) {
-        const struct sqlite3_index_constraint *c = &info->aConstraint[i];
-        if (c->usable && c->iColumn == TCOL_PID && c->op == SQLITE_INDEX_CONSTRAINT_EQ) {
-            info->aConstraintUsage[i].argvIndex = 1;
-            info->aConstraintUsage[i].omit = 1;
-            info->idxNum = IDX_PID;
-            break;
-        }
-    }
-    info->estimatedCost = info->idxNum ? 100 : 10000;
+    info->idxNum = pid_index(info);
     return SQLITE_OK;
 }
 
 static int task_open(sqlite3_vtab *vt, sqlite3_vtab_cursor **ret)
 {
-    struct task_cursor *c = sqlite3_malloc(sizeof(*c));
-
     (void)vt;
-    if (!c)
-        return SQLITE_NOMEM;
-    memset(c, 0, sizeof(*c));
-    *ret = &c->base;
-    return SQLITE_OK;
+    return open_cursor(sizeof(struct task_cursor), ret);
 }
 
 static void free_task_rows(struct task_cursor *c)
 {
-    for (size_t i = 0; i < c->n; i++)
+    for (size_t i = 0; i < c->pos.n; i++)
         for (int k = 0; k < TCOL_N; k++)
             free(c->rows[i].text[k]);
     free(c->rows);
     c->rows = NULL;
-    c->n = c->cap = c->i = 0;
+    c->pos.n = c->pos.cap = c->pos.i = 0;
 }
 
 static int task_close(sqlite3_vtab_cursor *cur)
@@ -494,15 +500,9 @@ static char *awaiters_json(const struct pyf_tasks *ts, const struct pyf_task *t)
 
 static int add_task_row(struct task_cursor *c, const struct task_row *r)
 {
-    if (c->n == c->cap) {
-        size_t cap = c->cap ? 2 * c->cap : 64;
-        struct task_row *rows = realloc(c->rows, cap * sizeof(*rows));
-        if (!rows)
-            return -ENOMEM;
-        c->rows = rows;
-        c->cap = cap;
-    }
-    c->rows[c->n++] = *r;
+    if (grow_rows(&c->pos, (void **)&c->rows, sizeof(*r)) < 0)
+        return -ENOMEM;
+    c->rows[c->pos.n++] = *r;
     return 0;
 }
 
@@ -529,11 +529,7 @@ static int read_tasks(struct task_cursor *c, pid_t pid, struct pyf_err *e)
 
             row.text[TCOL_TASK] = hex_id(task->raddr);
             row.text[TCOL_NAME] = strdup(task->name);
-            row.text[TCOL_STATE] = strdup(task->state == PYF_TASK_WAITING     ? "waiting"
-                                          : task->state == PYF_TASK_RUNNING   ? "running"
-                                          : task->state == PYF_TASK_SCHEDULED ? "scheduled"
-                                          : task->state == PYF_TASK_DONE      ? "done"
-                                                                              : "cancelled");
+            row.text[TCOL_STATE] = strdup(pyf_task_state_name(task->state));
             row.text[TCOL_FUNC] = f ? strdup(f->func) : NULL;
             row.text[TCOL_FILE] = f ? strdup(f->file) : NULL;
             row.text[TCOL_WAITS_FOR] = task->state == PYF_TASK_WAITING && task->waits_for
@@ -582,22 +578,10 @@ static int task_filter(sqlite3_vtab_cursor *cur, int idx_num, const char *idx_st
     return rc;
 }
 
-static int task_next(sqlite3_vtab_cursor *cur)
-{
-    ((struct task_cursor *)cur)->i++;
-    return SQLITE_OK;
-}
-
-static int task_eof(sqlite3_vtab_cursor *cur)
-{
-    const struct task_cursor *c = (const struct task_cursor *)cur;
-    return c->i >= c->n;
-}
-
 static int task_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col)
 {
     const struct task_cursor *c = (const struct task_cursor *)cur;
-    const struct task_row *r = &c->rows[c->i];
+    const struct task_row *r = &c->rows[c->pos.i];
 
     if (col == TCOL_PID)
         sqlite3_result_int(ctx, r->pid);
@@ -614,12 +598,6 @@ static int task_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col)
     return SQLITE_OK;
 }
 
-static int task_rowid(sqlite3_vtab_cursor *cur, sqlite3_int64 *ret)
-{
-    *ret = (sqlite3_int64)((const struct task_cursor *)cur)->i;
-    return SQLITE_OK;
-}
-
 static const sqlite3_module task_module = {
     .iVersion = 0,
     .xCreate = task_connect,
@@ -630,18 +608,13 @@ static const sqlite3_module task_module = {
     .xOpen = task_open,
     .xClose = task_close,
     .xFilter = task_filter,
-    .xNext = task_next,
-    .xEof = task_eof,
+    .xNext = rows_next,
+    .xEof = rows_eof,
     .xColumn = task_column,
-    .xRowid = task_rowid,
+    .xRowid = rows_rowid,
 };
 
 int livetab_register_tasks(sqlite3 *db, const struct query_scope *scope)
 {
-    struct live_vtab *proto = sqlite3_malloc(sizeof(*proto));
-
-    if (!proto)
-        return SQLITE_NOMEM;
-    *proto = (struct live_vtab){.scope = scope};
-    return sqlite3_create_module_v2(db, "probed_tasks", &task_module, proto, sqlite3_free);
+    return register_module(db, scope, "probed_tasks", &task_module);
 }
