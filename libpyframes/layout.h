@@ -20,6 +20,10 @@
 
 #define PYF_VER(major, minor) (((major) << 8) | (minor))
 
+/* co_flags bits, the same in every 3.x */
+#define PYF_CO_COROUTINE 0x0080
+#define PYF_CO_ITERABLE_COROUTINE 0x0100
+
 enum pyf_frame_model {
     PYF_FRAME_OBJECT = 1, /* <= 3.10: heap PyFrameObject chain from tstate->frame */
     PYF_FRAME_INTERP = 2, /* >= 3.11: _PyInterpreterFrame chain on the data stack */
@@ -110,7 +114,7 @@ struct pyf_layout {
      * NULL elsewhere. */
     const uint8_t *ops;
     /* PyCodeObject */
-    int32_t co_argcount, co_nlocals, co_nlocalsplus, co_firstlineno;
+    int32_t co_argcount, co_nlocals, co_nlocalsplus, co_firstlineno, co_flags;
     int32_t co_filename, co_name, co_qualname, co_linetable, co_code, co_code_adaptive;
     int32_t co_varnames, co_cellvars, co_freevars, co_localsplusnames, co_localspluskinds;
     int32_t co_size;

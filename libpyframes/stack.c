@@ -663,6 +663,7 @@ static int load_code(struct pyf_target *t, uint64_t raddr, const uint8_t *head, 
     ci->lines = lines;
     ci->n_lines = n_lines;
     ci->first_line = (int32_t)key[4];
+    ci->flags = (uint32_t)field_i32(head, t->lay.co_flags);
     *ret = ci;
     return 0;
 }
@@ -772,6 +773,7 @@ static int resolve_frames(struct pyf_target *t, size_t n, struct pyf_stack *st, 
             .code_raddr = raw->code,
             /* <= 3.10: every frame; 3.11: its flag; 3.12+: a shim below it (mark_entry) */
             .entry = t->lay.frame_model == PYF_FRAME_OBJECT || raw->entry,
+            .coroutine = (ci->flags & (PYF_CO_COROUTINE | PYF_CO_ITERABLE_COROUTINE)) != 0,
         };
     }
     return 0;

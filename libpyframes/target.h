@@ -114,6 +114,15 @@ struct pyf_target {
     } * pynames;
     size_t n_pynames;
     uint64_t pynames_read_ns; /* CLOCK_MONOTONIC of that read; 0: never */
+
+    /* tasks.c: where asyncio says which task each loop runs, found once (see
+     * pyf_target__running_tasks()); its scratch, allocated at the first call */
+    struct aio_current {
+        uint64_t task_type; /* asyncio.Task (_asyncio's C type); 0: not found yet */
+        uint64_t dict;      /* 3.6-3.13: the dict of each loop's running task */
+        uint64_t next_look_ns;
+        struct running_scratch *scratch;
+    } aio;
 };
 
 /*

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "elfimg.h"
 #include "err.h"
@@ -222,10 +223,11 @@ static int read_threads(struct walk *w, struct pyf_err *e)
     return r;
 }
 
-/* 3.6: the WeakSet of every task is _asyncio's static all_tasks, named in no Python object: its
- * address is the module file's symbol (.symtab: a build not stripped) plus where that file is
- * mapped. 0: _asyncio not loaded. */
-static int registry_36(struct walk *w, uint64_t *ret, struct pyf_err *e)
+/* 3.6: _asyncio keeps its registries in C statics named in no Python object (all_tasks, the
+ * WeakSet of every task; current_tasks, the dict of each loop's running task): the value of
+ * static @symbol, whose address is the module file's symbol (.symtab: a build not stripped)
+ * plus where that file is mapped. 0: _asyncio not loaded. */
+static int registry_36(struct walk *w, const char *symbol, uint64_t *ret, struct pyf_err *e)
 {
     struct procmaps pm = {0};
     struct elfimg *img = NULL;
@@ -255,16 +257,16 @@ static int registry_36(struct walk *w, uint64_t *ret, struct pyf_err *e)
     snprintf(full, sizeof(full), "/proc/%d/root%s", (int)w->t->info.pid, m->path);
     r = elfimg_open(full, m->inode, &img, e);
     if (r == 0 &&
-        (elfimg__symbol(img, "all_tasks", &sym) < 0 || elfimg__first_load(img, &vaddr, &off) < 0))
+        (elfimg__symbol(img, symbol, &sym) < 0 || elfimg__first_load(img, &vaddr, &off) < 0))
         r = pyf_fail(e, PYF_UNSUPPORTED, ENOTSUP, 0,
                      "pid %d: %s has no symbol table (stripped): Python 3.6 keeps its asyncio "
-                     "tasks in its static all_tasks, found only by that symbol",
-                     w->t->info.pid, m->path);
+                     "tasks in its static %s, found only by that symbol",
+                     w->t->info.pid, m->path, symbol);
     if (r == 0 && !(at = procmaps__addr_of_offset(&pm, m->path, off)))
         r = pyf_fail(e, PYF_TORN, ENOENT, 0, "pid %d: %s is no longer mapped", w->t->info.pid,
                      m->path);
     if (r == 0)
-        r = pyobj_read(w->t, at - vaddr + sym, ret, sizeof(*ret), e, "_asyncio's all_tasks");
+        r = pyobj_read(w->t, at - vaddr + sym, ret, sizeof(*ret), e, symbol);
     elfimg_free(img);
     procmaps_free(&pm);
     return r;
@@ -283,7 +285,7 @@ static int gather_tasks(struct walk *w, struct pyf_err *e)
     if (w->t->info.version == PYF_VER(3, 6)) {
         uint64_t set = 0, data = 0;
 
-        r = registry_36(w, &set, e);
+        r = registry_36(w, "all_tasks", &set, e);
         if (r == 0 && set)
             r = pyobj_attr(w->t, set, "data", &data, e);
         return r == 0 && data ? add_set(w, data, true, e) : r;
@@ -868,49 +870,122 @@ int pyf_target__tasks(struct pyf_target *t, size_t max, struct pyf_tasks **ret,
     return 0;
 }
 
-/* Of tasks @tasks[0..n): those whose coroutine runs now, into @ret (see pyframes.h). Three
- * batched reads: the tasks, their coroutines, and (<= 3.10) the coroutines' frames. */
-#define RUNNING_CHUNK 1024
+/*
+ * The tasks running now (pyf_target__running_tasks()): not every task, only those asyncio
+ * itself records as each loop's current one, so that a call costs a few reads however many
+ * tasks wait: the dict of each loop's running task (3.6: _asyncio's static current_tasks,
+ * found by its symbol; 3.7-3.13: asyncio.tasks._current_tasks), or from 3.14 each thread
+ * state's asyncio_running_task. Where the dict is is found once per target (asyncio imported
+ * later is looked for again, at most once a second) and its type checked at every use.
+ */
+#define RUNNING_MAX 128 /* running tasks looked at: one per event loop */
+#define LOOK_AGAIN_NS 1000000000ULL
+#define TASK_HEAD_MAX 256
+
 struct running_scratch {
-    uint64_t coros[RUNNING_CHUNK], frames[RUNNING_CHUNK];
-    size_t of[RUNNING_CHUNK]; /* the task of coroutine j */
-    bool ok[RUNNING_CHUNK], ok2[RUNNING_CHUNK];
-    uint8_t heads[RUNNING_CHUNK * 256], gens[RUNNING_CHUNK * GEN_BYTES];
+    uint64_t tasks[RUNNING_MAX], coros[RUNNING_MAX], frames[RUNNING_MAX], loops[RUNNING_MAX];
+    uint64_t slots[RUNNING_MAX];
+    size_t of[RUNNING_MAX]; /* the task of coroutine j */
+    bool ok[RUNNING_MAX], ok2[RUNNING_MAX];
+    uint8_t heads[RUNNING_MAX * TASK_HEAD_MAX], gens[RUNNING_MAX * GEN_BYTES];
 };
 
-static void running_of(struct walk *w, struct running_scratch *x, const uint64_t *tasks, size_t n,
-                       struct pyf_running_task *ret, size_t cap, size_t *ret_n)
+static uint64_t now_ns(void)
 {
-    const struct pyf_layout *l = &w->t->lay;
-    const struct pyf_aio_layout *a = w->a;
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* Finds asyncio's record of the running tasks (t->aio), unless found, or looked for less
+ * than LOOK_AGAIN_NS ago. Not found (asyncio not imported): t->aio.task_type stays 0. */
+static int find_current(struct pyf_target *t, const struct pyf_aio_layout *a, struct pyf_err *e)
+{
+    struct walk w = {.t = t, .a = a};
+    uint64_t now = now_ns(), dict = 0;
+    int r;
+
+    if (t->aio.task_type || now < t->aio.next_look_ns)
+        return 0;
+    t->aio.next_look_ns = now + LOOK_AGAIN_NS;
+    r = find_module(&w, e);
+    if (r < 0 || !w.task_type)
+        return r;
+    if (t->info.version == PYF_VER(3, 6))
+        r = registry_36(&w, "current_tasks", &dict, e);
+    else if (t->lay.ts_asyncio_running_task < 0)
+        r = pyobj_dict_get_str(t, w.globals, "_current_tasks", &dict, e);
+    if (r < 0 || (t->lay.ts_asyncio_running_task < 0 && !dict))
+        return r;
+    t->aio.task_type = w.task_type;
+    t->aio.dict = dict;
+    return 0;
+}
+
+/* The tasks asyncio says run now, into x->tasks (*ret_n of them). */
+static int current_tasks(struct pyf_target *t, struct running_scratch *x,
+                         const struct pyf_thread *threads, size_t n_threads, size_t *ret_n,
+                         struct pyf_err *e)
+{
+    uint64_t type = 0;
+    size_t total = 0;
+    int r;
+
+    *ret_n = 0;
+    if (t->lay.ts_asyncio_running_task >= 0) { /* 3.14+: each thread state's */
+        size_t n = n_threads < RUNNING_MAX ? n_threads : RUNNING_MAX;
+
+        for (size_t i = 0; i < n; i++)
+            x->slots[i] = threads[i].tstate_raddr
+                              ? threads[i].tstate_raddr + (uint64_t)t->lay.ts_asyncio_running_task
+                              : 0;
+        read_many(t, x->slots, n, sizeof(uint64_t), (uint8_t *)x->loops, x->ok);
+        for (size_t i = 0; i < n; i++)
+            if (x->ok[i] && x->loops[i])
+                x->tasks[(*ret_n)++] = x->loops[i];
+        return 0;
+    }
+    r = pyobj_type(t, t->aio.dict, &type, e);
+    if (r == 0 && type != t->types.dict) {
+        t->aio.task_type = 0; /* no longer that dict: looked for again */
+        return 0;
+    }
+    if (r == 0)
+        r = pyobj_dict_items(t, t->aio.dict, x->loops, x->tasks, RUNNING_MAX, ret_n, &total, e);
+    return r;
+}
+
+/* Of tasks x->tasks[0..n): those whose coroutine runs now, into @ret (see pyframes.h). Three
+ * batched reads: the tasks, their coroutines, and (<= 3.10) the coroutines' frames. */
+static void running_of(struct pyf_target *t, const struct pyf_aio_layout *a,
+                       struct running_scratch *x, size_t n, struct pyf_running_task *ret,
+                       size_t cap, size_t *ret_n)
+{
+    const struct pyf_layout *l = &t->lay;
+    struct walk w = {.t = t, .a = a};
     size_t task_bytes = (size_t)a->task_size, m = 0;
     /* of a coroutine: its type, and its state and frame's code (3.11+) or its frame (<= 3.10) */
     size_t gen_bytes = l->gen_iframe >= 0 ? (size_t)l->gen_iframe + (size_t)l->fr_code + 8
                                           : (size_t)l->gen_frame + 8;
 
-    if (task_bytes > 256 || gen_bytes > GEN_BYTES || (size_t)l->fr_size > GEN_BYTES)
+    if (task_bytes > TASK_HEAD_MAX || gen_bytes > GEN_BYTES || (size_t)l->fr_size > GEN_BYTES)
         return;
-    read_many(w->t, tasks, n, task_bytes, x->heads, x->ok);
+    read_many(t, x->tasks, n, task_bytes, x->heads, x->ok);
     for (size_t i = 0; i < n; i++) {
         const uint8_t *h = x->heads + i * task_bytes;
 
-        if (x->ok[i] && field_u64(h, l->ob_type) == w->task_type &&
+        if (x->ok[i] && field_u64(h, l->ob_type) == t->aio.task_type &&
             field_i32(h, a->task_state) == 0)
             x->coros[m] = field_u64(h, a->task_coro), x->of[m++] = i;
     }
-    read_many(w->t, x->coros, m, gen_bytes, x->gens, x->ok2);
-    if (l->gen_iframe < 0) /* <= 3.10: the frame objects, whose state says running */
-        for (size_t j = 0; j < m; j++)
-            x->frames[j] =
-                x->ok2[j] && field_u64(x->gens + j * gen_bytes, l->ob_type) == w->t->types.coro
-                    ? field_u64(x->gens + j * gen_bytes, l->gen_frame)
-                    : 0;
+    read_many(t, x->coros, m, gen_bytes, x->gens, x->ok2);
     for (size_t j = 0; j < m && *ret_n < cap; j++) {
         const uint8_t *g = x->gens + j * gen_bytes;
         const uint8_t *head = x->heads + x->of[j] * task_bytes;
         uint64_t frame = 0, code = 0;
 
-        if (!x->ok2[j] || field_u64(g, l->ob_type) != w->t->types.coro)
+        if (!x->ok2[j] || field_u64(g, l->ob_type) != t->types.coro)
             continue;
         if (l->gen_iframe >= 0) {
             if ((int8_t)g[l->gen_state] != l->gen_executing)
@@ -921,52 +996,64 @@ static void running_of(struct walk *w, struct running_scratch *x, const uint64_t
             uint8_t fb[GEN_BYTES];
 
             /* few run at once: their frames are read one by one */
-            if (!x->frames[j] ||
-                remote_read(&w->t->mem, x->frames[j], fb, (size_t)l->fr_size) < 0 ||
+            frame = field_u64(g, l->gen_frame);
+            if (!frame || remote_read(&t->mem, frame, fb, (size_t)l->fr_size) < 0 ||
                 (int8_t)fb[l->fr_running] != l->fr_running_value)
                 continue;
-            frame = x->frames[j];
             code = field_u64(fb, l->fr_code);
         }
-        ret[*ret_n] =
-            (struct pyf_running_task){.task = tasks[x->of[j]], .coro_frame = frame, .code = code};
+        ret[*ret_n] = (struct pyf_running_task){
+            .task = x->tasks[x->of[j]], .coro_frame = frame, .code = code};
         if (a->task_name >= 0)
-            task_name(w, field_u64(head, a->task_name), ret[*ret_n].name, sizeof(ret[0].name));
+            task_name(&w, field_u64(head, a->task_name), ret[*ret_n].name, sizeof(ret[0].name));
         (*ret_n)++;
     }
 }
 
-int pyf_target__running_tasks(struct pyf_target *t, struct pyf_running_task *ret, size_t cap,
+int pyf_target__running_tasks(struct pyf_target *t, const struct pyf_thread *threads,
+                              size_t n_threads, struct pyf_running_task *ret, size_t cap,
                               size_t *ret_n, struct pyf_err *reterr)
 {
-    struct walk w = {.t = t, .a = aio_layout_for_version(t->info.version)};
-    struct running_scratch *x = NULL;
-    int r = 0;
+    const struct pyf_aio_layout *a = aio_layout_for_version(t->info.version);
+    struct pyf_thread *own = NULL;
+    size_t n = 0;
+    int r;
 
     *ret_n = 0;
-    if (!w.a || !t->types.coro)
+    if (!a || !t->types.coro)
         return 0; /* no Task layout: no task is known to run */
-    if (!(x = malloc(sizeof(*x))))
+    if (!t->aio.scratch && !(t->aio.scratch = malloc(sizeof(*t->aio.scratch))))
         return pyf_fail(reterr, PYF_INVALID, ENOMEM, 0, "pid %d: tasks", t->info.pid);
-    r = find_tasks(&w, 1u << 17, reterr);
-    for (size_t at = 0; r == 0 && at < w.n_found && *ret_n < cap; at += RUNNING_CHUNK)
-        running_of(&w, x, w.found + at,
-                   w.n_found - at < RUNNING_CHUNK ? w.n_found - at : RUNNING_CHUNK, ret, cap,
-                   ret_n);
-    free(x);
-    walk_free(&w);
+    r = find_current(t, a, reterr);
+    if (r < 0 || !t->aio.task_type)
+        return r;
+    if (t->lay.ts_asyncio_running_task >= 0 && !threads) {
+        if (!(own = calloc(RUNNING_MAX, sizeof(*own))))
+            return pyf_fail(reterr, PYF_INVALID, ENOMEM, 0, "pid %d: threads", t->info.pid);
+        r = pyf_target__threads(t, own, RUNNING_MAX, &n_threads, reterr);
+        threads = own;
+    }
+    if (r == 0)
+        r = current_tasks(t, t->aio.scratch, threads, n_threads, &n, reterr);
+    if (r == 0)
+        running_of(t, a, t->aio.scratch, n, ret, cap, ret_n);
+    free(own);
     return r;
 }
 
 /* The running task whose coroutine's frame, with its code, is on @st; NULL: none. */
 const struct pyf_running_task *pyf_running_task_on(const struct pyf_stack *st,
-                                                   const struct pyf_running_task *run, size_t n_run)
+                                                   const struct pyf_running_task *run, size_t n_run,
+                                                   size_t *ret_frame)
 {
     for (size_t i = 0; i < st->n_frames; i++)
-        for (size_t k = 0; k < n_run; k++)
+        for (size_t k = 0; k < n_run && st->frames[i].coroutine; k++)
             if (st->frames[i].frame_raddr == run[k].coro_frame &&
-                st->frames[i].code_raddr == run[k].code)
+                st->frames[i].code_raddr == run[k].code) {
+                if (ret_frame)
+                    *ret_frame = i;
                 return &run[k];
+            }
     return NULL;
 }
 

@@ -427,6 +427,7 @@ int main(void)
     F("co_nlocalsplus", offsetof(PyCodeObject, co_nlocalsplus));
 #endif
     F("co_firstlineno", offsetof(PyCodeObject, co_firstlineno));
+    F("co_flags", offsetof(PyCodeObject, co_flags));
     F("co_filename", offsetof(PyCodeObject, co_filename));
     F("co_name", offsetof(PyCodeObject, co_name));
 #if PY_VERSION_HEX < 0x030b0000

@@ -158,6 +158,9 @@ struct pyf_frame {
      * frames up to the next entry (<= 3.10 every frame has a call of its own; 3.11+ runs
      * Python-to-Python calls inline). Where a mixed stack puts Python frames. */
     bool entry;
+    /* Its code is a coroutine's (async def, or a generator made one by @types.coroutine):
+     * the outermost such frame on a stack is, in an event loop's thread, the task's. */
+    bool coroutine;
 };
 
 /* Caller-owned. Reuse one pyf_stack per thread across samples: the frames of the previous
@@ -342,16 +345,22 @@ const char *pyf_task_state_name(enum pyf_task_state s);
  * The asyncio tasks running now, each with the frame of its own coroutine (on the stack of the
  * thread that runs it) and that frame's code object: a stack read just before that holds a
  * frame at that address with that code ran the task then (the stack's thread ran it; the
- * caller matches them). At most @cap; no asyncio, none running: *ret_n 0.
+ * caller matches them). Cheap, whatever the number of tasks: only asyncio's own record of each
+ * loop's current task is read (a few reads; from 3.14 each thread state's, of @threads, the
+ * caller's last pyf_target__sample() or pyf_target__threads(), or NULL: read here). At most
+ * @cap; no asyncio, none running: *ret_n 0.
  */
 struct pyf_running_task {
     uint64_t task, coro_frame, code;
     char name[128]; /* "" where the version has no names (3.6, 3.7) */
 };
-int pyf_target__running_tasks(struct pyf_target *t, struct pyf_running_task *ret, size_t cap,
+int pyf_target__running_tasks(struct pyf_target *t, const struct pyf_thread *threads,
+                              size_t n_threads, struct pyf_running_task *ret, size_t cap,
                               size_t *ret_n, struct pyf_err *reterr);
-/* The one of @run[0..n_run) whose coroutine's frame, with its code, is on @st; NULL: none. */
-const struct pyf_running_task *
-pyf_running_task_on(const struct pyf_stack *st, const struct pyf_running_task *run, size_t n_run);
+/* The one of @run[0..n_run) whose coroutine's frame, with its code, is on @st, that frame's
+ * index in *ret_frame (may be NULL); NULL: none. */
+const struct pyf_running_task *pyf_running_task_on(const struct pyf_stack *st,
+                                                   const struct pyf_running_task *run, size_t n_run,
+                                                   size_t *ret_frame);
 
 #endif

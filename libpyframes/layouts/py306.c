@@ -44,6 +44,7 @@ const struct pyf_layout pyf_layout_306 = {
     .co_nlocals = 24,
     .co_nlocalsplus = -1,
     .co_firstlineno = 36,
+    .co_flags = 32,
     .co_filename = 96,
     .co_name = 104,
     .co_qualname = -1,

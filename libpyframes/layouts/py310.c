@@ -44,6 +44,7 @@ const struct pyf_layout pyf_layout_310 = {
     .co_nlocals = 28,
     .co_nlocalsplus = -1,
     .co_firstlineno = 40,
+    .co_flags = 36,
     .co_filename = 104,
     .co_name = 112,
     .co_qualname = -1,

@@ -230,6 +230,7 @@ const struct pyf_layout pyf_layout_311 = {
     .co_nlocals = 80,
     .co_nlocalsplus = 76,
     .co_firstlineno = 72,
+    .co_flags = 48,
     .co_filename = 112,
     .co_name = 120,
     .co_qualname = 128,

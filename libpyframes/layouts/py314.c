@@ -350,6 +350,7 @@ const struct pyf_layout pyf_layout_314 = {
     .co_nlocals = 80,
     .co_nlocalsplus = 72,
     .co_firstlineno = 68,
+    .co_flags = 48,
     .co_filename = 112,
     .co_name = 120,
     .co_qualname = 128,

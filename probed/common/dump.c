@@ -168,7 +168,7 @@ static json_t *thread_json(struct pyf_target *t, struct pyf_native *nat, const s
                            int depth, bool show_probed, const struct pyf_running_task *run,
                            size_t n_run)
 {
-    const struct pyf_running_task *task = pyf_running_task_on(&bt->st, run, n_run);
+    const struct pyf_running_task *task = pyf_running_task_on(&bt->st, run, n_run, NULL);
     json_t *frames = json_array();
     json_t *jt =
         json_pack("{s:i, s:s, s:s, s:I, s:b, s:b, s:b, s:b}", "tid", (int)bt->th.tid, "name",
@@ -216,7 +216,7 @@ static json_t *process_json(struct pyf_target *t, struct pyf_native *nat,
 
     /* read after the stacks: a thread is said to run a task only when its stack then held
      * that task's coroutine frame, and still does (pyf_running_task_on) */
-    if (run && pyf_target__running_tasks(t, run, RUNNING_TASKS_MAX, &n_run, &e) < 0)
+    if (run && pyf_target__running_tasks(t, NULL, 0, run, RUNNING_TASKS_MAX, &n_run, &e) < 0)
         n_run = 0;
 
     for (size_t i = 0; i < n; i++) {

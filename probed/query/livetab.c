@@ -242,11 +242,12 @@ static int read_pid(struct live_cursor *c, pid_t pid, bool with_locals, struct p
 
     if (!threads || !run)
         snprintf(e->msg, sizeof(e->msg), "pid %d: no memory for its thread list", (int)pid);
-    /* the tasks running now: a thread whose stack holds one's coroutine frame runs it */
-    if (r == 0 && pyf_target__running_tasks(t, run, LIVE_RUNNING_TASKS_MAX, &n_run, e) < 0)
-        n_run = 0;
     if (r == 0)
         r = pyf_target__threads(t, threads, LIVE_THREADS_MAX, &n, e);
+    /* the tasks running now: a thread whose stack holds one's coroutine frame runs it */
+    if (r == 0 && pyf_target__running_tasks(t, threads, n, run, LIVE_RUNNING_TASKS_MAX, &n_run,
+                                            e) < 0)
+        n_run = 0;
     for (size_t i = 0; r == 0 && i < n; i++) {
         struct pyf_stack st = {.frames = frames, .cap = PYF_DEPTH_MAX};
         char name[64];
@@ -259,7 +260,7 @@ static int read_pid(struct live_cursor *c, pid_t pid, bool with_locals, struct p
         /* threading's name for it, else the OS's */
         if (pyf_target__thread_py_name(t, threads[i].ident, name, sizeof(name), e) < 0 || !name[0])
             pyf_thread_name(pid, threads[i].tid, name, sizeof(name));
-        char *task = task_label(pyf_running_task_on(&st, run, n_run));
+        char *task = task_label(pyf_running_task_on(&st, run, n_run, NULL));
 
         for (size_t d = 0; r == 0 && d < st.n_frames; d++) {
             struct live_row row = {

@@ -51,7 +51,7 @@ static int pass(pid_t pid, bool tasks, struct pyf_err *e)
         r = pyf_target__tasks(t, 64, &all, e);
         pyf_tasks_free(all);
         if (r == 0)
-            r = pyf_target__running_tasks(t, run, 4, &n, e);
+            r = pyf_target__running_tasks(t, NULL, 0, run, 4, &n, e);
         pyf_target_free(t);
         return r;
     }
