@@ -30,7 +30,7 @@ struct code_info {
     size_t n_code;
     uint32_t code_stamp; /* the walk that copied the bytecode */
     int32_t first_line;
-    uint32_t flags; /* co_flags */
+    uint32_t flags;    /* co_flags */
     int64_t memo_addr; /* last (offset -> line) answer: a sleeping frame asks the same */
     int32_t memo_line;
     uint32_t stamp; /* walk that last used it */

@@ -245,8 +245,8 @@ static int read_pid(struct live_cursor *c, pid_t pid, bool with_locals, struct p
     if (r == 0)
         r = pyf_target__threads(t, threads, LIVE_THREADS_MAX, &n, e);
     /* the tasks running now: a thread whose stack holds one's coroutine frame runs it */
-    if (r == 0 && pyf_target__running_tasks(t, threads, n, run, LIVE_RUNNING_TASKS_MAX, &n_run,
-                                            e) < 0)
+    if (r == 0 &&
+        pyf_target__running_tasks(t, threads, n, run, LIVE_RUNNING_TASKS_MAX, &n_run, e) < 0)
         n_run = 0;
     for (size_t i = 0; r == 0 && i < n; i++) {
         struct pyf_stack st = {.frames = frames, .cap = PYF_DEPTH_MAX};
