@@ -7,20 +7,26 @@
 -- Every stack's frames, innermost first (depth 0 = the frame executing).
 CREATE TEMP VIEW stacks AS
 SELECT sf.stack_id, sf.depth, fn.text AS func, fl.text AS file, f.line AS lineno, f.first_line,
-       CASE f.kind WHEN 1 THEN 'native' WHEN 2 THEN 'kernel' ELSE 'python' END AS kind
+       CASE f.kind WHEN 1 THEN 'native' WHEN 2 THEN 'kernel' WHEN 3 THEN 'task' ELSE 'python' END
+           AS kind
 FROM stack_frames sf
 JOIN frames f ON f.id = sf.frame_id
 JOIN strings fn ON fn.id = f.func_id
 JOIN strings fl ON fl.id = f.file_id;
 
--- One row per frame of every sample.
+-- The asyncio task each stack ran for (NULL: none), by the label stored with it.
+CREATE TEMP VIEW stack_task AS
+SELECT k.stack_id, str.text AS task FROM stack_tasks k JOIN strings str ON str.id = k.task_id;
+
+-- One row per frame of every sample; task: the asyncio task the sample's thread ran.
 CREATE TEMP VIEW sample_frames AS
 SELECT s.ts_ns, t.pid, s.tid, th.name AS thread, st.depth, st.func,
        st.file, st.lineno, st.kind, s.state & 1 AS on_cpu, (s.state >> 1) & 1 AS holds_gil,
-       (s.state >> 2) & 1 AS gc_collecting, s.target_id, s.stack_id
+       (s.state >> 2) & 1 AS gc_collecting, k.task, s.target_id, s.stack_id
 FROM samples s
 JOIN targets t ON t.id = s.target_id
 LEFT JOIN threads th ON th.target_id = s.target_id AND th.tid = s.tid
+LEFT JOIN stack_task k ON k.stack_id = s.stack_id
 JOIN stacks st ON st.stack_id = s.stack_id;
 
 -- Per process and function: samples where it was executing (self) and where it was on the
@@ -89,20 +95,22 @@ GROUP BY c.target_id, c.tid;
 -- inside a minute keeps or drops it whole.
 CREATE TEMP VIEW stack_minutes AS
 SELECT m.ts_ns, t.pid, m.tid, th.name AS thread, m.stack_id, m.state & 1 AS on_cpu,
-       (m.state >> 1) & 1 AS holds_gil, (m.state >> 2) & 1 AS gc_collecting, m.n,
+       (m.state >> 1) & 1 AS holds_gil, (m.state >> 2) & 1 AS gc_collecting, m.n, k.task,
        m.target_id
 FROM minute_counts m
 JOIN targets t ON t.id = m.target_id
-LEFT JOIN threads th ON th.target_id = m.target_id AND th.tid = m.tid;
+LEFT JOIN threads th ON th.target_id = m.target_id AND th.tid = m.tid
+LEFT JOIN stack_task k ON k.stack_id = m.stack_id;
 
 -- Per thread over time: running on CPU, holding the GIL, its interpreter collecting garbage.
 CREATE TEMP VIEW thread_states AS
 SELECT s.ts_ns, t.pid, s.tid, th.name AS thread, s.state & 1 AS on_cpu,
        (s.state >> 1) & 1 AS holds_gil, (s.state >> 2) & 1 AS gc_collecting,
-       s.stack_id = 0 AS no_python_frames
+       s.stack_id = 0 AS no_python_frames, k.task
 FROM samples s
 JOIN targets t ON t.id = s.target_id
-LEFT JOIN threads th ON th.target_id = s.target_id AND th.tid = s.tid;
+LEFT JOIN threads th ON th.target_id = s.target_id AND th.tid = s.tid
+LEFT JOIN stack_task k ON k.stack_id = s.stack_id;
 
 -- The memory timeline (meter.c, table memory) in megabytes, with the CPU use since the
 -- previous reading (100 = one core). timestamp is UTC text, so the seeds' queries read as

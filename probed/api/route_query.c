@@ -158,12 +158,12 @@ static uint32_t rate_of(struct api *a, pid_t pid)
     return (uint32_t)config_num(a->cfg.config, CFG_SAMPLE_RATE) ?: 100;
 }
 
-/* GET /v1/flamegraph?pid=&tid=&since=&idle=&format= */
+/* GET /v1/flamegraph?pid=&tid=&since=&idle=&tasks=&format= */
 struct job *flamegraph_get(struct api *a, const struct request *rq)
 {
     const struct evkeyvalq *q = rq->params;
     pid_t pid = rq->pid; /* parsed by routes.c */
-    uint64_t tid = 0, idle = 0;
+    uint64_t tid = 0, idle = 0, tasks = 0;
     const char *since = evhttp_find_header(q, "since");
     const char *format = evhttp_find_header(q, "format");
     int64_t since_ns = 0;
@@ -171,7 +171,8 @@ struct job *flamegraph_get(struct api *a, const struct request *rq)
     char title[128];
 
     if (param_uint(rq->req, q, "tid", API_PID_MAX, &tid) < 0 ||
-        param_uint(rq->req, q, "idle", 1, &idle) < 0)
+        param_uint(rq->req, q, "idle", 1, &idle) < 0 ||
+        param_uint(rq->req, q, "tasks", 1, &tasks) < 0)
         return NULL;
     if (since && (since_ns = units_duration_ns(since)) < 0) {
         reply_error(rq->req, 400, "since must be a duration like 30s, 5m, 2h");
@@ -188,6 +189,7 @@ struct job *flamegraph_get(struct api *a, const struct request *rq)
     qj->flame = (struct flame_request){.pid = pid,
                                        .tid = (pid_t)tid,
                                        .idle = idle > 0,
+                                       .by_task = tasks > 0,
                                        .since_ns = since_ns ? real_ns() - since_ns : 0};
     qj->flame.period_ns = 1000000000LL / rate_of(a, pid);
     snprintf(title, sizeof(title), "pid %d%s%s", (int)pid, since ? ", last " : "",

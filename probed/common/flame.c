@@ -73,8 +73,10 @@ static int parse_frames(struct profile_mem *m, json_t *doc, size_t at)
             .func = func,
             .file = file,
             .line = (int)json_integer_value(json_array_get(f, 3)),
-            .native = strcmp(kind, "python") != 0 && strcmp(kind, "label") != 0,
+            .native = strcmp(kind, "python") != 0 && strcmp(kind, "label") != 0 &&
+                      strcmp(kind, "task") != 0,
             .label = strcmp(kind, "label") == 0,
+            .task = strcmp(kind, "task") == 0,
         };
     }
     return 0;
@@ -140,6 +142,8 @@ char *flame_label(const struct flame_frame *f)
 
     if (f->label)
         return strdup(f->func);
+    if (f->task)
+        return asprintf(&label, "<task %s>", f->func) < 0 ? NULL : label;
     int r = f->native ? asprintf(&label, "%s [%s]", f->func, base ? base + 1 : f->file)
                       : asprintf(&label, "%s (%s:%d)", f->func, f->file, f->line);
 

@@ -39,6 +39,7 @@ struct flame_frame {
     int line;         /* native: 0 */
     bool native;
     bool label; /* kind "label": a frame of ours naming what is under it ("rank 3"), func alone */
+    bool task;  /* kind "task": the asyncio task the frames above ran for, "<task NAME>" */
 };
 
 /* One distinct stack and how many samples had it. */

@@ -455,6 +455,7 @@ int flamegraph_main(int argc, char **argv)
                                              {"output", required_argument, NULL, 'o'},
                                              {"format", required_argument, NULL, 'f'},
                                              {"idle", no_argument, NULL, 'i'},
+                                             {"tasks", no_argument, NULL, 'T'},
                                              COMMON_LONGOPTS,
                                              {NULL, 0, NULL, 0}};
     const char *socket = NULL, *since = NULL, *out_path = NULL, *format = "svg";
@@ -463,7 +464,7 @@ int flamegraph_main(int argc, char **argv)
     size_t raw_len = 0;
     long status = 0;
     int c, pid, tid = 0, r;
-    bool idle = false;
+    bool idle = false, tasks = false;
     FILE *out;
 
     while ((c = getopt_long(argc, argv, "s:t:o:f:ih", longopts, NULL)) != -1) {
@@ -480,6 +481,9 @@ int flamegraph_main(int argc, char **argv)
         case 'i':
             idle = true;
             break;
+        case 'T':
+            tasks = true;
+            break;
         case 'f':
             format = optarg;
             break;
@@ -488,9 +492,11 @@ int flamegraph_main(int argc, char **argv)
             break;
         case 'h':
             printf("usage: probectl flamegraph <pid> [--since 5m] [--thread TID] [-o out.svg]"
-                   " [--format svg|folded|speedscope|pprof] [--idle]\n"
+                   " [--format svg|folded|speedscope|pprof] [--idle] [--tasks]\n"
                    "  A flame graph of the stored samples (attach first).\n"
-                   "  --idle  include threads that were not running (sleeping, blocked)\n");
+                   "  --idle   include threads that were not running (sleeping, blocked)\n"
+                   "  --tasks  rooted by asyncio task: a sample that ran in a task starts at\n"
+                   "           <task NAME>, the event loop's frames below it left out\n");
             return 0;
         default:
             return 2;
@@ -505,6 +511,8 @@ int flamegraph_main(int argc, char **argv)
         snprintf(path + strlen(path), sizeof(path) - strlen(path), "&tid=%d", tid);
     if (idle)
         snprintf(path + strlen(path), sizeof(path) - strlen(path), "&idle=1");
+    if (tasks)
+        snprintf(path + strlen(path), sizeof(path) - strlen(path), "&tasks=1");
     r = client_call(client_socket_path(socket), "GET", path, NULL, &status, &reply, &raw, &raw_len,
                     err, sizeof(err));
     if (r < 0) {

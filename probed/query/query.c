@@ -84,6 +84,7 @@ static int shadowed_table(const char *name)
         "strings",
         "frames",
         "stack_frames",
+        "stack_tasks",
         "evals",
         "memory",
         "thread_cpu",
@@ -439,6 +440,8 @@ static int shadow_tables(sqlite3 *db, const struct query_scope *sc, struct errbu
          * name (another user's functions and paths are theirs to see only); the hourly
          * counts name every stack the samples do, in far fewer rows */
         "CREATE TEMP VIEW stack_frames AS SELECT * FROM main.stack_frames"
+        " WHERE stack_id IN (SELECT stack_id FROM temp.stack_counts WHERE span_s = 3600);"
+        "CREATE TEMP VIEW stack_tasks AS SELECT * FROM main.stack_tasks"
         " WHERE stack_id IN (SELECT stack_id FROM temp.stack_counts WHERE span_s = 3600);"
         "CREATE TEMP VIEW frames AS SELECT * FROM main.frames"
         " WHERE id IN (SELECT frame_id FROM temp.stack_frames);"

@@ -140,9 +140,9 @@ bool ob_half__string(struct outbox *ob, struct ob_half *h, int64_t id, const cha
 }
 
 bool ob_half__stack(struct outbox *ob, struct ob_half *h, int64_t id, const int64_t *frame_ids,
-                    size_t n)
+                    size_t n, int64_t task_id)
 {
-    struct ob_def d = {.id = id, .len = (uint32_t)n};
+    struct ob_def d = {.id = id, .extra = task_id, .len = (uint32_t)n};
 
     return add_def(ob, h, h->stacks, &h->n_stacks, &d, frame_ids, n * sizeof(*frame_ids));
 }

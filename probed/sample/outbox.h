@@ -30,7 +30,8 @@ struct ob_sample {
     int32_t tid, state;
 };
 
-enum ob_frame_kind { OB_FRAME_PYTHON, OB_FRAME_NATIVE, OB_FRAME_KERNEL }; /* frames.kind */
+/* frames.kind; a task frame is the asyncio task the frames inside it ran for (tasktag.h) */
+enum ob_frame_kind { OB_FRAME_PYTHON, OB_FRAME_NATIVE, OB_FRAME_KERNEL, OB_FRAME_TASK };
 
 struct ob_frame {
     int64_t id, func_id, file_id;
@@ -41,7 +42,7 @@ struct ob_frame {
 /* A variable-length definition (a string, a stack, a thread) lives in the half's arena. */
 struct ob_def {
     int64_t id;    /* string/stack id, or the target id of a thread */
-    int64_t extra; /* thread: tid */
+    int64_t extra; /* thread: tid; stack: its task's label (string id), 0: none */
     uint32_t off;  /* into arena */
     uint32_t len;  /* bytes (string, name) or frames (stack: len int64 frame ids) */
 };
@@ -149,7 +150,7 @@ bool ob_half__sample(struct outbox *ob, struct ob_half *h, const struct ob_sampl
 bool ob_half__frame(struct outbox *ob, struct ob_half *h, const struct ob_frame *f);
 bool ob_half__string(struct outbox *ob, struct ob_half *h, int64_t id, const char *s);
 bool ob_half__stack(struct outbox *ob, struct ob_half *h, int64_t id, const int64_t *frame_ids,
-                    size_t n);
+                    size_t n, int64_t task_id);
 /* A thread's names: threading's @name (or its OS name when threading has none), @os_name. */
 bool ob_half__thread(struct outbox *ob, struct ob_half *h, int64_t target_id, int32_t tid,
                      const char *name, const char *os_name);

@@ -76,9 +76,9 @@ static int64_t frame_id(struct sampler *s, struct ob_half *h, const struct pyf_f
     return frame_id_of(s, h, f);
 }
 
-/* The id of the stack of the first @n of s->frame_ids, its definition sent when new. 0: no
- * frames. */
-static int64_t stack_id_of_frames(struct sampler *s, struct ob_half *h, size_t n)
+/* The id of the stack of the first @n of s->frame_ids, its definition sent when new (with
+ * @task_id, the string id of the task it ran for; 0: none). 0: no frames. */
+static int64_t stack_id_of_frames(struct sampler *s, struct ob_half *h, size_t n, int64_t task_id)
 {
     int64_t id;
     size_t kept = 0;
@@ -90,7 +90,7 @@ static int64_t stack_id_of_frames(struct sampler *s, struct ob_half *h, size_t n
     if (n == 0)
         return 0;
     id = hashid_of(s->frame_ids, n * sizeof(s->frame_ids[0]));
-    if (!already_sent(s->sent_stacks, id) && ob_half__stack(s->ob, h, id, s->frame_ids, n))
+    if (!already_sent(s->sent_stacks, id) && ob_half__stack(s->ob, h, id, s->frame_ids, n, task_id))
         mark_sent(s->sent_stacks, id);
     return id;
 }
@@ -103,32 +103,73 @@ static int64_t marker_frame_id(struct sampler *s, struct ob_half *h, const char 
     return frame_id_of(s, h, &f); /* probed's words about the stack: kept, unlike its code */
 }
 
-/* The id of Python stack @st. A stack deeper than TARGET_DEPTH_MAX keeps both ends, its
- * innermost frames (where time goes) and its outermost (where the thread started, the root
- * of every flame graph), with a marker frame for those in between; a thread deeper than
- * TARGET_READ_DEPTH, whose outermost frames were not read, ends in a marker saying so. */
-static int64_t stack_id(struct sampler *s, struct ob_half *h, const struct pyf_stack *st)
+/* The asyncio task @st ran this tick (tasktag.h): its frame's id (kind task, named by the
+ * task's label) in *ret_frame_id, the index of the task's coroutine frame in @st in *ret_at;
+ * returns the label's string id, 0: none. */
+static int64_t task_of(struct sampler *s, struct ob_half *h, struct target *t,
+                       const struct pyf_stack *st, size_t *ret_at, int64_t *ret_frame_id)
 {
-    size_t n = st->n_frames, inner = n, outer = 0, k = 0;
+    char label[TASKTAG_LABEL_CHARS + 1];
+    struct ob_frame of = {.kind = OB_FRAME_TASK, .first_line = -OB_FRAME_TASK};
+
+    if (!tasktag__of(&t->tasks, st, label, sizeof(label), ret_at))
+        return 0;
+    of.func_id = string_id(s, h, label);
+    of.file_id = string_id(s, h, "<task>");
+    /* first_line -kind in the hash keeps the id apart from any other kind's */
+    of.id = hashid_frame(of.func_id, of.file_id, 0, of.first_line);
+    if (!already_sent(s->sent_frames, of.id) && ob_half__frame(s->ob, h, &of))
+        mark_sent(s->sent_frames, of.id);
+    *ret_frame_id = of.id;
+    return of.func_id;
+}
+
+/* s->frame_ids[0..n) with frame @id put just outside the one at @k (toward the root). */
+static size_t insert_outside(struct sampler *s, size_t n, size_t k, int64_t id)
+{
+    memmove(&s->frame_ids[k + 2], &s->frame_ids[k + 1], (n - k - 1) * sizeof(s->frame_ids[0]));
+    s->frame_ids[k + 1] = id;
+    return n + 1;
+}
+
+/* The id of Python stack @st (of @t's). A stack deeper than TARGET_DEPTH_MAX keeps both ends,
+ * its innermost frames (where time goes) and its outermost (where the thread started, the root
+ * of every flame graph), with a marker frame for those in between; a thread deeper than
+ * TARGET_READ_DEPTH, whose outermost frames were not read, ends in a marker saying so. The
+ * task it ran for goes just outside that task's coroutine frame (none where that frame is
+ * among those left out). */
+static int64_t stack_id(struct sampler *s, struct ob_half *h, struct target *t,
+                        const struct pyf_stack *st)
+{
+    size_t n = st->n_frames, inner = n, outer = 0, k = 0, at = 0;
+    int64_t task_frame = 0, task = task_of(s, h, t, st, &at, &task_frame);
     char what[64];
 
     if (n + st->truncated > TARGET_DEPTH_MAX) {
         inner = TARGET_DEPTH_MAX / 2;
         outer = TARGET_DEPTH_MAX - inner - 1 - st->truncated;
     }
-    for (size_t i = 0; i < inner; i++)
+    if (task && at >= inner && at < n - outer)
+        task = 0; /* left out */
+    for (size_t i = 0; i < inner; i++) {
         s->frame_ids[k++] = frame_id(s, h, &st->frames[i]);
+        if (task && i == at)
+            s->frame_ids[k++] = task_frame;
+    }
     if (outer || inner < n) {
         snprintf(what, sizeof(what), "[%zu frames elided]", n - inner - outer);
         s->frame_ids[k++] = marker_frame_id(s, h, what);
     }
-    for (size_t i = n - outer; i < n; i++)
+    for (size_t i = n - outer; i < n; i++) {
         s->frame_ids[k++] = frame_id(s, h, &st->frames[i]);
+        if (task && i == at)
+            s->frame_ids[k++] = task_frame;
+    }
     if (st->truncated) {
         snprintf(what, sizeof(what), "[deeper than %zu frames: the rest not read]", st->cap);
         s->frame_ids[k++] = marker_frame_id(s, h, what);
     }
-    return stack_id_of_frames(s, h, k);
+    return stack_id_of_frames(s, h, k, task);
 }
 
 /* The frame id of native address @pc, named once (the target's cache by address); the name
@@ -164,17 +205,22 @@ static int64_t native_frame_id(struct sampler *s, struct ob_half *h, struct nati
     return of.id;
 }
 
-/* Python stack @st with native stack @ns, merged into s->frame_ids (pyf_mixed_order).
+/* Python stack @st with native stack @ns, merged into s->frame_ids (pyf_mixed_order), with
+ * the task it ran for (*ret_task: its label's string id, 0: none) outside its coroutine frame.
  * Returns the number of frames, or 0 when the two disagree: the Python stack moved on between
  * the kernel's sample and the read. */
-static size_t merge_native(struct sampler *s, struct ob_half *h, struct native *nat,
-                           const struct pyf_stack *st, const struct native_stack *ns)
+static size_t merge_native(struct sampler *s, struct ob_half *h, struct target *t,
+                           const struct pyf_stack *st, const struct native_stack *ns,
+                           int64_t *ret_task)
 {
-    size_t n;
+    size_t n, at = 0;
+    int64_t task_frame = 0;
     bool agree;
 
+    *ret_task = 0;
     for (size_t i = 0; i < ns->n_pcs; i++)
-        s->native_ids[i] = native_frame_id(s, h, nat, ns->pcs[i], i == 0, &s->native_eval[i]);
+        s->native_ids[i] =
+            native_frame_id(s, h, t->native, ns->pcs[i], i == 0, &s->native_eval[i]);
     n = pyf_mixed_order(s->native_eval, ns->n_pcs, st, s->mixed_order, &agree);
     if (!agree)
         return 0;
@@ -182,6 +228,12 @@ static size_t merge_native(struct sampler *s, struct ob_half *h, struct native *
         s->frame_ids[k] = s->mixed_order[k] >= 0
                               ? s->native_ids[s->mixed_order[k]]
                               : frame_id(s, h, &st->frames[-s->mixed_order[k] - 1]);
+    if ((*ret_task = task_of(s, h, t, st, &at, &task_frame)) == 0)
+        return n;
+    for (size_t k = 0; k < n; k++)
+        if (s->mixed_order[k] == -(int32_t)at - 1)
+            return insert_outside(s, n, k, task_frame);
+    *ret_task = 0; /* not among the frames merged */
     return n;
 }
 
@@ -364,19 +416,20 @@ static void add_sample(struct sampler *s, struct ob_half *h, struct target *t,
 /* The Python frames the eBPF sampler copied with native stack @ns, merged with it: 0 when
  * there are none, or they do not decode or agree (the caller then merges the frames read). */
 static size_t merge_same_instant(struct sampler *s, struct ob_half *h, struct target *t,
-                                 const struct native_stack *ns)
+                                 const struct native_stack *ns, int64_t *ret_task)
 {
     struct native_stats *stats = native__stats(t->native);
     struct pyf_err e;
     size_t n;
 
+    *ret_task = 0;
     if (!ns->py) { /* always so with perf, whose figures do not show it */
         stats->py_uncopied++;
         return 0;
     }
     s->instant = (struct pyf_stack){.frames = s->instant_frames, .cap = TARGET_DEPTH_MAX};
     n = pyf_target__stack_of_copy(t->pyf, ns->py, &s->instant, &e) == 0 && !s->instant.truncated
-            ? merge_native(s, h, t->native, &s->instant, ns)
+            ? merge_native(s, h, t, &s->instant, ns, ret_task)
             : 0;
     if (n == 0)
         stats->py_undecoded++;
@@ -392,6 +445,7 @@ static int64_t thread_stack_id(struct sampler *s, struct ob_half *h, struct targ
     const struct pyf_thread *th = &t->threads[i];
     struct native_stack *ns = t->native ? native__take(t->native, th->tid) : NULL;
     struct native_stats *stats = t->native ? native__stats(t->native) : NULL;
+    int64_t task = 0;
     size_t n;
 
     if (!ns && t->native && !th->on_cpu && th->tid > 0 &&
@@ -399,35 +453,35 @@ static int64_t thread_stack_id(struct sampler *s, struct ob_half *h, struct targ
         /* waiting: where, read from the process once per wait; merged with the frames read
          * now, which the wait keeps still (their agreement is checked as any merge's) */
         ns = native__waiting(t->native, th->tid, th->sched);
-        n = ns ? merge_native(s, h, t->native, &t->stacks[i], ns) : 0;
+        n = ns ? merge_native(s, h, t, &t->stacks[i], ns, &task) : 0;
         if (ns && n == 0)
             stats->mismatched++;
         if (n > 0) {
             stats->waiting++;
-            return stack_id_of_frames(s, h, n);
+            return stack_id_of_frames(s, h, n, task);
         }
-        return stack_id(s, h, &t->stacks[i]);
+        return stack_id(s, h, t, &t->stacks[i]);
     }
     if (!ns)
-        return stack_id(s, h, &t->stacks[i]);
+        return stack_id(s, h, t, &t->stacks[i]);
     if (t->stacks[i].n_frames > TARGET_DEPTH_MAX) { /* deep: its Python frames, both ends */
         stats->mismatched++;
-        return stack_id(s, h, &t->stacks[i]);
+        return stack_id(s, h, t, &t->stacks[i]);
     }
-    n = merge_same_instant(s, h, t, ns);
+    n = merge_same_instant(s, h, t, ns, &task);
     if (n > 0) {
         stats->merged++;
         stats->same_instant++; /* no lag: the frames are those of the native sample */
-        return stack_id_of_frames(s, h, n);
+        return stack_id_of_frames(s, h, n, task);
     }
-    n = merge_native(s, h, t->native, &t->stacks[i], ns);
+    n = merge_native(s, h, t, &t->stacks[i], ns, &task);
     if (n == 0) {
         stats->mismatched++;
-        return stack_id(s, h, &t->stacks[i]);
+        return stack_id(s, h, t, &t->stacks[i]);
     }
     stats->merged++;
     stats->lag_ns += (uint64_t)(mono - ns->mono_ns);
-    return stack_id_of_frames(s, h, n);
+    return stack_id_of_frames(s, h, n, task);
 }
 
 static void add_native_only(struct sampler *s, struct ob_half *h, struct target *t, int64_t ts,
@@ -443,7 +497,7 @@ static void add_native_only(struct sampler *s, struct ob_half *h, struct target 
     }
     for (size_t i = 0; i < ns->n_pcs; i++)
         s->frame_ids[i] = native_frame_id(s, h, t->native, ns->pcs[i], i == 0, &eval_loop);
-    smp.stack_id = stack_id_of_frames(s, h, ns->n_pcs);
+    smp.stack_id = stack_id_of_frames(s, h, ns->n_pcs, 0);
     native__stats(t->native)->native_only++;
     add_sample(s, h, t, &smp);
 }
@@ -580,6 +634,9 @@ static void sample_target(struct sampler *s, struct target *t, int64_t now)
     t->errors_seen = t->stats.errors;
     if (t->native) /* the kernel's samples since the last tick, then the Python frames now */
         native__collect(t->native, t->stats.ticks % (t->rate_hz / 10 + 1) == 0);
+    /* asyncio's running tasks before the stacks are read, when coroutines ran lately: a
+     * thread runs a task only if it was its loop's before and after (tasktag.h) */
+    tasktag__before(&t->tasks, t->pyf, t->threads, t->n_threads, mono_ns());
     r = pyf_target__sample(t->pyf, t->threads, t->stacks, t->threads_cap, &n, &e);
     /* every slot full: there may be more threads, so the tick is read again with room for
      * twice as many (a rare allocation), not stored in part: the main thread is the oldest,
@@ -594,6 +651,7 @@ static void sample_target(struct sampler *s, struct target *t, int64_t now)
             targets__end(s->reg, t, TARGET_FAILED, e.msg);
         return;
     }
+    t->n_threads = r == 0 ? n : 0;
     if (r < 0) {
         t->stats.errors++;
         /* stacks read in part are not stored: the ids of the last tick stored may be of
@@ -604,6 +662,7 @@ static void sample_target(struct sampler *s, struct target *t, int64_t now)
     read_deep_threads(t, n);
     if (t->native) /* the eBPF sampler copies these threads' Python frames from now on */
         native__track(t->native, t->threads, n);
+    tasktag__after(&t->tasks, t->pyf, t->threads, t->stacks, n, t->native != NULL, mono_ns());
     name_new_threads(s, t, n, mono_ns());
     record(s, t, n, tick_time(s, t), mono_ns());
     if (n == TARGET_THREADS_MAX) /* at the maximum, the threads past it are left out */

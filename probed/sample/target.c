@@ -58,6 +58,7 @@ static void free_buffers(struct target *t)
     t->stacks = NULL;
     t->frame_pool = NULL;
     t->threads_cap = 0;
+    t->n_threads = 0;
 }
 
 /* Room for @cap threads' stacks (TARGET_DEPTH_MAX frames each); the old buffers are kept when

@@ -18,6 +18,7 @@
 #include "common/procfs.h"
 #include "errbuf.h"
 #include "pyframes.h"
+#include "sample/tasktag.h"
 
 #define TARGET_THREADS_MIN 64           /* Python threads a target's buffers hold at first */
 #define TARGET_THREADS_MAX 4096         /* they double up to this (libpyframes' THREAD_SPANS_MAX) */
@@ -110,6 +111,8 @@ struct target {
     struct errbuf native_error; /* why native_wanted is not met (the fallback to Python only) */
     struct pyf_thread *threads; /* threads_cap of each */
     struct pyf_stack *stacks;
+    size_t n_threads; /* of threads and stacks, read at the last tick (0: it failed) */
+    struct tasktag tasks; /* which asyncio task each thread ran (sampler.c) */
     struct pyf_frame *frame_pool; /* TARGET_DEPTH_MAX frames per thread */
     struct pyf_frame **deep;      /* threads_cap: a deep thread's own TARGET_READ_DEPTH frames */
     int64_t *stack_ids;           /* threads_cap: each thread's stack id at the last tick stored

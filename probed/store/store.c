@@ -24,6 +24,7 @@ enum stmt_id {
     INS_STRING,
     INS_FRAME,
     INS_STACK_FRAME,
+    INS_STACK_TASK,
     INS_BLOCK,
     INS_USAGE,
     INS_THREAD_CPU,
@@ -48,6 +49,7 @@ static const char *const stmt_sql[N_STMTS] = {
                   " VALUES (?, ?, ?, ?, ?, ?)",
     [INS_STACK_FRAME] = "INSERT OR IGNORE INTO stack_frames(stack_id, depth, frame_id)"
                         " VALUES (?, ?, ?)",
+    [INS_STACK_TASK] = "INSERT OR IGNORE INTO stack_tasks(stack_id, task_id) VALUES (?, ?)",
     [INS_BLOCK] = "INSERT INTO sample_blocks(target_id, first_ns, tid, last_ns, n, data)"
                   " VALUES (?, ?, ?, ?, ?, ?)",
     [INS_USAGE] = "INSERT OR IGNORE INTO memory(target_id, ts_ns, rss, pss, uss, swap, cpu_ns,"
@@ -346,6 +348,8 @@ static int write_defs(struct store *st, const struct ob_half *h)
         const int64_t *ids = (const int64_t *)(const void *)(h->arena + d->off);
         for (uint32_t k = 0; r == 0 && k < d->len; k++)
             r = run(st, INS_STACK_FRAME, "iii", d->id, (int64_t)k, ids[k]);
+        if (r == 0 && d->extra)
+            r = run(st, INS_STACK_TASK, "ii", d->id, d->extra);
     }
     return r;
 }

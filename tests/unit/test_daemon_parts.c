@@ -60,7 +60,7 @@ int test_outbox_fills_drops_and_swaps(void)
     CHECK(!ob_half__sample(ob, h, &s)); /* full: dropped and counted, never grown */
     CHECK(h->n_dropped == 1);
     CHECK(ob_half__string(ob, h, 42, "spin_inner"));
-    CHECK(ob_half__stack(ob, h, 43, frames, 3));
+    CHECK(ob_half__stack(ob, h, 43, frames, 3, 0));
     CHECK(ob_half__thread(ob, h, 2, 4, "worker", "python3"));
     outbox__unlock(ob);
     full = outbox__swap(ob);

@@ -1,0 +1,90 @@
+"""asyncio tasks taking turns on the CPU, for the samples' task column (test_tasks.py).
+
+Three tasks on one loop, each spinning in a function of its own for a few milliseconds and
+then yielding: "alpha-task" (coroutine alpha, spinning in spin_alpha), "beta-task" (beta,
+spin_beta), and one asyncio names itself (Task-N: coroutine anon, spin_anon); "sleepy" blocks
+the loop in time.sleep (sleepy_block), a task's thread waiting, not on the CPU. A thread of
+its own spins outside any task (spin_plain). So a sample's frames say which task ran it.
+READY {"pid": ...} once all run. 3.6 and 3.7 have no task names: a task's label is then its
+coroutine's name.
+"""
+import asyncio
+import json
+import os
+import sys
+import threading
+import time
+
+NAMES = sys.version_info >= (3, 8)
+
+
+def spin(seconds):
+    end = time.perf_counter() + seconds
+    n = 0
+    while time.perf_counter() < end:
+        n += 1
+    return n
+
+
+def spin_alpha():
+    return spin(0.004)  # MARK:spin_alpha
+
+
+def spin_beta():
+    return spin(0.004)  # MARK:spin_beta
+
+
+def spin_anon():
+    return spin(0.004)  # MARK:spin_anon
+
+
+def sleepy_block():
+    time.sleep(0.01)  # MARK:sleepy_block
+
+
+async def alpha():
+    while True:
+        spin_alpha()
+        await asyncio.sleep(0)
+
+
+async def beta():
+    while True:
+        spin_beta()
+        await asyncio.sleep(0)
+
+
+async def anon():
+    while True:
+        spin_anon()
+        await asyncio.sleep(0)
+
+
+async def sleepy():
+    while True:
+        sleepy_block()
+        await asyncio.sleep(0)
+
+
+def spin_plain():
+    while True:
+        spin(0.01)
+
+
+def spawn(coro, name):
+    loop = asyncio.get_event_loop()
+    return loop.create_task(coro, name=name) if NAMES and name else loop.create_task(coro)
+
+
+async def main():
+    tasks = [spawn(alpha(), 'alpha-task'), spawn(beta(), 'beta-task'), spawn(anon(), None),
+             spawn(sleepy(), 'sleepy')]
+    await asyncio.sleep(0.05)
+    print('READY ' + json.dumps({'pid': os.getpid()}), flush=True)
+    await asyncio.gather(*tasks)
+
+
+threading.Thread(target=spin_plain, name='plain', daemon=True).start()
+loop = asyncio.new_event_loop()
+asyncio.set_event_loop(loop)
+loop.run_until_complete(main())
