@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from conftest import TARGETS, interpreter_params, marks, require
+from conftest import TARGETS, interpreter_params, marks, require, wait_for
 
 TASKS = os.path.join(TARGETS, 'tasks.py')
 M = marks(TASKS)
@@ -164,3 +164,78 @@ def test_another_users_tasks_are_refused(target_factory, daemon):
     r = daemon.ctl('query', 'SELECT count(*) FROM python.tasks', '--format', 'json', user=user)
     assert r.returncode == 0 and json.loads(r.stdout)['rows'] == [[0]], (r.stdout, r.stderr)
     daemon.ctl('detach', t.pid, check=True)
+
+
+# ---- samples that carry their task (sample/tasktag.h) ----
+
+SPIN = os.path.join(TARGETS, 'taskspin.py')
+SPIN_M = marks(SPIN)
+
+
+def spin_labels(python):
+    """taskspin.py's task labels by the function each spins in: its name, or (3.6, 3.7: no
+    names; a name asyncio made up) its coroutine's."""
+    named = version_of(python) >= (3, 8)
+    return {'spin_alpha': 'alpha-task' if named else 'alpha',
+            'spin_beta': 'beta-task' if named else 'beta',
+            'spin_anon': 'anon', 'sleepy_block': 'sleepy'}
+
+
+def check_sampled_tasks(python, mode, target_factory, daemon):
+    t = target_factory(python, 'taskspin.py', mode)
+    labels = spin_labels(python)
+    daemon.ctl('attach', t.pid, '--rate', '200', check=True)
+    sql = ("SELECT func, task, count(*) FROM sample_frames WHERE pid = %d AND func IN"
+           " ('spin_alpha', 'spin_beta', 'spin_anon', 'sleepy_block', 'spin_plain')"
+           " GROUP BY func, task" % t.pid)
+
+    def counts():
+        got = {}
+        for func, task, n in daemon.rows(sql):
+            got.setdefault(func, {})[task] = n
+        return got if all(got.get(f, {}).get(lab, 0) >= 20 for f, lab in labels.items()) \
+            else None
+    got = wait_for(counts, timeout=30, what='samples of every task',
+                   explain=lambda: daemon.rows(sql))
+    daemon.ctl('detach', t.pid, check=True)
+    for func, label in labels.items():
+        # the task that ran it, never another; a sample with none (the first tick of a burst,
+        # a task not proven to have run throughout the read) is rare
+        assert set(got[func]) <= {label, None}, (func, got)
+        assert got[func].get(None, 0) * 10 <= got[func][label], (func, got)
+    assert set(got['spin_plain']) == {None}, got  # a thread of its own runs no task
+
+    # the task frame sits just outside the task's coroutine frame
+    rows = daemon.rows("SELECT t.depth - c.depth, count(*) FROM stack_tasks k"
+                       " JOIN stacks t ON t.stack_id = k.stack_id AND t.kind = 'task'"
+                       " JOIN stacks c ON c.stack_id = k.stack_id AND c.kind = 'python' AND c.func IN"
+                       " ('alpha', 'beta', 'anon', 'sleepy') GROUP BY 1")
+    assert len(rows) == 1 and rows[0][0] == 1, rows
+
+    folded = daemon.ctl('flamegraph', t.pid, '--format', 'folded', check=True).stdout
+    assert re.search(r';<task %s>;alpha \(%s:%d\);spin_alpha \(%s:%d\)'
+                     % (re.escape(labels['spin_alpha']), re.escape(SPIN), SPIN_M['alpha'] + 2,
+                        re.escape(SPIN), SPIN_M['spin_alpha']), folded), folded[:2000]
+    by_task = daemon.ctl('flamegraph', t.pid, '--format', 'folded', '--tasks', '--idle',
+                         check=True).stdout.splitlines()
+    roots = {line.split(';')[0] for line in by_task}
+    assert {'<task %s>' % lab for lab in labels.values()} <= roots, roots
+    # a task's line starts at its task: the event loop's frames are cut away
+    assert all('<task ' not in line.split(';', 1)[-1] for line in by_task), by_task
+    assert not any('_run_once' in line for line in by_task if line.startswith('<task ')), by_task
+
+
+@pytest.mark.parametrize('python', interpreter_params())
+def test_samples_carry_the_task_that_ran(python, target_factory, daemon):
+    """Tasks taking turns on one loop, each spinning in its own function, a task blocking the
+    loop in time.sleep, and a thread outside any: each sample's task is the one whose
+    function it is in, as the task column, the stacks and the flame graph (--tasks: rooted by
+    task) say."""
+    require(python)
+    check_sampled_tasks(python, 'plain', target_factory, daemon)
+
+
+@pytest.mark.parametrize('python', interpreter_params('debian-python3'))
+def test_samples_carry_the_task_on_uvloop(python, target_factory, daemon):
+    require(python)
+    check_sampled_tasks(python, 'uvloop', target_factory, daemon)

@@ -7,6 +7,8 @@ the loop in time.sleep (sleepy_block), a task's thread waiting, not on the CPU. 
 its own spins outside any task (spin_plain). So a sample's frames say which task ran it.
 READY {"pid": ...} once all run. 3.6 and 3.7 have no task names: a task's label is then its
 coroutine's name.
+
+usage: taskspin.py [plain|uvloop]   (uvloop: on uvloop's event loop)
 """
 import asyncio
 import json
@@ -42,7 +44,7 @@ def sleepy_block():
     time.sleep(0.01)  # MARK:sleepy_block
 
 
-async def alpha():
+async def alpha():  # MARK:alpha
     while True:
         spin_alpha()
         await asyncio.sleep(0)
@@ -85,6 +87,10 @@ async def main():
 
 
 threading.Thread(target=spin_plain, name='plain', daemon=True).start()
-loop = asyncio.new_event_loop()
+if len(sys.argv) > 1 and sys.argv[1] == 'uvloop':
+    import uvloop
+    loop = uvloop.new_event_loop()
+else:
+    loop = asyncio.new_event_loop()
 asyncio.set_event_loop(loop)
 loop.run_until_complete(main())
