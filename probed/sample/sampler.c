@@ -219,8 +219,7 @@ static size_t merge_native(struct sampler *s, struct ob_half *h, struct target *
 
     *ret_task = 0;
     for (size_t i = 0; i < ns->n_pcs; i++)
-        s->native_ids[i] =
-            native_frame_id(s, h, t->native, ns->pcs[i], i == 0, &s->native_eval[i]);
+        s->native_ids[i] = native_frame_id(s, h, t->native, ns->pcs[i], i == 0, &s->native_eval[i]);
     n = pyf_mixed_order(s->native_eval, ns->n_pcs, st, s->mixed_order, &agree);
     if (!agree)
         return 0;

@@ -44,7 +44,8 @@ struct sampler {
     /* sampler thread only */
     int64_t real_offset_ns; /* CLOCK_REALTIME - CLOCK_MONOTONIC, as the samples are stamped */
     int64_t sent_strings[SENT_SLOTS], sent_frames[SENT_SLOTS], sent_stacks[SENT_SLOTS];
-    int64_t frame_ids[TARGET_DEPTH_MAX + NATIVE_DEPTH_MAX + 1]; /* a stack's: Python, native, task */
+    int64_t
+        frame_ids[TARGET_DEPTH_MAX + NATIVE_DEPTH_MAX + 1]; /* a stack's: Python, native, task */
     int64_t native_ids[NATIVE_DEPTH_MAX];
     bool native_eval[NATIVE_DEPTH_MAX];
     int32_t mixed_order[TARGET_DEPTH_MAX + NATIVE_DEPTH_MAX];

@@ -111,8 +111,8 @@ struct target {
     struct errbuf native_error; /* why native_wanted is not met (the fallback to Python only) */
     struct pyf_thread *threads; /* threads_cap of each */
     struct pyf_stack *stacks;
-    size_t n_threads; /* of threads and stacks, read at the last tick (0: it failed) */
-    struct tasktag tasks; /* which asyncio task each thread ran (sampler.c) */
+    size_t n_threads;             /* of threads and stacks, read at the last tick (0: it failed) */
+    struct tasktag tasks;         /* which asyncio task each thread ran (sampler.c) */
     struct pyf_frame *frame_pool; /* TARGET_DEPTH_MAX frames per thread */
     struct pyf_frame **deep;      /* threads_cap: a deep thread's own TARGET_READ_DEPTH frames */
     int64_t *stack_ids;           /* threads_cap: each thread's stack id at the last tick stored

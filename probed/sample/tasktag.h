@@ -28,9 +28,9 @@
 
 #include "pyframes.h"
 
-#define TASKTAG_RUNNING_MAX 32        /* tasks running at once, one per event loop's thread */
-#define TASKTAG_RECENT_NS 10000000000LL/* coroutine frames seen this recently: read before */
-#define TASKTAG_LABELS_MAX 1024       /* distinct labels a target stores */
+#define TASKTAG_RUNNING_MAX 32          /* tasks running at once, one per event loop's thread */
+#define TASKTAG_RECENT_NS 10000000000LL /* coroutine frames seen this recently: read before */
+#define TASKTAG_LABELS_MAX 1024         /* distinct labels a target stores */
 #define TASKTAG_LABEL_CHARS 96
 
 struct tasktag_stats {

@@ -208,8 +208,8 @@ def check_sampled_tasks(python, mode, target_factory, daemon):
     # the task frame sits just outside the task's coroutine frame
     rows = daemon.rows("SELECT t.depth - c.depth, count(*) FROM stack_tasks k"
                        " JOIN stacks t ON t.stack_id = k.stack_id AND t.kind = 'task'"
-                       " JOIN stacks c ON c.stack_id = k.stack_id AND c.kind = 'python' AND c.func IN"
-                       " ('alpha', 'beta', 'anon', 'sleepy') GROUP BY 1")
+                       " JOIN stacks c ON c.stack_id = k.stack_id AND c.kind = 'python'"
+                       " AND c.func IN ('alpha', 'beta', 'anon', 'sleepy') GROUP BY 1")
     assert len(rows) == 1 and rows[0][0] == 1, rows
 
     folded = daemon.ctl('flamegraph', t.pid, '--format', 'folded', check=True).stdout
