@@ -18,6 +18,7 @@
 
 #include "err.h"
 #include "pyobj.h"
+#include "remote.h"
 
 #define DICT_SCAN_MAX 4096 /* entries of a dict looked at: deleted ones are skipped */
 #define KEY_CHARS_MAX 64   /* a str key compared: longer ones are not what we look for */
@@ -30,20 +31,15 @@ struct dict_view {
     size_t n_entries, entry_size, key_at, value_at;
 };
 
-/* The view of keys object @keys, with @values the split values' array (0: combined). */
-static int keys_view(const struct pyf_target *t, uint64_t keys, uint64_t values,
-                     struct dict_view *v, struct pyf_err *e)
+/* The view of keys object @keys whose head (dk_indices bytes) is @head, with @values the split
+ * values' array (0: combined). */
+static int parse_keys(const struct pyf_target *t, uint64_t keys, const uint8_t *head,
+                      uint64_t values, struct dict_view *v, struct pyf_err *e)
 {
     const struct pyf_layout *l = &t->lay;
-    uint8_t head[64];
     int64_t n_entries;
     uint64_t index_bytes;
-    int r = (size_t)l->dk_indices <= sizeof(head)
-                ? pyobj_read(t, keys, head, (size_t)l->dk_indices, e, "dict keys object")
-                : pyf_fail(e, PYF_INVALID, EINVAL, keys, "dict keys layout too large");
 
-    if (r < 0)
-        return r;
     memcpy(&n_entries, head + l->dk_nentries, sizeof(n_entries));
     *v = (struct dict_view){.values = values, .entry_size = 24, .key_at = 8, .value_at = 16};
     if (l->dict_keys_model == PYF_DICT_KEYS_SIZE) {
@@ -69,6 +65,18 @@ static int keys_view(const struct pyf_target *t, uint64_t keys, uint64_t values,
     v->entries = keys + (uint64_t)l->dk_indices + index_bytes;
     v->n_entries = (size_t)n_entries;
     return 0;
+}
+
+/* The view of keys object @keys, with @values the split values' array (0: combined). */
+static int keys_view(const struct pyf_target *t, uint64_t keys, uint64_t values,
+                     struct dict_view *v, struct pyf_err *e)
+{
+    uint8_t head[64];
+    int r = (size_t)t->lay.dk_indices <= sizeof(head)
+                ? pyobj_read(t, keys, head, (size_t)t->lay.dk_indices, e, "dict keys object")
+                : pyf_fail(e, PYF_INVALID, EINVAL, keys, "dict keys layout too large");
+
+    return r < 0 ? r : parse_keys(t, keys, head, values, v, e);
 }
 
 /* The (key, value) pairs of a view, in entry order, at most @cap. */
@@ -129,6 +137,51 @@ int pyobj_dict_items(const struct pyf_target *t, uint64_t raddr, uint64_t *keys,
     r = view_items(t, &v, keys, values, cap, ret_n, reterr);
     if (r == 0)
         *ret_total = (size_t)used;
+    return r;
+}
+
+/* A dict's head and its keys object, with room for the few entries of a small dict. */
+#define SMALL_HEAD_BYTES 64
+#define SMALL_KEYS_BYTES 1024
+
+int pyobj_small_dict_items(const struct pyf_target *t, uint64_t raddr, uint64_t *keys,
+                           uint64_t *values, size_t cap, size_t *ret_n, struct pyf_err *reterr)
+{
+    const struct pyf_layout *l = &t->lay;
+    uint8_t head[SMALL_HEAD_BYTES], kb[SMALL_KEYS_BYTES];
+    struct dict_view v;
+    uint64_t keys_at, values_at;
+    int64_t used;
+    size_t n = 0, total = 0;
+    int r;
+
+    *ret_n = 0;
+    if ((size_t)l->dict_values + 8 > sizeof(head) || (size_t)l->dict_keys + 8 > sizeof(head) ||
+        (size_t)l->dict_used + 8 > sizeof(head) || (size_t)l->dk_indices > sizeof(kb) ||
+        remote_read(&t->mem, raddr, head, sizeof(head)) < 0)
+        goto any_size; /* (a dict at the end of a mapping) */
+    if (field_u64(head, l->ob_type) != t->types.dict)
+        return pyf_fail(reterr, PYF_TORN, EFAULT, raddr, "0x%" PRIx64 " is no longer a dict",
+                        raddr);
+    keys_at = field_u64(head, l->dict_keys);
+    values_at = field_u64(head, l->dict_values);
+    memcpy(&used, head + l->dict_used, sizeof(used));
+    if (values_at || !keys_at || remote_read(&t->mem, keys_at, kb, sizeof(kb)) < 0 ||
+        parse_keys(t, keys_at, kb, 0, &v, reterr) < 0 || used < 0 || (size_t)used > v.n_entries ||
+        v.entries - keys_at + v.n_entries * v.entry_size > sizeof(kb))
+        goto any_size; /* split, larger, or read as it changed: the general way decides */
+    for (size_t i = 0; i < v.n_entries && n < cap; i++) {
+        const uint8_t *entry = kb + (v.entries - keys_at) + i * v.entry_size;
+        uint64_t key = field_u64(entry, (int32_t)v.key_at);
+        uint64_t value = field_u64(entry, (int32_t)v.value_at);
+
+        if (key && value)
+            keys[n] = key, values[n++] = value;
+    }
+    *ret_n = n;
+    return 0;
+any_size:
+    r = pyobj_dict_items(t, raddr, keys, values, cap, ret_n, &total, reterr);
     return r;
 }
 

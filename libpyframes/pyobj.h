@@ -42,6 +42,11 @@ int pyobj_repr(const struct pyf_target *t, uint64_t raddr, char *buf, size_t siz
 int pyobj_dict_items(const struct pyf_target *t, uint64_t raddr, uint64_t *keys, uint64_t *values,
                      size_t cap, size_t *ret_n, size_t *ret_total, struct pyf_err *reterr);
 
+/* The same, of a dict of a few entries, in two reads (its head, then its keys object with
+ * the entries); its type checked (PYF_TORN: no longer a dict). A larger one, or a split
+ * table, is read as pyobj_dict_items() reads it. */
+int pyobj_small_dict_items(const struct pyf_target *t, uint64_t raddr, uint64_t *keys,
+                           uint64_t *values, size_t cap, size_t *ret_n, struct pyf_err *reterr);
 /* The value of str key @key in @dict; *ret_value 0 when it has none (pydict.c). */
 int pyobj_dict_get_str(const struct pyf_target *t, uint64_t dict, const char *key,
                        uint64_t *ret_value, struct pyf_err *reterr);

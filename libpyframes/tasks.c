@@ -928,8 +928,6 @@ static int current_tasks(struct pyf_target *t, struct running_scratch *x,
                          const struct pyf_thread *threads, size_t n_threads, size_t *ret_n,
                          struct pyf_err *e)
 {
-    uint64_t type = 0;
-    size_t total = 0;
     int r;
 
     *ret_n = 0;
@@ -946,13 +944,12 @@ static int current_tasks(struct pyf_target *t, struct running_scratch *x,
                 x->tasks[(*ret_n)++] = x->loops[i];
         return 0;
     }
-    r = pyobj_type(t, t->aio.dict, &type, e);
-    if (r == 0 && type != t->types.dict) {
+    r = pyobj_small_dict_items(t, t->aio.dict, x->loops, x->tasks, RUNNING_MAX, ret_n, e);
+    if (r < 0 && e->kind == PYF_TORN) {
         t->aio.task_type = 0; /* no longer that dict: looked for again */
+        *ret_n = 0;
         return 0;
     }
-    if (r == 0)
-        r = pyobj_dict_items(t, t->aio.dict, x->loops, x->tasks, RUNNING_MAX, ret_n, &total, e);
     return r;
 }
 
@@ -1003,11 +1000,39 @@ static void running_of(struct pyf_target *t, const struct pyf_aio_layout *a,
             code = field_u64(fb, l->fr_code);
         }
         ret[*ret_n] = (struct pyf_running_task){
-            .task = x->tasks[x->of[j]], .coro_frame = frame, .code = code};
+            .task = x->tasks[x->of[j]], .coro = x->coros[j], .coro_frame = frame, .code = code};
         if (a->task_name >= 0)
             task_name(&w, field_u64(head, a->task_name), ret[*ret_n].name, sizeof(ret[0].name));
         (*ret_n)++;
     }
+}
+
+/* The tasks asyncio says run now into t->aio.scratch's tasks (*ret_n), or none. */
+static int find_running(struct pyf_target *t, const struct pyf_aio_layout *a,
+                        const struct pyf_thread *threads, size_t n_threads, size_t *ret_n,
+                        struct pyf_err *e)
+{
+    struct pyf_thread *own = NULL;
+    int r;
+
+    *ret_n = 0;
+    if (!a || !t->types.coro)
+        return 0; /* no Task layout: no task is known to run */
+    if (!t->aio.scratch && !(t->aio.scratch = malloc(sizeof(*t->aio.scratch))))
+        return pyf_fail(e, PYF_INVALID, ENOMEM, 0, "pid %d: tasks", t->info.pid);
+    r = find_current(t, a, e);
+    if (r < 0 || !t->aio.task_type)
+        return r;
+    if (t->lay.ts_asyncio_running_task >= 0 && !threads) {
+        if (!(own = calloc(RUNNING_MAX, sizeof(*own))))
+            return pyf_fail(e, PYF_INVALID, ENOMEM, 0, "pid %d: threads", t->info.pid);
+        r = pyf_target__threads(t, own, RUNNING_MAX, &n_threads, e);
+        threads = own;
+    }
+    if (r == 0)
+        r = current_tasks(t, t->aio.scratch, threads, n_threads, ret_n, e);
+    free(own);
+    return r;
 }
 
 int pyf_target__running_tasks(struct pyf_target *t, const struct pyf_thread *threads,
@@ -1015,30 +1040,40 @@ int pyf_target__running_tasks(struct pyf_target *t, const struct pyf_thread *thr
                               size_t *ret_n, struct pyf_err *reterr)
 {
     const struct pyf_aio_layout *a = aio_layout_for_version(t->info.version);
-    struct pyf_thread *own = NULL;
     size_t n = 0;
-    int r;
+    int r = find_running(t, a, threads, n_threads, &n, reterr);
 
     *ret_n = 0;
-    if (!a || !t->types.coro)
-        return 0; /* no Task layout: no task is known to run */
-    if (!t->aio.scratch && !(t->aio.scratch = malloc(sizeof(*t->aio.scratch))))
-        return pyf_fail(reterr, PYF_INVALID, ENOMEM, 0, "pid %d: tasks", t->info.pid);
-    r = find_current(t, a, reterr);
-    if (r < 0 || !t->aio.task_type)
-        return r;
-    if (t->lay.ts_asyncio_running_task >= 0 && !threads) {
-        if (!(own = calloc(RUNNING_MAX, sizeof(*own))))
-            return pyf_fail(reterr, PYF_INVALID, ENOMEM, 0, "pid %d: threads", t->info.pid);
-        r = pyf_target__threads(t, own, RUNNING_MAX, &n_threads, reterr);
-        threads = own;
-    }
-    if (r == 0)
-        r = current_tasks(t, t->aio.scratch, threads, n_threads, &n, reterr);
-    if (r == 0)
+    if (r == 0 && n)
         running_of(t, a, t->aio.scratch, n, ret, cap, ret_n);
-    free(own);
     return r;
+}
+
+int pyf_target__current_tasks(struct pyf_target *t, const struct pyf_thread *threads,
+                              size_t n_threads, struct pyf_current_task *ret, size_t cap,
+                              size_t *ret_n, struct pyf_err *reterr)
+{
+    const struct pyf_aio_layout *a = aio_layout_for_version(t->info.version);
+    struct running_scratch *x;
+    size_t n = 0, bytes;
+    int r = find_running(t, a, threads, n_threads, &n, reterr);
+
+    *ret_n = 0;
+    if (r < 0 || !n)
+        return r;
+    x = t->aio.scratch;
+    if ((bytes = (size_t)a->task_size) > TASK_HEAD_MAX)
+        return 0;
+    read_many(t, x->tasks, n, bytes, x->heads, x->ok);
+    for (size_t i = 0; i < n && *ret_n < cap; i++) {
+        const uint8_t *h = x->heads + i * bytes;
+
+        if (x->ok[i] && field_u64(h, t->lay.ob_type) == t->aio.task_type &&
+            field_i32(h, a->task_state) == 0)
+            ret[(*ret_n)++] =
+                (struct pyf_current_task){.task = x->tasks[i], .coro = field_u64(h, a->task_coro)};
+    }
+    return 0;
 }
 
 /* The running task whose coroutine's frame, with its code, is on @st; NULL: none. */

@@ -351,11 +351,20 @@ const char *pyf_task_state_name(enum pyf_task_state s);
  * @cap; no asyncio, none running: *ret_n 0.
  */
 struct pyf_running_task {
-    uint64_t task, coro_frame, code;
+    uint64_t task, coro, coro_frame, code;
     char name[128]; /* "" where the version has no names (3.6, 3.7) */
 };
 int pyf_target__running_tasks(struct pyf_target *t, const struct pyf_thread *threads,
                               size_t n_threads, struct pyf_running_task *ret, size_t cap,
+                              size_t *ret_n, struct pyf_err *reterr);
+/* Cheaper still: the tasks asyncio says run now, with their coroutines, not read further. A
+ * task that is among them, with the same coroutine, before and after a read of the stacks
+ * was pending throughout, and so its coroutine alive (its frame's address its own). */
+struct pyf_current_task {
+    uint64_t task, coro;
+};
+int pyf_target__current_tasks(struct pyf_target *t, const struct pyf_thread *threads,
+                              size_t n_threads, struct pyf_current_task *ret, size_t cap,
                               size_t *ret_n, struct pyf_err *reterr);
 /* The one of @run[0..n_run) whose coroutine's frame, with its code, is on @st, that frame's
  * index in *ret_frame (may be NULL); NULL: none. */

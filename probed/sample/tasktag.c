@@ -18,7 +18,7 @@ void tasktag__before(struct tasktag *tt, struct pyf_target *t, const struct pyf_
     if (!tt->seen_ns || mono_ns - tt->seen_ns > TASKTAG_RECENT_NS)
         return;
     tt->stats.reads++;
-    if (pyf_target__running_tasks(t, threads, n_threads, tt->before, TASKTAG_RUNNING_MAX,
+    if (pyf_target__current_tasks(t, threads, n_threads, tt->before, TASKTAG_RUNNING_MAX,
                                   &tt->n_before, &e) < 0) {
         tt->stats.reads_failed++;
         return;
@@ -34,12 +34,11 @@ static bool has_coroutine(const struct pyf_stack *st)
     return false;
 }
 
-/* Whether @r was running before the stacks were read, with the same coroutine frame. */
+/* Whether @r was running before the stacks were read, with the same coroutine. */
 static bool ran_before(const struct tasktag *tt, const struct pyf_running_task *r)
 {
     for (size_t i = 0; i < tt->n_before; i++)
-        if (tt->before[i].task == r->task && tt->before[i].coro_frame == r->coro_frame &&
-            tt->before[i].code == r->code)
+        if (tt->before[i].task == r->task && tt->before[i].coro == r->coro)
             return true;
     return false;
 }

@@ -3,11 +3,12 @@
  * carry the task (a frame of kind "task" just outside the task's coroutine, and the stack's
  * row in stack_tasks), so a flame graph and the samples say which task the time went to.
  *
- * asyncio records each loop's running task (pyf_target__running_tasks(): a few reads, however
- * many tasks wait). A thread runs task X at a tick when X was its loop's running task both
- * before and after the tick's stacks were read, with the same coroutine, and the stack holds
- * that coroutine's frame (address and code): X's coroutine was alive throughout, so no other
- * coroutine can have had that frame in between (a frame's address is reused once its coroutine
+ * asyncio records each loop's running task (pyf_target__current_tasks() before the tick's
+ * stacks are read, pyf_target__running_tasks() after: a few reads, however many tasks wait). A
+ * thread runs task X at a tick when X was its loop's running task both before and after the
+ * read, with the same coroutine, and the stack holds that coroutine's frame (address and
+ * code): X was pending and held its coroutine throughout, so no other coroutine can have had
+ * that frame in between (a frame's address is reused once its coroutine
  * is gone: a code object's zombie frame on <= 3.10, the allocator's on 3.11+). The read before
  * is made only while coroutine frames were seen in the last TASKTAG_RECENT_NS: the first tick
  * of a burst after a quiet spell has no task (a loop waiting in select() runs none anyway).
@@ -41,7 +42,8 @@ struct tasktag_stats {
 };
 
 struct tasktag {
-    struct pyf_running_task before[TASKTAG_RUNNING_MAX], after[TASKTAG_RUNNING_MAX];
+    struct pyf_current_task before[TASKTAG_RUNNING_MAX];
+    struct pyf_running_task after[TASKTAG_RUNNING_MAX];
     size_t n_before, n_after;
     bool have_before, have_after;
     int64_t seen_ns; /* CLOCK_MONOTONIC when coroutine frames were last on a stack */
