@@ -80,6 +80,13 @@ static json_t *target_json(const struct target_info *t)
                         json_integer((json_int_t)t->stats.unchanged));
     json_object_set_new(json_object_get(j, "stats"), "lost",
                         json_integer((json_int_t)t->stats.lost));
+    if (t->task_stats.reads) /* asyncio's running tasks were read: coroutines ran */
+        json_object_set_new(j, "tasks",
+                            json_pack("{s:I, s:I, s:I, s:I}", "tagged",
+                                      (json_int_t)t->task_stats.tagged, "unproven",
+                                      (json_int_t)t->task_stats.unproven, "reads",
+                                      (json_int_t)t->task_stats.reads, "reads_failed",
+                                      (json_int_t)t->task_stats.reads_failed));
     if (t->gap.samples)
         json_object_set_new(j, "gap",
                             json_pack("{s:I, s:I, s:I, s:s}", "from_ns", (json_int_t)t->gap.from_ns,

@@ -125,6 +125,7 @@ static void info_of(const struct target *t, struct target_info *i)
         .attached_ns = t->attached_ns,
         .state = t->state,
         .stats = t->stats,
+        .task_stats = t->tasks.stats,
         .gap = t->gap,
         .usage = t->usage,
         .usage_ns = t->usage_ns,

@@ -73,6 +73,7 @@ struct target_info {
     enum target_state state;
     char end_reason[128];
     struct target_stats stats;
+    struct tasktag_stats task_stats; /* samples given their asyncio task (tasktag.h) */
     struct target_gap gap;
     struct proc_usage usage;
     int64_t usage_ns;            /* 0: no reading yet */

@@ -47,11 +47,14 @@ static int pass(pid_t pid, bool tasks, struct pyf_err *e)
     if (tasks) { /* a read that fails leaves a task out (torn) or fails the call */
         struct pyf_tasks *all = NULL;
         struct pyf_running_task run[4];
+        struct pyf_current_task current[4];
 
         r = pyf_target__tasks(t, 64, &all, e);
         pyf_tasks_free(all);
         if (r == 0)
             r = pyf_target__running_tasks(t, NULL, 0, run, 4, &n, e);
+        if (r == 0)
+            r = pyf_target__current_tasks(t, NULL, 0, current, 4, &n, e);
         pyf_target_free(t);
         return r;
     }

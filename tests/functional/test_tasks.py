@@ -197,6 +197,10 @@ def check_sampled_tasks(python, mode, target_factory, daemon):
             else None
     got = wait_for(counts, timeout=30, what='samples of every task',
                    explain=lambda: daemon.rows(sql))
+    status, listed = daemon.api('GET', '/v1/targets')
+    mine = [x for x in listed['targets'] if x['pid'] == t.pid]
+    assert status == 200 and mine[0]['tasks']['tagged'] >= 80, mine
+    assert mine[0]['tasks']['reads_failed'] == 0, mine
     daemon.ctl('detach', t.pid, check=True)
     for func, label in labels.items():
         # the task that ran it, never another; a sample with none (the first tick of a burst,
