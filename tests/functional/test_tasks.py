@@ -243,3 +243,26 @@ def test_samples_carry_the_task_that_ran(python, target_factory, daemon):
 def test_samples_carry_the_task_on_uvloop(python, target_factory, daemon):
     require(python)
     check_sampled_tasks(python, 'uvloop', target_factory, daemon)
+
+
+@pytest.mark.parametrize('python', interpreter_params('debian-python3'))
+def test_mixed_stacks_carry_the_task_too(python, target_factory, daemon):
+    """attach --native: the task frame goes into the merged stack, just outside the task's
+    coroutine frame, native frames (the event loop's C, the interpreter's) outside it."""
+    require(python)
+    t = target_factory(python, 'taskspin.py')
+    daemon.ctl('attach', t.pid, '--rate', '200', '--native', check=True)
+    sql = ("SELECT k.stack_id, t.depth, c.depth, (SELECT count(*) FROM stacks n"
+           " WHERE n.stack_id = k.stack_id AND n.kind = 'native' AND n.depth > t.depth)"
+           " FROM stack_tasks k"
+           " JOIN stacks t ON t.stack_id = k.stack_id AND t.kind = 'task'"
+           " JOIN stacks c ON c.stack_id = k.stack_id AND c.kind = 'python' AND c.func = 'alpha'"
+           " WHERE k.stack_id IN (SELECT stack_id FROM sample_frames WHERE pid = %d"
+           " AND func = 'spin_alpha')" % t.pid)
+    rows = wait_for(lambda: [r for r in daemon.rows(sql) if r[3] > 0], timeout=30,
+                    what='mixed stacks of task alpha')
+    daemon.ctl('detach', t.pid, check=True)
+    assert all(task_depth == coro_depth + 1 for _, task_depth, coro_depth, _ in rows), rows
+    labels = daemon.rows("SELECT DISTINCT task FROM sample_frames WHERE pid = %d"
+                         " AND func = 'spin_alpha'" % t.pid)
+    assert {r[0] for r in labels} <= {'alpha-task', None}, labels
