@@ -13,7 +13,7 @@ packages="
   libevent-dev libjansson-dev libcurl4-openssl-dev libedit-dev
   python3 python3-pytest python3-torch procps util-linux curl golang-go strace prometheus
   openssh-server openssh-client iproute2 gdb python3-debugpy debuginfod python3-uvloop
-  chromium chromium-driver python3-selenium
+  chromium chromium-driver python3-selenium nodejs npm
   patchelf xz-utils gpgv debian-archive-keyring
 "
 missing=""

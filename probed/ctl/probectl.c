@@ -16,6 +16,7 @@
 #include "ctl/debug.h"
 #include "ctl/commands.h"
 #include "ctl/eval.h"
+#include "ctl/mcp.h"
 #include "ctl/ops.h"
 #include "ctl/remote.h"
 #include "ctl/torch.h"
@@ -54,6 +55,7 @@ static const struct command commands[] = {
     {"hang", hang_main, "every rank's stack at one instant, grouped: who holds everyone up"},
     {"cluster", cluster_main,
      "a job on many nodes: list, attach, detach, query, flamegraph, stragglers"},
+    {"mcp", mcp_main, "a Model Context Protocol server on stdio, for AI assistants", true},
     {"proxy", proxy_main, "join stdin/stdout to the daemon (the far end of `ssh -T HOST`)", true},
 };
 
