@@ -184,3 +184,30 @@ def test_another_users_process_is_invisible(daemon, client_dir, target_factory):
     assert fl['isError'] or fl['structuredContent']['total_samples'] == 0, fl
     ev = result_of(out, 4)
     assert ev['isError'] and '42' not in text_of(ev), ev
+
+
+def test_bad_messages_get_errors_and_the_server_goes_on(daemon):
+    """Not JSON, a batch, an unknown method, arguments of the wrong shape, a 5 MiB line (over
+    the 4 MiB bound, read and dropped): each gets its JSON-RPC error or tool error, and the
+    next message its answer."""
+    lines = ['{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"1999"}}',
+             'not json', '[1,2]', '{"jsonrpc":"2.0","id":2,"method":"nope"}',
+             '{"jsonrpc":"2.0","method":"notifications/initialized"}',
+             '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"backtrace",'
+             '"arguments":[]}}',
+             'x' * (5 << 20),
+             '{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"query",'
+             '"arguments":{"sql":"SELECT 40 + 2"}}}',
+             '{"jsonrpc":"2.0","id":5,"method":"ping"}']
+    r = subprocess.run([daemon.probectl, 'mcp', '--socket', daemon.socket],
+                       input='\n'.join(lines) + '\n', stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+    assert r.returncode == 0 and 'Sanitizer' not in r.stderr, r.stderr
+    out = [json.loads(x) for x in r.stdout.splitlines()]
+    assert out[0]['result']['protocolVersion'] == '2025-11-25'  # ours, for one we do not know
+    assert [x.get('error', {}).get('code') for x in out[1:4]] == [-32700, -32600, -32601]
+    assert out[4]['result']['isError'] and 'object' in out[4]['result']['content'][0]['text']
+    assert out[5]['error']['message'] == 'message too large'
+    assert out[6]['result']['structuredContent']['rows'] == [[42]]
+    assert out[7] == {'jsonrpc': '2.0', 'id': 5, 'result': {}}
+    assert len(out) == 8  # the notification is not answered
