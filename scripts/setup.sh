@@ -13,7 +13,7 @@ packages="
   libevent-dev libjansson-dev libcurl4-openssl-dev libedit-dev
   python3 python3-pytest python3-torch procps util-linux curl golang-go strace prometheus
   openssh-server openssh-client iproute2 gdb python3-debugpy debuginfod python3-uvloop
-  chromium chromium-driver python3-selenium nodejs npm
+  chromium chromium-driver python3-selenium nodejs
   patchelf xz-utils gpgv debian-archive-keyring
 "
 missing=""
@@ -24,6 +24,12 @@ if [ -n "$missing" ]; then
     apt-get update -q
     # shellcheck disable=SC2086
     apt-get install -y -q --no-install-recommends $missing
+fi
+# npm (tests/mcp's client): Debian's package, unless the nodejs installed brings its own (a
+# NodeSource build does, and conflicts with Debian's npm)
+if ! command -v npm >/dev/null 2>&1; then
+    apt-get update -q
+    apt-get install -y -q --no-install-recommends npm
 fi
 echo "setup.sh: all packages present"
 # CPython 3.14 and 3.15, newer than this Debian: Debian unstable's, verified and unpacked
