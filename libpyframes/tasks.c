@@ -932,16 +932,20 @@ static int current_tasks(struct pyf_target *t, struct running_scratch *x,
 
     *ret_n = 0;
     if (t->lay.ts_asyncio_running_task >= 0) { /* 3.14+: each thread state's */
-        size_t n = n_threads < RUNNING_MAX ? n_threads : RUNNING_MAX;
+        /* RUNNING_MAX threads a read: a process of thousands has a loop in a few */
+        for (size_t at = 0; at < n_threads && *ret_n < RUNNING_MAX; at += RUNNING_MAX) {
+            size_t n = n_threads - at < RUNNING_MAX ? n_threads - at : RUNNING_MAX;
 
-        for (size_t i = 0; i < n; i++)
-            x->slots[i] = threads[i].tstate_raddr
-                              ? threads[i].tstate_raddr + (uint64_t)t->lay.ts_asyncio_running_task
-                              : 0;
-        read_many(t, x->slots, n, sizeof(uint64_t), (uint8_t *)x->loops, x->ok);
-        for (size_t i = 0; i < n; i++)
-            if (x->ok[i] && x->loops[i])
-                x->tasks[(*ret_n)++] = x->loops[i];
+            for (size_t i = 0; i < n; i++)
+                x->slots[i] =
+                    threads[at + i].tstate_raddr
+                        ? threads[at + i].tstate_raddr + (uint64_t)t->lay.ts_asyncio_running_task
+                        : 0;
+            read_many(t, x->slots, n, sizeof(uint64_t), (uint8_t *)x->loops, x->ok);
+            for (size_t i = 0; i < n && *ret_n < RUNNING_MAX; i++)
+                if (x->ok[i] && x->loops[i])
+                    x->tasks[(*ret_n)++] = x->loops[i];
+        }
         return 0;
     }
     r = pyobj_small_dict_items(t, t->aio.dict, x->loops, x->tasks, RUNNING_MAX, ret_n, e);
@@ -1024,9 +1028,9 @@ static int find_running(struct pyf_target *t, const struct pyf_aio_layout *a,
     if (r < 0 || !t->aio.task_type)
         return r;
     if (t->lay.ts_asyncio_running_task >= 0 && !threads) {
-        if (!(own = calloc(RUNNING_MAX, sizeof(*own))))
+        if (!(own = calloc(THREADS_MAX, sizeof(*own))))
             return pyf_fail(e, PYF_INVALID, ENOMEM, 0, "pid %d: threads", t->info.pid);
-        r = pyf_target__threads(t, own, RUNNING_MAX, &n_threads, e);
+        r = pyf_target__threads(t, own, THREADS_MAX, &n_threads, e);
         threads = own;
     }
     if (r == 0)
