@@ -17,6 +17,7 @@
 #include "ctl/commands.h"
 #include "ctl/eval.h"
 #include "ctl/mcp.h"
+#include "ctl/web.h"
 #include "ctl/ops.h"
 #include "ctl/remote.h"
 #include "ctl/torch.h"
@@ -56,6 +57,7 @@ static const struct command commands[] = {
     {"cluster", cluster_main,
      "a job on many nodes: list, attach, detach, query, flamegraph, stragglers"},
     {"mcp", mcp_main, "a Model Context Protocol server on stdio, for AI assistants", true},
+    {"web", web_main, "the web view: targets, live stacks, flame graphs, SQL (as you)"},
     {"proxy", proxy_main, "join stdin/stdout to the daemon (the far end of `ssh -T HOST`)", true},
 };
 

@@ -1,0 +1,365 @@
+/* web.c - see web.h. */
+#define _GNU_SOURCE
+#include "ctl/web.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/queue.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+
+#include "ctl/client.h"
+
+/* The page, built in (CMakeLists.txt: web/). */
+extern const char web_index_html[], web_app_js[], web_app_css[];
+
+#define TOKEN_BYTES 24
+#define COOKIE "probed_token"
+
+struct web {
+    const char *socket;
+    char token[TOKEN_BYTES * 2 + 1];
+    char bind[64];
+    int port;
+};
+
+/* Equal strings, in a time that does not say how much of them matched. */
+static bool same_secret(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    unsigned char diff = la != lb;
+
+    for (size_t i = 0; i < la && i < lb; i++)
+        diff |= (unsigned char)(a[i] ^ b[i]);
+    return diff == 0;
+}
+
+/* Whether @host (a Host header, or an Origin's host:port) names this server: its address, or
+ * a loopback name, at its port. */
+static bool our_host(const struct web *w, const char *host)
+{
+    static const char *const loopback[] = {"127.0.0.1", "localhost", "[::1]"};
+    char want[96];
+
+    for (size_t i = 0; i < sizeof(loopback) / sizeof(loopback[0]) + 1; i++) {
+        const char *name = i < sizeof(loopback) / sizeof(loopback[0]) ? loopback[i] : w->bind;
+
+        snprintf(want, sizeof(want), "%s:%d", name, w->port);
+        if (strcasecmp(host, want) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* Why @req may not be served (NULL: it may): another host name, another origin, no token. */
+static const char *refusal(const struct web *w, struct evhttp_request *req, bool *ret_via_query)
+{
+    struct evkeyvalq *h = evhttp_request_get_input_headers(req);
+    const char *host = evhttp_find_header(h, "Host"), *origin = evhttp_find_header(h, "Origin");
+    const char *site = evhttp_find_header(h, "Sec-Fetch-Site");
+    const char *auth = evhttp_find_header(h, "Authorization");
+    const char *cookie = evhttp_find_header(h, "Cookie"), *c;
+    struct evkeyvalq q;
+    const char *given;
+    bool ok = false;
+
+    *ret_via_query = false;
+    if (!host || !our_host(w, host))
+        return "this server answers for its own address only";
+    if (origin && (strncmp(origin, "http://", 7) != 0 || !our_host(w, origin + 7)))
+        return "requests from another origin are refused";
+    if (site && strcmp(site, "cross-site") == 0)
+        return "requests from another site are refused";
+    if (auth && strncmp(auth, "Bearer ", 7) == 0 && same_secret(auth + 7, w->token))
+        return NULL;
+    for (c = cookie; c && (c = strstr(c, COOKIE "=")) != NULL; c += strlen(COOKIE) + 1) {
+        char value[sizeof(w->token) + 1];
+        size_t n = strcspn(c + strlen(COOKIE) + 1, "; ");
+
+        if ((c == cookie || c[-1] == ' ' || c[-1] == ';') && n < sizeof(value)) {
+            memcpy(value, c + strlen(COOKIE) + 1, n);
+            value[n] = '\0';
+            ok = ok || same_secret(value, w->token);
+        }
+    }
+    if (ok)
+        return NULL;
+    TAILQ_INIT(&q);
+    if (evhttp_parse_query(evhttp_request_get_uri(req), &q) == 0 &&
+        (given = evhttp_find_header(&q, "token")) && same_secret(given, w->token))
+        *ret_via_query = true;
+    evhttp_clear_headers(&q);
+    return *ret_via_query ? NULL : "no token: open the URL probectl web printed";
+}
+
+static void reply_text(struct evhttp_request *req, int status, const char *type, const char *text,
+                       size_t len)
+{
+    struct evbuffer *b = evbuffer_new();
+    struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+
+    evhttp_add_header(out, "Content-Type", type);
+    evhttp_add_header(out, "X-Content-Type-Options", "nosniff");
+    evhttp_add_header(out, "Cache-Control", "no-store");
+    /* the page: its own files only; a flame graph's SVG (shown in the page's <object>) runs
+     * its own inline script, which the daemon writes (the frames' names in it are escaped) */
+    evhttp_add_header(out, "Content-Security-Policy",
+                      strncmp(type, "image/svg", 9) == 0
+                          ? "default-src 'none'; script-src 'unsafe-inline'; style-src"
+                            " 'unsafe-inline'; frame-ancestors 'self'"
+                          : "default-src 'self'; img-src 'self' data:; style-src 'self'"
+                            " 'unsafe-inline'; frame-ancestors 'self'");
+    evbuffer_add(b, text, len);
+    evhttp_send_reply(req, status, status == 200 ? "OK" : "Error", b);
+    evbuffer_free(b);
+}
+
+static void reply_error(struct evhttp_request *req, int status, const char *why)
+{
+    json_t *j = json_pack("{s:s}", "error", why);
+    char *text = json_dumps(j, JSON_COMPACT);
+
+    reply_text(req, status, "application/json", text ? text : "{}", text ? strlen(text) : 2);
+    free(text);
+    json_decref(j);
+}
+
+/* What the daemon answered, typed by its first byte (JSON, an SVG, folded text, pprof). */
+static const char *type_of(const char *raw, size_t len)
+{
+    if (len && (raw[0] == '{' || raw[0] == '['))
+        return "application/json";
+    if (len && raw[0] == '<')
+        return "image/svg+xml";
+    if (len >= 2 && (unsigned char)raw[0] == 0x1f && (unsigned char)raw[1] == 0x8b)
+        return "application/octet-stream"; /* pprof: gzip */
+    return "text/plain; charset=utf-8";
+}
+
+/* /v1/...: to the daemon, as this user, and its answer back as it came. */
+static void forward(struct web *w, struct evhttp_request *req, const char *method, const char *path)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t n = evbuffer_get_length(in);
+    json_t *body = NULL, *reply = NULL;
+    char err[512], *raw = NULL;
+    size_t raw_len = 0;
+    long status = 0;
+
+    if (n > WEB_BODY_MAX) {
+        reply_error(req, 413, "request body too large");
+        return;
+    }
+    if (n) {
+        json_error_t jerr;
+        char *text = malloc(n + 1);
+
+        if (!text) {
+            reply_error(req, 500, "out of memory");
+            return;
+        }
+        evbuffer_copyout(in, text, n);
+        text[n] = '\0';
+        body = json_loads(text, 0, &jerr);
+        free(text);
+        if (!body) {
+            reply_error(req, 400, "the body is not JSON");
+            return;
+        }
+    }
+    if (client_call(client_socket_path(w->socket), method, path, body, &status, &reply, &raw,
+                    &raw_len, err, sizeof(err)) < 0) {
+        json_decref(body);
+        reply_error(req, 502, err);
+        return;
+    }
+    json_decref(body);
+    json_decref(reply);
+    reply_text(req, (int)status, type_of(raw, raw_len), raw ? raw : "", raw_len);
+    free(raw);
+}
+
+static void handle(struct evhttp_request *req, void *arg)
+{
+    struct web *w = arg;
+    const char *uri = evhttp_request_get_uri(req), *why, *method;
+    char path[2048];
+    bool via_query;
+    size_t plen;
+
+    switch (evhttp_request_get_command(req)) {
+    case EVHTTP_REQ_GET:
+        method = "GET";
+        break;
+    case EVHTTP_REQ_POST:
+        method = "POST";
+        break;
+    case EVHTTP_REQ_DELETE:
+        method = "DELETE";
+        break;
+    default:
+        reply_error(req, 405, "GET, POST or DELETE");
+        return;
+    }
+    if (!uri || strlen(uri) >= sizeof(path)) {
+        reply_error(req, 414, "URI too long");
+        return;
+    }
+    if ((why = refusal(w, req, &via_query)) != NULL) {
+        reply_error(req, 403, why);
+        return;
+    }
+    plen = strcspn(uri, "?");
+    if (via_query) { /* the printed URL: the token becomes a cookie, and leaves the address */
+        char cookie[160];
+
+        snprintf(cookie, sizeof(cookie), COOKIE "=%s; HttpOnly; SameSite=Strict; Path=/", w->token);
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Set-Cookie", cookie);
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Location", "/");
+        evhttp_send_reply(req, 303, "See Other", NULL);
+        return;
+    }
+    snprintf(path, sizeof(path), "%s", uri);
+    if (strncmp(path, "/v1/", 4) == 0) {
+        forward(w, req, method, path);
+        return;
+    }
+    path[plen] = '\0';
+    if (strcmp(method, "GET") != 0)
+        reply_error(req, 405, "the page's files are read with GET");
+    else if (strcmp(path, "/") == 0 || strcmp(path, "/index.html") == 0)
+        reply_text(req, 200, "text/html; charset=utf-8", web_index_html, strlen(web_index_html));
+    else if (strcmp(path, "/app.js") == 0)
+        reply_text(req, 200, "text/javascript; charset=utf-8", web_app_js, strlen(web_app_js));
+    else if (strcmp(path, "/app.css") == 0)
+        reply_text(req, 200, "text/css; charset=utf-8", web_app_css, strlen(web_app_css));
+    else
+        reply_error(req, 404, "no such page");
+}
+
+static void on_signal(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    event_base_loopexit(arg, NULL);
+}
+
+int web_main(int argc, char **argv)
+{
+    static const struct option longopts[] = {{"port", required_argument, NULL, 'p'},
+                                             {"bind", required_argument, NULL, 'b'},
+                                             {"socket", required_argument, NULL, 'S'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
+    struct web w = {.port = WEB_DEFAULT_PORT};
+    unsigned char raw[TOKEN_BYTES];
+    struct evhttp_bound_socket *bound;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    struct event_base *base;
+    struct event *sigint, *sigterm;
+    struct evhttp *http;
+    char *end;
+    long port;
+    int c;
+
+    snprintf(w.bind, sizeof(w.bind), "127.0.0.1");
+    while ((c = getopt_long(argc, argv, "p:b:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'p':
+            port = strtol(optarg, &end, 10);
+            if (*end || port < 0 || port > 65535) {
+                fprintf(stderr, "probectl web: --port takes 0 to 65535 (0: any free port)\n");
+                return 2;
+            }
+            w.port = (int)port;
+            break;
+        case 'b': {
+            struct in6_addr a6;
+            struct in_addr a4;
+
+            if (strlen(optarg) >= sizeof(w.bind) ||
+                (inet_pton(AF_INET, optarg, &a4) != 1 && inet_pton(AF_INET6, optarg, &a6) != 1)) {
+                fprintf(stderr, "probectl web: --bind takes an IP address, not '%s'\n", optarg);
+                return 2;
+            }
+            snprintf(w.bind, sizeof(w.bind), "%s", optarg);
+            break;
+        }
+        case 'S':
+            w.socket = optarg;
+            break;
+        case 'h':
+            printf("usage: probectl web [--port N] [--bind ADDR] [--socket PATH]\n"
+                   "  The web view, served by you on 127.0.0.1:%d (--port 0: any free port):\n"
+                   "  open the URL it prints (it holds a token; without it every request is\n"
+                   "  refused). It asks the daemon as you, so it shows what you may see.\n"
+                   "  From another machine: ssh -L %d:127.0.0.1:%d HOST, then open the URL.\n"
+                   "  -H HOST before `web` shows that node's daemon.\n",
+                   WEB_DEFAULT_PORT, WEB_DEFAULT_PORT, WEB_DEFAULT_PORT);
+            return 0;
+        default:
+            return 2;
+        }
+    }
+    if (optind != argc) {
+        fprintf(stderr, "probectl web: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
+        fprintf(stderr, "probectl web: no random token: %s\n", strerror(errno));
+        return 1;
+    }
+    for (size_t i = 0; i < sizeof(raw); i++)
+        snprintf(w.token + 2 * i, 3, "%02x", raw[i]);
+    signal(SIGPIPE, SIG_IGN);
+    base = event_base_new();
+    http = base ? evhttp_new(base) : NULL;
+    if (!http) {
+        fprintf(stderr, "probectl web: libevent could not start\n");
+        return 1;
+    }
+    evhttp_set_max_body_size(http, WEB_BODY_MAX + 1);
+    evhttp_set_max_headers_size(http, 64 * 1024);
+    evhttp_set_timeout(http, 60);
+    evhttp_set_gencb(http, handle, &w);
+    bound = evhttp_bind_socket_with_handle(http, w.bind, (ev_uint16_t)w.port);
+    if (!bound) {
+        fprintf(stderr, "probectl web: cannot listen on %s:%d: %s (another --port?)\n", w.bind,
+                w.port, strerror(errno));
+        return 1;
+    }
+    if (getsockname(evhttp_bound_socket_get_fd(bound), (struct sockaddr *)&ss, &sl) == 0)
+        w.port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                : ((struct sockaddr_in *)&ss)->sin_port);
+    printf("probed web: http://%s%s%s:%d/?token=%s\n", strchr(w.bind, ':') ? "[" : "", w.bind,
+           strchr(w.bind, ':') ? "]" : "", w.port, w.token);
+    fflush(stdout);
+    if (strchr(w.bind, ':')) { /* the Host header of an IPv6 address carries its brackets */
+        char addr[sizeof(w.bind)];
+
+        snprintf(addr, sizeof(addr), "%s", w.bind);
+        snprintf(w.bind, sizeof(w.bind), "[%.*s]", (int)sizeof(w.bind) - 3, addr);
+    }
+    sigint = evsignal_new(base, SIGINT, on_signal, base);
+    sigterm = evsignal_new(base, SIGTERM, on_signal, base);
+    event_add(sigint, NULL);
+    event_add(sigterm, NULL);
+    event_base_dispatch(base);
+    event_free(sigint);
+    event_free(sigterm);
+    evhttp_free(http);
+    event_base_free(base);
+    return 0;
+}

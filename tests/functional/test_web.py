@@ -1,0 +1,177 @@
+"""probectl web: the web view, served as the user, in a real browser (headless Chromium through
+Selenium) against a real daemon and a real asyncio target.
+
+The page loads from the URL probectl web prints (its token becomes a cookie), with no console
+errors; a click path per page: the targets table, a target's live threads, its flame graph,
+a query and its grid (and an error). Requests without the token, with another one, from
+another origin or for another host name are refused; another user's server shows nothing of
+root's process. Screenshots go to the build folder (web-screenshots/) for a person to look at.
+"""
+import json
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from conftest import wait_for
+
+BUILD = os.path.abspath(os.environ.get('PROBED_BUILD', os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), '..', '..', 'build')))
+SHOTS = os.path.join(BUILD, 'web-screenshots')
+
+
+class Web:
+    """probectl web on a free port, for @daemon, as @user (None: root)."""
+
+    def __init__(self, daemon, user=None):
+        cmd = [daemon.probectl, 'web', '--port', '0', '--socket', daemon.socket]
+        if user:
+            cmd = ['setpriv', '--reuid=' + user, '--regid=' + user, '--init-groups'] + cmd
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, universal_newlines=True)
+        line = self.proc.stdout.readline()
+        assert line.startswith('probed web: http://127.0.0.1:'), line
+        self.url = line.split()[-1]
+        self.base, self.token = self.url.split('/?token=')
+
+    def curl(self, path, *headers):
+        args = ['curl', '-s', '--max-time', '30', '-w', '\n%{http_code}']
+        for h in headers:
+            args += ['-H', h]
+        out = subprocess.run(args + [self.base + path], stdout=subprocess.PIPE,
+                             universal_newlines=True).stdout
+        body, _, code = out.rpartition('\n')
+        return int(code), body
+
+    def close(self):
+        self.proc.terminate()
+        assert self.proc.wait(timeout=10) == 0
+
+
+def browser():
+    from selenium import webdriver  # python3-selenium, installed by scripts/setup.sh
+    opts = webdriver.ChromeOptions()
+    for a in ('--headless=new', '--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage',
+              '--window-size=1400,900'):
+        opts.add_argument(a)
+    opts.set_capability('goog:loggingPrefs', {'browser': 'ALL'})
+    return webdriver.Chrome(options=opts)
+
+
+def shot(web, name):
+    os.makedirs(SHOTS, exist_ok=True)
+    web.save_screenshot(os.path.join(SHOTS, name + '.png'))
+
+
+def test_the_pages_in_chromium(daemon, target_factory):
+    assert shutil.which('chromium') and shutil.which('chromedriver'), \
+        'chromium and chromium-driver are needed (scripts/setup.sh installs them)'
+    from selenium.webdriver.common.by import By
+    t = target_factory('/usr/bin/python3', 'taskspin.py')
+    daemon.ctl('attach', t.pid, '--rate', '200', check=True)
+    w, web = Web(daemon), None
+    try:
+        web = browser()
+        web.get(w.url)
+        assert 'token' not in web.current_url  # a cookie now, out of the address bar
+        row = wait_for(lambda: web.find_elements(By.CSS_SELECTOR,
+                                                 'tr[data-pid="%d"]' % t.pid),
+                       what='the target in the table')[0]
+        assert 'taskspin.py' in row.text and 'sampling' in row.text, row.text
+        wait_for(lambda: int(row.find_elements(By.TAG_NAME, 'td')[6].text or 0) > 50
+                 if row.is_displayed() else False, what='samples counted')
+        shot(web, 'targets')
+
+        # a target: its threads and their live stacks
+        web.find_element(By.CSS_SELECTOR, 'tr[data-pid="%d"] a.pid' % t.pid).click()
+        threads = wait_for(lambda: web.find_elements(By.CSS_SELECTOR, '#target-threads .thread'),
+                           what="the target's threads")
+        text = web.find_element(By.ID, 'target-threads').text
+        assert 'spin_plain' in text and 'MainThread' in text, text
+        shot(web, 'target')
+
+        # the flame graph of the last 5 minutes, by task
+        web.find_element(By.CSS_SELECTOR, 'nav button[data-page="flame"]').click()
+        web.find_element(By.ID, 'flame-pid').clear()
+        web.find_element(By.ID, 'flame-pid').send_keys(str(t.pid))
+        web.find_element(By.ID, 'flame-tasks').click()
+        web.find_element(By.ID, 'flame-draw').click()
+        frames = wait_for(lambda: web.execute_script(
+            "const d = document.getElementById('flame-svg').contentDocument;"
+            " return d ? [...d.querySelectorAll('g.f title')].map(t => t.textContent) : null;"),
+            what='the flame graph drawn')
+        assert any(f.startswith('<task alpha-task>') for f in frames), frames[:20]
+        shot(web, 'flame')
+
+        # SQL: a query, its grid, and an error shown as probectl query shows it
+        web.find_element(By.CSS_SELECTOR, 'nav button[data-page="sql"]').click()
+        wait_for(lambda: 'sample_frames' in web.find_element(By.ID, 'sql-tables').text,
+                 what='the tables listed')
+        box = web.find_element(By.ID, 'sql-text')
+        box.clear()
+        box.send_keys("SELECT task, count(*) AS n FROM thread_states WHERE pid = %d"
+                      " AND task = 'alpha-task' GROUP BY task" % t.pid)
+        web.find_element(By.ID, 'sql-run').click()
+        cells = wait_for(lambda: web.find_elements(By.CSS_SELECTOR, '#sql-grid tbody td'),
+                         what='the result grid')
+        assert cells[0].text == 'alpha-task' and int(cells[1].text) > 0, [c.text for c in cells]
+        assert web.find_element(By.ID, 'sql-csv').is_displayed()
+        shot(web, 'sql')
+        severe = [e for e in web.get_log('browser') if e['level'] == 'SEVERE']
+        assert severe == [], severe  # no console error on any page so far
+        box.clear()
+        box.send_keys('SELEC nothing')
+        web.find_element(By.ID, 'sql-run').click()
+        err = wait_for(lambda: web.find_element(By.ID, 'sql-error').text, what='the error')
+        assert 'syntax error' in err, err
+        # the one thing the console says now is the query's 400, which the page showed
+        severe = [e for e in web.get_log('browser') if e['level'] == 'SEVERE']
+        assert all('/v1/query' in e['message'] and '400' in e['message'] for e in severe), severe
+    finally:
+        if web:
+            web.quit()
+        w.close()
+        daemon.ctl('detach', t.pid)
+
+
+def test_without_the_token_or_from_elsewhere_refused(daemon):
+    w = Web(daemon)
+    try:
+        bearer = 'Authorization: Bearer ' + w.token
+        assert w.curl('/v1/targets')[0] == 403
+        assert w.curl('/')[0] == 403
+        assert w.curl('/v1/targets', 'Authorization: Bearer ' + w.token[:-1] + 'x')[0] == 403
+        assert w.curl('/v1/targets', 'Cookie: probed_token=' + w.token[:-1])[0] == 403
+        assert w.curl('/v1/targets', bearer)[0] == 200
+        assert w.curl('/app.js', 'Cookie: probed_token=' + w.token)[0] == 200
+        # another origin (a page elsewhere calling this one), another host name (DNS rebinding)
+        assert w.curl('/v1/targets', bearer, 'Origin: http://evil.example')[0] == 403
+        assert w.curl('/v1/targets', bearer, 'Sec-Fetch-Site: cross-site')[0] == 403
+        assert w.curl('/v1/targets', bearer, 'Host: evil.example:%s'
+                      % w.base.rsplit(':', 1)[1])[0] == 403
+        code, body = w.curl('/v1/targets', bearer, 'Origin: ' + w.base)
+        assert code == 200 and 'targets' in json.loads(body)
+        assert w.curl('/nothing', bearer)[0] == 404
+    finally:
+        w.close()
+
+
+def test_another_users_server_shows_nothing_of_roots(daemon, target_factory):
+    from daemon import ensure_test_user
+    user = ensure_test_user()
+    os.chmod(daemon.socket, 0o666)
+    t = target_factory('/usr/bin/python3', 'taskspin.py')
+    daemon.ctl('attach', t.pid, check=True)
+    w = Web(daemon, user=user)
+    try:
+        bearer = 'Authorization: Bearer ' + w.token
+        code, body = w.curl('/v1/targets', bearer)
+        assert code == 200 and json.loads(body)['targets'] == [], body
+        code, body = w.curl('/v1/backtrace?pid=%d' % t.pid, bearer)
+        assert code == 403 and 'spin' not in body, (code, body)
+        code, body = w.curl('/v1/flamegraph?pid=%d&format=folded' % t.pid, bearer)
+        assert 'spin' not in body, (code, body)
+    finally:
+        w.close()
+        daemon.ctl('detach', t.pid)
