@@ -193,7 +193,7 @@ def check_sampled_tasks(python, mode, target_factory, daemon):
         got = {}
         for func, task, n in daemon.rows(sql):
             got.setdefault(func, {})[task] = n
-        return got if all(got.get(f, {}).get(lab, 0) >= 20 for f, lab in labels.items()) \
+        return got if all(got.get(f, {}).get(lab, 0) >= 40 for f, lab in labels.items()) \
             else None
     got = wait_for(counts, timeout=30, what='samples of every task',
                    explain=lambda: daemon.rows(sql))

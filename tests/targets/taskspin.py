@@ -1,6 +1,6 @@
 """asyncio tasks taking turns on the CPU, for the samples' task column (test_tasks.py).
 
-Three tasks on one loop, each spinning in a function of its own for a few milliseconds and
+Three tasks on one loop, each spinning in a function of its own for SLICE (20 ms) and
 then yielding: "alpha-task" (coroutine alpha, spinning in spin_alpha), "beta-task" (beta,
 spin_beta), and one asyncio names itself (Task-N: coroutine anon, spin_anon); "sleepy" blocks
 the loop in time.sleep (sleepy_block), a task's thread waiting, not on the CPU. A thread of
@@ -18,6 +18,10 @@ import threading
 import time
 
 NAMES = sys.version_info >= (3, 8)
+# Each task's turn on the CPU: long beside a tick of the sampler (tens of us; a few hundred
+# under ASan), so that few ticks see the loop switch tasks while they read (a sample whose
+# task changed between the reads before and after its stack gets none: tasktag.h)
+SLICE = 0.02
 
 
 def spin(seconds):
@@ -29,15 +33,15 @@ def spin(seconds):
 
 
 def spin_alpha():
-    return spin(0.004)  # MARK:spin_alpha
+    return spin(SLICE)  # MARK:spin_alpha
 
 
 def spin_beta():
-    return spin(0.004)  # MARK:spin_beta
+    return spin(SLICE)  # MARK:spin_beta
 
 
 def spin_anon():
-    return spin(0.004)  # MARK:spin_anon
+    return spin(SLICE)  # MARK:spin_anon
 
 
 def sleepy_block():
