@@ -118,7 +118,7 @@ static void run_flame(struct job *j)
     if (j->status != 200)
         return;
     rows = json_object_get(j->body, "rows");
-    if (json_array_size(rows) == 0) {
+    if (json_array_size(rows) == 0 && strcmp(qj->format, "json") != 0) {
         json_decref(j->body);
         j->status = 404;
         j->body =
@@ -135,6 +135,9 @@ static void run_flame(struct job *j)
         j->raw_type = "application/octet-stream";
     } else if (strcmp(qj->format, "speedscope") == 0) {
         j->raw = flame_speedscope(p, qj->flame.title, &j->raw_len);
+        j->raw_type = "application/json";
+    } else if (strcmp(qj->format, "json") == 0) { /* an empty window is an empty profile */
+        j->raw = flame_json(p, qj->flame.title, &j->raw_len);
         j->raw_type = "application/json";
     } else {
         j->raw = flame_folded(p, &j->raw_len);
@@ -158,12 +161,12 @@ static uint32_t rate_of(struct api *a, pid_t pid)
     return (uint32_t)config_num(a->cfg.config, CFG_SAMPLE_RATE) ?: 100;
 }
 
-/* GET /v1/flamegraph?pid=&tid=&since=&idle=&tasks=&format= */
+/* GET /v1/flamegraph?pid=&tid=&since=|from_ns=&to_ns=&idle=&gil=&tasks=&format= */
 struct job *flamegraph_get(struct api *a, const struct request *rq)
 {
     const struct evkeyvalq *q = rq->params;
     pid_t pid = rq->pid; /* parsed by routes.c */
-    uint64_t tid = 0, idle = 0, tasks = 0;
+    uint64_t tid = 0, idle = 0, gil = 0, tasks = 0, from_ns = 0, to_ns = 0;
     const char *since = evhttp_find_header(q, "since");
     const char *format = evhttp_find_header(q, "format");
     int64_t since_ns = 0;
@@ -172,25 +175,40 @@ struct job *flamegraph_get(struct api *a, const struct request *rq)
 
     if (param_uint(rq->req, q, "tid", API_PID_MAX, &tid) < 0 ||
         param_uint(rq->req, q, "idle", 1, &idle) < 0 ||
-        param_uint(rq->req, q, "tasks", 1, &tasks) < 0)
+        param_uint(rq->req, q, "gil", 1, &gil) < 0 ||
+        param_uint(rq->req, q, "tasks", 1, &tasks) < 0 ||
+        param_uint(rq->req, q, "from_ns", INT64_MAX, &from_ns) < 0 ||
+        param_uint(rq->req, q, "to_ns", INT64_MAX, &to_ns) < 0)
         return NULL;
     if (since && (since_ns = units_duration_ns(since)) < 0) {
         reply_error(rq->req, 400, "since must be a duration like 30s, 5m, 2h");
         return NULL;
     }
+    if (since && from_ns) {
+        reply_error(rq->req, 400, "since (a duration back from now) or from_ns, not both");
+        return NULL;
+    }
+    if (to_ns && to_ns <= from_ns) {
+        reply_error(rq->req, 400, "to_ns must be after from_ns");
+        return NULL;
+    }
     if (format && strcmp(format, "svg") != 0 && strcmp(format, "folded") != 0 &&
-        strcmp(format, "speedscope") != 0 && strcmp(format, "pprof") != 0) {
-        reply_error(rq->req, 400, "format must be svg, folded, speedscope or pprof");
+        strcmp(format, "speedscope") != 0 && strcmp(format, "pprof") != 0 &&
+        strcmp(format, "json") != 0) {
+        reply_error(rq->req, 400, "format must be svg, folded, speedscope, pprof or json");
         return NULL;
     }
     qj = job_alloc(a, rq, sizeof(*qj), JOB_PARALLEL, run_flame, free_query);
     if (!qj)
         return NULL;
-    qj->flame = (struct flame_request){.pid = pid,
-                                       .tid = (pid_t)tid,
-                                       .idle = idle > 0,
-                                       .by_task = tasks > 0,
-                                       .since_ns = since_ns ? real_ns() - since_ns : 0};
+    qj->flame = (struct flame_request){
+        .pid = pid,
+        .filter = {.since_ns = since_ns ? real_ns() - since_ns : (int64_t)from_ns,
+                   .until_ns = (int64_t)to_ns,
+                   .tid = (int)tid,
+                   .idle = idle > 0,
+                   .gil = gil > 0},
+        .by_task = tasks > 0};
     qj->flame.period_ns = 1000000000LL / rate_of(a, pid);
     snprintf(title, sizeof(title), "pid %d%s%s", (int)pid, since ? ", last " : "",
              since ? since : "");

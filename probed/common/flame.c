@@ -3,34 +3,60 @@
 #include "common/flame.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define MINUTE_NS 60000000000LL
 
-char *flame_counts_sql(const char *target_cond, int64_t since_ns, int tid, bool idle,
-                       bool by_target)
+char *flame_counts_sql(const char *target_cond, const struct flame_filter *f, bool by_target)
 {
-    char tid_cond[40] = "", filter[128];
+    char tid_cond[40] = "", filter[160], hours[320] = "", minutes[400] = "", late[320] = "";
     const char *key = by_target ? "target_id, stack_id" : "stack_id";
-    long long since = since_ns > 0 ? since_ns : 0;
-    long long minute = (since + MINUTE_NS - 1) / MINUTE_NS, hour = (minute + 59) / 60;
+    long long since = f->since_ns > 0 ? f->since_ns : 0;
+    long long until = f->until_ns > 0 ? f->until_ns : INT64_MAX;
+    /* whole minutes [m0, m1) and whole hours [h0, h1) of the window (in minutes, hours) */
+    long long m0 = (since + MINUTE_NS - 1) / MINUTE_NS, m1 = until / MINUTE_NS;
+    long long h0 = (m0 + 59) / 60, h1 = m1 / 60;
     char *sql = NULL;
 
-    if (tid)
-        snprintf(tid_cond, sizeof(tid_cond), " AND tid = %d", tid);
-    snprintf(filter, sizeof(filter), " AND stack_id <> 0%s%s", tid_cond,
-             idle ? "" : " AND (state & 1) = 1");
+    if (f->tid)
+        snprintf(tid_cond, sizeof(tid_cond), " AND tid = %d", f->tid);
+    snprintf(filter, sizeof(filter), " AND stack_id <> 0%s%s%s", tid_cond,
+             f->idle ? "" : " AND (state & 1) = 1", f->gil ? " AND (state & 2) = 2" : "");
+    if (m1 <= m0) { /* within one minute, or two partial ones: the samples alone */
+        m0 = m1 = 0;
+        h0 = h1 = 0;
+    } else if (h1 <= h0) { /* no whole hour: minutes [m0, m1) */
+        snprintf(minutes, sizeof(minutes),
+                 " UNION ALL SELECT %s, n FROM stack_counts WHERE %s AND span_s = 60"
+                 " AND bucket >= %lld AND bucket < %lld%s",
+                 key, target_cond, m0, m1, filter);
+    } else { /* minutes [m0, h0*60), hours [h0, h1), minutes [h1*60, m1) */
+        snprintf(hours, sizeof(hours),
+                 " UNION ALL SELECT %s, n FROM stack_counts WHERE %s AND span_s = 3600"
+                 " AND bucket >= %lld AND bucket < %lld%s",
+                 key, target_cond, h0, h1, filter);
+        snprintf(
+            minutes, sizeof(minutes),
+            " UNION ALL SELECT %s, n FROM stack_counts WHERE %s AND span_s = 60"
+            " AND ((bucket >= %lld AND bucket < %lld) OR (bucket >= %lld AND bucket < %lld))%s",
+            key, target_cond, m0, h0 * 60, h1 * 60, m1, filter);
+    }
+    /* the partial minute at the end (open to now: the buckets count the samples as they
+     * are written, and that "minute" is past the end of time) */
+    if (m1 > m0 && until != INT64_MAX)
+        snprintf(late, sizeof(late),
+                 " UNION ALL SELECT %s, 1 FROM samples WHERE %s AND ts_ns >= %lld"
+                 " AND ts_ns < %lld%s",
+                 key, target_cond, m1 * MINUTE_NS, until, filter);
     if (asprintf(&sql,
                  "SELECT %s, sum(n) AS n FROM ("
-                 "SELECT %s, n FROM stack_counts WHERE %s AND span_s = 3600 AND bucket >= %lld%s"
-                 " UNION ALL SELECT %s, n FROM stack_counts WHERE %s AND span_s = 60"
-                 " AND bucket >= %lld AND bucket < %lld%s"
-                 " UNION ALL SELECT %s, 1 FROM samples WHERE %s AND ts_ns >= %lld"
-                 " AND ts_ns < %lld%s) GROUP BY %s",
-                 key, key, target_cond, hour, filter, key, target_cond, minute, hour * 60, filter,
-                 key, target_cond, since, minute * MINUTE_NS, filter, key) < 0)
+                 "SELECT %s, 1 AS n FROM samples WHERE %s AND ts_ns >= %lld AND ts_ns < %lld%s"
+                 "%s%s%s) GROUP BY %s",
+                 key, key, target_cond, since, m1 > m0 ? m0 * MINUTE_NS : until, filter, hours,
+                 minutes, late, key) < 0)
         return NULL;
     return sql;
 }

@@ -8,7 +8,8 @@
  * name holds; kind "python", "native", or "label" for a frame that only names a group). Each
  * renderer is in its own file: flame_folded.c (Brendan Gregg's folded text, which speedscope,
  * inferno and flamegraph.pl read), flame_svg.c (an interactive SVG: hover for counts and share,
- * click to zoom, Ctrl-F/"Search" to highlight a regex), flame_speedscope.c (speedscope's JSON).
+ * click to zoom, Ctrl-F/"Search" to highlight a regex), flame_speedscope.c (speedscope's JSON),
+ * flame_json.c (frames and stacks as indices, for the web view).
  * Threads: any. Memory: a profile owns its strings; the renderers' results are malloc'd, the
  * caller frees them. Failure: NULL (or -ENOMEM / -EINVAL): out of memory, or rows that are
  * not [frames, count].
@@ -21,16 +22,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Which samples a flame graph counts. */
+struct flame_filter {
+    int64_t since_ns; /* unix ns, from (inclusive); 0: the first stored sample */
+    int64_t until_ns; /* unix ns, to (exclusive); 0: now */
+    int tid;          /* 0: every thread */
+    bool idle;        /* also samples of threads not on a CPU */
+    bool gil;         /* only samples of threads holding the GIL */
+};
+
 /*
- * The SQL of the samples' counts per stack in the window [@since_ns, now) (0: all), from
- * stack_counts (schema/0012_stack_counts.sql): its hours from the first whole hour on, its
- * minutes before that hour, and the samples themselves only before the first whole minute.
- * Its rows: [target_id,] stack_id, n (target_id with @by_target). @target_cond selects the
- * targets (an SQL condition on target_id); @tid 0 is every thread; without @idle, samples
- * on a CPU only. Malloc'd; NULL when out of memory.
+ * The SQL of the samples' counts per stack in @f's window, from stack_counts
+ * (schema/0012_stack_counts.sql): its hours wholly inside the window, its minutes wholly
+ * inside it but not in those hours, and the samples themselves in the partial minutes at
+ * either end. Its rows: [target_id,] stack_id, n (target_id with @by_target). @target_cond
+ * selects the targets (an SQL condition on target_id). Malloc'd; NULL when out of memory.
  */
-char *flame_counts_sql(const char *target_cond, int64_t since_ns, int tid, bool idle,
-                       bool by_target);
+char *flame_counts_sql(const char *target_cond, const struct flame_filter *f, bool by_target);
 
 /* One frame of a stored stack, as the store has it. */
 struct flame_frame {
@@ -67,6 +75,8 @@ char *flame_label(const struct flame_frame *f);
 /* The renderers. */
 char *flame_folded(const struct flame_profile *p, size_t *ret_len);
 char *flame_svg(const struct flame_profile *p, const char *title, size_t *ret_len);
+/* For programs (the web view): distinct frames and stacks of their indices (flame_json.c). */
+char *flame_json(const struct flame_profile *p, const char *title, size_t *ret_len);
 /* speedscope's JSON file format (a "sampled" profile), for speedscope.app. */
 char *flame_speedscope(const struct flame_profile *p, const char *title, size_t *ret_len);
 

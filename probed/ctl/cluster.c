@@ -499,7 +499,8 @@ static int cluster_stragglers(struct fanout *fo, const struct reach *r, const ch
  * query gives them), with its rank and pid. */
 static char *flame_rows_sql(int64_t since_ns, bool idle)
 {
-    char *counts = flame_counts_sql("1", since_ns, 0, idle, true), *sql = NULL;
+    struct flame_filter f = {.since_ns = since_ns, .idle = idle};
+    char *counts = flame_counts_sql("1", &f, true), *sql = NULL;
 
     if (!counts)
         return NULL;

@@ -22,8 +22,9 @@
 
 #include "ctl/client.h"
 
-/* The page, built in (CMakeLists.txt: web/). */
-extern const char web_index_html[], web_app_js[], web_app_css[];
+/* The page, built in (CMakeLists.txt: web/), and its libraries (scripts/web-libs.sh). */
+extern const char web_index_html[], web_app_js[], web_flame_js[], web_app_css[], web_libs_js[],
+    web_libs_css[];
 
 #define TOKEN_BYTES 24
 #define COOKIE "probed_token"
@@ -243,8 +244,14 @@ static void handle(struct evhttp_request *req, void *arg)
         reply_text(req, 200, "text/html; charset=utf-8", web_index_html, strlen(web_index_html));
     else if (strcmp(path, "/app.js") == 0)
         reply_text(req, 200, "text/javascript; charset=utf-8", web_app_js, strlen(web_app_js));
+    else if (strcmp(path, "/flame.js") == 0)
+        reply_text(req, 200, "text/javascript; charset=utf-8", web_flame_js, strlen(web_flame_js));
     else if (strcmp(path, "/app.css") == 0)
         reply_text(req, 200, "text/css; charset=utf-8", web_app_css, strlen(web_app_css));
+    else if (strcmp(path, "/libs.js") == 0)
+        reply_text(req, 200, "text/javascript; charset=utf-8", web_libs_js, strlen(web_libs_js));
+    else if (strcmp(path, "/libs.css") == 0)
+        reply_text(req, 200, "text/css; charset=utf-8", web_libs_css, strlen(web_libs_css));
     else
         reply_error(req, 404, "no such page");
 }

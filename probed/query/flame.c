@@ -14,7 +14,7 @@ char *flame_sql(const struct flame_request *req)
 
     snprintf(target_cond, sizeof(target_cond),
              "target_id IN (SELECT id FROM targets WHERE pid = %d)", (int)req->pid);
-    counts = flame_counts_sql(target_cond, req->since_ns, (int)req->tid, req->idle, false);
+    counts = flame_counts_sql(target_cond, &req->filter, false);
     if (!counts)
         return NULL;
     /* The inner ORDER BY fixes the order json_group_array sees (SQLite keeps a subquery's

@@ -19,11 +19,9 @@
 #include "common/flame.h"
 
 struct flame_request {
-    pid_t pid;        /* required */
-    int64_t since_ns; /* unix ns; 0: all stored samples */
-    pid_t tid;        /* 0: every thread */
-    bool idle;        /* also samples of threads not on CPU (py-spy --idle) */
-    bool by_task;     /* rooted by asyncio task: a stack with a task frame cut below it */
+    pid_t pid;                  /* required */
+    struct flame_filter filter; /* the window, thread, idle (py-spy --idle), GIL */
+    bool by_task;               /* rooted by asyncio task: a stack with a task frame cut below it */
     const char *title;
     int64_t period_ns; /* the target's sampling period (pprof's cpu time per sample) */
 };

@@ -441,6 +441,29 @@ def test_flamegraph_sums_the_counts_and_equals_counting_samples(tmp_path):
                             leaf = 'f%d' % stacks[sid][-1]
                             want[leaf] = want.get(leaf, 0) + 1
                     assert got == want, (args, got, want)
+        # windows with both ends (the web view's picks): whole hours, minutes and partial
+        # minutes at either end, within one minute; only samples holding the GIL
+        m = 60 * 10 ** 9
+        for lo, hi in ((base - 200 * m - 7 * 10 ** 9, base - 20 * m + 3 * 10 ** 9),
+                       (base - 95 * m, base - 37 * m), (base - 10 * m - 5 * 10 ** 9, base - 3 * m),
+                       (base - 3 * m - 40 * 10 ** 9, base - 3 * m - 10 * 10 ** 9),
+                       (base - 125 * m, base - 61 * m + 10 ** 9)):
+            for gil in (False, True):
+                out = d.curl('http://x/v1/flamegraph?pid=999998&format=folded&idle=1'
+                             '&from_ns=%d&to_ns=%d%s' % (lo, hi, '&gil=1' if gil else '')).stdout
+                got = {}
+                for line in out.splitlines() if not out.startswith('{') else ():
+                    chain, n = line.rsplit(' ', 1)
+                    leaf = chain.split(';')[-1].split(' (')[0]
+                    got[leaf] = got.get(leaf, 0) + int(n)
+                want = {}
+                for ts, _, t, sid, state in rows:
+                    if sid and lo <= ts < hi and (not gil or state & 2):
+                        leaf = 'f%d' % stacks[sid][-1]
+                        want[leaf] = want.get(leaf, 0) + 1
+                assert got == want and (want or hi - lo < m), (lo - base, hi - base, gil, got, want, out)
+        assert d.api('GET', '/v1/flamegraph?pid=999998&from_ns=%d&to_ns=%d' % (base, base))[0] == 400
+        assert d.api('GET', '/v1/flamegraph?pid=999998&from_ns=%d&since=5m' % base)[0] == 400
         assert time.time_ns() - base < 15 * 10 ** 9, 'too slow for the half-minute grid'
     finally:
         d.close()

@@ -60,6 +60,7 @@ def browser():
 
 
 def shot(web, name):
+    time.sleep(0.8)  # d3-flame-graph's transitions (250 ms) and its labels after them
     os.makedirs(SHOTS, exist_ok=True)
     web.save_screenshot(os.path.join(SHOTS, name + '.png'))
 
@@ -67,7 +68,9 @@ def shot(web, name):
 def test_the_pages_in_chromium(daemon, target_factory):
     assert shutil.which('chromium') and shutil.which('chromedriver'), \
         'chromium and chromium-driver are needed (scripts/setup.sh installs them)'
+    from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
     t = target_factory('/usr/bin/python3', 'taskspin.py')
     daemon.ctl('attach', t.pid, '--rate', '200', check=True)
     w, web = Web(daemon), None
@@ -91,18 +94,82 @@ def test_the_pages_in_chromium(daemon, target_factory):
         assert 'spin_plain' in text and 'MainThread' in text, text
         shot(web, 'target')
 
-        # the flame graph of the last 5 minutes, by task
+        # the flame graph of the last minute, by task (d3-flame-graph)
         web.find_element(By.CSS_SELECTOR, 'nav button[data-page="flame"]').click()
         web.find_element(By.ID, 'flame-pid').clear()
         web.find_element(By.ID, 'flame-pid').send_keys(str(t.pid))
+        Select(web.find_element(By.ID, 'flame-since')).select_by_value('1m')
         web.find_element(By.ID, 'flame-tasks').click()
         web.find_element(By.ID, 'flame-draw').click()
-        frames = wait_for(lambda: web.execute_script(
-            "const d = document.getElementById('flame-svg').contentDocument;"
-            " return d ? [...d.querySelectorAll('g.f title')].map(t => t.textContent) : null;"),
-            what='the flame graph drawn')
-        assert any(f.startswith('<task alpha-task>') for f in frames), frames[:20]
+        names = lambda: web.execute_script(
+            "return [...document.querySelectorAll('#flame-chart g.frame')]"
+            ".map(g => g.getAttribute('name'));")
+        frames = wait_for(lambda: names() or None, what='the flame graph drawn')
+        assert '<task alpha-task>' in frames and '<task beta-task>' in frames, frames[:20]
+        whole = int(web.find_element(By.ID, 'flame-count').get_attribute('data-samples'))
+        assert whole > 0
         shot(web, 'flame')
+        # click to zoom: the breadcrumb reads the path to the frame clicked
+        web.find_element(By.CSS_SELECTOR, '#flame-chart g.frame[name="<task alpha-task>"]').click()
+        crumbs = wait_for(lambda: web.find_element(By.ID, 'flame-crumbs').text or None,
+                          what='the breadcrumb')
+        assert crumbs == 'all › <task alpha-task>', crumbs
+        web.find_element(By.ID, 'flame-reset').click()
+        # search: the share of the samples in a matching frame
+        web.find_element(By.ID, 'flame-search').send_keys('spin_alpha')
+        match = wait_for(lambda: web.find_element(By.ID, 'flame-match').text or None,
+                         what='the search share')
+        n, total = [int(x) for x in match.split()[1:4:2]]
+        assert 0 < n < total, match
+        # pick a window: drag on the strip over 6 s that ended 1 s before it was drawn
+        wait_for(lambda: web.execute_script('return flame.strip && flame.strip.data[0].length'),
+                 what='the strip drawn')
+        over = web.find_element(By.CSS_SELECTOR, '#flame-strip .u-over')
+        x0, x1 = web.execute_script(
+            'const u = flame.strip, end = u.scales.x.max;'
+            ' return [u.valToPos(end - 7, "x"), u.valToPos(end - 1, "x")];')
+        left = -over.size['width'] / 2
+        assert 0 <= x0 < x1 <= over.size['width'], (x0, x1, over.size)
+        ActionChains(web).move_to_element_with_offset(over, left + x0, 0).click_and_hold() \
+            .move_by_offset(x1 - x0, 0).release().perform()
+        wait_for(lambda: 'picked' in web.find_element(By.ID, 'flame-pick').text,
+                 what='the window picked')
+        picked = wait_for(lambda: int(web.find_element(By.ID, 'flame-count').get_attribute(
+            'data-samples')) if int(web.find_element(By.ID, 'flame-count').get_attribute(
+                'data-samples')) != whole else None, what='the count of the picked window')
+        assert picked > 0
+        shot(web, 'flame-picked')
+        # the diff of two windows: the picked one kept, the whole minute against it
+        web.find_element(By.ID, 'flame-keep').click()
+        web.find_element(By.ID, 'flame-unpick').click()
+        wait_for(lambda: int(web.find_element(By.ID, 'flame-count').get_attribute(
+            'data-samples')) > picked, what='the whole minute, more than the 6 s picked')
+        web.find_element(By.ID, 'flame-diff').click()
+        fills = wait_for(lambda: web.execute_script(
+            "const t = [...document.querySelectorAll('#flame-chart g.frame title')]"
+            ".map(e => e.textContent); return t.some(x => x.includes('against the baseline'))"
+            " ? [...document.querySelectorAll('#flame-chart g.frame rect')]"
+            ".map(r => r.getAttribute('fill')) : null;"), what='the diff drawn')
+        # (the frames the search matched stay highlighted, #e600e6)
+        assert all(f and (f.startswith('rgb(') or f == '#e600e6') for f in fills) and \
+            any(f != 'rgb(235,235,235)' for f in fills), [f for f in fills if not f or f[:4] != 'rgb(']
+        shot(web, 'flame-diff')
+        # icicle, then sandwich: a function's callers and callees
+        web.find_element(By.ID, 'flame-diff').click()
+        Select(web.find_element(By.ID, 'flame-view')).select_by_value('icicle')
+        wait_for(lambda: names() or None, what='the icicle drawn')
+        Select(web.find_element(By.ID, 'flame-view')).select_by_value('sandwich')
+        link = wait_for(lambda: [a for a in web.find_elements(
+            By.CSS_SELECTOR, '#sandwich-table a') if a.text.startswith('spin_beta')],
+            what='the function table')[0]
+        link.click()
+        wait_for(lambda: web.find_element(By.ID, 'sandwich-of').text.startswith('spin_beta'),
+                 what='the sandwich of spin_beta')
+        callers = web.execute_script(
+            "return [...document.querySelectorAll('#sandwich-callers g.frame')]"
+            ".map(g => g.getAttribute('name'));")
+        assert '<task beta-task>' in callers, callers
+        shot(web, 'flame-sandwich')
 
         # SQL: a query, its grid, and an error shown as probectl query shows it
         web.find_element(By.CSS_SELECTOR, 'nav button[data-page="sql"]').click()

@@ -44,7 +44,7 @@ function openTarget(pid, page) {
   $('target-pid').value = pid;
   $('flame-pid').value = pid;
   show(page);
-  if (page === 'flame') drawFlame();
+  if (page === 'flame') openFlame();
 }
 
 async function loadTargets() {
@@ -100,16 +100,6 @@ async function readTarget() {
   } catch (e) { status(e.message); }
 }
 
-function drawFlame() {
-  const pid = $('flame-pid').value;
-  if (!pid) return;
-  let url = '/v1/flamegraph?format=svg&pid=' + encodeURIComponent(pid);
-  if ($('flame-since').value) url += '&since=' + $('flame-since').value;
-  if ($('flame-idle').checked) url += '&idle=1';
-  if ($('flame-tasks').checked) url += '&tasks=1';
-  $('flame-svg').data = url;
-}
-
 async function loadTables() {
   try {
     const doc = await api('POST', '/v1/query', {
@@ -155,6 +145,5 @@ async function runQuery() {
 
 for (const b of document.querySelectorAll('nav button')) b.onclick = () => show(b.dataset.page);
 $('target-read').onclick = readTarget;
-$('flame-draw').onclick = drawFlame;
 $('sql-run').onclick = runQuery;
 show('targets');
