@@ -817,13 +817,23 @@ static json_t *initialize(json_t *params)
         "others wait for.");
 }
 
-/* The reply to @msg, or NULL when none is due (a notification). */
-static json_t *handle(struct mcp *m, json_t *msg)
+bool mcp_speaks(const char *version)
+{
+    for (size_t i = 0; version && i < sizeof(versions) / sizeof(versions[0]); i++)
+        if (strcmp(version, versions[i]) == 0)
+            return true;
+    return false;
+}
+
+json_t *mcp_handle(struct mcp *m, json_t *msg)
 {
     json_t *id = json_object_get(msg, "id"), *params = json_object_get(msg, "params");
     const char *method = json_string_value(json_object_get(msg, "method"));
     json_t *result = NULL, *err = NULL, *reply;
 
+    if (json_is_array(msg))
+        return json_pack("{s:s, s:n, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", "error", "code",
+                         -32600, "message", "batches are not taken");
     if (!json_is_object(msg) || !method) {
         if (json_is_object(msg) && !method && id)
             return NULL; /* a response to us: we ask nothing */
@@ -883,31 +893,62 @@ static void send_message(json_t *msg)
     free(text);
 }
 
+struct mcp *mcp_new(const char *socket, bool allow_actions, char *err, size_t err_len)
+{
+    struct mcp *m = calloc(1, sizeof(*m));
+    ssize_t len;
+
+    if (!m) {
+        snprintf(err, err_len, "out of memory");
+        return NULL;
+    }
+    m->socket = socket;
+    m->allow_actions = allow_actions;
+    len = readlink("/proc/self/exe", m->self, sizeof(m->self) - 1);
+    if (len <= 0) {
+        snprintf(err, err_len, "/proc/self/exe: %s", strerror(errno));
+        free(m);
+        return NULL;
+    }
+    m->self[len] = '\0';
+    if (socket)
+        setenv("PROBED_SOCKET", socket, 1); /* the commands the tools run */
+    return m;
+}
+
+void mcp_free(struct mcp *m)
+{
+    free(m);
+}
+
 int mcp_main(int argc, char **argv)
 {
     static const struct option longopts[] = {{"allow-actions", no_argument, NULL, 'A'},
                                              {"socket", required_argument, NULL, 'S'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
-    struct mcp m = {0};
-    char *line = NULL;
+    const char *socket = NULL;
+    bool allow_actions = false;
+    char *line = NULL, err[512];
+    struct mcp *m;
     ssize_t len;
     int c;
 
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case 'A':
-            m.allow_actions = true;
+            allow_actions = true;
             break;
         case 'S':
-            m.socket = optarg;
+            socket = optarg;
             break;
         case 'h':
             printf("usage: probectl mcp [--allow-actions] [--socket PATH]\n"
                    "  A Model Context Protocol server on stdin/stdout for AI assistants, as you:\n"
                    "  tools that read (targets, backtrace, query, hot functions, flame graph,\n"
                    "  memory, torch, collectives, hang, crashes) and, with --allow-actions,\n"
-                   "  attach, detach and eval. See docs/mcp.md for clients' configuration.\n");
+                   "  attach, detach and eval. Over HTTP: probectl web serves it at /mcp.\n"
+                   "  See docs/mcp.md for clients' configuration.\n");
             return 0;
         default:
             return 2;
@@ -917,17 +958,15 @@ int mcp_main(int argc, char **argv)
         fprintf(stderr, "probectl mcp: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    len = readlink("/proc/self/exe", m.self, sizeof(m.self) - 1);
-    if (len <= 0) {
-        fprintf(stderr, "probectl mcp: /proc/self/exe: %s\n", strerror(errno));
+    if (!(m = mcp_new(socket, allow_actions, err, sizeof(err)))) {
+        fprintf(stderr, "probectl mcp: %s\n", err);
         return 1;
     }
-    m.self[len] = '\0';
-    if (m.socket)
-        setenv("PROBED_SOCKET", m.socket, 1); /* the commands the tools run */
     signal(SIGPIPE, SIG_IGN);
-    if (!(line = malloc(MCP_LINE_MAX + 1)))
+    if (!(line = malloc(MCP_LINE_MAX + 1))) {
+        mcp_free(m);
         return 1;
+    }
     while ((len = read_line(stdin, line, MCP_LINE_MAX + 1)) >= 0) {
         json_error_t jerr;
         json_t *msg, *reply;
@@ -941,10 +980,7 @@ int mcp_main(int argc, char **argv)
             reply = json_pack("{s:s, s:n, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", "error", "code",
                               -32700, "message", jerr.text);
         } else {
-            reply = json_is_array(msg)
-                        ? json_pack("{s:s, s:n, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", "error",
-                                    "code", -32600, "message", "batches are not taken")
-                        : handle(&m, msg);
+            reply = mcp_handle(m, msg);
             json_decref(msg);
         }
         if (reply)
@@ -952,5 +988,6 @@ int mcp_main(int argc, char **argv)
         json_decref(reply);
     }
     free(line);
+    mcp_free(m);
     return 0;
 }

@@ -9,9 +9,12 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
+#include <event2/thread.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,8 +22,10 @@
 #include <sys/queue.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "ctl/client.h"
+#include "ctl/mcp.h"
 
 /* The page, built in (CMakeLists.txt: web/), and its libraries (scripts/web-libs.sh). */
 extern const char web_index_html[], web_app_js[], web_flame_js[], web_app_css[], web_libs_js[],
@@ -34,6 +39,24 @@ struct web {
     char token[TOKEN_BYTES * 2 + 1];
     char bind[64];
     int port;
+    struct event_base *base;
+    struct mcp *mcp;    /* /mcp's server */
+    atomic_int working; /* workers running */
+};
+
+/* One /v1 call or MCP message, answered by a worker thread and sent by the loop. */
+struct work {
+    struct web *w;
+    struct evhttp_request *req; /* the loop's alone; NULL once its client has gone */
+    bool mcp;
+    char method[8];
+    char path[2048];
+    json_t *body; /* the request's JSON, or NULL */
+    /* the answer, filled by the worker */
+    int status;
+    const char *type;
+    char *raw;
+    size_t raw_len;
 };
 
 /* Equal strings, in a time that does not say how much of them matched. */
@@ -149,47 +172,170 @@ static const char *type_of(const char *raw, size_t len)
     return "text/plain; charset=utf-8";
 }
 
-/* /v1/...: to the daemon, as this user, and its answer back as it came. */
-static void forward(struct web *w, struct evhttp_request *req, const char *method, const char *path)
+/* The request's body as JSON (NULL: none), or -1 after replying why not. */
+static int body_json(struct evhttp_request *req, json_t **ret)
 {
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     size_t n = evbuffer_get_length(in);
-    json_t *body = NULL, *reply = NULL;
-    char err[512], *raw = NULL;
-    size_t raw_len = 0;
-    long status = 0;
+    json_error_t jerr;
+    char *text;
 
+    *ret = NULL;
     if (n > WEB_BODY_MAX) {
         reply_error(req, 413, "request body too large");
-        return;
+        return -1;
     }
-    if (n) {
-        json_error_t jerr;
-        char *text = malloc(n + 1);
+    if (!n)
+        return 0;
+    if (!(text = malloc(n + 1))) {
+        reply_error(req, 500, "out of memory");
+        return -1;
+    }
+    evbuffer_copyout(in, text, n);
+    text[n] = '\0';
+    *ret = json_loads(text, 0, &jerr);
+    free(text);
+    if (!*ret) {
+        reply_error(req, 400, "the body is not JSON");
+        return -1;
+    }
+    return 0;
+}
 
-        if (!text) {
-            reply_error(req, 500, "out of memory");
-            return;
-        }
-        evbuffer_copyout(in, text, n);
-        text[n] = '\0';
-        body = json_loads(text, 0, &jerr);
-        free(text);
-        if (!body) {
-            reply_error(req, 400, "the body is not JSON");
-            return;
+/* A worker's answer as an error body. */
+static void work_error(struct work *k, int status, const char *why)
+{
+    json_t *j = json_pack("{s:s}", "error", why);
+
+    k->status = status;
+    k->type = "application/json";
+    k->raw = json_dumps(j, JSON_COMPACT);
+    k->raw_len = k->raw ? strlen(k->raw) : 0;
+    json_decref(j);
+}
+
+/* Back on the loop: the answer sent, unless its client has gone. */
+static void deliver(evutil_socket_t fd, short what, void *arg)
+{
+    struct work *k = arg;
+
+    (void)fd, (void)what;
+    if (k->req) {
+        evhttp_connection_set_closecb(evhttp_request_get_connection(k->req), NULL, NULL);
+        if (k->status == 202) {
+            evhttp_send_reply(k->req, 202, "Accepted", NULL);
+        } else {
+            reply_text(k->req, k->status, k->type, k->raw ? k->raw : "", k->raw_len);
         }
     }
-    if (client_call(client_socket_path(w->socket), method, path, body, &status, &reply, &raw,
-                    &raw_len, err, sizeof(err)) < 0) {
-        json_decref(body);
-        reply_error(req, 502, err);
+    atomic_fetch_sub(&k->w->working, 1);
+    json_decref(k->body);
+    free(k->raw);
+    free(k);
+}
+
+/* The connection of @arg's request closed before its answer: the request is freed with it. */
+static void client_gone(struct evhttp_connection *conn, void *arg)
+{
+    (void)conn;
+    ((struct work *)arg)->req = NULL;
+}
+
+/* A worker: the daemon asked (/v1: as this user, its answer as it came) or the MCP message
+ * answered, then the answer handed to the loop. */
+static void *work_run(void *arg)
+{
+    struct work *k = arg;
+    struct timeval now = {0, 0};
+
+    if (k->mcp) {
+        json_t *reply = mcp_handle(k->w->mcp, k->body);
+
+        k->status = reply ? 200 : 202; /* 202: a notification or a response, nothing due */
+        k->type = "application/json";
+        k->raw = reply ? json_dumps(reply, JSON_COMPACT) : NULL;
+        k->raw_len = k->raw ? strlen(k->raw) : 0;
+        if (reply && !k->raw)
+            work_error(k, 500, "out of memory");
+        json_decref(reply);
+    } else {
+        char err[512];
+        json_t *reply = NULL;
+        long status = 0;
+
+        if (client_call(client_socket_path(k->w->socket), k->method, k->path, k->body, &status,
+                        &reply, &k->raw, &k->raw_len, err, sizeof(err)) < 0) {
+            work_error(k, 502, err);
+        } else {
+            k->status = (int)status;
+            k->type = type_of(k->raw, k->raw_len);
+        }
+        json_decref(reply);
+    }
+    if (event_base_once(k->w->base, -1, EV_TIMEOUT, deliver, k, &now) < 0)
+        abort(); /* the loop cannot take it: nothing sane is left to do */
+    return NULL;
+}
+
+/* @req handed to a worker; 503 past WEB_WORKERS at once. */
+static void dispatch(struct web *w, struct evhttp_request *req, bool mcp, const char *method,
+                     const char *path)
+{
+    struct work *k;
+    pthread_attr_t attr;
+    pthread_t thread;
+    json_t *body;
+
+    if (body_json(req, &body) < 0)
+        return;
+    if (mcp && !body) {
+        reply_error(req, 400, "POST a JSON-RPC message");
         return;
     }
-    json_decref(body);
-    json_decref(reply);
-    reply_text(req, (int)status, type_of(raw, raw_len), raw ? raw : "", raw_len);
-    free(raw);
+    if (atomic_fetch_add(&w->working, 1) >= WEB_WORKERS) {
+        atomic_fetch_sub(&w->working, 1);
+        json_decref(body);
+        reply_error(req, 503, "busy: too many calls at once");
+        return;
+    }
+    if (!(k = calloc(1, sizeof(*k)))) {
+        atomic_fetch_sub(&w->working, 1);
+        json_decref(body);
+        reply_error(req, 500, "out of memory");
+        return;
+    }
+    *k = (struct work){.w = w, .req = req, .mcp = mcp, .body = body};
+    snprintf(k->method, sizeof(k->method), "%s", method);
+    snprintf(k->path, sizeof(k->path), "%s", path);
+    evhttp_connection_set_closecb(evhttp_request_get_connection(req), client_gone, k);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&thread, &attr, work_run, k) != 0) {
+        evhttp_connection_set_closecb(evhttp_request_get_connection(req), NULL, NULL);
+        atomic_fetch_sub(&w->working, 1);
+        json_decref(body);
+        free(k);
+        reply_error(req, 503, "no thread to answer with");
+    }
+    pthread_attr_destroy(&attr);
+}
+
+/* /mcp: MCP's streamable HTTP transport, without its optional event streams and sessions. */
+static void serve_mcp(struct web *w, struct evhttp_request *req, const char *method)
+{
+    const char *version =
+        evhttp_find_header(evhttp_request_get_input_headers(req), "MCP-Protocol-Version");
+
+    if (strcmp(method, "POST") != 0) { /* GET: no stream of our own to offer; DELETE: no session */
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "POST");
+        reply_error(req, 405, "MCP here takes a POSTed message (no event stream, no session)");
+        return;
+    }
+    if (version && !mcp_speaks(version)) {
+        reply_error(req, 400, "unsupported MCP-Protocol-Version");
+        return;
+    }
+    dispatch(w, req, true, method, "/mcp");
 }
 
 static void handle(struct evhttp_request *req, void *arg)
@@ -234,10 +380,14 @@ static void handle(struct evhttp_request *req, void *arg)
     }
     snprintf(path, sizeof(path), "%s", uri);
     if (strncmp(path, "/v1/", 4) == 0) {
-        forward(w, req, method, path);
+        dispatch(w, req, false, method, path);
         return;
     }
     path[plen] = '\0';
+    if (strcmp(path, "/mcp") == 0) {
+        serve_mcp(w, req, method);
+        return;
+    }
     if (strcmp(method, "GET") != 0)
         reply_error(req, 405, "the page's files are read with GET");
     else if (strcmp(path, "/") == 0 || strcmp(path, "/index.html") == 0)
@@ -264,12 +414,13 @@ static void on_signal(evutil_socket_t fd, short what, void *arg)
 
 int web_main(int argc, char **argv)
 {
-    static const struct option longopts[] = {{"port", required_argument, NULL, 'p'},
-                                             {"bind", required_argument, NULL, 'b'},
-                                             {"socket", required_argument, NULL, 'S'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {
+        {"port", required_argument, NULL, 'p'},   {"bind", required_argument, NULL, 'b'},
+        {"socket", required_argument, NULL, 'S'}, {"allow-actions", no_argument, NULL, 'A'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
     struct web w = {.port = WEB_DEFAULT_PORT};
+    bool allow_actions = false;
+    char err[512];
     unsigned char raw[TOKEN_BYTES];
     struct evhttp_bound_socket *bound;
     struct sockaddr_storage ss;
@@ -307,14 +458,20 @@ int web_main(int argc, char **argv)
         case 'S':
             w.socket = optarg;
             break;
+        case 'A':
+            allow_actions = true;
+            break;
         case 'h':
-            printf("usage: probectl web [--port N] [--bind ADDR] [--socket PATH]\n"
-                   "  The web view, served by you on 127.0.0.1:%d (--port 0: any free port):\n"
-                   "  open the URL it prints (it holds a token; without it every request is\n"
-                   "  refused). It asks the daemon as you, so it shows what you may see.\n"
-                   "  From another machine: ssh -L %d:127.0.0.1:%d HOST, then open the URL.\n"
-                   "  -H HOST before `web` shows that node's daemon.\n",
-                   WEB_DEFAULT_PORT, WEB_DEFAULT_PORT, WEB_DEFAULT_PORT);
+            printf(
+                "usage: probectl web [--port N] [--bind ADDR] [--socket PATH] [--allow-actions]\n"
+                "  The web view, served by you on 127.0.0.1:%d (--port 0: any free port):\n"
+                "  open the URL it prints (it holds a token; without it every request is\n"
+                "  refused). It asks the daemon as you, so it shows what you may see.\n"
+                "  From another machine: ssh -L %d:127.0.0.1:%d HOST, then open the URL.\n"
+                "  -H HOST before `web` shows that node's daemon.\n"
+                "  MCP for AI assistants at /mcp (streamable HTTP, the same token as a\n"
+                "  Bearer header); its attach, detach and eval only with --allow-actions.\n",
+                WEB_DEFAULT_PORT, WEB_DEFAULT_PORT, WEB_DEFAULT_PORT);
             return 0;
         default:
             return 2;
@@ -331,7 +488,12 @@ int web_main(int argc, char **argv)
     for (size_t i = 0; i < sizeof(raw); i++)
         snprintf(w.token + 2 * i, 3, "%02x", raw[i]);
     signal(SIGPIPE, SIG_IGN);
-    base = event_base_new();
+    if (!(w.mcp = mcp_new(w.socket, allow_actions, err, sizeof(err)))) {
+        fprintf(stderr, "probectl web: %s\n", err);
+        return 1;
+    }
+    evthread_use_pthreads(); /* the workers hand their answers to the loop */
+    base = w.base = event_base_new();
     http = base ? evhttp_new(base) : NULL;
     if (!http) {
         fprintf(stderr, "probectl web: libevent could not start\n");
@@ -364,9 +526,16 @@ int web_main(int argc, char **argv)
     event_add(sigint, NULL);
     event_add(sigterm, NULL);
     event_base_dispatch(base);
+    if (atomic_load(&w.working) > 0) {
+        /* workers still asking the daemon would hand their answers to a freed loop: end
+         * here, with them */
+        fflush(stdout);
+        _exit(0);
+    }
     event_free(sigint);
     event_free(sigterm);
     evhttp_free(http);
     event_base_free(base);
+    mcp_free(w.mcp);
     return 0;
 }

@@ -45,16 +45,20 @@ def client_dir():
     return where
 
 
-def session(daemon, client_dir, calls, resources=(), actions=False, user=None):
+def session(daemon, client_dir, calls, resources=(), actions=False, user=None, web=None):
+    """The SDK client's session: with probectl mcp on stdio, or over @web's /mcp."""
     cmd = ['node', os.path.join(client_dir, 'session.mjs'), daemon.probectl, daemon.socket,
            json.dumps({'calls': [{'tool': t, 'args': a} for t, a in calls],
                        'resources': list(resources)})]
+    env = dict(os.environ)
+    if web:
+        env.update(MCP_URL=web.base + '/mcp', MCP_TOKEN=web.token)
     if actions:
         cmd.append('--allow-actions')
     if user:
         cmd = ['setpriv', '--reuid=' + user, '--regid=' + user, '--init-groups'] + cmd
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       universal_newlines=True, timeout=300, cwd=client_dir)
+                       universal_newlines=True, timeout=300, cwd=client_dir, env=env)
     assert r.returncode == 0, (r.stdout, r.stderr)
     return json.loads(r.stdout)
 
@@ -184,6 +188,57 @@ def test_another_users_process_is_invisible(daemon, client_dir, target_factory):
     assert fl['isError'] or fl['structuredContent']['total_samples'] == 0, fl
     ev = result_of(out, 4)
     assert ev['isError'] and '42' not in text_of(ev), ev
+
+
+def test_over_http_on_the_web_port(daemon, client_dir, target_factory):
+    """probectl web serves MCP at /mcp (streamable HTTP) behind its token: the SDK's client
+    reads through it; actions need `web --allow-actions`; without the token, from another
+    origin, with an unknown protocol version or by GET it is refused."""
+    from test_web import Web
+    t = target_factory('/usr/bin/python3', 'taskspin.py')
+    daemon.ctl('attach', t.pid, '--rate', '200', check=True)
+    wait_for(lambda: daemon.rows("SELECT count(*) FROM sample_frames WHERE pid = %d"
+                                 " AND func = 'spin_alpha'" % t.pid)[0][0] > 5,
+             what='samples of the target')
+    w = Web(daemon)
+    try:
+        out = session(daemon, client_dir,
+                      [('list_targets', {}), ('backtrace', {'pid': t.pid}),
+                       ('hot_functions', {'pid': t.pid, 'limit': 5}),
+                       ('eval', {'pid': t.pid, 'code': '6 * 7'})],
+                      resources=['probed://schema'], web=w)
+        assert out['server']['name'] == 'probed'
+        assert t.pid in [x['pid'] for x in result_of(out, 0)['structuredContent']['targets']]
+        assert 'spin_' in text_of(result_of(out, 1))
+        assert 'spin' in text_of(result_of(out, 2)), result_of(out, 2)
+        ev = result_of(out, 3)
+        assert ev['isError'] and 'allow-actions' in text_of(ev), ev
+        assert 'sample_frames' in out['read']['probed://schema'][0]['text']
+        bearer = 'Authorization: Bearer ' + w.token
+        ping = '{"jsonrpc": "2.0", "id": 1, "method": "ping"}'
+        post = ('-X', 'POST', '-H', 'Content-Type: application/json', '--data', ping)
+        assert w.curl('/mcp', *post)[0] == 403  # no token
+        assert w.curl('/mcp', bearer, 'Origin: http://evil.example', *post)[0] == 403
+        code, body = w.curl('/mcp', bearer, *post)
+        assert code == 200 and json.loads(body) == {'jsonrpc': '2.0', 'id': 1, 'result': {}}
+        assert w.curl('/mcp', bearer, 'MCP-Protocol-Version: 1999-01-01', *post)[0] == 400
+        assert w.curl('/mcp', bearer)[0] == 405  # GET: no event stream offered
+        code, body = w.curl('/mcp', bearer, '-X', 'POST', '--data',
+                            '{"jsonrpc": "2.0", "method": "notifications/initialized"}')
+        assert code == 202 and body == '', (code, body)
+    finally:
+        w.close()
+        daemon.ctl('detach', t.pid)
+    # with --allow-actions, the eval runs (and is recorded as any eval)
+    w = Web(daemon, args=('--allow-actions',))
+    try:
+        out = session(daemon, client_dir, [('attach', {'pid': t.pid, 'rate_hz': 50}),
+                                            ('eval', {'pid': t.pid, 'code': '6 * 7'}),
+                                            ('detach', {'pid': t.pid})], web=w)
+        ev = result_of(out, 1)
+        assert not ev['isError'] and '42' in text_of(ev), ev
+    finally:
+        w.close()
 
 
 def test_bad_messages_get_errors_and_the_server_goes_on(daemon):

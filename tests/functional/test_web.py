@@ -25,8 +25,8 @@ SHOTS = os.path.join(BUILD, 'web-screenshots')
 class Web:
     """probectl web on a free port, for @daemon, as @user (None: root)."""
 
-    def __init__(self, daemon, user=None):
-        cmd = [daemon.probectl, 'web', '--port', '0', '--socket', daemon.socket]
+    def __init__(self, daemon, user=None, args=()):
+        cmd = [daemon.probectl, 'web', '--port', '0', '--socket', daemon.socket] + list(args)
         if user:
             cmd = ['setpriv', '--reuid=' + user, '--regid=' + user, '--init-groups'] + cmd
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, universal_newlines=True)
@@ -36,9 +36,12 @@ class Web:
         self.base, self.token = self.url.split('/?token=')
 
     def curl(self, path, *headers):
+        """(status, body) of @path; @headers: "Name: value", or curl's own options ("-X")."""
         args = ['curl', '-s', '--max-time', '30', '-w', '\n%{http_code}']
-        for h in headers:
-            args += ['-H', h]
+        headers = list(headers)
+        while headers:
+            h = headers.pop(0)
+            args += [h, headers.pop(0)] if h.startswith('-') else ['-H', h]
         out = subprocess.run(args + [self.base + path], stdout=subprocess.PIPE,
                              universal_newlines=True).stdout
         body, _, code = out.rpartition('\n')
@@ -220,6 +223,20 @@ def test_without_the_token_or_from_elsewhere_refused(daemon):
         code, body = w.curl('/v1/targets', bearer, 'Origin: ' + w.base)
         assert code == 200 and 'targets' in json.loads(body)
         assert w.curl('/nothing', bearer)[0] == 404
+        # a slow call (a query running into the daemon's 10 s limit) holds up nothing else:
+        # the page and other calls are answered meanwhile
+        slow = subprocess.Popen(['curl', '-s', '--max-time', '60', '-H', bearer, '-X', 'POST',
+                                 '--data', json.dumps({'sql': 'WITH RECURSIVE c(x) AS (SELECT 1'
+                                                       ' UNION ALL SELECT x + 1 FROM c)'
+                                                       ' SELECT count(*) FROM c'}),
+                                 w.base + '/v1/query'], stdout=subprocess.PIPE,
+                                universal_newlines=True)
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        assert w.curl('/app.js', bearer)[0] == 200 and w.curl('/v1/status', bearer)[0] == 200
+        assert time.monotonic() - t0 < 3 and slow.poll() is None
+        out = slow.communicate(timeout=60)[0]
+        assert 'error' in json.loads(out), out  # stopped by the daemon's limit, and said
     finally:
         w.close()
 
