@@ -28,8 +28,23 @@
 #include "ctl/mcp.h"
 
 /* The page, built in (CMakeLists.txt: web/), and its libraries (scripts/web-libs.sh). */
-extern const char web_index_html[], web_app_js[], web_flame_js[], web_app_css[], web_libs_js[],
-    web_libs_css[];
+extern const char web_index_html[], web_app_js[], web_flame_js[], web_pages_js[], web_app_css[],
+    web_libs_js[], web_libs_css[];
+
+#define JS "text/javascript; charset=utf-8"
+#define CSS "text/css; charset=utf-8"
+static const struct page_file {
+    const char *path, *type, *text;
+} page_files[] = {
+    {"/", "text/html; charset=utf-8", web_index_html},
+    {"/index.html", "text/html; charset=utf-8", web_index_html},
+    {"/app.js", JS, web_app_js},     /* the shell, targets, target, SQL */
+    {"/flame.js", JS, web_flame_js}, /* the flame graph page */
+    {"/pages.js", JS, web_pages_js}, /* torch, memory and GPUs, cluster */
+    {"/app.css", CSS, web_app_css},
+    {"/libs.js", JS, web_libs_js}, /* d3-flame-graph, d3-selection, uPlot */
+    {"/libs.css", CSS, web_libs_css},
+};
 
 #define TOKEN_BYTES 24
 #define COOKIE "probed_token"
@@ -388,22 +403,17 @@ static void handle(struct evhttp_request *req, void *arg)
         serve_mcp(w, req, method);
         return;
     }
-    if (strcmp(method, "GET") != 0)
+    if (strcmp(method, "GET") != 0) {
         reply_error(req, 405, "the page's files are read with GET");
-    else if (strcmp(path, "/") == 0 || strcmp(path, "/index.html") == 0)
-        reply_text(req, 200, "text/html; charset=utf-8", web_index_html, strlen(web_index_html));
-    else if (strcmp(path, "/app.js") == 0)
-        reply_text(req, 200, "text/javascript; charset=utf-8", web_app_js, strlen(web_app_js));
-    else if (strcmp(path, "/flame.js") == 0)
-        reply_text(req, 200, "text/javascript; charset=utf-8", web_flame_js, strlen(web_flame_js));
-    else if (strcmp(path, "/app.css") == 0)
-        reply_text(req, 200, "text/css; charset=utf-8", web_app_css, strlen(web_app_css));
-    else if (strcmp(path, "/libs.js") == 0)
-        reply_text(req, 200, "text/javascript; charset=utf-8", web_libs_js, strlen(web_libs_js));
-    else if (strcmp(path, "/libs.css") == 0)
-        reply_text(req, 200, "text/css; charset=utf-8", web_libs_css, strlen(web_libs_css));
-    else
-        reply_error(req, 404, "no such page");
+        return;
+    }
+    for (size_t i = 0; i < sizeof(page_files) / sizeof(page_files[0]); i++)
+        if (strcmp(path, page_files[i].path) == 0) {
+            reply_text(req, 200, page_files[i].type, page_files[i].text,
+                       strlen(page_files[i].text));
+            return;
+        }
+    reply_error(req, 404, "no such page");
 }
 
 static void on_signal(evutil_socket_t fd, short what, void *arg)

@@ -62,6 +62,24 @@ def browser():
     return webdriver.Chrome(options=opts)
 
 
+def click(web, css, text=None):
+    """Clicks the element @css picks (with @text, if given), found again when the page
+    redrew it meanwhile (the targets table is rebuilt every 2 s)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    def once():
+        try:
+            for e in web.find_elements(By.CSS_SELECTOR, css):
+                if text is None or e.text == text:
+                    e.click()
+                    return True
+        except StaleElementReferenceException:
+            pass
+        return None
+    wait_for(once, what='%s to click' % css)
+
+
 def shot(web, name):
     time.sleep(0.8)  # d3-flame-graph's transitions (250 ms) and its labels after them
     os.makedirs(SHOTS, exist_ok=True)
@@ -90,12 +108,19 @@ def test_the_pages_in_chromium(daemon, target_factory):
         shot(web, 'targets')
 
         # a target: its threads and their live stacks
-        web.find_element(By.CSS_SELECTOR, 'tr[data-pid="%d"] a.pid' % t.pid).click()
+        click(web, 'tr[data-pid="%d"] a.pid' % t.pid)
         threads = wait_for(lambda: web.find_elements(By.CSS_SELECTOR, '#target-threads .thread'),
                            what="the target's threads")
         text = web.find_element(By.ID, 'target-threads').text
         assert 'spin_plain' in text and 'MainThread' in text, text
+        # locals on demand: spin()'s, in the thread that spins outside any task
+        web.find_element(By.ID, 'target-locals').click()
+        web.find_element(By.ID, 'target-read').click()
+        names = wait_for(lambda: [d.text for d in web.find_elements(
+            By.CSS_SELECTOR, '#target-threads dl.locals dt')] or None, what='locals shown')
+        assert {'seconds', 'end', 'n'} <= set(names), names
         shot(web, 'target')
+        web.find_element(By.ID, 'target-locals').click()
 
         # the flame graph of the last minute, by task (d3-flame-graph)
         web.find_element(By.CSS_SELECTOR, 'nav button[data-page="flame"]').click()
@@ -259,3 +284,63 @@ def test_another_users_server_shows_nothing_of_roots(daemon, target_factory):
     finally:
         w.close()
         daemon.ctl('detach', t.pid)
+
+
+def test_the_torch_memory_and_cluster_pages(daemon):
+    """A real PyTorch job (Debian's python3-torch) traced: its torch page shows the step times,
+    the step x module heat maps and the loss tracked; its memory page the RSS over time; the
+    cluster page groups it by its stack; the targets page detaches it."""
+    from selenium.webdriver.common.by import By
+    from test_torch import Job, drained
+    job = Job('mlp', 'train', 2, 6)
+    w, web = Web(daemon), None
+    try:
+        daemon.ctl('torch', job.pid, 'on', '--exprs', 'loss@train', check=True)
+        job.start()
+        job.wait_done()
+        drained(daemon, job.pid, job.steps)
+        web = browser()
+        web.get(w.url)
+        click(web, 'tr[data-pid="%d"] a.pid' % job.pid, text='torch')
+        # each step's time runs to the next one's start: the last has none
+        wait_for(lambda: web.find_element(By.ID, 'torch-steps').get_attribute('data-steps')
+                 == str(job.steps - 1), what='the steps charted',
+                 explain=lambda: (web.find_element(By.ID, 'torch-steps').get_attribute(
+                     'data-steps'), web.find_element(By.ID, 'status').text,
+                     daemon.rows('SELECT count(*) FROM torch_step_times')))
+        cells = web.find_elements(By.CSS_SELECTOR, '#torch-heat-time td[data-value]')
+        assert len(cells) >= job.steps, len(cells)  # a cell per step and module (40 at most)
+        modules = [th.text for th in web.find_elements(By.CSS_SELECTOR, '#torch-heat-time tr th')]
+        assert {'fc1', 'fc2', 'MLP'} <= set(modules), modules
+        assert web.find_elements(By.CSS_SELECTOR, '#torch-heat-memory td[data-value]')
+        assert web.find_elements(By.CSS_SELECTOR, '#torch-vars .uplot'), 'no loss chart'
+        assert 'loss@train' in web.find_element(By.ID, 'torch-vars').text or \
+            'loss' in web.find_element(By.ID, 'torch-vars').text
+        shot(web, 'torch')
+        # memory: the RSS readings of the last hour
+        web.find_element(By.CSS_SELECTOR, 'nav button[data-page="memory"]').click()
+        web.find_element(By.ID, 'memory-read').click()
+        wait_for(lambda: int(web.find_element(By.ID, 'memory-chart').get_attribute(
+            'data-points') or 0) > 0, what='the memory readings charted')
+        assert web.find_elements(By.CSS_SELECTOR, '#memory-chart .uplot')
+        shot(web, 'memory')
+        # cluster: a snapshot, the job in a group of its own with its stack
+        web.find_element(By.CSS_SELECTOR, 'nav button[data-page="cluster"]').click()
+        web.find_element(By.ID, 'cluster-read').click()
+        group = wait_for(lambda: [g for g in web.find_elements(By.CSS_SELECTOR, '.group')
+                                  if str(job.pid) in g.get_attribute('data-pids').split(',')],
+                         what='the job grouped')[0]
+        assert 'torchjob.py' in group.text, group.text
+        shot(web, 'cluster')
+        severe = [e for e in web.get_log('browser') if e['level'] == 'SEVERE']
+        assert severe == [], severe
+        # the targets page detaches it
+        web.find_element(By.CSS_SELECTOR, 'nav button[data-page="targets"]').click()
+        click(web, 'tr[data-pid="%d"] button.detach' % job.pid)
+        wait_for(lambda: daemon.api('GET', '/v1/targets/%d' % job.pid)[1].get('state')
+                 != 'sampling', what='detached')
+    finally:
+        if web:
+            web.quit()
+        w.close()
+        job.close()

@@ -41,9 +41,10 @@ function show(page) {
 }
 
 function openTarget(pid, page) {
-  $('target-pid').value = pid;
-  $('flame-pid').value = pid;
+  for (const id of ['target-pid', 'flame-pid', 'torch-pid', 'memory-pid']) $(id).value = pid;
   show(page);
+  if (page === 'torch') readTorch();
+  if (page === 'memory') readMemory();
   if (page === 'flame') openFlame();
 }
 
@@ -62,11 +63,18 @@ async function loadTargets() {
       tr.append(pid, el('td', t.cmdline), el('td', t.rank ?? ''), el('td', t.python_version),
         el('td', t.mode), el('td', t.rate_hz, 'num'), el('td', t.stats.samples, 'num'),
         el('td', t.stats.torn, 'num'), el('td', t.state));
-      const flame = el('td');
-      const f = el('a', 'flame graph', 'pid');
-      f.onclick = () => openTarget(t.pid, 'flame');
-      flame.append(f);
-      tr.append(flame);
+      const links = el('td');
+      for (const [text, page] of [['flame graph', 'flame'], ['torch', 'torch'], ['memory', 'memory']]) {
+        const a = el('a', text, 'pid');
+        a.onclick = () => openTarget(t.pid, page);
+        links.append(a, ' ');
+      }
+      if (t.state === 'sampling') {
+        const b = el('button', 'detach', 'detach');
+        b.onclick = () => detachPid(t.pid);
+        links.append(b);
+      }
+      tr.append(links);
       body.append(tr);
     }
     $('targets-empty').hidden = doc.targets.length > 0;
@@ -77,8 +85,11 @@ async function loadTargets() {
 async function readTarget() {
   const pid = $('target-pid').value;
   if (!pid) return;
+  let q = '/v1/backtrace?pid=' + encodeURIComponent(pid);
+  if ($('target-locals').checked) q += '&locals=' + Number($('target-depth').value || 1);
+  if ($('target-native').checked) q += '&native=1';
   try {
-    const doc = await api('GET', '/v1/backtrace?pid=' + encodeURIComponent(pid));
+    const doc = await api('GET', q);
     const out = $('target-threads');
     out.replaceChildren();
     for (const th of doc.threads) {
@@ -89,14 +100,41 @@ async function readTarget() {
       d.append(el('h3', 'Thread ' + th.tid + ' "' + th.name + '" (' + state + ')'));
       const frames = el('div', null, 'frames');
       for (const f of th.frames) {
-        const line = el('div');
-        line.append(el('span', f.function + ' '), el('span', '(' + f.file + ':' + f.line + ')', 'file'));
+        const line = el('div', null, f.kind === 'native' ? 'native' : '');
+        line.append(el('span', f.function + ' '), el('span', '(' + (f.file || f.object || '?')
+          + (f.line ? ':' + f.line : '') + ')', 'file'));
         frames.append(line);
+        if (f.locals) {
+          const dl = el('dl', null, 'locals');
+          for (const v of f.locals) dl.append(el('dt', v.name), el('dd', v.value));
+          frames.append(dl);
+        }
+        if (f.locals_error) frames.append(el('div', f.locals_error, 'locals-error'));
       }
       d.append(frames);
       out.append(d);
     }
     status('pid ' + pid + ': ' + doc.threads.length + ' threads, read ' + new Date().toLocaleTimeString());
+  } catch (e) { status(e.message); }
+}
+
+async function attachPid() {
+  const pid = Number($('attach-pid').value);
+  if (!pid) return;
+  const body = { pid };
+  if ($('attach-native').checked) body.native = true;
+  try {
+    await api('POST', '/v1/targets', body);
+    status('attached ' + pid);
+    loadTargets();
+  } catch (e) { status(e.message); }
+}
+
+async function detachPid(pid) {
+  try {
+    await api('DELETE', '/v1/targets/' + pid);
+    status('detached ' + pid);
+    loadTargets();
   } catch (e) { status(e.message); }
 }
 
@@ -145,5 +183,6 @@ async function runQuery() {
 
 for (const b of document.querySelectorAll('nav button')) b.onclick = () => show(b.dataset.page);
 $('target-read').onclick = readTarget;
+$('attach-go').onclick = attachPid;
 $('sql-run').onclick = runQuery;
 show('targets');
