@@ -633,10 +633,12 @@ static json_t *tools_list(const struct mcp *m)
 
     for (size_t i = 0; i < N_TOOLS; i++) {
         const struct tool *t = &tools[i];
-        json_t *props = json_loads(t->properties, 0, NULL), *req = json_loads(t->required, 0, NULL);
+        json_t *props, *req;
 
         if (t->action && !m->allow_actions)
             continue;
+        props = json_loads(t->properties, 0, NULL);
+        req = json_loads(t->required, 0, NULL);
         json_array_append_new(
             out,
             json_pack("{s:s, s:s, s:s, s:{s:s, s:o, s:o, s:b}, s:{s:b, s:b}}", "name", t->name,

@@ -60,6 +60,8 @@ def session(daemon, client_dir, calls, resources=(), actions=False, user=None, w
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        universal_newlines=True, timeout=300, cwd=client_dir, env=env)
     assert r.returncode == 0, (r.stdout, r.stderr)
+    # the server's stderr comes through the client: a sanitizer's report at its exit too
+    assert 'Sanitizer' not in r.stderr, r.stderr
     return json.loads(r.stdout)
 
 

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -29,7 +30,9 @@ class Web:
         cmd = [daemon.probectl, 'web', '--port', '0', '--socket', daemon.socket] + list(args)
         if user:
             cmd = ['setpriv', '--reuid=' + user, '--regid=' + user, '--init-groups'] + cmd
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, universal_newlines=True)
+        self.err = tempfile.TemporaryFile(mode='w+')
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.err,
+                                     universal_newlines=True)
         line = self.proc.stdout.readline()
         assert line.startswith('probed web: http://127.0.0.1:'), line
         self.url = line.split()[-1]
@@ -49,7 +52,12 @@ class Web:
 
     def close(self):
         self.proc.terminate()
-        assert self.proc.wait(timeout=10) == 0
+        rc = self.proc.wait(timeout=10)
+        self.err.seek(0)
+        err = self.err.read()
+        if rc != 0 or 'Sanitizer' in err:
+            print(err)  # shown by pytest with the failure
+        assert rc == 0 and 'Sanitizer' not in err, rc
 
 
 def browser():
