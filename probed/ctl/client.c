@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <grp.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -16,9 +17,12 @@
 #include "ctl/fanout.h"
 
 /* -H HOST: every call goes to HOST's daemon, a fan-out of one node (its connection kept for
- * the next call, its version checked on the first reply). */
+ * the next call, its version checked on the first reply). One call at a time goes through it:
+ * `probectl web` and `mcp` make calls from several threads. */
 static struct fanout remote;
 static char *remote_hosts[1];
+static const char *remote_template;
+static pthread_mutex_t remote_lock = PTHREAD_MUTEX_INITIALIZER;
 
 size_t client_on_data(char *p, size_t size, size_t n, void *ctx)
 {
@@ -42,6 +46,7 @@ static void remote_end(void)
 void client_use_remote(const char *host, const char *template)
 {
     remote_hosts[0] = (char *)host;
+    remote_template = template;
     if (fanout_init(&remote, remote_hosts, 1, template, CLIENT_REMOTE_TIMEOUT_MS) == 0)
         atexit(remote_end);
 }
@@ -49,6 +54,11 @@ void client_use_remote(const char *host, const char *template)
 const char *client_remote_host(void)
 {
     return remote.n ? remote.nodes[0].host : NULL;
+}
+
+const char *client_remote_template(void)
+{
+    return remote.n ? remote_template : NULL;
 }
 
 /* client_call() to -H's host: *reply takes the reply's bytes. */
@@ -118,7 +128,11 @@ int client_call(const char *socket_path, const char *method, const char *path, j
     *ret_body = NULL;
     snprintf(url, sizeof(url), "http://probed%s", path);
     if (remote.n) {
-        int r = remote_call(method, path, body, ret_status, &reply.data, &reply.len, err, err_len);
+        int r;
+
+        pthread_mutex_lock(&remote_lock);
+        r = remote_call(method, path, body, ret_status, &reply.data, &reply.len, err, err_len);
+        pthread_mutex_unlock(&remote_lock);
         if (r < 0)
             return r;
         goto parse;

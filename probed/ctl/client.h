@@ -30,8 +30,10 @@ size_t client_on_data(char *p, size_t size, size_t n, void *ctx);
  * transport.h; neither copied). A failure of the transport is -EHOSTUNREACH, a daemon of
  * another API version -EPROTO, each with the reason in @err. */
 void client_use_remote(const char *host, const char *template);
-/* The -H host, or NULL when calls go to the local socket. */
+/* The -H host, or NULL when calls go to the local socket; its transport template (as given:
+ * NULL for the default). */
 const char *client_remote_host(void);
+const char *client_remote_template(void);
 
 /* @method "GET"/"POST"/"DELETE"; @body may be NULL. *ret_body: the reply parsed as JSON
  * (caller owns), or NULL when it is not JSON. With @ret_raw, *ret_raw (malloc'd, caller frees)

@@ -188,11 +188,25 @@ static void run_self(struct mcp *m, const char *const *argv, const char *key, st
     }
     if (pid == 0) {
         int null = open("/dev/null", O_RDONLY);
+        const char *full[32] = {argv[0]};
+        size_t n = 1;
 
+        /* -H: the command asks the same node's daemon, through the same transport */
+        if (client_remote_host()) {
+            full[n++] = "-H";
+            full[n++] = client_remote_host();
+            if (client_remote_template()) {
+                full[n++] = "--transport";
+                full[n++] = client_remote_template();
+            }
+        }
+        for (size_t i = 1; argv[i] && n < sizeof(full) / sizeof(full[0]) - 1; i++)
+            full[n++] = argv[i];
+        full[n] = NULL;
         dup2(null, 0);
         dup2(out[1], 1);
         dup2(out[1], 2); /* what went wrong is the answer too */
-        execv(m->self, (char *const *)argv);
+        execv(m->self, (char *const *)full);
         _exit(127);
     }
     close(out[1]);

@@ -26,8 +26,13 @@ SHOTS = os.path.join(BUILD, 'web-screenshots')
 class Web:
     """probectl web on a free port, for @daemon, as @user (None: root)."""
 
-    def __init__(self, daemon, user=None, args=()):
-        cmd = [daemon.probectl, 'web', '--port', '0', '--socket', daemon.socket] + list(args)
+    def __init__(self, daemon, user=None, args=(), remote=None):
+        """@remote: (host, transport template): probectl -H host web, not --socket."""
+        if remote:
+            cmd = [daemon.probectl, '-H', remote[0], '--transport', remote[1], 'web',
+                   '--port', '0'] + list(args)
+        else:
+            cmd = [daemon.probectl, 'web', '--port', '0', '--socket', daemon.socket] + list(args)
         if user:
             cmd = ['setpriv', '--reuid=' + user, '--regid=' + user, '--init-groups'] + cmd
         self.err = tempfile.TemporaryFile(mode='w+')
@@ -352,3 +357,37 @@ def test_the_torch_memory_and_cluster_pages(daemon):
             web.quit()
         w.close()
         job.close()
+
+
+def test_another_node_through_the_transport(daemon, target_factory, tmp_path):
+    """probectl -H HOST web: the page's calls and MCP's go to HOST's daemon through the
+    transport (here `probectl proxy` on a link to the test daemon's socket, no local daemon
+    asked), many at once through its one connection; an MCP tool that runs a probectl command
+    runs it with the same -H."""
+    t = target_factory('/usr/bin/python3', 'taskspin.py')
+    daemon.ctl('attach', t.pid, check=True)
+    wait_for(lambda: daemon.rows('SELECT count(*) FROM memory_usage WHERE pid = %d'
+                                 % t.pid)[0][0] > 0, what='a memory reading')
+    os.symlink(daemon.socket, str(tmp_path / 'nodeb.sock'))
+    env_socket = os.environ.pop('PROBED_SOCKET', None)
+    w = Web(daemon, remote=('nodeb', 'PROBED_SOCKET=%s/{host}.sock %s proxy'
+                            % (tmp_path, daemon.probectl)))
+    try:
+        bearer = 'Authorization: Bearer ' + w.token
+        calls = [subprocess.Popen(['curl', '-s', '--max-time', '60', '-H', bearer,
+                                   w.base + '/v1/targets'], stdout=subprocess.PIPE,
+                                  universal_newlines=True) for _ in range(8)]
+        for c in calls:
+            doc = json.loads(c.communicate(timeout=60)[0])
+            assert t.pid in [x['pid'] for x in doc['targets']], doc
+        code, body = w.curl('/mcp', bearer, '-X', 'POST', '--data', json.dumps(
+            {'jsonrpc': '2.0', 'id': 1, 'method': 'tools/call',
+             'params': {'name': 'memory', 'arguments': {'pid': t.pid}}}))
+        result = json.loads(body)['result']
+        assert code == 200 and not result['isError'], result
+        assert str(t.pid) in result['content'][0]['text'], result
+    finally:
+        w.close()
+        if env_socket is not None:
+            os.environ['PROBED_SOCKET'] = env_socket
+        daemon.ctl('detach', t.pid)
