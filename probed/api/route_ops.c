@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "api/server.h"
 #include "clock.h"
@@ -51,6 +52,7 @@ int status_get(struct api *a, const struct request *rq)
     struct writer *w = a->parts.writer;
     struct connlimit_stats c;
     struct runstate_stats rs;
+    char host[256] = "";
 
     connlimit__stats(a->clients, &c);
     json_t *body = json_pack(
@@ -75,6 +77,9 @@ int status_get(struct api *a, const struct request *rq)
     json_object_set_new(body, "gpu", gpu_json(a->parts.meter));
     /* the daemon's wall clock: `probectl hang` aligns its instant on every node with it */
     json_object_set_new(body, "now_ns", json_integer((json_int_t)real_ns()));
+    /* which node answered: the web view's targets, a transport's far end */
+    if (gethostname(host, sizeof(host) - 1) == 0)
+        json_object_set_new(body, "host", json_string(host));
     return reply_json(rq->req, 200, body);
 }
 

@@ -427,7 +427,7 @@ static void *run(void *arg)
 int catcher_start(const char *db_path, struct catcher **ret, struct errbuf *err)
 {
     struct catcher *ct = calloc(1, sizeof(*ct));
-    int r;
+    int r = 0;
 
     if (!ct || !(ct->db_path = strdup(db_path)) ||
         !(ct->chans = calloc(CATCH_CHANNELS_MAX, sizeof(*ct->chans)))) {

@@ -406,7 +406,7 @@ int exits_start(struct targets *reg, struct outbox *ob, struct exits **ret)
 {
     struct exits *e = calloc(1, sizeof(*e));
     struct stat ns;
-    int r;
+    int r = 0, stop_err;
 
     *ret = NULL;
     if (!e)
@@ -422,11 +422,14 @@ int exits_start(struct targets *reg, struct outbox *ob, struct exits **ret)
         return -ENOTSUP;
     }
     e->stop_fd = eventfd(0, EFD_CLOEXEC);
+    stop_err = errno; /* the opens below may change it */
     e->nl_fd = connector_open();
     if (e->nl_fd < 0) {
         log_errno(LOG_WARN, e->nl_fd,
                   "the kernel's process events (netlink connector; CAP_NET_ADMIN): how attached"
                   " processes end is not recorded");
+        if (e->stop_fd >= 0)
+            close(e->stop_fd);
         free(e);
         return -ENOTSUP;
     }
@@ -438,7 +441,7 @@ int exits_start(struct targets *reg, struct outbox *ob, struct exits **ret)
     else
         lseek(e->kmsg_fd, 0, SEEK_END); /* what it logs from now on */
     if (e->stop_fd < 0 || (r = pthread_create(&e->thread, NULL, run, e)) != 0) {
-        r = e->stop_fd < 0 ? -errno : -r;
+        r = e->stop_fd < 0 ? -stop_err : -r;
         close(e->nl_fd);
         if (e->kmsg_fd >= 0)
             close(e->kmsg_fd);

@@ -116,7 +116,8 @@ def test_the_pages_in_chromium(daemon, target_factory):
                                                  'tr[data-pid="%d"]' % t.pid),
                        what='the target in the table')[0]
         assert 'taskspin.py' in row.text and 'sampling' in row.text, row.text
-        wait_for(lambda: int(row.find_elements(By.TAG_NAME, 'td')[6].text or 0) > 50
+        assert row.find_elements(By.TAG_NAME, 'td')[3].text == os.uname().nodename
+        wait_for(lambda: int(row.find_elements(By.TAG_NAME, 'td')[7].text or 0) > 50
                  if row.is_displayed() else False, what='samples counted')
         shot(web, 'targets')
 
@@ -269,12 +270,22 @@ def test_without_the_token_or_from_elsewhere_refused(daemon):
                                                        ' SELECT count(*) FROM c'}),
                                  w.base + '/v1/query'], stdout=subprocess.PIPE,
                                 universal_newlines=True)
+        # ... and one whose client gives up before its answer: the answer is dropped, not
+        # sent to a connection that is gone (ASan would see the request used after its free)
+        gone = subprocess.Popen(['curl', '-s', '--max-time', '1', '-H', bearer, '-X', 'POST',
+                                 '--data', json.dumps({'sql': 'WITH RECURSIVE c(x) AS (SELECT 2'
+                                                       ' UNION ALL SELECT x + 1 FROM c)'
+                                                       ' SELECT count(*) FROM c'}),
+                                 w.base + '/v1/query'], stdout=subprocess.PIPE)
         time.sleep(0.5)
         t0 = time.monotonic()
         assert w.curl('/app.js', bearer)[0] == 200 and w.curl('/v1/status', bearer)[0] == 200
         assert time.monotonic() - t0 < 3 and slow.poll() is None
         out = slow.communicate(timeout=60)[0]
         assert 'error' in json.loads(out), out  # stopped by the daemon's limit, and said
+        assert gone.wait(timeout=10) != 0  # curl gave up
+        time.sleep(0.5)  # the dropped answer's turn on the loop
+        assert w.curl('/app.js', bearer)[0] == 200
     finally:
         w.close()
 

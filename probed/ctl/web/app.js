@@ -48,8 +48,11 @@ function openTarget(pid, page) {
   if (page === 'flame') openFlame();
 }
 
+let daemonHost = null; // the node whose daemon answers (GET /v1/status): -H's, or this one
+
 async function loadTargets() {
   try {
+    if (daemonHost === null) daemonHost = (await api('GET', '/v1/status')).host || '';
     const doc = await api('GET', '/v1/targets');
     const body = $('targets-table').tBodies[0];
     body.replaceChildren();
@@ -60,7 +63,7 @@ async function loadTargets() {
       const a = el('a', t.pid, 'pid');
       a.onclick = () => openTarget(t.pid, 'target');
       pid.append(a);
-      tr.append(pid, el('td', t.cmdline), el('td', t.rank ?? ''), el('td', t.python_version),
+      tr.append(pid, el('td', t.cmdline), el('td', t.rank ?? ''), el('td', daemonHost), el('td', t.python_version),
         el('td', t.mode), el('td', t.rate_hz, 'num'), el('td', t.stats.samples, 'num'),
         el('td', t.stats.torn, 'num'), el('td', t.state));
       const links = el('td');

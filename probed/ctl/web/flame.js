@@ -183,7 +183,10 @@ async function drawStrip() {
       from = d.rows[0][0] || now - 300e9;
     }
     const span = Math.max(1, (now - from) / 1e9);
-    const bucket = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600].find((b) => span / b <= 400) || 3600;
+    // seconds from the samples up to a quarter of an hour; past it minutes and more, from the
+    // per-minute counts (a few rows a minute, however many threads sampled)
+    const bucket = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600].find(
+      (b) => span / b <= 400 && (span <= 900 || b >= 60)) || 3600;
     const cpu = $('flame-idle').checked ? '' : ' AND (state & 1) = 1';
     const tid = $('flame-thread').value ? ' AND tid = ' + Number($('flame-thread').value) : '';
     const src = bucket >= 60 ? 'SELECT ts_ns, state, tid, n FROM minute_counts' : 'SELECT ts_ns, state, tid, 1 AS n FROM samples';
