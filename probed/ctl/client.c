@@ -14,6 +14,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "common/units.h"
 #include "ctl/fanout.h"
 
 /* -H HOST: every call goes to HOST's daemon, a fan-out of one node (its connection kept for
@@ -248,13 +249,37 @@ int client_parse_pid(const char *s, const char *cmd)
     char *end;
     long v;
 
+    if (!s || !*s) {
+        fprintf(stderr, "probectl %s: which process? give its pid (probectl %s PID)\n", cmd, cmd);
+        return -1;
+    }
     errno = 0;
-    v = s ? strtol(s, &end, 10) : 0;
-    if (!s || errno || *end || v <= 0 || v > 0x7fffffff) {
-        fprintf(stderr, "probectl %s: '%s' is not a pid\n", cmd, s ? s : "");
+    v = strtol(s, &end, 10);
+    if (errno || *end || v <= 0 || v > 0x7fffffff) {
+        fprintf(stderr, "probectl %s: '%s' is not a pid\n", cmd, s);
         return -1;
     }
     return (int)v;
+}
+
+int client_parse_duration(const char *s, const char *cmd, const char *opt, double min_s,
+                          double max_s, int64_t *ret_ns)
+{
+    int64_t ns = units_duration_ns(s);
+
+    if (ns < 0) {
+        fprintf(stderr,
+                "probectl %s: %s takes a duration like 30s, 5m, 1h30m or 90 (seconds), not '%s'\n",
+                cmd, opt, s ? s : "");
+        return -1;
+    }
+    if (ns < min_s * 1e9 || ns > max_s * 1e9) {
+        fprintf(stderr, "probectl %s: %s must be from %gs to %gs, not %s\n", cmd, opt, min_s, max_s,
+                s);
+        return -1;
+    }
+    *ret_ns = ns;
+    return 0;
 }
 
 json_t *client_rows(const char *socket, int pid, const char *sql, json_t **keep)

@@ -12,6 +12,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define PROBED_DEFAULT_SOCKET "/run/probed/probed.sock"
 #define CLIENT_REMOTE_TIMEOUT_MS (10 * 60 * 1000L) /* -H: one call's bound (a long query) */
@@ -68,6 +69,10 @@ long long client_int(json_t *row, size_t i);
 
 /* @s as a pid, or -1 after printing "probectl @cmd: '@s' is not a pid". */
 int client_parse_pid(const char *s, const char *cmd);
+/* Option @opt of command @cmd as a duration (common/units.h: 30s, 5m, 1h30m, 90), from @min_s
+ * to @max_s seconds, into *@ret_ns; -1 after saying why on stderr (the caller exits 2). */
+int client_parse_duration(const char *s, const char *cmd, const char *opt, double min_s,
+                          double max_s, int64_t *ret_ns);
 
 /* POST @body to @path: the reply, or NULL with its status in *status (0: no daemon) after
  * printing why, prefixed "probectl @cmd: " (an error reply of status 404 is left unprinted

@@ -98,6 +98,7 @@ int attach_main(int argc, char **argv)
                                              COMMON_LONGOPTS,
                                              {NULL, 0, NULL, 0}};
     const char *socket = NULL, *duration = NULL, *native_backend = NULL;
+    int64_t duration_ns = 0;
     json_t *body, *reply;
     bool as_json = false, children = false, native = false;
     long rate = 0;
@@ -150,11 +151,14 @@ int attach_main(int argc, char **argv)
     if ((pid = client_parse_pid(optind < argc ? argv[optind] : NULL, "attach")) < 0 ||
         optind + 1 != argc)
         return 2;
+    if (duration &&
+        client_parse_duration(duration, "attach", "--duration", 0.001, 1e9, &duration_ns) < 0)
+        return 2;
     body = json_pack("{s:i}", "pid", pid);
     if (rate)
         json_object_set_new(body, "rate", json_integer(rate));
-    if (duration)
-        json_object_set_new(body, "duration", json_string(duration));
+    if (duration) /* seconds, as the API takes them */
+        json_object_set_new(body, "duration", json_real((double)duration_ns / 1e9));
     if (children)
         json_object_set_new(body, "children", json_true());
     if (native)
@@ -459,6 +463,7 @@ int flamegraph_main(int argc, char **argv)
                                              COMMON_LONGOPTS,
                                              {NULL, 0, NULL, 0}};
     const char *socket = NULL, *since = NULL, *out_path = NULL, *format = "svg";
+    int64_t since_ns = 0;
     char path[256], err[512], *raw = NULL;
     json_t *reply = NULL;
     size_t raw_len = 0;
@@ -502,11 +507,19 @@ int flamegraph_main(int argc, char **argv)
             return 2;
         }
     }
-    if ((pid = client_parse_pid(optind < argc ? argv[optind] : NULL, "flamegraph")) < 0 ||
-        optind + 1 != argc)
+    if ((pid = client_parse_pid(optind < argc ? argv[optind] : NULL, "flamegraph")) < 0)
         return 2;
-    snprintf(path, sizeof(path), "/v1/flamegraph?pid=%d&format=%s%s%s", pid, format,
-             since ? "&since=" : "", since ? since : "");
+    if (optind + 1 != argc) {
+        fprintf(stderr, "probectl flamegraph: one pid (%s is one too many)\n", argv[optind + 1]);
+        return 2;
+    }
+    if (since &&
+        client_parse_duration(since, "flamegraph", "--since", 0.001, 3650 * 86400.0, &since_ns) < 0)
+        return 2;
+    snprintf(path, sizeof(path), "/v1/flamegraph?pid=%d&format=%s", pid, format);
+    if (since) /* in ns: "2m 30s" has no place in a URL */
+        snprintf(path + strlen(path), sizeof(path) - strlen(path), "&since=%lldns",
+                 (long long)since_ns);
     if (tid)
         snprintf(path + strlen(path), sizeof(path) - strlen(path), "&tid=%d", tid);
     if (idle)
@@ -730,16 +743,22 @@ int top_main(int argc, char **argv)
                                              COMMON_LONGOPTS,
                                              {NULL, 0, NULL, 0}};
     const char *socket = NULL;
-    int c, pid, interval = 1, window = 5, rows = 20;
+    int c, pid, window = 5, rows = 20;
+    useconds_t interval_us = 1000000;
+    int64_t ns;
     bool once = false;
 
     while ((c = getopt_long(argc, argv, "i:w:n:1h", longopts, NULL)) != -1) {
         switch (c) {
         case 'i':
-            interval = atoi(optarg);
+            if (client_parse_duration(optarg, "top", "--interval", 0.1, 3600, &ns) < 0)
+                return 2;
+            interval_us = (useconds_t)(ns / 1000);
             break;
         case 'w':
-            window = atoi(optarg);
+            if (client_parse_duration(optarg, "top", "--window", 1, 30 * 86400, &ns) < 0)
+                return 2;
+            window = (int)(ns / 1000000000);
             break;
         case 'n':
             rows = atoi(optarg);
@@ -751,10 +770,11 @@ int top_main(int argc, char **argv)
             socket = optarg;
             break;
         case 'h':
-            printf("usage: probectl top <pid> [--interval S] [--window S] [--rows N] [--once]\n"
+            printf("usage: probectl top <pid> [--interval D] [--window D] [--rows N] [--once]\n"
                    "  The hottest functions of an attached process, refreshed like top:\n"
-                   "  %%Own = executing, %%Total = on the stack, over the last --window seconds\n"
-                   "  (default 5) of samples on CPU; refreshed every --interval (1) seconds.\n");
+                   "  %%Own = executing, %%Total = on the stack, over the last --window\n"
+                   "  (default 5s; 30s, 2m, 1h30m) of samples on CPU; refreshed every\n"
+                   "  --interval (default 1s).\n");
             return 0;
         default:
             return 2;
@@ -763,8 +783,8 @@ int top_main(int argc, char **argv)
     if ((pid = client_parse_pid(optind < argc ? argv[optind] : NULL, "top")) < 0 ||
         optind + 1 != argc)
         return 2;
-    if (interval < 1 || window < 1 || rows < 1) {
-        fprintf(stderr, "probectl top: --interval, --window and --rows must be positive\n");
+    if (rows < 1) {
+        fprintf(stderr, "probectl top: --rows must be positive\n");
         return 2;
     }
     for (;;) {
@@ -772,6 +792,6 @@ int top_main(int argc, char **argv)
             return 1;
         if (once)
             return 0;
-        sleep((unsigned)interval);
+        usleep(interval_us);
     }
 }

@@ -127,7 +127,8 @@ static int parse_eval_opts(int argc, char **argv, struct eval_opts *o, const cha
 
     *o = (struct eval_opts){.timeout_s = 10};
     while ((c = getopt_long(argc, argv, "f:h", longopts, NULL)) != -1) {
-        char *end;
+        int64_t ns;
+
         switch (c) {
         case 'S':
             o->socket = optarg;
@@ -136,11 +137,9 @@ static int parse_eval_opts(int argc, char **argv, struct eval_opts *o, const cha
             o->main_thread = true;
             break;
         case 't':
-            o->timeout_s = strtod(optarg, &end);
-            if (*end || o->timeout_s <= 0 || o->timeout_s > 600) {
-                fprintf(stderr, "probectl: --timeout must be 0 < seconds <= 600\n");
+            if (client_parse_duration(optarg, "eval", "--timeout", 0.001, 600, &ns) < 0)
                 return -1;
-            }
+            o->timeout_s = (double)ns / 1e9;
             break;
         case 'f':
             if (ret_file)

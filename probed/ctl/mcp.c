@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/units.h"
 #include "ctl/client.h"
 
 /* The protocol versions spoken, newest first: a client asking for one of them gets it, any
@@ -321,23 +322,19 @@ static void tool_query(struct mcp *m, json_t *args, struct answer *a)
         query_answer(m, sql, pid, max, a);
 }
 
-/* The window argument as whole seconds: 30s, 5m, 2h, or a number of seconds. */
+/* The window argument as whole seconds: 30s, 5m, 1h30m, or a number of seconds. */
 static bool arg_window(json_t *args, long *ret_s, struct answer *a)
 {
     const char *w;
-    char *end;
-    double v;
+    int64_t ns;
 
-    if (!arg_str(args, "window", "5m", 16, &w, a))
+    if (!arg_str(args, "window", "5m", 32, &w, a))
         return false;
-    v = strtod(w, &end);
-    if (end == w || v <= 0 || (*end && end[1]) || (*end && !strchr("smhd", *end))) {
-        answer_text(a, true, "window must be a duration like 30s, 5m, 2h or 1d");
+    if ((ns = units_duration_ns(w)) <= 0) {
+        answer_text(a, true, "window must be a duration like 30s, 5m, 1h30m or 1d");
         return false;
     }
-    *ret_s = (long)(v * (*end == 'm' ? 60 : *end == 'h' ? 3600 : *end == 'd' ? 86400 : 1));
-    if (*ret_s < 1)
-        *ret_s = 1;
+    *ret_s = ns < 1000000000 ? 1 : (long)(ns / 1000000000);
     return true;
 }
 

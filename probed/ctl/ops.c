@@ -341,7 +341,7 @@ int memory_main(int argc, char **argv)
     char sql[512];
     json_t *keep, *rows, *t;
     double minutes;
-    char *end;
+    int64_t window_ns;
     int c, pid, r;
 
     while ((c = getopt_long(argc, argv, "w:a:h", longopts, NULL)) != -1) {
@@ -356,7 +356,7 @@ int memory_main(int argc, char **argv)
             socket = optarg;
             break;
         case 'h':
-            printf("usage: probectl memory <pid> [--window MINUTESm] [--allocations on|now|off]\n"
+            printf("usage: probectl memory <pid> [--window D] [--allocations on|now|off]\n"
                    "  The memory of an attached process now (RSS, PSS, USS, swap from\n"
                    "  smaps_rollup), its peak and growth per minute over the window (default\n"
                    "  10m), its threads by CPU, and where memory grew by function when\n"
@@ -370,14 +370,9 @@ int memory_main(int argc, char **argv)
             return 2;
         }
     }
-    minutes = strtod(window, &end);
-    if (end == window || !(minutes > 0) ||
-        (strcmp(end, "m") != 0 && strcmp(end, "min") != 0 && strcmp(end, "h") != 0)) {
-        fprintf(stderr, "probectl memory: --window must be minutes or hours, e.g. 10m, 2h\n");
+    if (client_parse_duration(window, "memory", "--window", 1, 365 * 86400.0, &window_ns) < 0)
         return 2;
-    }
-    if (*end == 'h')
-        minutes *= 60;
+    minutes = (double)window_ns / 60e9;
     if (optind + 1 != argc) {
         fprintf(stderr, "probectl memory: expected one pid\n");
         return 2;

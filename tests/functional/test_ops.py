@@ -672,3 +672,51 @@ def test_allocation_tracking_survives_kill_9():
     finally:
         t.close()
         d.close()
+
+
+def test_one_duration_syntax_for_every_option_the_config_and_ago():
+    """30s, 2m, 1h30m, 0.5, 90: the same parser for every option, the config file and ago()
+    (issue 39: `top --window 2m` meant 2 s, `5x` was taken as 5, `flamegraph --since` and
+    `attach --duration` refused 1h30m, `memory --window` refused 30s, `eval --timeout` 30s)."""
+    d = Daemon()
+    t = Target(PYTHON, 'busy.py')
+    try:
+        r = d.ctl('attach', t.pid, '--duration', '1h30m')
+        assert r.returncode == 0, r.stderr
+        wait_for(lambda: d.rows('SELECT count(*) FROM samples s JOIN targets g ON g.id ='
+                                ' s.target_id WHERE g.pid = %d' % t.pid)[0][0] > 20,
+                 what='samples')
+        assert d.ctl('top', t.pid, '--once', '--window', '2m').returncode == 0
+        assert d.ctl('top', t.pid, '--once', '--window', '1h30m', '--interval', '0.5'
+                     ).returncode == 0
+        r = d.ctl('flamegraph', t.pid, '--since', '1h30m', '--format', 'folded')
+        assert r.returncode == 0 and 'busy.py' in r.stdout, r.stderr
+        r = d.ctl('flamegraph', t.pid, '--since', '2m 30s', '--format', 'folded')
+        assert r.returncode == 0 and 'busy.py' in r.stdout, r.stderr
+        wait_for(lambda: d.rows('SELECT count(*) FROM memory_usage WHERE pid = %d'
+                                % t.pid)[0][0] > 0, what='a memory reading')
+        r = d.ctl('memory', t.pid, '--window', '30s')
+        assert r.returncode == 0, r.stderr
+        r = d.ctl('eval', '--timeout', '30s', t.pid, '6 * 7')
+        assert (r.returncode, r.stdout) == (0, '42\n'), r.stderr
+        d.ctl('config', 'retention=1h30m', check=True)
+        assert [s['value'] for s in d.api('GET', '/v1/config')[1]['settings']
+                if s['key'] == 'retention'] == ['1h30m']
+        assert d.rows("SELECT ago('1h30m') < ago('1h'),"
+                      " abs(ago('90') - ago('1m30s')) < 1000000000")[0] == [1, 1]
+        # and each refuses what is not a duration, exit 2, saying so
+        for args in (('top', t.pid, '--once', '--window', '5x'),
+                     ('flamegraph', t.pid, '--since', 'bogus'),
+                     ('attach', t.pid, '--duration', '1h30'),
+                     ('memory', t.pid, '--window', '0x10'),
+                     ('eval', '--timeout', '11m', t.pid, '1')):
+            r = d.ctl(*args)
+            assert r.returncode == 2 and ('duration like' in r.stderr
+                                          or 'must be from' in r.stderr), (args, r.stderr)
+        r = d.ctl('attach')
+        assert r.returncode == 2 and 'which process' in r.stderr, r.stderr
+        r = d.ctl('flamegraph', t.pid, t.pid)
+        assert r.returncode == 2 and 'one pid' in r.stderr, r.stderr
+    finally:
+        t.close()
+        d.close()

@@ -34,6 +34,19 @@ int test_units(void)
     CHECK(units_duration_ns("s") == -1);
     CHECK(units_duration_ns("nan") == -1 && units_duration_ns("inf") == -1);
     CHECK(units_duration_ns("1e12d") == -1 && units_size_bytes("1e30") == -1);
+    /* compound, fractions, the units people write (issue 39) */
+    CHECK(units_duration_ns("1h30m") == 5400000000000LL);
+    CHECK(units_duration_ns("1h30m15s") == 5415000000000LL);
+    CHECK(units_duration_ns("2m 30s") == 150000000000LL);
+    CHECK(units_duration_ns("1d12h") == 129600000000000LL);
+    CHECK(units_duration_ns("0.5") == 500000000LL && units_duration_ns(".5s") == 500000000LL);
+    CHECK(units_duration_ns("2m") == 120000000000LL && units_duration_ns("2min") == 120000000000LL);
+    CHECK(units_duration_ns("1500us") == 1500000LL && units_duration_ns("10ns") == 10);
+    CHECK(units_duration_ns("1h30") == -1 && units_duration_ns("1h30 ") == -1); /* bare: alone */
+    CHECK(units_duration_ns("5mx") == -1 && units_duration_ns("1hh") == -1);
+    CHECK(units_duration_ns("0x10") == -1 && units_duration_ns("1e3") == -1);
+    CHECK(units_duration_ns("+5s") == -1 && units_duration_ns(".") == -1);
+    CHECK(units_duration_ns("5 m") == 300000000000LL && units_duration_ns("5s ") == 5000000000LL);
     CHECK(units_size_bytes("nanG") == -1 && units_size_bytes("1e9T") == -1);
     CHECK(units_size_bytes("1000") == 1000);
     CHECK(units_size_bytes("300K") == 300 * 1024);
