@@ -82,7 +82,7 @@ echo "== probectl torch: a real PyTorch training job (a small transformer block)
 go="$work/go"
 "$py" tests/targets/torchjob.py transformer train 3 40 "$go" "$work/steps.log" >"$work/job.out" 2>&1 &
 job=$!
-trap 'kill $pid $job $daemon 2>/dev/null; wait $daemon 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill $pid $qsort $job $daemon 2>/dev/null; wait $daemon 2>/dev/null; rm -rf "$work"' EXIT
 for _ in $(seq 300); do grep -q READY "$work/job.out" && break; sleep 0.1; done
 $ctl torch "$job" on --exprs loss@train,epoch@train
 touch "$go"
@@ -107,7 +107,7 @@ for r in 0 1 2 3; do
         >"$work/rank$r.out" 2>&1 &
     ranks="$ranks $!"
 done
-trap 'kill $pid $job $ranks $daemon 2>/dev/null; wait $daemon 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill $pid $qsort $job $ranks $daemon 2>/dev/null; wait $daemon 2>/dev/null; rm -rf "$work"' EXIT
 for r in 0 1 2 3; do
     for _ in $(seq 600); do grep -q READY "$work/rank$r.out" && break; sleep 0.1; done
 done

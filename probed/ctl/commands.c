@@ -248,6 +248,10 @@ int list_main(int argc, char **argv)
             return 2;
         }
     }
+    if (optind != argc) {
+        fprintf(stderr, "probectl list: takes no argument ('%s')\n", argv[optind]);
+        return 2;
+    }
     reply = client_request(socket, "GET", "/v1/targets", NULL);
     if (!reply)
         return 1;
@@ -786,6 +790,15 @@ int top_main(int argc, char **argv)
     if (rows < 1) {
         fprintf(stderr, "probectl top: --rows must be positive\n");
         return 2;
+    }
+    { /* a pid never attached has no samples to rank: say so, as every command does */
+        char path[64];
+        json_t *t;
+
+        snprintf(path, sizeof(path), "/v1/targets/%d", pid);
+        if (!(t = client_request(socket, "GET", path, NULL)))
+            return 1;
+        json_decref(t);
     }
     for (;;) {
         if (top_once(socket, pid, window, rows, !once && isatty(STDOUT_FILENO)) < 0)

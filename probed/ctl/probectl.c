@@ -3,10 +3,11 @@
  *
  * Each command lives in its own file with a <command>_main(); this file only dispatches, after
  * the options every command takes before its name: -H HOST and --transport TEMPLATE send every
- * call to HOST's daemon (ctl/transport.h).
+ * call to HOST's daemon (ctl/transport.h), --socket PATH to the daemon listening there.
  */
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ctl/backtrace.h"
@@ -63,7 +64,10 @@ static const struct command commands[] = {
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: probectl [-H HOST [--transport TEMPLATE]] <command> [options]\n\n"
+    fprintf(out, "usage: probectl [--socket PATH | -H HOST [--transport TEMPLATE]] <command>"
+                 " [options]\n\n"
+                 "  --socket PATH         the daemon's socket (default $PROBED_SOCKET, else\n"
+                 "                        /run/probed/probed.sock)\n"
                  "  -H, --host HOST       ask HOST's daemon, through the transport\n"
                  "  --transport TEMPLATE  how to reach it, {host} standing for the host\n"
                  "                        (default $PROBED_TRANSPORT, else\n"
@@ -71,7 +75,52 @@ static void usage(FILE *out)
                  "\ncommands:\n");
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
         fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].help);
-    fprintf(out, "\nRun `probectl <command> --help` for a command's options.\n");
+    fprintf(out, "\nRun `probectl help <command>` for a command's options; -V: the version.\n");
+}
+
+/* The edits (insertions, deletions, substitutions) from @a to @b, up to 3 (more: 3). */
+static int edits(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    int row[32], prev, cur;
+
+    if (la >= sizeof(row) / sizeof(row[0]) || lb >= sizeof(row) / sizeof(row[0]))
+        return 3;
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        prev = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            cur = row[j];
+            row[j] = prev + (a[i - 1] != b[j - 1]);
+            if (row[j - 1] + 1 < row[j])
+                row[j] = row[j - 1] + 1;
+            if (cur + 1 < row[j])
+                row[j] = cur + 1;
+            prev = cur;
+        }
+    }
+    return row[lb] < 3 ? row[lb] : 3;
+}
+
+/* The command @name is most likely a typo of (at most 2 edits, or its start), or NULL. */
+static const char *nearest_command(const char *name)
+{
+    const char *best = NULL;
+    int best_d = 3;
+
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+        int d = strlen(name) >= 3 && strncmp(commands[i].name, name, strlen(name)) == 0
+                    ? 1
+                    : edits(name, commands[i].name);
+
+        if (d < best_d) {
+            best_d = d;
+            best = commands[i].name;
+        }
+    }
+    return best;
 }
 
 /* The value of option @argv[*i] if it is @shrt or @lng ("--x V" or "--x=V"), advancing *i;
@@ -93,13 +142,15 @@ static const char *global_opt(int argc, char **argv, int *i, const char *shrt, c
 
 int main(int argc, char **argv)
 {
-    const char *host = NULL, *template = NULL, *v;
+    const char *host = NULL, *template = NULL, *socket = NULL, *v;
     char err[512];
     int i = 1;
 
     for (; i < argc && argv[i][0] == '-'; i++) {
         if ((v = global_opt(argc, argv, &i, "-H", "--host")))
             host = v;
+        else if ((v = global_opt(argc, argv, &i, NULL, "--socket")))
+            socket = v;
         else if ((v = global_opt(argc, argv, &i, NULL, "--transport")))
             template = v;
         else
@@ -113,6 +164,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "probectl: --transport goes with -H HOST\n");
         return 2;
     }
+    if (socket && host) {
+        fprintf(stderr, "probectl: --socket (this node's daemon) or -H HOST, not both\n");
+        return 2;
+    }
+    if (socket)
+        setenv("PROBED_SOCKET", socket, 1); /* what every command's client_socket_path reads */
     if (host && !nodes_host_name_ok(host)) {
         fprintf(stderr,
                 "probectl: -H '%s' is not a host name (letters, digits, '.', '-', '_', ':', '@';"
@@ -134,12 +191,22 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    if (strcmp(argv[1], "help") == 0 && argc == 3) { /* help CMD: CMD --help */
+        static char help_opt[] = "--help";
+        char *again[] = {argv[2], help_opt, NULL};
+
+        for (size_t c = 0; c < sizeof(commands) / sizeof(commands[0]); c++)
+            if (strcmp(argv[2], commands[c].name) == 0)
+                return commands[c].main(2, again);
+        fprintf(stderr, "probectl help: no command '%s'\n", argv[2]);
+        return 2;
+    }
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
         strcmp(argv[1], "help") == 0) {
         usage(stdout);
         return 0;
     }
-    if (strcmp(argv[1], "--version") == 0) {
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0) {
         printf("probectl %s\n", PROBED_VERSION);
         return 0;
     }
@@ -152,7 +219,16 @@ int main(int argc, char **argv)
             }
             return commands[c].main(argc - 1, argv + 1);
         }
-    fprintf(stderr, "probectl: unknown command '%s'\n\n", argv[1]);
-    usage(stderr);
+    if (argv[1][0] == '-') {
+        fprintf(stderr,
+                "probectl: unknown option '%s' (before the command: --socket, -H,"
+                " --transport; -V, --help)\n",
+                argv[1]);
+        return 2;
+    }
+    if ((v = nearest_command(argv[1])) != NULL)
+        fprintf(stderr, "probectl: unknown command '%s': did you mean `%s`?\n", argv[1], v);
+    else
+        fprintf(stderr, "probectl: unknown command '%s' (probectl --help lists them)\n", argv[1]);
     return 2;
 }

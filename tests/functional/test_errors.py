@@ -80,6 +80,13 @@ def test_owner_may_read_its_own_process():
     (['backtrace', '1', '2'], 'usage'),
     (['backtrace', '1', '--locals=0'], '--locals=N needs N > 0'),
     (['nosuchcommand'], "unknown command 'nosuchcommand'"),
+    (['atach', '1'], "unknown command 'atach': did you mean `attach`?"),
+    (['flamegrap'], 'did you mean `flamegraph`?'),
+    (['--nosuchoption', 'list'], "unknown option '--nosuchoption'"),
+    (['list', 'extra'], "takes no argument ('extra')"),
+    (['attach'], 'which process? give its pid'),
+    (['--socket', '/x', '-H', 'h', 'list'], '--socket (this node'),
+    (['help', 'nosuchcommand'], "no command 'nosuchcommand'"),
 ])
 def test_bad_arguments(args, text):
     assert_fails(probectl(*args), text, code=2)
@@ -88,3 +95,22 @@ def test_bad_arguments(args, text):
 def test_help():
     r = probectl('--help')
     assert r.returncode == 0 and 'backtrace' in r.stdout
+    r = probectl('help', 'flamegraph')  # a command's own help, as `flamegraph --help`
+    assert r.returncode == 0 and r.stdout.startswith('usage: probectl flamegraph'), r.stdout
+    for v in ('-V', '--version'):
+        r = probectl(v)
+        assert r.returncode == 0 and r.stdout.startswith('probectl '), r.stdout
+
+
+def test_global_socket_option_and_top_of_a_pid_never_attached():
+    """--socket before the command reaches that daemon (it was "unknown command"); top of a pid
+    never attached fails as every command does (it printed an empty table, exit 0)."""
+    from daemon import Daemon
+    d = Daemon()
+    try:
+        r = probectl('--socket', d.socket, 'list')
+        assert r.returncode == 0 and r.stdout.startswith('PID'), r.stdout + r.stderr
+        r = probectl('--socket=' + d.socket, 'top', '999999', '--once')
+        assert r.returncode == 1 and '999999' in r.stderr, (r.returncode, r.stdout, r.stderr)
+    finally:
+        d.close()
