@@ -27,9 +27,10 @@ static json_int_t frame_index(json_t *frames, json_t *index, const struct flame_
     json_t *known;
     json_int_t i;
 
-    /* the key holds every field whole: kind, line, then func and file split by a NUL's
-     * stand-in that no name holds (a name is text, never U+0000) */
-    if (asprintf(&key, "%s:%d:%s\x1f%s", kind_of(f), f->line, f->func, f->file) < 0)
+    /* the key holds every field whole, the function's length first: no name, whatever
+     * characters it holds, can make two frames one */
+    if (asprintf(&key, "%s:%d:%zu:%s%s", kind_of(f), f->line, strlen(f->func), f->func, f->file) <
+        0)
         return -1;
     known = json_object_get(index, key);
     i = known ? json_integer_value(known) : (json_int_t)json_array_size(frames);

@@ -811,14 +811,19 @@ static json_t *resources_read(struct mcp *m, json_t *params, json_t **ret_err)
 
 /* ---- the protocol ---- */
 
+bool mcp_speaks(const char *version)
+{
+    for (size_t i = 0; version && i < sizeof(versions) / sizeof(versions[0]); i++)
+        if (strcmp(version, versions[i]) == 0)
+            return true;
+    return false;
+}
+
 static json_t *initialize(json_t *params)
 {
     const char *asked = json_string_value(json_object_get(params, "protocolVersion"));
-    const char *v = versions[0];
+    const char *v = mcp_speaks(asked) ? asked : versions[0];
 
-    for (size_t i = 0; asked && i < sizeof(versions) / sizeof(versions[0]); i++)
-        if (strcmp(asked, versions[i]) == 0)
-            v = versions[i];
     return json_pack(
         "{s:s, s:{s:{s:b}, s:{s:b}}, s:{s:s, s:s, s:s}, s:s}", "protocolVersion", v, "capabilities",
         "tools", "listChanged", false, "resources", "listChanged", false, "serverInfo", "name",
@@ -828,14 +833,6 @@ static json_t *initialize(json_t *params)
         "backtrace shows what each thread does now; hot_functions and flamegraph where time "
         "went; query runs SQL (read probed://docs/query.md first); hang finds the rank the "
         "others wait for.");
-}
-
-bool mcp_speaks(const char *version)
-{
-    for (size_t i = 0; version && i < sizeof(versions) / sizeof(versions[0]); i++)
-        if (strcmp(version, versions[i]) == 0)
-            return true;
-    return false;
 }
 
 json_t *mcp_handle(struct mcp *m, json_t *msg)
