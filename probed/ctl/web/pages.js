@@ -90,7 +90,6 @@ async function readTorch() {
     const steps = await rowsOf(pid, 'SELECT step, duration * 1000 FROM torch_step_times ORDER BY step');
     lineChart($('torch-steps'), steps.map((r) => r[0]), [{ label: 'step time (ms)', values: steps.map((r) => r[1]) }],
       { xLabel: 'step', yLabel: 'ms', empty: 'no steps recorded: probectl torch ' + pid + ' on' });
-    $('torch-steps').dataset.steps = steps.length;
     // the last 40 steps of the 16 modules that took longest (their forward and backward)
     const top = 'SELECT module FROM torch_trace WHERE stage <> \'step\' GROUP BY module ORDER BY sum(duration) DESC LIMIT 16';
     const last = 'step > (SELECT max(step) FROM torch_trace) - 40';
@@ -111,6 +110,8 @@ async function readTorch() {
       await rowsOf(pid, 'SELECT operation_name, count(*), sum(coalesce(device_ms, duration_ms)),'
         + ' avg(coalesce(device_ms, duration_ms)) FROM profiling_data WHERE source = \'gpu\''
         + ' GROUP BY 1 ORDER BY 3 DESC LIMIT 25'), (v, i) => (i ? num(v, 3) : v));
+    // set last, once every chart is drawn: what waits for it sees the whole page
+    $('torch-steps').dataset.steps = steps.length;
     status('torch of pid ' + pid + ': ' + steps.length + ' steps');
   } catch (e) { status(e.message); }
 }
