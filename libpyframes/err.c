@@ -21,7 +21,9 @@ int pyf_fail(struct pyf_err *e, enum pyf_err_kind kind, int sys, uint64_t raddr,
         va_end(ap);
         if (n < 0)
             n = 0;
-        if (sys && (size_t)n < sizeof(e->msg))
+        /* the errno text says why a call failed; "not Python" and "unsupported" are findings,
+         * their errno a code for the caller, and its text would only repeat them */
+        if (sys && kind != PYF_NOT_PYTHON && kind != PYF_UNSUPPORTED && (size_t)n < sizeof(e->msg))
             snprintf(e->msg + n, sizeof(e->msg) - n, ": %s", strerror(sys));
     }
     return sys ? -sys : -EIO;

@@ -101,10 +101,89 @@ struct job *query_post(struct api *a, const struct request *rq)
     return &qj->j;
 }
 
+/* The 404 of a window without samples, saying what would have some. */
+static json_t *no_samples_body(const struct query_job *qj)
+{
+    if (!qj->flame.filter.idle)
+        return error_body(404, qj->flame.filter.tid
+                                   ? "no samples of that thread running on a CPU in that time"
+                                     " range: it may have been idle (idle=1, probectl's --idle,"
+                                     " counts those too), or not a thread of that process"
+                                   : "no samples of that process running on a CPU in that time"
+                                     " range: is it attached? (idle=1, probectl's --idle,"
+                                     " counts the idle ones too)");
+    return error_body(404, "no samples for that process in that time range (is it attached?)");
+}
+
+/* Runs @sql (malloc'd, freed here) into the rows of its result (a reference), or NULL with
+ * the job's status and body saying why: a result cut at the row limit is not a timeline. */
+static json_t *timeline_rows(struct query_job *qj, char *sql)
+{
+    json_t *rows;
+
+    if (!sql) {
+        qj->j.status = 500;
+        qj->j.body = error_body(500, "out of memory");
+        return NULL;
+    }
+    run_sql(qj, sql);
+    free(sql);
+    if (qj->j.status != 200)
+        return NULL;
+    if (json_is_true(json_object_get(qj->j.body, "truncated"))) {
+        json_decref(qj->j.body);
+        qj->j.status = 413;
+        qj->j.body = error_body(413, "more samples than the daemon's row limit in that window:"
+                                     " narrow it (since, from_ns, to_ns) or pick a thread (tid)");
+        return NULL;
+    }
+    rows = json_incref(json_object_get(qj->j.body, "rows"));
+    json_decref(qj->j.body);
+    qj->j.body = NULL;
+    return rows;
+}
+
+/* A timeline format (speedscope, chrometrace): every sample of the window, in time order. */
+static void run_timeline(struct query_job *qj)
+{
+    struct flame_timeline *t = NULL;
+    json_t *stacks = NULL, *samples = NULL;
+    char cond[48];
+
+    snprintf(cond, sizeof(cond), "t.pid = %d", (int)qj->flame.pid);
+    if (!(stacks = timeline_rows(qj, flame_timeline_sql(cond, &qj->flame.filter, true))) ||
+        !(samples = timeline_rows(qj, flame_timeline_sql(cond, &qj->flame.filter, false))))
+        goto out;
+    qj->j.status = 200;
+    if (json_array_size(samples) == 0) {
+        qj->j.status = 404;
+        qj->j.body = no_samples_body(qj);
+    } else if (flame_timeline_from_rows(stacks, samples, qj->flame.period_ns, &t) == 0) {
+        qj->j.raw = strcmp(qj->format, "speedscope") == 0
+                        ? flame_timeline_speedscope(t, qj->flame.title, &qj->j.raw_len)
+                        : flame_timeline_chrome(t, &qj->j.raw_len);
+        qj->j.raw_type = "application/json";
+    }
+    if (qj->j.status == 200 && !qj->j.raw) {
+        qj->j.status = 500;
+        qj->j.body = error_body(500, "out of memory rendering the timeline");
+    }
+out:
+    flame_timeline_free(t);
+    json_decref(stacks);
+    json_decref(samples);
+}
+
 static void run_flame(struct job *j)
 {
     struct query_job *qj = (struct query_job *)j;
-    char *sql = flame_sql(&qj->flame);
+    char *sql;
+
+    if (strcmp(qj->format, "speedscope") == 0 || strcmp(qj->format, "chrometrace") == 0) {
+        run_timeline(qj);
+        return;
+    }
+    sql = flame_sql(&qj->flame);
     struct flame_profile *p = NULL;
     json_t *rows;
 
@@ -121,8 +200,7 @@ static void run_flame(struct job *j)
     if (json_array_size(rows) == 0 && strcmp(qj->format, "json") != 0) {
         json_decref(j->body);
         j->status = 404;
-        j->body =
-            error_body(404, "no samples for that process in that time range (is it attached?)");
+        j->body = no_samples_body(qj);
         return;
     }
     if (flame_profile_from_rows(rows, &p) < 0) {
@@ -133,9 +211,6 @@ static void run_flame(struct job *j)
     } else if (strcmp(qj->format, "pprof") == 0) {
         j->raw = (char *)pprof_of(p, qj->flame.period_ns, real_ns(), &j->raw_len);
         j->raw_type = "application/octet-stream";
-    } else if (strcmp(qj->format, "speedscope") == 0) {
-        j->raw = flame_speedscope(p, qj->flame.title, &j->raw_len);
-        j->raw_type = "application/json";
     } else if (strcmp(qj->format, "json") == 0) { /* an empty window is an empty profile */
         j->raw = flame_json(p, qj->flame.title, &j->raw_len);
         j->raw_type = "application/json";
@@ -161,12 +236,12 @@ static uint32_t rate_of(struct api *a, pid_t pid)
     return (uint32_t)config_num(a->cfg.config, CFG_SAMPLE_RATE) ?: 100;
 }
 
-/* GET /v1/flamegraph?pid=&tid=&since=|from_ns=&to_ns=&idle=&gil=&tasks=&format= */
+/* GET /v1/flamegraph?pid=&tid=&since=|from_ns=&to_ns=&idle=&gil=&tasks=&threads=&lines=&format= */
 struct job *flamegraph_get(struct api *a, const struct request *rq)
 {
     const struct evkeyvalq *q = rq->params;
     pid_t pid = rq->pid; /* parsed by routes.c */
-    uint64_t tid = 0, idle = 0, gil = 0, tasks = 0, from_ns = 0, to_ns = 0;
+    uint64_t tid = 0, idle = 0, gil = 0, tasks = 0, threads = 0, lines = 1, from_ns = 0, to_ns = 0;
     const char *since = evhttp_find_header(q, "since");
     const char *format = evhttp_find_header(q, "format");
     int64_t since_ns = 0;
@@ -177,6 +252,8 @@ struct job *flamegraph_get(struct api *a, const struct request *rq)
         param_uint(rq->req, q, "idle", 1, &idle) < 0 ||
         param_uint(rq->req, q, "gil", 1, &gil) < 0 ||
         param_uint(rq->req, q, "tasks", 1, &tasks) < 0 ||
+        param_uint(rq->req, q, "threads", 1, &threads) < 0 ||
+        param_uint(rq->req, q, "lines", 1, &lines) < 0 ||
         param_uint(rq->req, q, "from_ns", INT64_MAX, &from_ns) < 0 ||
         param_uint(rq->req, q, "to_ns", INT64_MAX, &to_ns) < 0)
         return NULL;
@@ -194,8 +271,9 @@ struct job *flamegraph_get(struct api *a, const struct request *rq)
     }
     if (format && strcmp(format, "svg") != 0 && strcmp(format, "folded") != 0 &&
         strcmp(format, "speedscope") != 0 && strcmp(format, "pprof") != 0 &&
-        strcmp(format, "json") != 0) {
-        reply_error(rq->req, 400, "format must be svg, folded, speedscope, pprof or json");
+        strcmp(format, "json") != 0 && strcmp(format, "chrometrace") != 0) {
+        reply_error(rq->req, 400,
+                    "format must be svg, folded, speedscope, chrometrace, pprof or json");
         return NULL;
     }
     qj = job_alloc(a, rq, sizeof(*qj), JOB_PARALLEL, run_flame, free_query);
@@ -208,7 +286,9 @@ struct job *flamegraph_get(struct api *a, const struct request *rq)
                    .tid = (int)tid,
                    .idle = idle > 0,
                    .gil = gil > 0},
-        .by_task = tasks > 0};
+        .by_task = tasks > 0,
+        .by_thread = threads > 0,
+        .no_lines = lines == 0};
     qj->flame.period_ns = 1000000000LL / rate_of(a, pid);
     snprintf(title, sizeof(title), "pid %d%s%s", (int)pid, since ? ", last " : "",
              since ? since : "");

@@ -10,10 +10,13 @@
 
 #define MINUTE_NS 60000000000LL
 
-char *flame_counts_sql(const char *target_cond, const struct flame_filter *f, bool by_target)
+char *flame_counts_sql(const char *target_cond, const struct flame_filter *f, unsigned by)
 {
     char tid_cond[40] = "", filter[160], hours[320] = "", minutes[400] = "", late[320] = "";
-    const char *key = by_target ? "target_id, stack_id" : "stack_id";
+    const char *key = (by & FLAME_BY_TARGET) && (by & FLAME_BY_THREAD) ? "target_id, tid, stack_id"
+                      : (by & FLAME_BY_TARGET)                         ? "target_id, stack_id"
+                      : (by & FLAME_BY_THREAD)                         ? "tid, stack_id"
+                                                                       : "stack_id";
     long long since = f->since_ns > 0 ? f->since_ns : 0;
     long long until = f->until_ns > 0 ? f->until_ns : INT64_MAX;
     /* whole minutes [m0, m1) and whole hours [h0, h1) of the window (in minutes, hours) */
@@ -170,8 +173,10 @@ char *flame_label(const struct flame_frame *f)
         return strdup(f->func);
     if (f->task)
         return asprintf(&label, "<task %s>", f->func) < 0 ? NULL : label;
-    int r = f->native ? asprintf(&label, "%s [%s]", f->func, base ? base + 1 : f->file)
-                      : asprintf(&label, "%s (%s:%d)", f->func, f->file, f->line);
+    /* a Python frame of line 0 is the whole function (flame_request.no_lines) */
+    int r = f->native     ? asprintf(&label, "%s [%s]", f->func, base ? base + 1 : f->file)
+            : f->line > 0 ? asprintf(&label, "%s (%s:%d)", f->func, f->file, f->line)
+                          : asprintf(&label, "%s (%s)", f->func, f->file);
 
     return r < 0 ? NULL : label;
 }

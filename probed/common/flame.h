@@ -35,10 +35,13 @@ struct flame_filter {
  * The SQL of the samples' counts per stack in @f's window, from stack_counts
  * (schema/0012_stack_counts.sql): its hours wholly inside the window, its minutes wholly
  * inside it but not in those hours, and the samples themselves in the partial minutes at
- * either end. Its rows: [target_id,] stack_id, n (target_id with @by_target). @target_cond
- * selects the targets (an SQL condition on target_id). Malloc'd; NULL when out of memory.
+ * either end. Its rows: [target_id,] [tid,] stack_id, n (target_id with FLAME_BY_TARGET in
+ * @by, tid with FLAME_BY_THREAD). @target_cond selects the targets (an SQL condition on
+ * target_id). Malloc'd; NULL when out of memory.
  */
-char *flame_counts_sql(const char *target_cond, const struct flame_filter *f, bool by_target);
+#define FLAME_BY_TARGET 1u
+#define FLAME_BY_THREAD 2u
+char *flame_counts_sql(const char *target_cond, const struct flame_filter *f, unsigned by);
 
 /* One frame of a stored stack, as the store has it. */
 struct flame_frame {
@@ -68,8 +71,9 @@ struct flame_profile {
 int flame_profile_from_rows(json_t *rows, struct flame_profile **ret);
 void flame_profile_free(struct flame_profile *p); /* NULL is a no-op */
 
-/* A frame's label in folded text and the SVG: "func (file:line)", or "func [object]" with the
- * object's base name for a native frame. malloc'd; NULL when out of memory. */
+/* A frame's label in folded text and the SVG: "func (file:line)" ("func (file)" when its line
+ * is 0: the whole function), or "func [object]" with the object's base name for a native
+ * frame. malloc'd; NULL when out of memory. */
 char *flame_label(const struct flame_frame *f);
 
 /* The renderers. */
@@ -79,5 +83,23 @@ char *flame_svg(const struct flame_profile *p, const char *title, size_t *ret_le
 char *flame_json(const struct flame_profile *p, const char *title, size_t *ret_len);
 /* speedscope's JSON file format (a "sampled" profile), for speedscope.app. */
 char *flame_speedscope(const struct flame_profile *p, const char *title, size_t *ret_len);
+
+/*
+ * A timeline: each thread's samples in time order (flame_timeline.c), for the formats that
+ * show time: speedscope's per-thread sampled profiles (ns, one period a sample) and a Chrome
+ * trace (Perfetto: a complete event per frame, from the first sample it is on to the first
+ * it is not). Built from two query results of flame_timeline_sql(): @stack_rows [stack_id,
+ * frames] and @sample_rows [pid, tid, thread name, ts_ns, stack_id] in pid, tid, time order
+ * (referenced, not copied). -ENOMEM, or -EINVAL when a row is not one.
+ */
+struct flame_timeline;
+int flame_timeline_from_rows(json_t *stack_rows, json_t *sample_rows, int64_t period_ns,
+                             struct flame_timeline **ret);
+void flame_timeline_free(struct flame_timeline *t); /* NULL is a no-op */
+char *flame_timeline_speedscope(const struct flame_timeline *t, const char *title, size_t *ret_len);
+char *flame_timeline_chrome(const struct flame_timeline *t, size_t *ret_len);
+/* The SQL of the stacks (@stacks) or the samples of the targets @targets_cond selects (an SQL
+ * condition on targets t: "t.pid = 7") in @f's window. Malloc'd; NULL when out of memory. */
+char *flame_timeline_sql(const char *targets_cond, const struct flame_filter *f, bool stacks);
 
 #endif

@@ -41,11 +41,11 @@ char *flame_speedscope(const struct flame_profile *p, const char *title, size_t 
         json_array_append_new(weights, json_integer(st->count));
     }
     json_decref(index);
-    doc = json_pack("{s:s, s:s, s:s, s:{s:o}, s:[{s:s, s:s, s:s, s:i, s:I, s:o, s:o}]}", "$schema",
-                    "https://www.speedscope.app/file-format-schema.json", "name", title, "exporter",
-                    "probed", "shared", "frames", frames, "profiles", "type", "sampled", "name",
-                    title, "unit", "none", "startValue", 0, "endValue", (json_int_t)p->total,
-                    "samples", samples, "weights", weights);
+    doc = json_pack("{s:s, s:s, s:s, s:s, s:{s:o}, s:[{s:s, s:s, s:s, s:i, s:I, s:o, s:o}]}",
+                    "$schema", "https://www.speedscope.app/file-format-schema.json", "version",
+                    "0.0.1", "name", title, "exporter", "probed", "shared", "frames", frames,
+                    "profiles", "type", "sampled", "name", title, "unit", "none", "startValue", 0,
+                    "endValue", (json_int_t)p->total, "samples", samples, "weights", weights);
     text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
     json_decref(doc);
     *ret_len = text ? strlen(text) : 0;

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/units.h"
@@ -280,6 +281,43 @@ int client_parse_duration(const char *s, const char *cmd, const char *opt, doubl
     }
     *ret_ns = ns;
     return 0;
+}
+
+int client_parse_time(const char *s, const char *cmd, const char *opt, int64_t *ret_ns)
+{
+    static const char *const forms[] = {"%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M",
+                                        "%Y-%m-%d %H:%M",    "%H:%M:%S",          "%H:%M"};
+    int64_t now = (int64_t)time(NULL) * 1000000000LL, ago = units_duration_ns(s);
+
+    if (ago >= 0) { /* 5m: five minutes ago */
+        *ret_ns = now - ago;
+        return 0;
+    }
+    for (size_t i = 0; s && i < sizeof(forms) / sizeof(forms[0]); i++) {
+        struct tm tm = {0};
+        time_t t = time(NULL);
+        bool utc;
+        const char *end;
+
+        localtime_r(&t, &tm); /* a time alone is of today */
+        tm.tm_sec = 0;
+        if (!(end = strptime(s, forms[i], &tm)))
+            continue;
+        utc = *end == 'Z';
+        if (*end && !(utc && end[1] == '\0'))
+            continue;
+        tm.tm_isdst = -1;
+        t = utc ? timegm(&tm) : mktime(&tm);
+        if (t == (time_t)-1)
+            continue;
+        *ret_ns = (int64_t)t * 1000000000LL;
+        return 0;
+    }
+    fprintf(stderr,
+            "probectl %s: %s takes a time: how long ago (30s, 5m, 1h30m) or when"
+            " (2026-11-29 14:05[:30], 14:05 today; local time, Z for UTC), not '%s'\n",
+            cmd, opt, s ? s : "");
+    return -1;
 }
 
 json_t *client_rows(const char *socket, int pid, const char *sql, json_t **keep)

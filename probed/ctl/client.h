@@ -73,6 +73,10 @@ int client_parse_pid(const char *s, const char *cmd);
  * to @max_s seconds, into *@ret_ns; -1 after saying why on stderr (the caller exits 2). */
 int client_parse_duration(const char *s, const char *cmd, const char *opt, double min_s,
                           double max_s, int64_t *ret_ns);
+/* The unix time @s names for option @opt of @cmd: a duration is that long ago ("5m"), else
+ * "YYYY-MM-DD HH:MM[:SS]" (or with a T) or "HH:MM[:SS]" today, in local time (a trailing Z:
+ * UTC). -1 after saying what was expected (exit 2). */
+int client_parse_time(const char *s, const char *cmd, const char *opt, int64_t *ret_ns);
 
 /* POST @body to @path: the reply, or NULL with its status in *status (0: no daemon) after
  * printing why, prefixed "probectl @cmd: " (an error reply of status 404 is left unprinted

@@ -500,7 +500,7 @@ static int cluster_stragglers(struct fanout *fo, const struct reach *r, const ch
 static char *flame_rows_sql(int64_t since_ns, bool idle)
 {
     struct flame_filter f = {.since_ns = since_ns, .idle = idle};
-    char *counts = flame_counts_sql("1", &f, true), *sql = NULL;
+    char *counts = flame_counts_sql("1", &f, FLAME_BY_TARGET), *sql = NULL;
 
     if (!counts)
         return NULL;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "ctl/client.h"
+#include "ctl/flameout.h"
 
 /* Options every command takes. */
 #define COMMON_LONGOPTS                                                                            \
@@ -459,36 +460,54 @@ int query_main(int argc, char **argv)
 int flamegraph_main(int argc, char **argv)
 {
     static const struct option longopts[] = {{"since", required_argument, NULL, 's'},
+                                             {"until", required_argument, NULL, 'u'},
                                              {"thread", required_argument, NULL, 't'},
+                                             {"threads", no_argument, NULL, 'R'},
+                                             {"function", no_argument, NULL, 'F'},
+                                             {"nolineno", no_argument, NULL, 'F'},
                                              {"output", required_argument, NULL, 'o'},
                                              {"format", required_argument, NULL, 'f'},
                                              {"idle", no_argument, NULL, 'i'},
+                                             {"gil", no_argument, NULL, 'g'},
                                              {"tasks", no_argument, NULL, 'T'},
                                              COMMON_LONGOPTS,
                                              {NULL, 0, NULL, 0}};
-    const char *socket = NULL, *since = NULL, *out_path = NULL, *format = "svg";
-    int64_t since_ns = 0;
-    char path[256], err[512], *raw = NULL;
+    const char *socket = NULL, *since = NULL, *until = NULL, *out_path = NULL, *format = NULL;
+    int64_t from_ns = 0, to_ns = 0;
+    char path[320], err[512], *raw = NULL;
     json_t *reply = NULL;
     size_t raw_len = 0;
     long status = 0;
     int c, pid, tid = 0, r;
-    bool idle = false, tasks = false;
+    bool idle = false, tasks = false, gil = false, threads = false, no_lines = false;
     FILE *out;
 
-    while ((c = getopt_long(argc, argv, "s:t:o:f:ih", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "s:u:t:o:f:ih", longopts, NULL)) != -1) {
         switch (c) {
         case 's':
             since = optarg;
             break;
+        case 'u':
+            until = optarg;
+            break;
         case 't':
-            tid = atoi(optarg);
+            if ((tid = client_parse_pid(optarg, "flamegraph --thread")) < 0)
+                return 2;
+            break;
+        case 'R':
+            threads = true;
+            break;
+        case 'F':
+            no_lines = true;
             break;
         case 'o':
             out_path = optarg;
             break;
         case 'i':
             idle = true;
+            break;
+        case 'g':
+            gil = true;
             break;
         case 'T':
             tasks = true;
@@ -500,12 +519,26 @@ int flamegraph_main(int argc, char **argv)
             socket = optarg;
             break;
         case 'h':
-            printf("usage: probectl flamegraph <pid> [--since 5m] [--thread TID] [-o out.svg]"
-                   " [--format svg|folded|speedscope|pprof] [--idle] [--tasks]\n"
-                   "  A flame graph of the stored samples (attach first).\n"
-                   "  --idle   include threads that were not running (sleeping, blocked)\n"
-                   "  --tasks  rooted by asyncio task: a sample that ran in a task starts at\n"
-                   "           <task NAME>, the event loop's frames below it left out\n");
+            printf(
+                "usage: probectl flamegraph <pid> [-o FILE] [--format F] [--since T] [--until T]\n"
+                "                            [--thread TID | --threads] [--idle] [--gil]"
+                " [--function] [--tasks]\n"
+                "  A flame graph of the stored samples (attach first).\n"
+                "  -o FILE       write it there; its name picks the format: .svg, .folded,"
+                " .json\n"
+                "                (speedscope), .trace.json (Chrome trace), .pb (pprof)\n"
+                "  --format F    svg, folded, speedscope, chrometrace or pprof (default svg)\n"
+                "                speedscope and chrometrace: each thread's samples in time"
+                " order\n"
+                "  --since T     from T: how long ago (5m, 1h30m) or when (14:05,"
+                " 2026-11-29 14:05:30)\n"
+                "  --until T     to T (default now), as --since\n"
+                "  --thread TID  one thread;  --threads: a root per thread, by its name\n"
+                "  --idle        include threads that were not running (sleeping, blocked)\n"
+                "  --gil         only the samples of threads holding the GIL\n"
+                "  --function    one box per function, not per line (--nolineno)\n"
+                "  --tasks       rooted by asyncio task: a sample that ran in a task starts at\n"
+                "                <task NAME>, the event loop's frames below it left out\n");
             return 0;
         default:
             return 2;
@@ -517,19 +550,41 @@ int flamegraph_main(int argc, char **argv)
         fprintf(stderr, "probectl flamegraph: one pid (%s is one too many)\n", argv[optind + 1]);
         return 2;
     }
-    if (since &&
-        client_parse_duration(since, "flamegraph", "--since", 0.001, 3650 * 86400.0, &since_ns) < 0)
+    if (!format)
+        format = flame_format_of(out_path);
+    if (strcmp(format, "svg") != 0 && strcmp(format, "folded") != 0 &&
+        strcmp(format, "speedscope") != 0 && strcmp(format, "chrometrace") != 0 &&
+        strcmp(format, "pprof") != 0) {
+        fprintf(stderr,
+                "probectl flamegraph: --format takes svg, folded, speedscope, chrometrace"
+                " or pprof, not '%s'\n",
+                format);
         return 2;
+    }
+    if ((since && client_parse_time(since, "flamegraph", "--since", &from_ns) < 0) ||
+        (until && client_parse_time(until, "flamegraph", "--until", &to_ns) < 0))
+        return 2;
+    if (to_ns && to_ns <= from_ns) {
+        fprintf(stderr, "probectl flamegraph: --until (%s) is not after --since (%s)\n", until,
+                since ? since : "the first sample");
+        return 2;
+    }
+    if (tid && threads) {
+        fprintf(stderr, "probectl flamegraph: --thread TID or --threads, not both\n");
+        return 2;
+    }
+    /* times in ns: "2m 30s" has no place in a URL */
     snprintf(path, sizeof(path), "/v1/flamegraph?pid=%d&format=%s", pid, format);
-    if (since) /* in ns: "2m 30s" has no place in a URL */
-        snprintf(path + strlen(path), sizeof(path) - strlen(path), "&since=%lldns",
-                 (long long)since_ns);
+    if (from_ns)
+        snprintf(path + strlen(path), sizeof(path) - strlen(path), "&from_ns=%lld",
+                 (long long)from_ns);
+    if (to_ns)
+        snprintf(path + strlen(path), sizeof(path) - strlen(path), "&to_ns=%lld", (long long)to_ns);
     if (tid)
         snprintf(path + strlen(path), sizeof(path) - strlen(path), "&tid=%d", tid);
-    if (idle)
-        snprintf(path + strlen(path), sizeof(path) - strlen(path), "&idle=1");
-    if (tasks)
-        snprintf(path + strlen(path), sizeof(path) - strlen(path), "&tasks=1");
+    snprintf(path + strlen(path), sizeof(path) - strlen(path), "%s%s%s%s%s", idle ? "&idle=1" : "",
+             gil ? "&gil=1" : "", tasks ? "&tasks=1" : "", threads ? "&threads=1" : "",
+             no_lines ? "&lines=0" : "");
     r = client_call(client_socket_path(socket), "GET", path, NULL, &status, &reply, &raw, &raw_len,
                     err, sizeof(err));
     if (r < 0) {
@@ -537,151 +592,24 @@ int flamegraph_main(int argc, char **argv)
         return 1;
     }
     if (status != 200 || !raw) {
-        fprintf(stderr, "probectl: %s\n", client_error_text(reply));
+        fprintf(stderr, "probectl flamegraph: %s\n", client_error_text(reply));
         json_decref(reply);
         free(raw);
         return 1;
     }
-    out = out_path ? fopen(out_path, "w") : stdout;
+    out = out_path ? fopen(out_path, "we") : stdout;
     if (!out || fwrite(raw, 1, raw_len, out) != raw_len || (out_path && fclose(out) != 0)) {
-        fprintf(stderr, "probectl: writing %s: %s\n", out_path ? out_path : "stdout",
+        fprintf(stderr, "probectl flamegraph: writing %s: %s\n", out_path ? out_path : "stdout",
                 strerror(errno));
         json_decref(reply);
         free(raw);
         return 1;
     }
     if (out_path)
-        fprintf(stderr, "wrote %s (%zu bytes)\n", out_path, raw_len);
+        fprintf(stderr, "wrote %s (%s, %zu bytes)\n", out_path, format, raw_len);
     json_decref(reply);
     free(raw);
     return 0;
-}
-
-/* ---- run ---- */
-
-#define RUN_ATTACH_TRIES 500 /* x 20 ms: the interpreter has 10 s to come up */
-
-/* Attaches to @pid once its interpreter is up; false when it never was (not Python). */
-static bool attach_when_ready(const char *socket, pid_t pid, long rate, bool children,
-                              pid_t *child_done)
-{
-    bool following = false;
-    char err[512];
-
-    for (int i = 0; i < RUN_ATTACH_TRIES; i++) {
-        json_t *body = json_pack("{s:i}", "pid", (int)pid), *reply = NULL;
-        long status = 0;
-        int r, wstatus;
-
-        if (rate)
-            json_object_set_new(body, "rate", json_integer(rate));
-        /* with --children the daemon follows the child whatever it is now (it may still be
-         * us, before the exec, or a shell), and attaches it once it runs Python, and every
-         * Python process it starts */
-        if (children)
-            json_object_set_new(body, "children", json_true());
-        r = client_call(client_socket_path(socket), "POST", "/v1/targets", body, &status, &reply,
-                        NULL, NULL, err, sizeof(err));
-        json_decref(body);
-        if (r < 0) {
-            fprintf(stderr, "probectl run: %s; running unobserved\n", err);
-            return false;
-        }
-        if (status == 200 && !json_is_true(json_object_get(reply, "following"))) {
-            json_decref(reply);
-            return true;
-        }
-        if (status == 200) { /* followed, not Python yet: its exec is attached on the next try */
-            following = true;
-            status = 422;
-        } else if (status == 409 && following) { /* the daemon's follower was first */
-            json_decref(reply);
-            return true;
-        }
-        /* 422: not (yet) a Python process; 404, 500: caught while it execs (its /proc
-         * entry or files changing under the read): retry while the child lives */
-        if (status != 422 && status != 404 && status != 500) {
-            fprintf(stderr, "probectl run: %s; running unobserved\n", client_error_text(reply));
-            json_decref(reply);
-            return false;
-        }
-        json_decref(reply);
-        if (waitpid(pid, &wstatus, WNOHANG) == pid) {
-            *child_done = wstatus;
-            return false;
-        }
-        usleep(20000);
-    }
-    if (following) /* a shell or launcher: its Python descendants are attached as they start */
-        return true;
-    fprintf(stderr,
-            "probectl run: pid %d did not start a Python interpreter in 10 s;"
-            " running unobserved\n",
-            (int)pid);
-    return false;
-}
-
-int run_main(int argc, char **argv)
-{
-    static const struct option longopts[] = {{"rate", required_argument, NULL, 'r'},
-                                             {"children", no_argument, NULL, 'c'},
-                                             COMMON_LONGOPTS,
-                                             {NULL, 0, NULL, 0}};
-    const char *socket = NULL;
-    pid_t pid, done = -1;
-    int c, wstatus = 0;
-    bool children = false;
-    long rate = 0;
-
-    while ((c = getopt_long(argc, argv, "+r:h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'r':
-            rate = atol(optarg);
-            break;
-        case 'c':
-            children = true;
-            break;
-        case 'S':
-            socket = optarg;
-            break;
-        case 'h':
-            printf("usage: probectl run [--rate HZ] [--children] -- <command> [args...]\n"
-                   "  Runs the command attached from its start (once its interpreter is up),\n"
-                   "  keeps its samples, and exits with its exit status.\n"
-                   "  --children  also every Python process it starts (multiprocessing workers,\n"
-                   "              a shell script's or a launcher's Python programs)\n");
-            return 0;
-        default:
-            return 2;
-        }
-    }
-    if (optind >= argc) {
-        fprintf(stderr, "probectl run: expected a command after --\n");
-        return 2;
-    }
-    pid = fork();
-    if (pid < 0) {
-        fprintf(stderr, "probectl run: fork: %s\n", strerror(errno));
-        return 1;
-    }
-    if (pid == 0) {
-        execvp(argv[optind], argv + optind);
-        fprintf(stderr, "probectl run: %s: %s\n", argv[optind], strerror(errno));
-        _exit(127);
-    }
-    /* The terminal's Ctrl-C reaches the job (same process group); we outlive it. */
-    signal(SIGINT, SIG_IGN);
-    signal(SIGQUIT, SIG_IGN);
-    attach_when_ready(socket, pid, rate, children, &done);
-    if (done == -1) {
-        while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR)
-            ;
-    } else {
-        wstatus = done;
-    }
-    if (WIFSIGNALED(wstatus))
-        return 128 + WTERMSIG(wstatus);
-    return WEXITSTATUS(wstatus);
 }
 
 /* ---- top ---- */

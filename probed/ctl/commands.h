@@ -11,7 +11,6 @@ int detach_main(int argc, char **argv);
 int list_main(int argc, char **argv);
 int query_main(int argc, char **argv);
 int flamegraph_main(int argc, char **argv);
-int run_main(int argc, char **argv);
 int top_main(int argc, char **argv);
 
 #include <jansson.h>

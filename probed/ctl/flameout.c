@@ -50,6 +50,12 @@ int flame_sums_write(const struct flame_sums *s, const char *format, const char 
     FILE *out = stdout;
     int r;
 
+    if (!flame_format_ok(format)) {
+        fprintf(stderr, "probectl %s: writes svg, folded or speedscope, not %s%s%s%s\n", cmd,
+                format, path ? " (named from " : "", path ? path : "",
+                path ? ": name it .svg, .folded or .json, or give --format)" : "");
+        return -EINVAL;
+    }
     json_object_foreach(s->counts, frames, v)
         json_array_append_new(rows, json_pack("[s, I]", frames, json_integer_value(v)));
     r = flame_profile_from_rows(rows, &p);
@@ -97,9 +103,24 @@ static bool ends_with(const char *s, const char *suffix)
 
 const char *flame_format_of(const char *path)
 {
-    if (path && (ends_with(path, ".folded") || ends_with(path, ".txt")))
-        return "folded";
-    if (path && ends_with(path, ".json"))
-        return "speedscope";
+    static const struct {
+        const char *suffix, *format;
+    } by_suffix[] = {
+        {".folded", "folded"},
+        {".collapsed", "folded"},
+        {".txt", "folded"},
+        {".speedscope.json", "speedscope"},
+        {".chrometrace.json", "chrometrace"},
+        {".trace.json", "chrometrace"},
+        {".perfetto.json", "chrometrace"},
+        {".json", "speedscope"},
+        {".pb.gz", "pprof"},
+        {".pb", "pprof"},
+        {".pprof", "pprof"},
+    };
+
+    for (size_t i = 0; path && i < sizeof(by_suffix) / sizeof(by_suffix[0]); i++)
+        if (ends_with(path, by_suffix[i].suffix))
+            return by_suffix[i].format;
     return "svg";
 }

@@ -27,7 +27,9 @@ void flame_sums_free(struct flame_sums *s);
 /* Whether @format is one flame_sums_write() takes. */
 int flame_format_ok(const char *format);
 
-/* The format a file's name asks for: .folded or .txt folded, .json speedscope, else svg. */
+/* The format a file's name asks for: .folded, .collapsed or .txt folded; .chrometrace.json,
+ * .trace.json or .perfetto.json chrometrace; other .json speedscope; .pb, .pb.gz or .pprof
+ * pprof; else svg. */
 const char *flame_format_of(const char *path);
 
 #endif

@@ -20,6 +20,7 @@
 #include "ctl/mcp.h"
 #include "ctl/web.h"
 #include "ctl/ops.h"
+#include "ctl/record.h"
 #include "ctl/remote.h"
 #include "ctl/torch.h"
 #include "ctl/nodes.h"
@@ -40,8 +41,12 @@ static const struct command commands[] = {
     {"list", list_main, "the attached processes, their rate, samples and state"},
     {"query", query_main, "read-only SQL over the samples and the live stacks"},
     {"top", top_main, "the hottest functions of an attached process, live"},
+    {"record", record_main,
+     "sample pids (or a command) for a while and write the profile: svg, folded, speedscope, "
+     "chrometrace, pprof"},
     {"run", run_main, "run a command (python train.py ...) attached from its start", true},
-    {"flamegraph", flamegraph_main, "a flame graph (SVG or folded) of the stored samples"},
+    {"flamegraph", flamegraph_main,
+     "a flame graph of the stored samples: svg, folded, speedscope, chrometrace, pprof"},
     {"eval", eval_main, "run Python code inside a running process"},
     {"repl", repl_main, "an interactive Python prompt inside a running process"},
     {"memory", memory_main, "memory now, peak and growth per minute of an attached process"},

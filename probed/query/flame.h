@@ -22,6 +22,8 @@ struct flame_request {
     pid_t pid;                  /* required */
     struct flame_filter filter; /* the window, thread, idle (py-spy --idle), GIL */
     bool by_task;               /* rooted by asyncio task: a stack with a task frame cut below it */
+    bool by_thread;             /* rooted by thread: a "label" frame naming it under each stack */
+    bool no_lines;              /* a Python frame per function, not per line (its line 0) */
     const char *title;
     int64_t period_ns; /* the target's sampling period (pprof's cpu time per sample) */
 };

@@ -237,13 +237,17 @@ def test_flamegraph_svg_and_folded(daemon):
         assert 'sleeper' not in tid_only and 'spin_inner' in tid_only
         sc = json.loads(daemon.ctl('flamegraph', t.pid, '--format', 'speedscope',
                                    check=True).stdout)
-        assert sc['$schema'].startswith('https://www.speedscope.app/')
-        prof = sc['profiles'][0]
+        assert sc['$schema'].startswith('https://www.speedscope.app/') and sc['version']
+        # one sampled profile per thread, in time order, each sample one period (200 Hz) in ns
+        profiles = {p['name']: p for p in sc['profiles']}
+        prof = profiles['MainThread (pid %d, tid %d)' % (t.pid, t.pid)]
         names = [f['name'] for f in sc['shared']['frames']]
-        assert prof['type'] == 'sampled' and sum(prof['weights']) == prof['endValue'] > 0
-        assert len(prof['samples']) == len(prof['weights'])
-        hottest = prof['samples'][prof['weights'].index(max(prof['weights']))]
+        assert prof['type'] == 'sampled' and prof['unit'] == 'nanoseconds'
+        assert len(prof['samples']) == len(prof['weights']) > 0
+        assert set(prof['weights']) == {5000000} and prof['endValue'] > prof['startValue']
+        hottest = max(prof['samples'], key=prof['samples'].count)
         assert names[hottest[0]] == '<module>' and names[hottest[-1]] == 'spin_inner'
+        assert not any(n.startswith('sleeper') for n in profiles)  # not on a CPU: --idle
         assert all(f['file'].endswith('.py') for f in sc['shared']['frames'])
         # pprof: what `go tool pprof` itself reads back.
         pb = os.path.join(daemon.dir, 'p.pb.gz')
@@ -630,9 +634,9 @@ def test_flamegraph_names_holding_separators_stay_whole(daemon):
         assert all(f.endswith(')') and ' (%s:' % shown in f for f in frames), hot
         sc = json.loads(daemon.ctl('flamegraph', t.pid, '--format', 'speedscope',
                                    check=True).stdout)
-        prof = sc['profiles'][0]
+        prof = [p for p in sc['profiles'] if p['name'].startswith('MainThread (')][0]
         frames = sc['shared']['frames']
-        hottest = prof['samples'][prof['weights'].index(max(prof['weights']))]
+        hottest = max(prof['samples'], key=prof['samples'].count)
         assert [frames[i]['name'] for i in hottest] == chain
         assert all(frames[i]['file'] == script and frames[i]['line'] > 0 for i in hottest)
         assert {f['file'] for f in frames} == {script}, frames

@@ -41,7 +41,8 @@
     X(test_nodes_slurm_ranges)                                                                     \
     X(test_findproc_job_names)                                                                     \
     X(test_exits_kernel_lines)                                                                     \
-    X(test_patterns_bounded)
+    X(test_patterns_bounded)                                                                       \
+    X(test_timeline_renders_threads_in_time_order)
 
 #define DECLARE(name) int name(void);
 CASES(DECLARE)

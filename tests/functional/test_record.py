@@ -1,0 +1,241 @@
+"""probectl record and run -o: one command from processes (or a command) to a profile file, as
+py-spy record does, and the flame graph options and formats people rely on (issue 39): each
+file is read back as the tool it is for reads it (flamegraph.pl's folded lines, speedscope's
+file format, the Chrome trace format, `go tool pprof`) and checked against the samples the
+daemon stored in the window the summary line names."""
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+
+from conftest import TARGETS, Target, wait_for
+
+PY = '/usr/bin/python3'
+SUMMARY = re.compile(r'wrote (\S+) \((\w+)\): (\d+) samples of (\d+) threads? in (\d+) process'
+                     r'(?:es)? over ([\d.]+) s; (\d+) torn, (\d+) errors')
+
+
+def summary(stderr):
+    m = SUMMARY.search(stderr)
+    assert m, stderr
+    return m
+
+
+def folded_counts(text):
+    """{stack: count} of folded text, every line 'frame;frame count'."""
+    out = {}
+    for line in text.splitlines():
+        stack, n = line.rsplit(' ', 1)
+        out[stack] = out.get(stack, 0) + int(n)
+    return out
+
+
+def state(daemon, pid):
+    return daemon.api('GET', '/v1/targets/%d' % pid)[1].get('state')
+
+
+def test_record_several_pids_into_one_profile(daemon, target_factory, tmp_path):
+    """Two processes into one folded file, each under a root naming it; the samples the
+    summary counts are the file's, and those the store holds for the window; the one
+    attached before stays attached, the other is detached."""
+    a = target_factory(PY, 'busy.py')
+    b = target_factory('/root/.pyenv/versions/3.12.1/bin/python3', 'busy.py')
+    daemon.ctl('attach', a.pid, check=True)
+    out = str(tmp_path / 'two.folded')
+    r = daemon.ctl('record', '--duration', '2s', '-o', out, a.pid, b.pid)
+    assert r.returncode == 0, r.stderr
+    assert 'pid %d was attached already; it stays attached' % a.pid in r.stderr
+    m = summary(r.stderr)
+    assert m.group(1) == out and m.group(2) == 'folded' and m.group(5) == '2', r.stderr
+    assert m.group(4) == '2' and 1.9 <= float(m.group(6)) < 4, r.stderr  # the main threads
+    counts = folded_counts(open(out).read())
+    assert sum(counts.values()) == int(m.group(3)), (counts, r.stderr)
+    for t in (a, b):
+        mine = {s: n for s, n in counts.items() if s.startswith('pid %d (' % t.pid)}
+        assert mine, counts
+        hot = max(mine, key=mine.get)
+        assert hot.split(';')[1].startswith('<module> (') and \
+            hot.split(';')[-1].startswith('spin_inner ('), hot
+        # ~100 Hz for 2 s, on the CPU: not the sleeper thread
+        assert 120 <= sum(mine.values()) <= 420, (t.pid, sum(mine.values()))
+        assert not any('sleeper' in s for s in mine), mine
+    assert state(daemon, a.pid) == 'sampling'
+    assert state(daemon, b.pid) != 'sampling'
+    daemon.ctl('detach', a.pid)
+    # pprof is of one process at a time: said, nothing written
+    r = daemon.ctl('record', '-d', '1', '-o', str(tmp_path / 'x.pb.gz'), a.pid, b.pid)
+    assert r.returncode == 1 and 'pprof of one process at a time' in r.stderr, r.stderr
+    assert not os.path.exists(str(tmp_path / 'x.pb.gz'))
+    assert state(daemon, a.pid) != 'sampling' and state(daemon, b.pid) != 'sampling'
+
+
+def nested(events):
+    """Whether a thread's complete events nest: any two are disjoint or one holds the other."""
+    spans = sorted((e['ts'], -e['dur'], e['ts'] + e['dur']) for e in events)
+    open_ends = []
+    for start, _, end in spans:
+        while open_ends and open_ends[-1] <= start + 1e-6:
+            open_ends.pop()
+        if open_ends and end > open_ends[-1] + 1e-6:
+            return False
+        open_ends.append(end)
+    return True
+
+
+def test_record_a_command_speedscope_and_chrometrace(daemon, tmp_path):
+    """record -- COMMAND: attached from its start, a speedscope file of one sampled profile per
+    thread in time order (ns, one period a sample) and exits with the command's status; run -o
+    the same; the Chrome trace of that window nests each thread's frames, a frame's time the
+    samples it was on."""
+    out = str(tmp_path / 'cmd.speedscope.json')
+    env = dict(os.environ, PROBED_SOCKET=daemon.socket, EXIT_AFTER='2')
+    r = subprocess.run([daemon.probectl, 'record', '--idle', '-o', out, '--', PY,
+                        os.path.join(TARGETS, 'busy.py'), '3'], env=env, timeout=60,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    assert r.returncode == 3, r.stderr  # the command's status
+    m = summary(r.stderr)
+    pid = int(json.loads(r.stdout.split('READY', 1)[1].splitlines()[0])['pid'])
+    busy = os.path.join(TARGETS, 'busy.py')
+    doc = json.load(open(out))
+    assert doc['$schema'] == 'https://www.speedscope.app/file-format-schema.json'
+    assert doc['version'] and doc['exporter'] == 'probed'
+    names = [f['name'] for f in doc['shared']['frames']]
+    profiles = {p['name']: p for p in doc['profiles']}
+    main = profiles['MainThread (pid %d, tid %d)' % (pid, pid)]
+    assert any(n.startswith('sleeper (pid %d' % pid) for n in profiles), list(profiles)
+    assert sum(len(p['samples']) for p in doc['profiles']) == int(m.group(3))
+    for p in doc['profiles']:
+        assert p['type'] == 'sampled' and p['unit'] == 'nanoseconds'
+        assert len(p['samples']) == len(p['weights']) and set(p['weights']) == {10000000}
+        assert 0 <= p['startValue'] < p['endValue']
+    leaves = [names[s[-1]] for s in main['samples']]
+    assert sum(l == 'spin_inner' for l in leaves) > len(leaves) / 2, leaves[:20]
+    # rooted at the script's <module> (but the start and the interpreter's exit: threading's
+    # _shutdown joining the sleeper)
+    roots = [names[s[0]] for s in main['samples']]
+    assert sum(r == '<module>' for r in roots) > 0.9 * len(roots), set(roots)
+    # the same process's window as a Chrome trace, through flamegraph -o NAME.trace.json
+    trace = str(tmp_path / 'cmd.trace.json')
+    daemon.ctl('flamegraph', pid, '--idle', '-o', trace, check=True)
+    events = json.load(open(trace))['traceEvents']
+    threads = {e['tid']: e['args']['name'] for e in events if e['ph'] == 'M' and
+               e['name'] == 'thread_name'}
+    assert threads[pid] == 'MainThread (pid %d, tid %d)' % (pid, pid), threads
+    mine = [e for e in events if e['ph'] == 'X' and e['tid'] == pid]
+    assert mine and nested(mine)
+    module_us = sum(e['dur'] for e in mine
+                    if e['name'] == '<module>' and e['args']['file'] == busy)
+    # <module> runs from the first sample it is on to the first it is not: at least a period
+    # a sample it is on, at most the main thread's sampled span
+    on = sum(doc['shared']['frames'][s[0]] == {'name': '<module>', 'file': busy, 'line': 45}
+             for s in main['samples'])
+    lo, hi = daemon.rows('SELECT min(ts_ns), max(ts_ns) FROM samples s JOIN targets t'
+                         ' ON t.id = s.target_id WHERE t.pid = %d AND s.tid = %d' % (pid, pid))[0]
+    assert 0.95 * on * 1e4 <= module_us <= (hi - lo) / 1e3 + 1e4, (module_us, on, hi - lo)
+    # run -o: the same file, the command's status
+    out = str(tmp_path / 'run.folded')
+    r = subprocess.run([daemon.probectl, 'run', '-o', out, '--', PY,
+                        os.path.join(TARGETS, 'busy.py'), '4'], env=env, timeout=60,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    assert r.returncode == 4, r.stderr
+    counts = folded_counts(open(out).read())
+    assert sum(counts.values()) == int(summary(r.stderr).group(3)) > 100, r.stderr
+    # a command that never runs Python: said, no profile, exit 1
+    r = subprocess.run([daemon.probectl, 'record', '-o', str(tmp_path / 'no.svg'), '--', 'true'],
+                       env=env, timeout=60, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True)
+    assert r.returncode == 1 and 'ended before it ran Python' in r.stderr, r.stderr
+
+
+def test_record_until_ctrl_c(daemon, target_factory, tmp_path):
+    """No --duration: Ctrl-C ends the recording, which is still written (py-spy's way); the
+    default name says the pid, and the process is detached."""
+    t = target_factory(PY, 'busy.py')
+    p = subprocess.Popen([daemon.probectl, 'record', '--function', str(t.pid)], cwd=str(tmp_path),
+                         env=dict(os.environ, PROBED_SOCKET=daemon.socket),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    wait_for(lambda: state(daemon, t.pid) == 'sampling', what='attached')
+    time.sleep(1.5)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err
+    m = summary(err)
+    name = os.path.basename(m.group(1))
+    assert re.match(r'probed-%d-\d{8}-\d{6}\.svg$' % t.pid, name), name
+    svg = open(str(tmp_path / name)).read()
+    # --function: one box per function, its file without a line
+    assert 'spin_inner (%s)' % os.path.join(TARGETS, 'busy.py') in svg
+    assert 'busy.py:' not in svg
+    assert state(daemon, t.pid) != 'sampling'
+
+
+def test_flamegraph_options_and_formats(daemon, target_factory, tmp_path):
+    """flamegraph --threads roots each stack at its thread's name, --gil keeps the samples
+    holding the GIL, --since/--until take times (and durations ago) and cut the window the
+    store has, -o's name picks the format, and a quiet thread's empty graph says --idle."""
+    t = target_factory(PY, 'busy.py')
+    daemon.ctl('attach', t.pid, check=True)
+    wait_for(lambda: daemon.rows('SELECT count(*) FROM samples s JOIN targets t ON'
+                                 ' t.id = s.target_id WHERE t.pid = %d' % t.pid)[0][0] > 300,
+             what='samples')
+    threads = folded_counts(daemon.ctl('flamegraph', t.pid, '--threads', '--idle',
+                                       '--format', 'folded', check=True).stdout)
+    roots = {s.split(';')[0] for s in threads}
+    assert 'MainThread (tid %d)' % t.pid in roots, roots
+    assert any(r.startswith('sleeper (tid ') for r in roots), roots
+    # the GIL: the spinning main thread holds it, the sleeper never does
+    gil = folded_counts(daemon.ctl('flamegraph', t.pid, '--gil', '--idle', '--format',
+                                   'folded', check=True).stdout)
+    assert gil and not any('sleeper' in s for s in gil), gil
+    # a window by wall-clock time: what the store has between the two instants
+    lo, hi = daemon.rows('SELECT min(ts_ns), max(ts_ns) FROM samples s JOIN targets t ON'
+                         ' t.id = s.target_id WHERE t.pid = %d' % t.pid)[0]
+    mid = (lo + hi) // 2
+    until = time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(mid // 10**9))
+    cut = (mid // 10**9) * 10**9
+    want = daemon.rows('SELECT count(*) FROM samples s JOIN targets t ON t.id = s.target_id'
+                       ' WHERE t.pid = %d AND ts_ns < %d AND (state & 1) = 1' % (t.pid, cut))
+    got = folded_counts(daemon.ctl('flamegraph', t.pid, '--since', '1h', '--until', until,
+                                   '--format', 'folded', check=True).stdout)
+    assert sum(got.values()) == want[0][0] > 0, (sum(got.values()), want)
+    r = daemon.ctl('flamegraph', t.pid, '--until', 'yesterday-ish')
+    assert r.returncode == 2 and 'takes a time' in r.stderr, r.stderr
+    # -o's name: folded text, and pprof that go tool pprof reads
+    daemon.ctl('flamegraph', t.pid, '-o', str(tmp_path / 'f.collapsed'), check=True)
+    assert all(l.rsplit(' ', 1)[1].strip().isdigit() for l in open(str(tmp_path / 'f.collapsed')))
+    pb = str(tmp_path / 'f.pb.gz')
+    daemon.ctl('flamegraph', t.pid, '-o', pb, check=True)
+    r = subprocess.run(['go', 'tool', 'pprof', '-top', pb], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, universal_newlines=True, timeout=120,
+                       env=dict(os.environ, HOME=str(tmp_path)))
+    assert r.returncode == 0 and 'spin_inner' in r.stdout, r.stdout
+    # a thread that only sleeps has no samples on the CPU: the error says --idle
+    sleeper = daemon.rows("SELECT th.tid FROM threads th JOIN targets t ON t.id = th.target_id"
+                          " WHERE t.pid = %d AND th.name = 'sleeper'" % t.pid)[0][0]
+    r = daemon.ctl('flamegraph', t.pid, '--thread', sleeper, '--format', 'folded')
+    assert r.returncode == 1 and '--idle' in r.stderr, r.stderr
+    daemon.ctl('detach', t.pid)
+
+
+def test_record_usage_errors(daemon, tmp_path):
+    """What record cannot do is said, with exit 2 for usage and 1 for a process."""
+    for args, code, words in ((('record',), 2, 'expected PID... or -- COMMAND'),
+                              (('record', '--by', 'rank', '1'), 2, '--by takes pid, thread'),
+                              (('record', '--format', 'png', '1'), 2, '--format takes'),
+                              (('record', '-d', '5x', '1'), 2, 'takes a duration'),
+                              (('record', 'python3'), 2, 'a command goes after --'),
+                              (('record', '-d', '1', '999999'), 1, 'no such process')):
+        r = daemon.ctl(*args)
+        assert r.returncode == code and words in r.stderr, (args, r.returncode, r.stderr)
+        assert ': No such file or directory' not in r.stderr
+    # a finding ends with what was found, not an errno's text
+    sleeper = subprocess.Popen(['sleep', '60'])
+    try:
+        r = daemon.ctl('attach', sleeper.pid)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert r.returncode == 1 and 'is not a CPython 3 process' in r.stderr, r.stderr
+    assert r.stderr.rstrip().endswith('holds a Python runtime'), r.stderr
