@@ -10,10 +10,10 @@ packages="
   build-essential cmake pkg-config git clang llvm clang-format libclang-rt-14-dev
   libelf-dev libdw-dev libdebuginfod-dev libunwind-dev libbpf-dev bpftool linux-libc-dev
   libsqlite3-dev sqlite3 libxxhash-dev libprotobuf-c-dev protobuf-c-compiler zlib1g-dev
-  libevent-dev libjansson-dev libcurl4-openssl-dev libedit-dev
+  libevent-dev libjansson-dev libcurl4-openssl-dev libedit-dev libsmartcols-dev libncurses-dev
   python3 python3-pytest python3-torch procps util-linux curl golang-go strace prometheus
   openssh-server openssh-client iproute2 gdb python3-debugpy debuginfod python3-uvloop
-  chromium chromium-driver python3-selenium nodejs
+  chromium chromium-driver python3-selenium nodejs python3-pyte
   patchelf xz-utils gpgv debian-archive-keyring
 "
 missing=""

@@ -174,6 +174,35 @@ out:
     json_decref(samples);
 }
 
+/* @p as pprof, its samples labelled with the process's pid and rank, the program its mapping
+ * (the target's latest row: a query, so what the caller may see). */
+static char *pprof_with_meta(struct query_job *qj, const struct flame_profile *p)
+{
+    struct pprof_meta meta = {.pid = qj->flame.pid, .rank = -1};
+    json_t *saved = qj->j.body, *row;
+    int saved_status = qj->j.status;
+    char sql[160], *binary = NULL, *out;
+
+    qj->j.body = NULL;
+    snprintf(sql, sizeof(sql),
+             "SELECT rank, cmdline FROM targets WHERE pid = %d ORDER BY id DESC LIMIT 1",
+             (int)qj->flame.pid);
+    run_sql(qj, sql);
+    row = qj->j.status == 200 ? json_array_get(json_object_get(qj->j.body, "rows"), 0) : NULL;
+    if (json_is_integer(json_array_get(row, 0)))
+        meta.rank = json_integer_value(json_array_get(row, 0));
+    if (json_is_string(json_array_get(row, 1))) /* the program: the command line's first word */
+        binary = strndup(json_string_value(json_array_get(row, 1)),
+                         strcspn(json_string_value(json_array_get(row, 1)), " "));
+    meta.binary = binary;
+    json_decref(qj->j.body);
+    qj->j.body = saved;
+    qj->j.status = saved_status;
+    out = (char *)pprof_of(p, qj->flame.period_ns, real_ns(), &meta, &qj->j.raw_len);
+    free(binary);
+    return out;
+}
+
 static void run_flame(struct job *j)
 {
     struct query_job *qj = (struct query_job *)j;
@@ -209,7 +238,7 @@ static void run_flame(struct job *j)
         j->raw = flame_svg(p, qj->flame.title, &j->raw_len);
         j->raw_type = "image/svg+xml";
     } else if (strcmp(qj->format, "pprof") == 0) {
-        j->raw = (char *)pprof_of(p, qj->flame.period_ns, real_ns(), &j->raw_len);
+        j->raw = pprof_with_meta(qj, p);
         j->raw_type = "application/octet-stream";
     } else if (strcmp(qj->format, "json") == 0) { /* an empty window is an empty profile */
         j->raw = flame_json(p, qj->flame.title, &j->raw_len);
@@ -287,7 +316,8 @@ struct job *flamegraph_get(struct api *a, const struct request *rq)
                    .idle = idle > 0,
                    .gil = gil > 0},
         .by_task = tasks > 0,
-        .by_thread = threads > 0,
+        /* pprof labels each sample with its thread instead (pprof.h) */
+        .by_thread = threads > 0 || (format && strcmp(format, "pprof") == 0),
         .no_lines = lines == 0};
     qj->flame.period_ns = 1000000000LL / rate_of(a, pid);
     snprintf(title, sizeof(title), "pid %d%s%s", (int)pid, since ? ", last " : "",

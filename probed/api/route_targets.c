@@ -101,6 +101,8 @@ static json_t *target_json(const struct target_info *t)
         json_object_set_new(j, "world_size", json_integer(t->world_size));
     if (t->end_reason[0])
         json_object_set_new(j, "end_reason", json_string(t->end_reason));
+    if (t->ended_ns)
+        json_object_set_new(j, "ended_ns", json_integer((json_int_t)t->ended_ns));
     if (t->has_native)
         json_object_set_new(j, "native", native_json(t));
     if (t->native_wanted && t->native_error[0])

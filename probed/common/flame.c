@@ -102,6 +102,7 @@ static int parse_frames(struct profile_mem *m, json_t *doc, size_t at)
             .func = func,
             .file = file,
             .line = (int)json_integer_value(json_array_get(f, 3)),
+            .first_line = (int)json_integer_value(json_array_get(f, 4)), /* absent: 0 */
             .native = strcmp(kind, "python") != 0 && strcmp(kind, "label") != 0 &&
                       strcmp(kind, "task") != 0,
             .label = strcmp(kind, "label") == 0,

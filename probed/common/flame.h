@@ -48,6 +48,7 @@ struct flame_frame {
     const char *func; /* borrowed from the profile */
     const char *file; /* Python: the source file; native: the object's path */
     int line;         /* native: 0 */
+    int first_line;   /* Python: the function's first line (its def), when the rows had it; 0 */
     bool native;
     bool label; /* kind "label": a frame of ours naming what is under it ("rank 3"), func alone */
     bool task;  /* kind "task": the asyncio task the frames above ran for, "<task NAME>" */

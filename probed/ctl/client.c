@@ -314,8 +314,8 @@ int client_parse_time(const char *s, const char *cmd, const char *opt, int64_t *
         return 0;
     }
     fprintf(stderr,
-            "probectl %s: %s takes a time: how long ago (30s, 5m, 1h30m) or when"
-            " (2026-11-29 14:05[:30], 14:05 today; local time, Z for UTC), not '%s'\n",
+            "probectl %s: %s takes a duration like 30s, 5m, 1h30m (that long ago) or a time"
+            " (14:05[:30] today, 2026-11-29 14:05[:30]; local, Z for UTC), not '%s'\n",
             cmd, opt, s ? s : "");
     return -1;
 }

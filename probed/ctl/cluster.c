@@ -19,6 +19,7 @@
 #include "ctl/commands.h"
 #include "ctl/fanout.h"
 #include "ctl/flameout.h"
+#include "ctl/output.h"
 #include "ctl/nodes.h"
 #include "ctl/reach.h"
 
@@ -374,9 +375,9 @@ static int cluster_query(struct fanout *fo, const struct reach *r, const char *s
         print_json(json_pack("{s:O, s:O, s:b, s:o}", "columns", cols, "rows", rows, "truncated",
                              truncated, "failed", failures_json(fo)));
     else if (strcmp(format, "csv") == 0)
-        print_csv(cols, rows);
+        output_rows(OUTPUT_CSV, cols, rows);
     else
-        print_table(cols, rows);
+        output_sql_table(cols, rows);
     if (truncated)
         fprintf(stderr, "probectl cluster query: a node cut its rows at its row limit\n");
     json_decref(cols);
@@ -485,7 +486,7 @@ static int cluster_stragglers(struct fanout *fo, const struct reach *r, const ch
     } else {
         say_straggler(mrows);
         if (json_array_size(mrows))
-            print_table(mcols, mrows);
+            output_sql_table(mcols, mrows);
     }
     json_decref(mcols);
     json_decref(mrows);
@@ -586,21 +587,22 @@ static int cluster_flamegraph(struct fanout *fo, const char *since, bool by_rank
 
 static void cluster_usage(FILE *out)
 {
-    fprintf(
-        out,
-        "usage: probectl cluster <command> [--hosts LIST | --hostfile FILE] [options]\n"
-        "  list                        every node's attached processes\n"
-        "  attach --match PATTERN | --job NAME [--rate HZ] [--native]\n"
-        "                              attach every process of the job on every node\n"
-        "                              (with --children: ranks and their workers)\n"
-        "  detach --match PATTERN | --all\n"
-        "  query \"SQL\" [--merge \"SQL over table cluster\"] [--format table|csv|json]\n"
-        "                              the query on every node, rows with their host\n"
-        "  flamegraph [--by rank] [--since 5m] [--idle] [-o FILE]\n"
-        "                              every rank's stacks, folded (flamegraph.pl, speedscope)\n"
-        "  stragglers [--since 5m]     the DDP rank the others wait for (torch on --comm):\n"
-        "                              each rank's compute and all-reduce wait per step\n"
-        "\n" REACH_HELP);
+    fprintf(out,
+            "usage: probectl cluster <command> [--hosts LIST | --hostfile FILE] [options]\n"
+            "  list                        every node's attached processes\n"
+            "  attach --match PATTERN | --job NAME [--rate HZ] [--native]\n"
+            "                              attach every process of the job on every node\n"
+            "                              (with --children: ranks and their workers)\n"
+            "  detach --match PATTERN | --all\n"
+            "  query \"SQL\" [--merge \"SQL over table cluster\"] [--format table|csv|json]\n"
+            "                              the query on every node, rows with their host\n"
+            "  flamegraph [--by rank] [--since 5m] [--idle] [-o FILE] [--format "
+            "svg|folded|speedscope]\n"
+            "                              every rank's stacks summed (the format from -o's name:\n"
+            "                              .svg, .folded, .json; else svg)\n"
+            "  stragglers [--since 5m]     the DDP rank the others wait for (torch on --comm):\n"
+            "                              each rank's compute and all-reduce wait per step\n"
+            "\n" REACH_HELP);
 }
 
 int cluster_main(int argc, char **argv)
@@ -704,7 +706,7 @@ int cluster_main(int argc, char **argv)
         return 2;
     }
     if (strcmp(sub, "flamegraph") == 0 && !format)
-        format = "svg";
+        format = flame_format_of(out_path); /* -o x.folded writes folded text */
     if (!format)
         format = "table";
     if (strcmp(sub, "flamegraph") == 0 && !flame_format_ok(format)) {

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "ctl/commands.h"
 
+#include <curl/curl.h>
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -16,6 +17,7 @@
 
 #include "ctl/client.h"
 #include "ctl/flameout.h"
+#include "ctl/output.h"
 
 /* Options every command takes. */
 #define COMMON_LONGOPTS                                                                            \
@@ -25,7 +27,7 @@
     }
 
 /* A stretch of samples the database would not take (a full disk): said under the target. */
-static void print_gap(const json_t *gap)
+static void print_gap(const json_t *pid, const json_t *gap)
 {
     time_t from, to;
     char a[32], b[32];
@@ -36,7 +38,8 @@ static void print_gap(const json_t *gap)
     to = (time_t)(json_integer_value(json_object_get(gap, "to_ns")) / 1000000000LL);
     strftime(a, sizeof(a), "%Y-%m-%d %H:%M:%S", localtime(&from));
     strftime(b, sizeof(b), "%H:%M:%S", localtime(&to));
-    printf("         gap: %lld samples lost from %s to %s (%s)\n",
+    printf("pid %lld: gap: %lld samples lost from %s to %s (%s)\n",
+           (long long)json_integer_value(pid),
            (long long)json_integer_value(json_object_get(gap, "samples")), a, b,
            json_string_value(json_object_get(gap, "why")));
 }
@@ -55,36 +58,6 @@ static const char *size_text(json_t *bytes, char buf[16])
     else
         snprintf(buf, 16, "%.0fK", b / 1024.0);
     return buf;
-}
-
-/* @gpu: the GPU MEM column is shown (some target is on a GPU). */
-static void print_target(json_t *t, bool gpu)
-{
-    json_t *st = json_object_get(t, "stats");
-    bool torch = json_is_true(json_object_get(json_object_get(t, "torch"), "tracing"));
-    char mode[32], size[16];
-
-    snprintf(mode, sizeof(mode), "%s%s", json_string_value(json_object_get(t, "mode")),
-             torch ? "+torch" : "");
-    printf("%-8lld %-9s %-7lld %-8s %-10lld %-6lld ",
-           (long long)json_integer_value(json_object_get(t, "pid")),
-           json_string_value(json_object_get(t, "state")),
-           (long long)json_integer_value(json_object_get(t, "rate_hz")),
-           json_string_value(json_object_get(t, "python_version")),
-           (long long)json_integer_value(json_object_get(st, "samples")),
-           (long long)json_integer_value(json_object_get(st, "torn")));
-    if (gpu)
-        printf("%-8s ", size_text(json_object_get(t, "gpu_memory"), size));
-    printf("%-17s %s\n", mode, json_string_value(json_object_get(t, "cmdline")));
-    print_gap(json_object_get(t, "gap"));
-}
-
-static void print_header(bool gpu)
-{
-    printf("%-8s %-9s %-7s %-8s %-10s %-6s ", "PID", "STATE", "RATE", "PYTHON", "SAMPLES", "TORN");
-    if (gpu)
-        printf("%-8s ", "GPU MEM");
-    printf("%-17s %s\n", "MODE", "COMMAND");
 }
 
 /* ---- attach / detach / list ---- */
@@ -192,32 +165,115 @@ int attach_main(int argc, char **argv)
     return 0;
 }
 
+/* detach --all | --match PATTERN: DELETE /v1/targets?..., the pids detached said. */
+static int detach_many(const char *socket, const char *match, enum output_format format)
+{
+    char *path = NULL, *escaped = match ? curl_easy_escape(NULL, match, 0) : NULL;
+    json_t *reply, *pid, *cols, *rows;
+    size_t i;
+
+    if ((match && !escaped) ||
+        asprintf(&path, "/v1/targets?%s%s", match ? "match=" : "all=1", match ? escaped : "") < 0) {
+        curl_free(escaped);
+        fprintf(stderr, "probectl detach: out of memory\n");
+        return 1;
+    }
+    curl_free(escaped);
+    reply = client_request(socket, "DELETE", path, NULL);
+    free(path);
+    if (!reply)
+        return 1;
+    if (format == OUTPUT_JSON) {
+        output_json(reply);
+    } else if (format == OUTPUT_CSV) {
+        cols = json_pack("[s]", "pid");
+        rows = json_array();
+        json_array_foreach(json_object_get(reply, "detached"), i, pid)
+            json_array_append_new(rows, json_pack("[O]", pid));
+        output_rows(OUTPUT_CSV, cols, rows);
+        json_decref(cols);
+        json_decref(rows);
+    } else {
+        printf("detached %zu process%s", json_array_size(json_object_get(reply, "detached")),
+               json_array_size(json_object_get(reply, "detached")) == 1 ? "" : "es");
+        json_array_foreach(json_object_get(reply, "detached"), i, pid)
+            printf("%s%lld", i ? ", " : ": pid ", (long long)json_integer_value(pid));
+        printf("\n");
+    }
+    json_decref(reply);
+    return 0;
+}
+
 int detach_main(int argc, char **argv)
 {
-    static const struct option longopts[] = {COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
-    const char *socket = NULL;
+    static const struct option longopts[] = {{"all", no_argument, NULL, 'a'},
+                                             {"match", required_argument, NULL, 'm'},
+                                             OUTPUT_LONGOPTS,
+                                             COMMON_LONGOPTS,
+                                             {NULL, 0, NULL, 0}};
+    enum output_format format = OUTPUT_TABLE;
+    const char *socket = NULL, *match = NULL;
+    bool all = false;
     char path[64];
     json_t *reply;
     int c, pid;
 
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "am:f:jh", longopts, NULL)) != -1) {
         if (c == 'S') {
             socket = optarg;
+        } else if (c == 'a') {
+            all = true;
+        } else if (c == 'm') {
+            match = optarg;
+        } else if (c == 'f') {
+            if (output_format_of(optarg, "detach", &format) < 0)
+                return 2;
+        } else if (c == 'j') {
+            format = OUTPUT_JSON;
         } else if (c == 'h') {
-            printf("usage: probectl detach <pid>\n  Stops sampling; stored samples stay.\n");
+            printf("usage: probectl detach (<pid> | --all | --match PATTERN)"
+                   " [--format table|csv|json | --json]\n"
+                   "  Stops sampling; stored samples stay. --all: every process of yours;\n"
+                   "  --match: those whose command line matches the regex (POSIX extended).\n");
             return 0;
         } else {
             return 2;
         }
     }
-    if ((pid = client_parse_pid(optind < argc ? argv[optind] : NULL, "detach")) < 0 ||
-        optind + 1 != argc)
+    if (all || match) {
+        if (all && match) {
+            fprintf(stderr, "probectl detach: --all or --match, not both\n");
+            return 2;
+        }
+        if (optind != argc) {
+            fprintf(stderr, "probectl detach: a pid, or --all or --match, not both\n");
+            return 2;
+        }
+        return detach_many(socket, match, format);
+    }
+    if ((pid = client_parse_pid(optind < argc ? argv[optind] : NULL, "detach")) < 0)
         return 2;
+    if (optind + 1 != argc) {
+        fprintf(stderr, "probectl detach: one pid (%s is one too many; --match for several)\n",
+                argv[optind + 1]);
+        return 2;
+    }
     snprintf(path, sizeof(path), "/v1/targets/%d", pid);
     reply = client_request(socket, "DELETE", path, NULL);
     if (!reply)
         return 1;
-    if (json_is_false(json_object_get(reply, "following")))
+    if (format == OUTPUT_JSON) {
+        output_json(reply);
+    } else if (format == OUTPUT_CSV) {
+        json_t *cols = json_pack("[s, s]", "pid", "samples");
+        json_t *rows =
+            json_pack("[[i, O]]", pid,
+                      json_object_get(json_object_get(reply, "stats"), "samples") ?: json_null());
+
+        output_rows(OUTPUT_CSV, cols, rows);
+        json_decref(cols);
+        json_decref(rows);
+    } else if (json_is_false(json_object_get(reply, "following")))
         printf("no longer following pid %d\n", pid);
     else
         printf("detached from pid %d after %lld samples\n", pid,
@@ -227,23 +283,55 @@ int detach_main(int argc, char **argv)
     return 0;
 }
 
+#define LIST_RECENT_NS (10 * 60 * 1000000000LL) /* ended targets listed without --all */
+
+/* A target's row of `list`: raw numbers for CSV, sizes as 6.0G in the table. */
+static json_t *target_row(json_t *t, bool gpu, bool table)
+{
+    json_t *st = json_object_get(t, "stats"), *row;
+    bool torch = json_is_true(json_object_get(json_object_get(t, "torch"), "tracing"));
+    char mode[32], size[16];
+
+    snprintf(mode, sizeof(mode), "%s%s", json_string_value(json_object_get(t, "mode")) ?: "",
+             torch ? "+torch" : "");
+    row = json_pack("[O, O, O, O, O, O]", json_object_get(t, "pid"), json_object_get(t, "state"),
+                    json_object_get(t, "rate_hz"), json_object_get(t, "python_version"),
+                    json_object_get(st, "samples"), json_object_get(st, "torn"));
+    if (gpu)
+        json_array_append_new(
+            row, table ? json_string(size_text(json_object_get(t, "gpu_memory"), size))
+                       : json_deep_copy(json_object_get(t, "gpu_memory") ?: json_null()));
+    json_array_append_new(row, json_string(mode));
+    json_array_append(row, json_object_get(t, "cmdline"));
+    return row;
+}
+
 int list_main(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"json", no_argument, NULL, 'j'}, COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
+        {"all", no_argument, NULL, 'a'}, OUTPUT_LONGOPTS, COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
+    enum output_format format = OUTPUT_TABLE;
     const char *socket = NULL;
-    bool as_json = false;
-    json_t *reply, *t;
-    size_t i;
+    json_t *reply, *t, *shown, *cols, *rows;
+    int64_t now = (int64_t)time(NULL) * 1000000000LL;
+    size_t i, hidden = 0;
+    bool all = false, gpu = false;
     int c;
 
-    while ((c = getopt_long(argc, argv, "jh", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "af:jh", longopts, NULL)) != -1) {
         if (c == 'S') {
             socket = optarg;
+        } else if (c == 'a') {
+            all = true;
+        } else if (c == 'f') {
+            if (output_format_of(optarg, "list", &format) < 0)
+                return 2;
         } else if (c == 'j') {
-            as_json = true;
+            format = OUTPUT_JSON;
         } else if (c == 'h') {
-            printf("usage: probectl list [--json]\n  The attached processes.\n");
+            printf("usage: probectl list [--all] [--format table|csv|json | --json]\n"
+                   "  The attached processes, and those that ended in the last 10 minutes\n"
+                   "  (--all: every one the daemon still lists).\n");
             return 0;
         } else {
             return 2;
@@ -256,170 +344,86 @@ int list_main(int argc, char **argv)
     reply = client_request(socket, "GET", "/v1/targets", NULL);
     if (!reply)
         return 1;
-    if (as_json) {
-        json_dumpf(reply, stdout, JSON_INDENT(2));
-        printf("\n");
-    } else {
-        bool gpu = false;
-        json_array_foreach(json_object_get(reply, "targets"), i, t) gpu |=
-            json_integer_value(json_object_get(t, "gpu_memory")) > 0;
-        print_header(gpu);
-        json_array_foreach(json_object_get(reply, "targets"), i, t) print_target(t, gpu);
-        json_array_foreach(json_object_get(reply, "following"), i, t)
-        {
-            printf("%-8lld %-9s %-7lld %-8s %-10s %-6s %s%-17s %s\n",
-                   (long long)json_integer_value(json_object_get(t, "pid")), "following",
-                   (long long)json_integer_value(json_object_get(t, "rate_hz")), "-", "-", "-",
-                   gpu ? "-        " : "", "children",
-                   json_string_value(json_object_get(t, "cmdline")));
+    shown = json_array();
+    json_array_foreach(json_object_get(reply, "targets"), i, t)
+    {
+        int64_t ended = json_integer_value(json_object_get(t, "ended_ns"));
+
+        if (!all && ended && now - ended > LIST_RECENT_NS) {
+            hidden++;
+            continue;
         }
+        json_array_append(shown, t);
+        gpu |= json_integer_value(json_object_get(t, "gpu_memory")) > 0;
     }
+    json_object_set_new(reply, "targets", shown);
+    if (format == OUTPUT_JSON) {
+        output_json(reply);
+        json_decref(reply);
+        return 0;
+    }
+    cols = gpu ? json_pack("[s, s, s, s, s, s, s, s, s]", "PID", "STATE", "RATE", "PYTHON",
+                           "SAMPLES", "TORN", "GPU MEM", "MODE", "COMMAND")
+               : json_pack("[s, s, s, s, s, s, s, s]", "PID", "STATE", "RATE", "PYTHON", "SAMPLES",
+                           "TORN", "MODE", "COMMAND");
+    rows = json_array();
+    json_array_foreach(shown, i, t)
+        json_array_append_new(rows, target_row(t, gpu, format == OUTPUT_TABLE));
+    json_array_foreach(json_object_get(reply, "following"), i, t)
+    {
+        json_t *row = json_pack("[O, s, O, n, n, n]", json_object_get(t, "pid"), "following",
+                                json_object_get(t, "rate_hz"));
+
+        if (gpu)
+            json_array_append_new(row, json_null());
+        json_array_append_new(row, json_string("children"));
+        json_array_append(row, json_object_get(t, "cmdline"));
+        json_array_append_new(rows, row);
+    }
+    output_rows(format, cols, rows);
+    if (format == OUTPUT_TABLE) {
+        json_array_foreach(shown, i, t)
+            print_gap(json_object_get(t, "pid"), json_object_get(t, "gap"));
+        if (hidden)
+            fprintf(stderr, "(%zu ended earlier: probectl list --all)\n", hidden);
+    }
+    json_decref(cols);
+    json_decref(rows);
     json_decref(reply);
     return 0;
 }
 
 /* ---- query ---- */
 
-/* A cell as text: strings as they are, numbers printed, NULL as "NULL". Caller frees. */
-static char *cell_text(json_t *v)
-{
-    char *s = NULL;
-
-    if (json_is_string(v))
-        return strdup(json_string_value(v));
-    if (json_is_null(v))
-        return strdup("NULL");
-    if (json_is_integer(v) && asprintf(&s, "%lld", (long long)json_integer_value(v)) >= 0)
-        return s;
-    if (json_is_real(v) && asprintf(&s, "%g", json_real_value(v)) >= 0)
-        return s;
-    return json_dumps(v, JSON_ENCODE_ANY);
-}
-
-/* UTF-8 aware display width (one column per code point). */
-static size_t text_width(const char *s)
-{
-    size_t n = 0;
-
-    for (; *s; s++)
-        n += ((unsigned char)*s & 0xc0) != 0x80;
-    return n;
-}
-
-void print_table(json_t *cols, json_t *rows)
-{
-    size_t ncol = json_array_size(cols), i, k;
-    size_t *width = calloc(ncol ? ncol : 1, sizeof(*width));
-    json_t *row;
-
-    if (!width)
-        return;
-    for (k = 0; k < ncol; k++)
-        width[k] = text_width(json_string_value(json_array_get(cols, k)));
-    json_array_foreach(rows, i, row)
-    {
-        for (k = 0; k < ncol; k++) {
-            char *t = cell_text(json_array_get(row, k));
-            if (t && text_width(t) > width[k])
-                width[k] = text_width(t);
-            free(t);
-        }
-    }
-    for (int pass = 0; pass < 2; pass++) {
-        for (k = 0; k < ncol; k++) {
-            const char *name = json_string_value(json_array_get(cols, k));
-            if (pass == 0)
-                printf("%s%s%*s", k ? " | " : "", name, (int)(width[k] - text_width(name)), "");
-            else
-                for (size_t d = 0; d < width[k] + (k ? 3 : 0); d++)
-                    fputs(k && d == 1 ? "+" : "-", stdout);
-        }
-        printf("\n");
-    }
-    json_array_foreach(rows, i, row)
-    {
-        for (k = 0; k < ncol; k++) {
-            json_t *v = json_array_get(row, k);
-            char *t = cell_text(v);
-            int pad = (int)(width[k] - text_width(t ? t : ""));
-            if (json_is_number(v)) /* numbers right-aligned, as in the seeds' tables */
-                printf("%s%*s%s", k ? " | " : "", pad, "", t ? t : "");
-            else
-                printf("%s%s%*s", k ? " | " : "", t ? t : "", k + 1 < ncol ? pad : 0, "");
-            free(t);
-        }
-        printf("\n");
-    }
-    printf("(%zu row%s)\n", json_array_size(rows), json_array_size(rows) == 1 ? "" : "s");
-    free(width);
-}
-
-static void print_csv_cell(const char *s)
-{
-    if (!strpbrk(s, ",\"\n\r")) {
-        fputs(s, stdout);
-        return;
-    }
-    putchar('"');
-    for (; *s; s++) {
-        if (*s == '"')
-            putchar('"');
-        putchar(*s);
-    }
-    putchar('"');
-}
-
-void print_csv(json_t *cols, json_t *rows)
-{
-    size_t i, k;
-    json_t *row, *c;
-
-    json_array_foreach(cols, k, c)
-    {
-        if (k)
-            putchar(',');
-        print_csv_cell(json_string_value(c));
-    }
-    putchar('\n');
-    json_array_foreach(rows, i, row)
-    {
-        json_array_foreach(row, k, c)
-        {
-            char *t = json_is_null(c) ? strdup("") : cell_text(c);
-            if (k)
-                putchar(',');
-            print_csv_cell(t ? t : "");
-            free(t);
-        }
-        putchar('\n');
-    }
-}
-
 int query_main(int argc, char **argv)
 {
     static const struct option longopts[] = {{"pid", required_argument, NULL, 'p'},
-                                             {"format", required_argument, NULL, 'f'},
-                                             {"idle", no_argument, NULL, 'i'},
+                                             OUTPUT_LONGOPTS,
                                              COMMON_LONGOPTS,
                                              {NULL, 0, NULL, 0}};
-    const char *socket = NULL, *format = "table";
+    enum output_format format = OUTPUT_TABLE;
+    const char *socket = NULL;
     json_t *body, *reply;
     int c, pid = 0;
 
-    while ((c = getopt_long(argc, argv, "p:f:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "p:f:jh", longopts, NULL)) != -1) {
         switch (c) {
         case 'p':
             if ((pid = client_parse_pid(optarg, "query")) < 0)
                 return 2;
             break;
         case 'f':
-            format = optarg;
+            if (output_format_of(optarg, "query", &format) < 0)
+                return 2;
+            break;
+        case 'j':
+            format = OUTPUT_JSON;
             break;
         case 'S':
             socket = optarg;
             break;
         case 'h':
-            printf("usage: probectl query \"<SQL>\" [--pid P] [--format table|csv|json]\n"
+            printf("usage: probectl query \"<SQL>\" [--pid P] [--format table|csv|json | --json]\n"
                    "  Read-only SQL over the samples and the live stacks (docs/query.md).\n");
             return 0;
         default:
@@ -430,10 +434,6 @@ int query_main(int argc, char **argv)
         fprintf(stderr, "probectl query: expected one SQL statement (quote it)\n");
         return 2;
     }
-    if (strcmp(format, "table") != 0 && strcmp(format, "csv") != 0 && strcmp(format, "json") != 0) {
-        fprintf(stderr, "probectl query: --format must be table, csv or json\n");
-        return 2;
-    }
     body = json_pack("{s:s}", "sql", argv[optind]);
     if (pid)
         json_object_set_new(body, "pid", json_integer(pid));
@@ -441,14 +441,12 @@ int query_main(int argc, char **argv)
     json_decref(body);
     if (!reply)
         return 1;
-    if (strcmp(format, "json") == 0) {
-        json_dumpf(reply, stdout, JSON_INDENT(2) | JSON_ENSURE_ASCII);
-        printf("\n");
-    } else if (strcmp(format, "csv") == 0) {
-        print_csv(json_object_get(reply, "columns"), json_object_get(reply, "rows"));
-    } else {
-        print_table(json_object_get(reply, "columns"), json_object_get(reply, "rows"));
-    }
+    if (format == OUTPUT_JSON)
+        output_json(reply);
+    else if (format == OUTPUT_CSV)
+        output_rows(OUTPUT_CSV, json_object_get(reply, "columns"), json_object_get(reply, "rows"));
+    else
+        output_sql_table(json_object_get(reply, "columns"), json_object_get(reply, "rows"));
     if (json_is_true(json_object_get(reply, "truncated")))
         fprintf(stderr, "probectl: result truncated at the daemon's row limit\n");
     json_decref(reply);
@@ -610,129 +608,4 @@ int flamegraph_main(int argc, char **argv)
     json_decref(reply);
     free(raw);
     return 0;
-}
-
-/* ---- top ---- */
-
-/* One screen of `top`: the hottest functions of the last @window_s seconds. */
-static int top_once(const char *socket, int pid, int window_s, int rows, bool clear)
-{
-    char sql[2048];
-    json_t *body, *reply, *row;
-    json_int_t all = 0, gil = 0;
-    size_t i;
-
-    /* One statement, so one snapshot: the totals and the rows count the same samples (two
-     * queries a flush apart gave shares over 100 %). */
-    snprintf(sql, sizeof(sql),
-             "WITH win AS (SELECT stack_id, state FROM samples WHERE stack_id <> 0 AND"
-             " state & 1 AND ts_ns > ago('%ds') AND target_id IN (SELECT id FROM targets"
-             " WHERE pid = %d)),"
-             " tot AS (SELECT count(*) AS all_n, sum(state >> 1 & 1) AS gil_n FROM win),"
-             " per_stack AS (SELECT stack_id, count(*) AS n FROM win GROUP BY stack_id),"
-             " funcs AS (SELECT stack_id, func, file, min(depth) = 0 AS is_self FROM stacks"
-             " WHERE stack_id IN (SELECT stack_id FROM per_stack) GROUP BY stack_id, func, file),"
-             " top AS (SELECT sum(CASE WHEN is_self THEN n ELSE 0 END) AS own, sum(n) AS total,"
-             " func, file FROM funcs JOIN per_stack USING (stack_id) GROUP BY func, file"
-             " ORDER BY own DESC, total DESC LIMIT %d)"
-             " SELECT own, total, func, file, all_n, gil_n FROM tot LEFT JOIN top",
-             window_s, pid, rows);
-    body = json_pack("{s:s, s:i}", "sql", sql, "pid", pid);
-    reply = client_request(socket, "POST", "/v1/query", body);
-    json_decref(body);
-    if (!reply)
-        return -1;
-    row = json_array_get(json_object_get(reply, "rows"), 0);
-    all = json_integer_value(json_array_get(row, 4));
-    gil = json_integer_value(json_array_get(row, 5));
-    if (clear)
-        printf("\033[H\033[2J");
-    printf("probectl top: pid %d, %lld samples on CPU in the last %d s, GIL held in %.1f%%\n\n",
-           pid, (long long)all, window_s, all ? 100.0 * (double)gil / (double)all : 0.0);
-    printf("%7s %7s  %s\n", "%Own", "%Total", "Function (file)");
-    json_array_foreach(json_object_get(reply, "rows"), i, row)
-    {
-        double own = (double)json_integer_value(json_array_get(row, 0));
-        double total = (double)json_integer_value(json_array_get(row, 1));
-
-        if (!json_is_string(json_array_get(row, 2)))
-            continue; /* no sample in the window: the totals' row alone */
-        printf("%6.1f%% %6.1f%%  %s (%s)\n", all ? 100 * own / (double)all : 0.0,
-               all ? 100 * total / (double)all : 0.0, json_string_value(json_array_get(row, 2)),
-               json_string_value(json_array_get(row, 3)));
-    }
-    fflush(stdout);
-    json_decref(reply);
-    return 0;
-}
-
-int top_main(int argc, char **argv)
-{
-    static const struct option longopts[] = {{"interval", required_argument, NULL, 'i'},
-                                             {"window", required_argument, NULL, 'w'},
-                                             {"rows", required_argument, NULL, 'n'},
-                                             {"once", no_argument, NULL, '1'},
-                                             COMMON_LONGOPTS,
-                                             {NULL, 0, NULL, 0}};
-    const char *socket = NULL;
-    int c, pid, window = 5, rows = 20;
-    useconds_t interval_us = 1000000;
-    int64_t ns;
-    bool once = false;
-
-    while ((c = getopt_long(argc, argv, "i:w:n:1h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'i':
-            if (client_parse_duration(optarg, "top", "--interval", 0.1, 3600, &ns) < 0)
-                return 2;
-            interval_us = (useconds_t)(ns / 1000);
-            break;
-        case 'w':
-            if (client_parse_duration(optarg, "top", "--window", 1, 30 * 86400, &ns) < 0)
-                return 2;
-            window = (int)(ns / 1000000000);
-            break;
-        case 'n':
-            rows = atoi(optarg);
-            break;
-        case '1':
-            once = true;
-            break;
-        case 'S':
-            socket = optarg;
-            break;
-        case 'h':
-            printf("usage: probectl top <pid> [--interval D] [--window D] [--rows N] [--once]\n"
-                   "  The hottest functions of an attached process, refreshed like top:\n"
-                   "  %%Own = executing, %%Total = on the stack, over the last --window\n"
-                   "  (default 5s; 30s, 2m, 1h30m) of samples on CPU; refreshed every\n"
-                   "  --interval (default 1s).\n");
-            return 0;
-        default:
-            return 2;
-        }
-    }
-    if ((pid = client_parse_pid(optind < argc ? argv[optind] : NULL, "top")) < 0 ||
-        optind + 1 != argc)
-        return 2;
-    if (rows < 1) {
-        fprintf(stderr, "probectl top: --rows must be positive\n");
-        return 2;
-    }
-    { /* a pid never attached has no samples to rank: say so, as every command does */
-        char path[64];
-        json_t *t;
-
-        snprintf(path, sizeof(path), "/v1/targets/%d", pid);
-        if (!(t = client_request(socket, "GET", path, NULL)))
-            return 1;
-        json_decref(t);
-    }
-    for (;;) {
-        if (top_once(socket, pid, window, rows, !once && isatty(STDOUT_FILENO)) < 0)
-            return 1;
-        if (once)
-            return 0;
-        usleep(interval_us);
-    }
 }

@@ -11,11 +11,8 @@ int detach_main(int argc, char **argv);
 int list_main(int argc, char **argv);
 int query_main(int argc, char **argv);
 int flamegraph_main(int argc, char **argv);
-int top_main(int argc, char **argv);
 
 #include <jansson.h>
 /* A query's result (its "columns" and "rows") as an aligned table, or as CSV. */
-void print_table(json_t *cols, json_t *rows);
-void print_csv(json_t *cols, json_t *rows);
 
 #endif

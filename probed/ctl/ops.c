@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ctl/client.h"
+#include "ctl/output.h"
 
 #define COMMON_LONGOPTS                                                                            \
     {"socket", required_argument, NULL, 'S'},                                                      \
@@ -33,23 +34,48 @@ static json_t *find_setting(json_t *settings, const char *key)
     return NULL;
 }
 
-static void print_settings(json_t *reply)
+/* The settings as probed.conf's lines (the table people read: copied into the file, it
+ * works), the key and value columns as wide as their widest; or as CSV. */
+static void print_settings(json_t *reply, enum output_format format)
 {
     json_t *settings = json_object_get(reply, "settings"), *s;
     const char *file = json_string_value(json_object_get(reply, "file"));
+    int key_w = 0, value_w = 0;
     size_t i;
 
+    if (format == OUTPUT_CSV) {
+        json_t *cols = json_pack("[s, s, s, s, s]", "key", "value", "default", "live", "pinned");
+        json_t *rows = json_array();
+
+        json_array_foreach(settings, i, s) json_array_append_new(
+            rows,
+            json_pack("[O, O, O, b, b]", json_object_get(s, "key"), json_object_get(s, "value"),
+                      json_object_get(s, "default"), json_is_true(json_object_get(s, "live")),
+                      json_is_true(json_object_get(s, "pinned"))));
+        output_rows(OUTPUT_CSV, cols, rows);
+        json_decref(cols);
+        json_decref(rows);
+        return;
+    }
+    json_array_foreach(settings, i, s)
+    {
+        int k = (int)strlen(json_string_value(json_object_get(s, "key")) ?: "");
+        int v = (int)strlen(json_string_value(json_object_get(s, "value")) ?: "");
+
+        key_w = k > key_w ? k : key_w;
+        value_w = v > value_w ? v : value_w;
+    }
     printf("# %s\n", file && *file ? file : "no probed.conf read: defaults and options");
     json_array_foreach(settings, i, s)
     {
-        const char *value = json_string_value(json_object_get(s, "value"));
-        const char *def = json_string_value(json_object_get(s, "default"));
+        const char *value = json_string_value(json_object_get(s, "value")) ?: "";
+        const char *def = json_string_value(json_object_get(s, "default")) ?: "";
         bool live = json_is_true(json_object_get(s, "live"));
-
         bool same = strcmp(value, def) == 0;
 
-        printf("%-16s = %-28s # %s%s%s%s\n", json_string_value(json_object_get(s, "key")),
-               *value ? value : "\"\"", live ? "" : "restart to change; ",
+        printf("%-*s = %-*s # %s%s%s%s\n", key_w, json_string_value(json_object_get(s, "key")),
+               value_w < 2 ? 2 : value_w, *value ? value : "\"\"",
+               live ? "" : "restart to change; ",
                json_is_true(json_object_get(s, "pinned")) ? "command line; " : "",
                same ? "default" : "default: ",
                same   ? ""
@@ -85,21 +111,31 @@ static int set_one(const char *socket, const char *assignment)
 
 int config_main(int argc, char **argv)
 {
-    static const struct option longopts[] = {COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {OUTPUT_LONGOPTS, COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
+    enum output_format format = OUTPUT_TABLE;
     const char *socket = NULL;
     json_t *reply, *s;
     int c, r = 0;
 
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "f:jh", longopts, NULL)) != -1) {
         switch (c) {
         case 'S':
             socket = optarg;
             break;
+        case 'f':
+            if (output_format_of(optarg, "config", &format) < 0)
+                return 2;
+            break;
+        case 'j':
+            format = OUTPUT_JSON;
+            break;
         case 'h':
-            printf("usage: probectl config [key | key=value ...]\n"
-                   "  Without arguments, every setting of the daemon and its default; with a\n"
-                   "  key, its value; key=value changes a live setting now (root only). A value\n"
-                   "  that is refused changes nothing. See probed.conf(5).\n");
+            printf(
+                "usage: probectl config [key | key=value ...] [--format table|csv|json | --json]\n"
+                "  Without arguments, every setting of the daemon and its default (as\n"
+                "  probed.conf's lines); with a key, its value; key=value changes a live\n"
+                "  setting now (root only). A value that is refused changes nothing. See\n"
+                "  probed.conf(5).\n");
             return 0;
         default:
             return 2;
@@ -113,8 +149,10 @@ int config_main(int argc, char **argv)
     reply = client_request(socket, "GET", "/v1/config", NULL);
     if (!reply)
         return 1;
-    if (optind == argc)
-        print_settings(reply);
+    if (optind == argc && format == OUTPUT_JSON)
+        output_json(reply);
+    else if (optind == argc)
+        print_settings(reply, format);
     for (int i = optind; i < argc; i++) {
         if (strchr(argv[i], '='))
             continue;
@@ -406,4 +444,104 @@ int memory_main(int argc, char **argv)
     r = print_memory(socket, pid, client_int(t, 0), (long long)(minutes * 60e9), window);
     json_decref(keep);
     return r;
+}
+
+/* ---- status ---- */
+
+/* A row of `status`: what, its value (a number, a text or NULL), and a note. */
+static void status_row(json_t *rows, const char *what, json_t *value, const char *note)
+{
+    json_array_append_new(
+        rows, json_pack("[s, O, s]", what, value ? value : json_null(), note ? note : ""));
+}
+
+int status_main(int argc, char **argv)
+{
+    static const struct option longopts[] = {OUTPUT_LONGOPTS, COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
+    enum output_format format = OUTPUT_TABLE;
+    const char *socket = NULL;
+    json_t *st, *list, *rows, *cols, *t, *rs, *gpu, *conn;
+    long long sampling = 0, listed = 0;
+    size_t i;
+    int c;
+
+    while ((c = getopt_long(argc, argv, "f:jh", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'S':
+            socket = optarg;
+            break;
+        case 'f':
+            if (output_format_of(optarg, "status", &format) < 0)
+                return 2;
+            break;
+        case 'j':
+            format = OUTPUT_JSON;
+            break;
+        case 'h':
+            printf("usage: probectl status [--format table|csv|json | --json]\n"
+                   "  The daemon: its version and host, database, what it wrote and dropped,\n"
+                   "  the processes it samples (of yours), its queries and connections, and\n"
+                   "  where its run states and GPU readings come from (and why not).\n");
+            return 0;
+        default:
+            return 2;
+        }
+    }
+    if (optind != argc) {
+        fprintf(stderr, "probectl status: takes no argument ('%s')\n", argv[optind]);
+        return 2;
+    }
+    if (!(st = client_request(socket, "GET", "/v1/status", NULL)))
+        return 1;
+    if (!(list = client_request(socket, "GET", "/v1/targets", NULL))) {
+        json_decref(st);
+        return 1;
+    }
+    json_array_foreach(json_object_get(list, "targets"), i, t)
+    {
+        listed++;
+        sampling += strcmp(json_string_value(json_object_get(t, "state")) ?: "", "sampling") == 0;
+    }
+    if (format == OUTPUT_JSON) {
+        json_object_set_new(st, "targets",
+                            json_pack("{s:I, s:I}", "sampling", (json_int_t)sampling, "listed",
+                                      (json_int_t)listed));
+        output_json(st);
+        json_decref(st);
+        json_decref(list);
+        return 0;
+    }
+    rs = json_object_get(st, "run_state");
+    gpu = json_object_get(st, "gpu");
+    conn = json_object_get(st, "connections");
+    rows = json_array();
+    status_row(rows, "version", json_object_get(st, "version"), NULL);
+    status_row(rows, "host", json_object_get(st, "host"), NULL);
+    status_row(rows, "database", json_object_get(st, "database"), NULL);
+    status_row(rows, "database_bytes", json_object_get(st, "db_bytes"), NULL);
+    {
+        json_t *n = json_integer(sampling);
+
+        status_row(rows, "sampling", n, "processes of yours being sampled");
+        json_decref(n);
+    }
+    status_row(rows, "samples_written", json_object_get(st, "samples_written"), NULL);
+    status_row(rows, "samples_dropped", json_object_get(st, "samples_dropped"),
+               "lost: the database took none for longer than write_backlog holds");
+    status_row(rows, "samples_pending", json_object_get(st, "samples_pending"), "to be written");
+    status_row(rows, "write_errors", json_object_get(st, "write_errors"), NULL);
+    status_row(rows, "queries", json_object_get(st, "queries"), NULL);
+    status_row(rows, "query_errors", json_object_get(st, "query_errors"), NULL);
+    status_row(rows, "connections", json_object_get(conn, "open"), "open now");
+    status_row(rows, "run_state", json_object_get(rs, "source"),
+               json_string_value(json_object_get(rs, "error")));
+    status_row(rows, "gpu", json_object_get(gpu, "source"),
+               json_string_value(json_object_get(gpu, "error")));
+    cols = json_pack("[s, s, s]", "WHAT", "VALUE", "NOTE");
+    output_rows(format, cols, rows);
+    json_decref(cols);
+    json_decref(rows);
+    json_decref(st);
+    json_decref(list);
+    return 0;
 }

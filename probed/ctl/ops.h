@@ -8,5 +8,6 @@
 
 int config_main(int argc, char **argv);
 int memory_main(int argc, char **argv);
+int status_main(int argc, char **argv);
 
 #endif

@@ -5,10 +5,13 @@
  * the options every command takes before its name: -H HOST and --transport TEMPLATE send every
  * call to HOST's daemon (ctl/transport.h), --socket PATH to the daemon listening there.
  */
+#include <ctype.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "ctl/backtrace.h"
 #include "ctl/client.h"
@@ -21,6 +24,7 @@
 #include "ctl/web.h"
 #include "ctl/ops.h"
 #include "ctl/record.h"
+#include "ctl/top.h"
 #include "ctl/remote.h"
 #include "ctl/torch.h"
 #include "ctl/nodes.h"
@@ -51,6 +55,7 @@ static const struct command commands[] = {
     {"repl", repl_main, "an interactive Python prompt inside a running process"},
     {"memory", memory_main, "memory now, peak and growth per minute of an attached process"},
     {"config", config_main, "read or change the daemon's settings live"},
+    {"status", status_main, "the daemon: version, database, samples written and lost, sources"},
     {"torch", torch_main,
      "a PyTorch job: per-step, per-module trace (on|off|summary), profile (ops, GPU kernels), GPU "
      "memory"},
@@ -128,6 +133,96 @@ static const char *nearest_command(const char *name)
     return best;
 }
 
+#define HELP_MAX 16384 /* a command's --help text, read for its options */
+
+/* What `@cmd --help` prints (run in a child, its stdout into a pipe) into @buf; its length. */
+static size_t help_text(const struct command *cmd, char *buf, size_t len)
+{
+    int fds[2];
+    size_t n = 0;
+    ssize_t got;
+    pid_t pid;
+
+    if (len == 0 || pipe(fds) < 0)
+        return 0;
+    if ((pid = fork()) == 0) {
+        static char help_opt[] = "--help";
+        char name[32], *again[] = {name, help_opt, NULL};
+
+        snprintf(name, sizeof(name), "%s", cmd->name);
+        close(fds[0]);
+        dup2(fds[1], STDOUT_FILENO);
+        _exit(cmd->main(2, again) == 0 && fflush(stdout) == 0 ? 0 : 1);
+    }
+    close(fds[1]);
+    while (pid > 0 && n + 1 < len && (got = read(fds[0], buf + n, len - 1 - n)) > 0)
+        n += (size_t)got;
+    close(fds[0]);
+    if (pid > 0)
+        waitpid(pid, NULL, 0);
+    buf[n] = '\0';
+    return n;
+}
+
+/*
+ * probectl __complete WORD... : what the shell may put for the last word (bash's and zsh's
+ * completion, packaging/completion/, call it): a command's name, or one of the options its
+ * --help names (the usage text is the one list of a command's options: test_cli.py checks
+ * that getopt takes each and the man page names each). Nothing for a pid or a file: the
+ * shell's own completion then.
+ */
+static int complete_words(int argc, char **argv)
+{
+    const char *last = argc > 0 ? argv[argc - 1] : "";
+    size_t n = strlen(last);
+    int i = 0;
+
+    while (i < argc - 1 && argv[i][0] == '-') /* the options before the command */
+        i += strcmp(argv[i], "-H") == 0 || strcmp(argv[i], "--host") == 0 ||
+                     strcmp(argv[i], "--socket") == 0 || strcmp(argv[i], "--transport") == 0
+                 ? 2
+                 : 1;
+    if (i >= argc - 1) { /* the command itself */
+        for (size_t c = 0; c < sizeof(commands) / sizeof(commands[0]); c++)
+            if (strncmp(commands[c].name, last, n) == 0)
+                printf("%s\n", commands[c].name);
+        if (strncmp("help", last, n) == 0)
+            printf("help\n");
+        return 0;
+    }
+    if (last[0] != '-')
+        return 0;
+    for (size_t c = 0; c < sizeof(commands) / sizeof(commands[0]); c++) {
+        static char text[HELP_MAX];
+        char seen[HELP_MAX] = "\n";
+
+        if (strcmp(argv[i], commands[c].name) != 0)
+            continue;
+        help_text(&commands[c], text, sizeof(text));
+        for (char *p = text; (p = strstr(p, "--")) != NULL;) {
+            char word[64], key[70];
+            size_t k = 0;
+
+            if (p > text && (isalnum((unsigned char)p[-1]) || p[-1] == '-')) {
+                p += 2;
+                continue;
+            }
+            while (k + 1 < sizeof(word) && (isalnum((unsigned char)p[k]) || p[k] == '-'))
+                word[k] = p[k], k++;
+            word[k] = '\0';
+            p += k ? k : 2;
+            snprintf(key, sizeof(key), "\n%s\n", word);
+            if (k <= 2 || strstr(seen, key) || strncmp(word, last, n) != 0 ||
+                strlen(seen) + k + 2 >= sizeof(seen))
+                continue;
+            strcat(seen, word);
+            strcat(seen, "\n");
+            printf("%s\n", word);
+        }
+    }
+    return 0;
+}
+
 /* The value of option @argv[*i] if it is @shrt or @lng ("--x V" or "--x=V"), advancing *i;
  * NULL when it is another. */
 static const char *global_opt(int argc, char **argv, int *i, const char *shrt, const char *lng)
@@ -196,6 +291,8 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    if (strcmp(argv[1], "__complete") == 0)
+        return complete_words(argc - 2, argv + 2);
     if (strcmp(argv[1], "help") == 0 && argc == 3) { /* help CMD: CMD --help */
         static char help_opt[] = "--help";
         char *again[] = {argv[2], help_opt, NULL};

@@ -9,7 +9,7 @@
 
 char *flame_sql(const struct flame_request *req)
 {
-    char target_cond[96], thread_label[320] = "";
+    char target_cond[96], thread_label[400] = "";
     char *counts, *sql = NULL;
 
     snprintf(target_cond, sizeof(target_cond),
@@ -17,13 +17,15 @@ char *flame_sql(const struct flame_request *req)
     counts = flame_counts_sql(target_cond, &req->filter, req->by_thread ? FLAME_BY_THREAD : 0);
     if (!counts)
         return NULL;
-    /* by thread: each stack under a "label" frame naming its thread, deeper than any frame
-     * so it sorts first (the root) */
+    /* by thread: each stack under a "label" frame naming its thread ("NAME (tid T)"; its file
+     * the name and its line the tid, for pprof's labels), deeper than any frame so it sorts
+     * first (the root) */
     if (req->by_thread)
         snprintf(thread_label, sizeof(thread_label),
-                 " UNION ALL SELECT 'label', coalesce((SELECT coalesce(nullif(h.name, ''),"
+                 " UNION ALL SELECT 'label', n.name || ' (tid ' || ct.tid || ')', n.name, ct.tid,"
+                 " 0, 1000000000 FROM (SELECT coalesce((SELECT coalesce(nullif(h.name, ''),"
                  " h.os_name) FROM threads h WHERE h.tid = ct.tid AND h.%s LIMIT 1), 'thread')"
-                 " || ' (tid ' || ct.tid || ')', '', 0, 1000000000",
+                 " AS name) n",
                  target_cond);
     /* The inner ORDER BY fixes the order json_group_array sees (SQLite keeps a subquery's
      * order). Each frame's fields stay apart: a name holding ';' or " (" is still one frame. */
@@ -36,10 +38,11 @@ char *flame_sql(const struct flame_request *req)
                  "WITH c AS (%s),"
                  " ct AS (SELECT c.*, %s AS cut FROM c)"
                  " SELECT frames, sum(n) FROM (SELECT"
-                 " (SELECT json_group_array(json_array(kind, func, file, lineno))"
-                 " FROM (SELECT kind, func, file, %s AS lineno, depth FROM stacks"
+                 " (SELECT json_group_array(json_array(kind, func, file, lineno, first_line))"
+                 " FROM (SELECT kind, func, file, %s AS lineno, coalesce(first_line, 0)"
+                 " AS first_line, depth FROM stacks"
                  " WHERE stacks.stack_id = ct.stack_id AND depth <= coalesce(ct.cut, depth)"
-                 "%s ORDER BY 5 DESC)) AS frames, n"
+                 "%s ORDER BY 6 DESC)) AS frames, n"
                  " FROM ct) GROUP BY frames ORDER BY frames",
                  counts,
                  req->by_task ? "(SELECT min(sf.depth) FROM stack_tasks k"

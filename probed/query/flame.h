@@ -3,9 +3,9 @@
  *
  * flame_sql() is the query (run through query.h, so scope and time limits apply) that
  * returns one row per distinct stack: its frames root first, as a JSON array of [kind, func,
- * file, line] (each field whole, whatever characters a name holds), and its count: the rows
- * common/flame.h's flame_profile_from_rows() takes, for its renderers and pprof.c's.
- * Threads: any. Memory: the caller frees the text. Failure: NULL, out of memory.
+ * file, line, first line] (each field whole, whatever characters a name holds), and its count: the
+ * rows common/flame.h's flame_profile_from_rows() takes, for its renderers and pprof.c's. Threads:
+ * any. Memory: the caller frees the text. Failure: NULL, out of memory.
  */
 #ifndef PROBED_FLAME_H
 #define PROBED_FLAME_H

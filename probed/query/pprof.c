@@ -76,7 +76,8 @@ static int64_t string_index(struct builder *b, const char *s)
     return (int64_t)b->n_strings++;
 }
 
-static uint64_t function_id(struct builder *b, const char *func, const char *file)
+static uint64_t function_id(struct builder *b, const char *func, const char *file,
+                            int64_t start_line)
 {
     char *key = NULL;
     json_int_t id;
@@ -94,6 +95,7 @@ static uint64_t function_id(struct builder *b, const char *func, const char *fil
         f->id = b->n_functions + 1; /* ids start at 1: 0 means none */
         f->name = f->system_name = string_index(b, func);
         f->filename = string_index(b, file);
+        f->start_line = start_line; /* the def's line: pprof shows lines relative to it */
         b->functions[b->n_functions++] = f;
         id = (json_int_t)f->id;
         remember(b, "f:", key, id);
@@ -124,6 +126,7 @@ static Perftools__Profiles__Location *new_location(uint64_t id, uint64_t functio
     line->line = lineno;
     lines[0] = line;
     loc->id = id;
+    loc->mapping_id = 1; /* the one mapping: the process's program */
     loc->n_line = 1;
     loc->line = lines;
     return loc;
@@ -145,7 +148,8 @@ static uint64_t location_id(struct builder *b, const struct flame_frame *f)
     id = lookup(b, "l:", key);
     if (id < 0 &&
         grow((void **)&b->locations, &b->cap_locations, b->n_locations, sizeof(*b->locations)))
-        loc = new_location(b->n_locations + 1, function_id(b, f->func, f->file), f->line);
+        loc = new_location(b->n_locations + 1, function_id(b, f->func, f->file, f->first_line),
+                           f->line);
     if (loc) {
         b->locations[b->n_locations++] = loc;
         id = (json_int_t)loc->id;
@@ -158,27 +162,62 @@ static uint64_t location_id(struct builder *b, const struct flame_frame *f)
     return (uint64_t)id;
 }
 
-/* One Sample: the stack's frames, innermost first as pprof wants. */
+/* A label of a Sample: a text (@str) or a number (@num when @str is NULL). */
+static Perftools__Profiles__Label *new_label(struct builder *b, const char *key, const char *str,
+                                             int64_t num)
+{
+    Perftools__Profiles__Label *l = malloc(sizeof(*l));
+
+    if (!l) {
+        b->oom = true;
+        return NULL;
+    }
+    perftools__profiles__label__init(l);
+    l->key = string_index(b, key);
+    if (str)
+        l->str = string_index(b, str);
+    else
+        l->num = num;
+    return l;
+}
+
+/* One Sample: the stack's frames, innermost first as pprof wants. A root "label" frame of a
+ * thread (flame_request.by_thread: its file the thread's name, its line the tid) is no frame
+ * but the sample's labels thread and thread_id; pid and rank label every sample. */
 static Perftools__Profiles__Sample *sample_of(struct builder *b, const struct flame_stack *st,
-                                              int64_t period_ns)
+                                              int64_t period_ns, const struct pprof_meta *meta)
 {
     Perftools__Profiles__Sample *s = calloc(1, sizeof(*s));
+    const struct flame_frame *thread =
+        st->n_frames && st->frames[0].label && st->frames[0].line > 0 ? &st->frames[0] : NULL;
+    size_t skip = thread ? 1 : 0, n = st->n_frames - skip;
 
     if (!s)
         return NULL;
     perftools__profiles__sample__init(s);
-    s->location_id = calloc(st->n_frames ? st->n_frames : 1, sizeof(*s->location_id));
+    s->location_id = calloc(n ? n : 1, sizeof(*s->location_id));
     s->value = calloc(2, sizeof(*s->value));
-    if (!s->location_id || !s->value) {
+    s->label = calloc(4, sizeof(*s->label));
+    if (!s->location_id || !s->value || !s->label) {
         b->oom = true;
         return s;
     }
-    for (size_t k = 0; k < st->n_frames; k++)
-        s->location_id[st->n_frames - 1 - k] = location_id(b, &st->frames[k]);
-    s->n_location_id = st->n_frames;
+    for (size_t k = 0; k < n; k++)
+        s->location_id[n - 1 - k] = location_id(b, &st->frames[skip + k]);
+    s->n_location_id = n;
     s->n_value = 2;
     s->value[0] = st->count;
     s->value[1] = st->count * period_ns;
+    if (meta && meta->pid > 0)
+        s->label[s->n_label++] = new_label(b, "pid", NULL, meta->pid);
+    if (meta && meta->rank >= 0)
+        s->label[s->n_label++] = new_label(b, "rank", NULL, meta->rank);
+    if (thread) {
+        s->label[s->n_label++] = new_label(b, "thread", thread->file, 0);
+        s->label[s->n_label++] = new_label(b, "thread_id", NULL, thread->line);
+    }
+    for (size_t k = 0; k < s->n_label; k++)
+        b->oom |= s->label[k] == NULL;
     return s;
 }
 
@@ -215,6 +254,9 @@ static void free_builder(struct builder *b, Perftools__Profiles__Sample **sample
             continue;
         free(samples[i]->location_id);
         free(samples[i]->value);
+        for (size_t k = 0; k < samples[i]->n_label; k++)
+            free(samples[i]->label[k]);
+        free(samples[i]->label);
         free(samples[i]);
     }
     free(samples);
@@ -234,8 +276,9 @@ static void free_builder(struct builder *b, Perftools__Profiles__Sample **sample
 }
 
 uint8_t *pprof_of(const struct flame_profile *p, int64_t period_ns, int64_t time_ns,
-                  size_t *ret_len)
+                  const struct pprof_meta *meta, size_t *ret_len)
 {
+    Perftools__Profiles__Mapping mapping = PERFTOOLS__PROFILES__MAPPING__INIT, *mappings[1];
     struct builder b = {.index = json_object()};
     Perftools__Profiles__Profile prof = PERFTOOLS__PROFILES__PROFILE__INIT;
     Perftools__Profiles__ValueType types[2], period_type, *type_ptrs[2] = {&types[0], &types[1]};
@@ -258,7 +301,15 @@ uint8_t *pprof_of(const struct flame_profile *p, int64_t period_ns, int64_t time
     types[1].type = period_type.type = string_index(&b, "cpu");
     types[1].unit = period_type.unit = string_index(&b, "nanoseconds");
     for (i = 0; i < n_rows; i++)
-        samples[i] = sample_of(&b, &p->stacks[i], period_ns);
+        samples[i] = sample_of(&b, &p->stacks[i], period_ns, meta);
+    /* the main binary (pprof tools name the profile by it), holding every location: the
+     * frames are named already, so tools look nothing up in it */
+    mapping.id = 1;
+    mapping.filename = string_index(&b, meta && meta->binary ? meta->binary : "python");
+    mapping.has_functions = mapping.has_filenames = mapping.has_line_numbers = true;
+    mappings[0] = &mapping;
+    prof.n_mapping = 1;
+    prof.mapping = mappings;
     prof.n_sample_type = 2;
     prof.sample_type = type_ptrs;
     prof.n_sample = n_rows;

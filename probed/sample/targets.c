@@ -123,6 +123,7 @@ static void info_of(const struct target *t, struct target_info *i)
         .torch_tracing = t->torch_tracing,
         .catching = t->catching,
         .attached_ns = t->attached_ns,
+        .ended_ns = t->ended_ns,
         .state = t->state,
         .stats = t->stats,
         .task_stats = t->tasks.stats,

@@ -70,6 +70,7 @@ struct target_info {
     bool follow_children, native_wanted, native_perf_only;
     bool allocation_tracking, torch_tracing, catching; /* resumed with these on */
     int64_t attached_ns;                               /* CLOCK_REALTIME */
+    int64_t ended_ns;                                  /* CLOCK_REALTIME; 0 while sampled */
     enum target_state state;
     char end_reason[128];
     struct target_stats stats;

@@ -190,18 +190,19 @@ def test_flamegraph_options_and_formats(daemon, target_factory, tmp_path):
                                    'folded', check=True).stdout)
     assert gil and not any('sleeper' in s for s in gil), gil
     # a window by wall-clock time: what the store has between the two instants
-    lo, hi = daemon.rows('SELECT min(ts_ns), max(ts_ns) FROM samples s JOIN targets t ON'
-                         ' t.id = s.target_id WHERE t.pid = %d' % t.pid)[0]
-    mid = (lo + hi) // 2
-    until = time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(mid // 10**9))
-    cut = (mid // 10**9) * 10**9
+    span = ('SELECT min(ts_ns), max(ts_ns) FROM samples s JOIN targets t ON t.id = s.target_id'
+            ' WHERE t.pid = %d' % t.pid)
+    lo = daemon.rows(span)[0][0]
+    cut = (lo // 10**9 + 2) * 10**9  # a whole second with samples before and after it
+    wait_for(lambda: daemon.rows(span)[0][1] > cut + 10**9, what='samples past the cut')
+    until = time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(cut // 10**9))
     want = daemon.rows('SELECT count(*) FROM samples s JOIN targets t ON t.id = s.target_id'
                        ' WHERE t.pid = %d AND ts_ns < %d AND (state & 1) = 1' % (t.pid, cut))
     got = folded_counts(daemon.ctl('flamegraph', t.pid, '--since', '1h', '--until', until,
                                    '--format', 'folded', check=True).stdout)
     assert sum(got.values()) == want[0][0] > 0, (sum(got.values()), want)
     r = daemon.ctl('flamegraph', t.pid, '--until', 'yesterday-ish')
-    assert r.returncode == 2 and 'takes a time' in r.stderr, r.stderr
+    assert r.returncode == 2 and 'or a time (14:05' in r.stderr, r.stderr
     # -o's name: folded text, and pprof that go tool pprof reads
     daemon.ctl('flamegraph', t.pid, '-o', str(tmp_path / 'f.collapsed'), check=True)
     assert all(l.rsplit(' ', 1)[1].strip().isdigit() for l in open(str(tmp_path / 'f.collapsed')))
@@ -239,3 +240,228 @@ def test_record_usage_errors(daemon, tmp_path):
         sleeper.wait()
     assert r.returncode == 1 and 'is not a CPython 3 process' in r.stderr, r.stderr
     assert r.stderr.rstrip().endswith('holds a Python runtime'), r.stderr
+
+
+def screen_of(fd, screen, stream, seconds):
+    """What a terminal shows after @seconds more of @fd's output (pyte: a real emulator)."""
+    import select
+    end = time.time() + seconds
+    while time.time() < end:
+        r, _, _ = select.select([fd], [], [], 0.1)
+        if r:
+            try:
+                stream.feed(os.read(fd, 65536).decode('utf-8', 'replace'))
+            except OSError:
+                break
+    return screen.display
+
+
+def test_top_on_a_terminal_and_as_data(daemon, target_factory):
+    """top on a terminal is interactive (ncurses, read through a terminal emulator): o/t sort
+    by own or total, g keeps the GIL's samples, q quits with 0; --once prints the same ranking
+    as a table, CSV or JSON, the shares those of the counts it prints."""
+    import pty
+    import pyte
+    t = target_factory(PY, 'busy.py')
+    daemon.ctl('attach', t.pid, check=True)
+    wait_for(lambda: daemon.rows('SELECT count(*) FROM samples s JOIN targets t ON'
+                                 ' t.id = s.target_id WHERE t.pid = %d' % t.pid)[0][0] > 100,
+             what='samples')
+    rows = json.loads(daemon.ctl('top', t.pid, '--once', '--json', check=True).stdout)
+    assert rows[0]['function'] == 'spin_inner' and rows[0]['own'] > 0, rows
+    # every share is of one count: the samples of the window
+    window = {round(100.0 * r[k] / r[k + '_pct'], 6) for r in rows for k in ('own', 'total')
+              if r[k]}
+    assert len(window) == 1 and window.pop() >= rows[0]['total'], rows
+    csv_lines = daemon.ctl('top', t.pid, '--once', '--format', 'csv', '--rows', '2',
+                           check=True).stdout.splitlines()
+    assert csv_lines[0] == 'own_pct,total_pct,own,total,function,file' and len(csv_lines) == 3
+    by_total = json.loads(daemon.ctl('top', t.pid, '--once', '--json', '--sort', 'total',
+                                     check=True).stdout)
+    # by total, ties top-down: the script's <module> holds every sample and is the root
+    assert by_total[0]['function'] == '<module>' and by_total[0]['total'] >= \
+        by_total[-1]['total'], by_total
+    r = daemon.ctl('top', t.pid, '--format', 'csv')
+    assert r.returncode == 2 and 'goes with --once' in r.stderr, r.stderr
+    screen = pyte.Screen(100, 24)
+    stream = pyte.Stream(screen)
+    child, fd = pty.fork()
+    if child == 0:
+        os.environ.update(TERM='xterm', LINES='24', COLUMNS='100', PROBED_SOCKET=daemon.socket)
+        os.execv(daemon.probectl, ['probectl', 'top', str(t.pid), '--interval', '0.3'])
+    try:
+        shown = screen_of(fd, screen, stream, 2)
+        assert shown[0].startswith('probectl top: pid %d' % t.pid), shown
+        assert 'sorted by %Own' in shown[1] and 'spin_inner' in shown[3], shown
+        assert shown[-1].startswith('q quit'), shown
+        os.write(fd, b't')
+        shown = screen_of(fd, screen, stream, 1)
+        assert 'sorted by %Total' in shown[1] and 'spin_inner' not in shown[3], shown
+        os.write(fd, b'g')
+        shown = screen_of(fd, screen, stream, 1)
+        assert 'holding the GIL' in shown[0], shown
+        os.write(fd, b'q')
+        screen_of(fd, screen, stream, 0.5)
+        _, status = os.waitpid(child, 0)
+        child = None
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    finally:
+        if child:
+            os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
+        os.close(fd)
+    daemon.ctl('detach', t.pid)
+
+
+def test_one_output_convention(daemon, target_factory):
+    """list, config, status, detach and query print a table for people, CSV with --format csv
+    (RFC 4180) and the API's JSON with --json, reals at 15 significant digits; list shows the
+    processes that ended lately (--all: every one); detach --match and --all detach several."""
+    import csv
+    import io
+    a = target_factory(PY, 'busy.py')
+    b = target_factory(PY, 'busy.py')
+    for t in (a, b):
+        daemon.ctl('attach', t.pid, check=True)
+    table = daemon.ctl('list', check=True).stdout.splitlines()
+    assert table[0].split() == ['PID', 'STATE', 'RATE', 'PYTHON', 'SAMPLES', 'TORN', 'MODE',
+                                'COMMAND'], table
+    mine = [l for l in table if l.split()[0] in (str(a.pid), str(b.pid))]
+    assert len(mine) == 2 and all(l.split()[1] == 'sampling' for l in mine), table
+    # the columns line up: each row's STATE starts under the heading's
+    at = table[0].index('STATE')
+    assert all(l[at:].startswith('sampling') for l in mine), table
+    rows = list(csv.DictReader(io.StringIO(daemon.ctl('list', '--format', 'csv',
+                                                       check=True).stdout)))
+    assert {int(r['PID']) for r in rows} >= {a.pid, b.pid} and \
+        all(r['COMMAND'].endswith('busy.py') for r in rows if int(r['PID']) == a.pid), rows
+    listed = json.loads(daemon.ctl('list', '--json', check=True).stdout)
+    assert {t['pid'] for t in listed['targets']} >= {a.pid, b.pid}
+    # query: 20.9 is 20.9 in JSON, the table and CSV; a comma quoted
+    r = daemon.ctl('query', '--json', "SELECT 20.9 AS x, 1.0 / 3 AS y, 'a,b' AS s", check=True)
+    assert '20.9,' in r.stdout.replace(' ', '').replace('\n', '') and '20.899' not in r.stdout
+    r = daemon.ctl('query', '--format', 'csv', "SELECT 20.9 AS x, 'a,\"b' AS s", check=True)
+    assert r.stdout == 'x,s\n20.9,"a,""b"\n', r.stdout
+    r = daemon.ctl('query', '--format', 'xml', 'SELECT 1')
+    assert r.returncode == 2 and 'table, csv or json' in r.stderr, r.stderr
+    # config: probed.conf's lines, their values aligned whatever the longest key; CSV; JSON
+    lines = [l for l in daemon.ctl('config', check=True).stdout.splitlines()
+             if not l.startswith('#')]
+    assert len({l.index(' = ') for l in lines}) == 1, lines
+    settings = list(csv.DictReader(io.StringIO(daemon.ctl('config', '--format', 'csv',
+                                                          check=True).stdout)))
+    assert {'sample_rate', 'allocation_interval'} <= {s['key'] for s in settings}
+    assert json.loads(daemon.ctl('config', '--json', check=True).stdout)['settings']
+    # status
+    st = json.loads(daemon.ctl('status', '--json', check=True).stdout)
+    assert st['targets']['sampling'] >= 2 and st['database'] == daemon.db, st
+    text = daemon.ctl('status', check=True).stdout
+    assert re.search(r'^sampling\s+\d+', text, re.M) and daemon.db in text, text
+    # one that ended lately is listed, with its end (--all: every one, however old)
+    a.close()
+    wait_for(lambda: {t['pid']: t['state'] for t in json.loads(
+        daemon.ctl('list', '--json').stdout)['targets']}.get(a.pid) == 'exited',
+        what='the ended target listed')
+    ended = [t for t in json.loads(daemon.ctl('list', '--all', '--json').stdout)['targets']
+             if t['pid'] == a.pid]
+    assert ended and ended[0]['ended_ns'] > ended[0]['attached_ns'], ended
+    # detach --match: the one whose command line matches and still runs; then --all
+    r = daemon.ctl('detach', '--match', 'busy\\.py', '--json', check=True)
+    assert b.pid in json.loads(r.stdout)['detached'], r.stdout
+    r = daemon.ctl('detach', '--all', check=True)
+    assert r.stdout.startswith('detached 0 processes'), r.stdout
+    r = daemon.ctl('detach', '--all', '--match', 'x')
+    assert r.returncode == 2 and 'not both' in r.stderr
+
+
+def test_pprof_labels_start_lines_and_mapping(daemon, target_factory, tmp_path):
+    """A pprof profile labels each sample with its pid and thread (go tool pprof -tags), names
+    the program as its main binary (no 'Main binary filename not available'), and gives each
+    function its def's line."""
+    t = target_factory(PY, 'busy.py')
+    daemon.ctl('attach', t.pid, check=True)
+    wait_for(lambda: daemon.rows('SELECT count(*) FROM samples s JOIN targets t ON'
+                                 ' t.id = s.target_id WHERE t.pid = %d' % t.pid)[0][0] > 100,
+             what='samples')
+    pb = str(tmp_path / 'p.pb.gz')
+    daemon.ctl('flamegraph', t.pid, '--idle', '-o', pb, check=True)
+    env = dict(os.environ, HOME=str(tmp_path))
+    tags = subprocess.run(['go', 'tool', 'pprof', '-tags', pb], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, universal_newlines=True, timeout=120, env=env)
+    assert tags.returncode == 0, tags.stdout
+    assert 'MainThread' in tags.stdout and 'sleeper' in tags.stdout, tags.stdout
+    assert re.search(r'pid:.*\b%d\b' % t.pid, tags.stdout, re.S), tags.stdout
+    raw = subprocess.run(['go', 'tool', 'pprof', '-raw', pb], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, universal_newlines=True, timeout=120, env=env)
+    assert raw.returncode == 0 and 'Main binary filename not available' not in raw.stdout, \
+        raw.stdout
+    mappings = raw.stdout.split('Mappings', 1)[1]
+    assert PY in mappings or 'python3' in mappings, mappings
+    # each location's function starts at its def: "N: 0x0 M=1 spin_inner FILE:LINE s=START"
+    src = open(os.path.join(TARGETS, 'busy.py')).read().splitlines()
+    start = next(i for i, l in enumerate(src, 1) if l.startswith('def spin_inner'))
+    locations = raw.stdout.split('Locations', 1)[1].split('Mappings', 1)[0]
+    assert re.search(r'M=1 spin_inner \S+busy\.py:\d+ s=%d\b' % start, locations), locations
+    daemon.ctl('detach', t.pid)
+
+
+MAN = os.path.join(os.path.dirname(__file__), '..', '..', 'packaging', 'man', 'probectl.1')
+COMPLETION = os.path.join(os.path.dirname(__file__), '..', '..', 'packaging', 'completion')
+
+
+def test_usage_completion_and_man_page_agree(daemon):
+    """Each command's options, as its --help names them (and so as completion offers them),
+    are options getopt takes, and the man page names each command and each of its options;
+    bash's completion, through the installed script, completes a command and an option."""
+    env = dict(os.environ, PROBED_SOCKET=daemon.socket)
+
+    def complete(*words):
+        r = subprocess.run([daemon.probectl, '__complete'] + list(words), env=env, timeout=30,
+                           stdout=subprocess.PIPE, universal_newlines=True)
+        assert r.returncode == 0
+        return r.stdout.split()
+    commands = complete('')
+    assert {'attach', 'record', 'flamegraph', 'top', 'status', 'help'} <= set(commands), commands
+    assert complete('fl') == ['flamegraph'] and complete('--socket', 'x', 're') == \
+        ['record', 'repl']
+    # the man page's entries: the text under each ".TP" heading "command ...", by command
+    entries, current = {}, None
+    lines = open(MAN).read().replace('\\-', '-').splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith('.SH'):
+            current = None
+        if line == '.TP' and i + 1 < len(lines):
+            m = re.match(r'^\.B[IR]? "?([a-z]+)\b', lines[i + 1])
+            current = m.group(1) if m else current
+        if current:
+            entries[current] = entries.get(current, '') + line + '\n'
+    missing = []
+    for cmd in commands:
+        if cmd in ('help', 'dump'):
+            continue
+        if cmd not in entries:
+            missing.append(cmd)
+            continue
+        for opt in complete(cmd, '--'):
+            # getopt refuses an option it does not know at once; one it takes either fails
+            # for want of more (a pid, an argument) or runs (web serves: stopped after 3 s)
+            p = subprocess.Popen([daemon.probectl, cmd, opt], env=env, stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 universal_newlines=True)
+            try:
+                err = p.communicate(timeout=3)[1]
+            except subprocess.TimeoutExpired:
+                p.kill()
+                err = p.communicate()[1]
+            assert 'unrecognized option' not in err, (cmd, opt, err)
+            if opt not in ('--help', '--socket') and not re.search(
+                    re.escape(opt) + r'(?![a-z-])', entries[cmd]):
+                missing.append('%s %s' % (cmd, opt))
+    assert not missing, 'probectl.1 lacks: %s' % ', '.join(missing)
+    # bash, through the script the package installs
+    script = ('source %s; COMP_WORDS=(probectl flamegraph 1 --th); COMP_CWORD=3; _probectl;'
+              ' printf "%%s\\n" "${COMPREPLY[@]}"' % os.path.join(COMPLETION, 'probectl.bash'))
+    r = subprocess.run(['bash', '-c', script], env=dict(env, PATH=os.path.dirname(
+        daemon.probectl) + ':' + os.environ['PATH']), stdout=subprocess.PIPE,
+        universal_newlines=True, timeout=30)
+    assert sorted(r.stdout.split()) == ['--thread', '--threads'], r.stdout

@@ -1,0 +1,42 @@
+/*
+ * output.h - probectl's one output convention: every command that prints data prints it as a
+ * table for people (the default), CSV or JSON (`--format table|csv|json`, `--json`).
+ *
+ * A command's data is columns and rows of JSON cells. A table is aligned by libsmartcols
+ * (util-linux's: display widths of any UTF-8, numbers to the right, the last column cut to a
+ * terminal's width); `query`'s results keep the psql-like table of the seeds' documents
+ * ("a | b", a rule, "(N rows)"). CSV is RFC 4180 (a field quoted when it holds a comma, a quote
+ * or a line break; NULL empty). JSON is the API's document for the command, reals written at
+ * 15 significant digits (20.9, not 20.899999999999999). Reals in tables and CSV the same.
+ * Threads: the caller's. Memory: nothing kept. Failure: output_format_of() says why (exit 2).
+ */
+#ifndef PROBECTL_OUTPUT_H
+#define PROBECTL_OUTPUT_H
+
+#include <jansson.h>
+#include <stdio.h>
+
+enum output_format { OUTPUT_TABLE, OUTPUT_CSV, OUTPUT_JSON };
+
+/* The getopt entries of the convention: --format F (case 'f') and --json (case 'j'). */
+#define OUTPUT_LONGOPTS                                                                            \
+    {"format", required_argument, NULL, 'f'},                                                      \
+    {                                                                                              \
+        "json", no_argument, NULL, 'j'                                                             \
+    }
+
+/* --format's @s into *@ret; -1 after saying on stderr what @cmd takes. */
+int output_format_of(const char *s, const char *cmd, enum output_format *ret);
+
+/* @rows (arrays of cells) under @cols (names) as @f's table or CSV, to stdout. */
+void output_rows(enum output_format f, json_t *cols, json_t *rows);
+/* The same as a psql-like table ("(N rows)" under it), for query results. */
+void output_sql_table(json_t *cols, json_t *rows);
+/* @doc as JSON (reals at 15 significant digits) and a newline, to stdout. */
+void output_json(json_t *doc);
+
+/* A cell as text: strings as they are, reals at 15 significant digits, NULL as @null.
+ * malloc'd. */
+char *output_cell_text(json_t *v, const char *null);
+
+#endif
