@@ -16,5 +16,8 @@ fi
 # shellcheck disable=SC2086
 cmake -S . -B "$dir" $flags >/dev/null
 cmake --build "$dir" -j"$(nproc)"
-cd "$dir"
-ctest --output-on-failure -j2 --timeout 900
+before=$(mktemp)
+sh scripts/leftovers.sh snapshot "$before"
+(cd "$dir" && ctest --output-on-failure -j2 --timeout 900)
+sh scripts/leftovers.sh check "$before"   # nothing a test started may outlive it
+rm -f "$before"
