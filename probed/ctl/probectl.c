@@ -20,6 +20,7 @@
 #include "ctl/debug.h"
 #include "ctl/commands.h"
 #include "ctl/eval.h"
+#include "ctl/export.h"
 #include "ctl/mcp.h"
 #include "ctl/web.h"
 #include "ctl/ops.h"
@@ -55,6 +56,8 @@ static const struct command commands[] = {
     {"repl", repl_main, "an interactive Python prompt inside a running process"},
     {"memory", memory_main, "memory now, peak and growth per minute of an attached process"},
     {"config", config_main, "read or change the daemon's settings live"},
+    {"export", export_main,
+     "a self-contained SQLite copy of your data, views included, for sqlite3"},
     {"status", status_main, "the daemon: version, database, samples written and lost, sources"},
     {"torch", torch_main,
      "a PyTorch job: per-step, per-module trace (on|off|summary), profile (ops, GPU kernels), GPU "

@@ -465,3 +465,60 @@ def test_usage_completion_and_man_page_agree(daemon):
         daemon.probectl) + ':' + os.environ['PATH']), stdout=subprocess.PIPE,
         universal_newlines=True, timeout=30)
     assert sorted(r.stdout.split()) == ['--thread', '--threads'], r.stdout
+
+
+def test_export_a_self_contained_database(daemon, target_factory, tmp_path):
+    """export --db: a file sqlite3 reads alone, with the samples as rows (those the daemon held
+    when it began, and no more than it held after), the documented views as real views that
+    answer as the daemon's do, --pid narrowing it; never over a file that exists; another user's
+    copy holds nothing of root's processes."""
+    import sqlite3
+    from daemon import ensure_test_user
+    t = target_factory(PY, 'busy.py')
+    other = target_factory(PY, 'busy.py')
+    for p in (t, other):
+        daemon.ctl('attach', p.pid, check=True)
+    count = ('SELECT count(*) FROM samples s JOIN targets t ON t.id = s.target_id'
+             ' WHERE t.pid = %d' % t.pid)
+    wait_for(lambda: daemon.rows(count)[0][0] > 200, what='samples')
+    before = daemon.rows(count)[0][0]
+    path = str(tmp_path / 'copy.db')
+    r = daemon.ctl('export', '--db', path, '--pid', t.pid)
+    after = daemon.rows(count)[0][0]
+    assert r.returncode == 0 and 'wrote %s' % path in r.stderr, r.stderr
+    db = sqlite3.connect(path)
+    got = db.execute(count).fetchone()[0]
+    assert before <= got <= after, (before, got, after)
+    assert db.execute('SELECT count(*) FROM targets WHERE pid = %d' % other.pid).fetchone()[0] == 0
+    views = {n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'view'")}
+    assert {'stacks', 'sample_frames', 'function_stats', 'thread_states', 'memory_usage',
+            'torch_trace', 'stack_minutes'} <= views, views
+    top = db.execute('SELECT func FROM function_stats WHERE pid = %d LIMIT 1' % t.pid).fetchone()
+    assert top == ('spin_inner',), top
+    # a view over the copied rows answers as the daemon's over its own: the counts per minute
+    minutes = db.execute('SELECT sum(n) FROM stack_minutes WHERE pid = %d' % t.pid).fetchone()[0]
+    assert minutes and minutes >= got * 0.5, (minutes, got)
+    frames = db.execute("SELECT count(*) FROM sample_frames WHERE pid = %d AND func ="
+                        " 'spin_inner'" % t.pid).fetchone()[0]
+    main = db.execute('SELECT count(*) FROM samples WHERE tid = %d' % t.pid).fetchone()[0]
+    assert 0.9 * main <= frames <= main, (frames, main)  # the main thread spins there
+    db.close()
+    r = daemon.ctl('export', '--db', path)
+    assert r.returncode == 1 and 'File exists' in r.stderr, r.stderr
+    # another user: nothing of root's
+    user = ensure_test_user()
+    os.chmod(daemon.socket, 0o666)
+    import tempfile
+    shared = tempfile.mkdtemp(prefix='probed-export-')
+    os.chmod(shared, 0o777)
+    theirs = os.path.join(shared, 'theirs.db')
+    r = daemon.ctl('export', '--db', theirs, user=user)
+    assert r.returncode == 0, r.stderr
+    db = sqlite3.connect(theirs)
+    assert db.execute('SELECT count(*) FROM targets').fetchone()[0] == 0
+    assert db.execute('SELECT count(*) FROM samples').fetchone()[0] == 0
+    db.close()
+    import shutil
+    shutil.rmtree(shared)
+    for p in (t, other):
+        daemon.ctl('detach', p.pid)
