@@ -10,7 +10,7 @@
 #include "errbuf.h"
 #include "common/units.h"
 
-enum kind { K_PATH, K_NAME, K_RATE, K_DURATION, K_SIZE, K_ADDRESS, K_CHOICE };
+enum kind { K_PATH, K_NAME, K_RATE, K_DURATION, K_SIZE, K_ADDRESS, K_CHOICE, K_URL, K_LABEL };
 
 struct key_def {
     const char *name;
@@ -69,6 +69,14 @@ static const struct key_def keys[CFG_N] = {
                             " eval, the torch trace ...) in samples: hide (the job's truth) or"
                             " show (stored as the job's are, the threads named probed-stub and"
                             " the code's file <probed...>)"},
+    [CFG_PYROSCOPE_URL] = {"pyroscope_url", K_URL, true, "", 0, 0, true,
+                           "a Pyroscope server (http or https): each target's profile is pushed"
+                           " to its /ingest every pyroscope_interval (empty: not pushed)"},
+    [CFG_PYROSCOPE_INTERVAL] = {"pyroscope_interval", K_DURATION, true, "15s", NS, 3600 * NS, false,
+                                "how often profiles are pushed to pyroscope_url"},
+    [CFG_PYROSCOPE_APP] = {"pyroscope_app", K_LABEL, true, "python", 0, 0, false,
+                           "the application name of the pushed profiles (APP.cpu{job=...,"
+                           "host=...,pid=...,rank=...})"},
 };
 
 void config_init(struct config *c)
@@ -182,6 +190,21 @@ int config_check(enum config_key k, const char *value, int64_t *num, struct errb
         return 0;
     case K_ADDRESS:
         return check_address(value, err);
+    case K_URL: /* only http(s), and nothing a request line or a label could be split by */
+        if (!*value)
+            return 0;
+        if ((strncmp(value, "http://", 7) != 0 && strncmp(value, "https://", 8) != 0) ||
+            strpbrk(value, " \"<>\\^`{|}") || strchr(value, '?') || strchr(value, '#'))
+            return errbuf_set(err, -EINVAL,
+                              "%s: '%s' is not an http:// or https:// URL (no query, no spaces)",
+                              d->name, value);
+        return 0;
+    case K_LABEL:
+        if (!*value || strspn(value, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                     "0123456789._-") != strlen(value))
+            return errbuf_set(err, -EINVAL, "%s: '%s' is not a name of letters, digits, . _ -",
+                              d->name, value);
+        return 0;
     case K_CHOICE: { /* two words: the first is 0, the second 1 */
         const char *one = k == CFG_PROBED_THREADS ? "hide" : "script";
         const char *two = k == CFG_PROBED_THREADS ? "show" : "full";

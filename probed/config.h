@@ -48,6 +48,9 @@ enum config_key {
     CFG_WRITE_BACKLOG,       /* bytes of batches kept while the database fails; 0 = none */
     CFG_NVML,                /* libnvidia-ml.so.1: "" = search, "off" = GPUs not read (restart) */
     CFG_PROBED_THREADS,      /* the stub's threads and frames in samples: 0 hide, 1 show */
+    CFG_PYROSCOPE_URL,       /* a Pyroscope server's http(s) URL profiles are pushed to; "" off */
+    CFG_PYROSCOPE_INTERVAL,  /* ns between pushes */
+    CFG_PYROSCOPE_APP,       /* the application name of the pushed profiles */
     CFG_N
 };
 

@@ -36,6 +36,7 @@
 #include "sample/exits.h"
 #include "sample/meter.h"
 #include "log.h"
+#include "push/pyroscope.h"
 #include "query/query.h"
 #include "query/sqlmem.h"
 #include "common/procfs.h"
@@ -253,7 +254,8 @@ struct daemon {
     struct follower *follower;
     struct writer writer;
     struct meter meter;
-    struct exits *exits; /* NULL: no process connector here */
+    struct pusher pusher; /* profiles to pyroscope_url */
+    struct exits *exits;  /* NULL: no process connector here */
     struct event_base *base;
     struct event *sigterm, *sigint, *sighup;
     struct api *api;
@@ -332,8 +334,13 @@ static int start(struct daemon *d, struct options *o)
     d->writer = (struct writer){
         .flush_ns = 1000000000LL, .config = &o->cfg, .store = d->store, .ob = d->ob, .reg = d->reg};
     d->meter = (struct meter){.reg = d->reg, .ob = d->ob, .cfg = &o->cfg};
+    d->pusher.config = &o->cfg;
+    d->pusher.db_path = db_path;
+    d->pusher.reg = d->reg;
+    d->pusher.writer = &d->writer;
     if ((r = sampler_start(d->sampler)) < 0 || (r = writer_start(&d->writer)) < 0 ||
-        (r = meter_start(&d->meter)) < 0 || (r = follower_start(d->follower)) < 0)
+        (r = meter_start(&d->meter)) < 0 || (r = follower_start(d->follower)) < 0 ||
+        (r = pusher_start(&d->pusher)) < 0)
         return log_errno(LOG_ERR, r, "starting threads");
     exits_start(d->reg, d->ob, &d->exits); /* without it, exits are not recorded (logged) */
     d->base = event_base_new();
@@ -351,6 +358,7 @@ static int start(struct daemon *d, struct options *o)
                                        .follower = d->follower,
                                        .writer = &d->writer,
                                        .meter = &d->meter,
+                                       .pusher = &d->pusher,
                                        .exits = d->exits},
                    &d->api);
 }
@@ -367,7 +375,8 @@ static void stop(struct daemon *d)
     if (d->base)
         event_base_free(d->base);
     meter_stop(&d->meter);
-    exits_stop(d->exits); /* before the writer: its last rows are flushed */
+    pusher_stop(&d->pusher); /* before the targets it reads are freed */
+    exits_stop(d->exits);    /* before the writer: its last rows are flushed */
     follower_free(d->follower);
     sampler_free(d->sampler); /* targets stay "live" in the store: a restart resumes them */
     writer_stop(&d->writer);  /* after the sampler: its last samples are flushed */

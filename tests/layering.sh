@@ -19,7 +19,8 @@ allowed() {
     store) echo "common base native gpu sample store" ;;
     query) echo "common base store query" ;;
     intarget) echo "common base store intarget stub" ;;
-    api) echo "common base native gpu sample store query intarget api" ;;
+    push) echo "common base native gpu sample store query push" ;;
+    api) echo "common base native gpu sample store query intarget push api" ;;
     ctl) echo "common ctl" ;;
     stub) echo "stub" ;;
     esac
@@ -42,7 +43,7 @@ check() { # file folder
 }
 
 out=$(
-    for d in common native gpu sample store query intarget api ctl stub; do
+    for d in common native gpu sample store query intarget push api ctl stub; do
         for f in "$d"/*.c "$d"/*.h; do
             [ -e "$f" ] && check "$f" "$d"
         done

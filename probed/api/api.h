@@ -41,7 +41,8 @@ struct api_parts {
     struct follower *follower;
     struct writer *writer;
     struct meter *meter;
-    struct exits *exits; /* NULL: exits not recorded (no netlink connector) */
+    struct pusher *pusher; /* NULL: no pushing (the fuzzers) */
+    struct exits *exits;   /* NULL: exits not recorded (no netlink connector) */
 };
 
 struct api;

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "push/pyroscope.h"
 #include "api/server.h"
 #include "clock.h"
 #include "log.h"
@@ -75,6 +76,8 @@ int status_get(struct api *a, const struct request *rq)
                                   (json_int_t)rs.watched, "watches", (json_int_t)rs.watches,
                                   "exited", (json_int_t)rs.exited, "full", (json_int_t)rs.full));
     json_object_set_new(body, "gpu", gpu_json(a->parts.meter));
+    if (a->parts.pusher) /* profiles pushed to pyroscope_url */
+        json_object_set_new(body, "pyroscope", pusher_json(a->parts.pusher));
     /* the daemon's wall clock: `probectl hang` aligns its instant on every node with it */
     json_object_set_new(body, "now_ns", json_integer((json_int_t)real_ns()));
     /* which node answered: the web view's targets, a transport's far end */

@@ -52,8 +52,13 @@ static void count_lost(struct writer *w, const struct ob_half *h, const char *wh
 
 /* The backlog first (it holds what came before), then the new batch; a batch the database
  * will not take goes to the end of the backlog, or is lost past its bound. */
+/* A sample is in the outbox a moment after its time was taken: one taken before a swap may
+ * still land in the next half. Those older than this before a swap are in the half it took. */
+#define SWAP_SLACK_NS 100000000LL
+
 static void flush(struct writer *w)
 {
+    int64_t swapped_at = real_ns();
     struct ob_half *h = outbox__swap(w->ob);
     struct errbuf err;
     int64_t now = mono_ns();
@@ -78,6 +83,7 @@ static void flush(struct writer *w)
     if (r == 0 && (r = store__write(w->store, h, &err)) == 0) {
         w->flushes++;
         w->samples_written += h->n_samples;
+        w->stored_to_ns = swapped_at - SWAP_SLACK_NS;
         return;
     }
     if (r != -EAGAIN && w->write_errors++ == 0)

@@ -34,6 +34,9 @@ struct writer {
     atomic_uint_fast64_t flushes, write_errors, samples_written, samples_dropped, retained;
     atomic_uint_fast64_t usage_dropped;   /* memory/CPU/GPU rows the outbox had no room for */
     atomic_uint_fast64_t backlog_samples; /* kept, waiting for the database to take them */
+    /* CLOCK_REALTIME: every sample taken before it is in the database (0: none written yet);
+     * what a reader of whole windows (push/pyroscope.h) waits for */
+    atomic_int_fast64_t stored_to_ns;
     struct ob_backlog backlog;
     int64_t retry_ns; /* CLOCK_MONOTONIC of the next try of the backlog */
     int64_t retry_wait_ns;

@@ -522,3 +522,117 @@ def test_export_a_self_contained_database(daemon, target_factory, tmp_path):
     shutil.rmtree(shared)
     for p in (t, other):
         daemon.ctl('detach', p.pid)
+
+
+class Ingest:
+    """A Pyroscope-compatible receiver (POST /ingest as Pyroscope's HTTP API documents it),
+    checking each request; it answers 503 to the requests numbered in @fail (an outage)."""
+
+    def __init__(self, fail=()):
+        import http.server
+        import threading
+        self.requests, self.errors, self.fail = [], [], set(fail)
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                import email.parser
+                import urllib.parse
+                url = urllib.parse.urlparse(self.path)
+                q = dict(urllib.parse.parse_qsl(url.query))
+                body = self.rfile.read(int(self.headers['Content-Length']))
+                msg = email.parser.BytesParser().parsebytes(
+                    b'Content-Type: ' + self.headers['Content-Type'].encode() + b'\r\n\r\n' + body)
+                parts = {p.get_param('name', header='content-disposition'): p.get_payload(
+                    decode=True) for p in msg.get_payload()} if msg.is_multipart() else {}
+                m = re.match(r'^python\.cpu\{job=busy\.py,host=[^,{}=]+,pid=(\d+)\}$',
+                             q.get('name', ''))
+                why = [w for ok, w in (
+                    (url.path == '/ingest', 'path %s' % url.path),
+                    (m is not None, 'name %r' % q.get('name')),
+                    (q.get('format') == 'pprof', 'format %r' % q.get('format')),
+                    (q.get('spyName') == 'probed' and q.get('sampleRate') == '100', 'params %r' % q),
+                    (int(q.get('from', 0)) < int(q.get('until', 0)), 'window %r' % q),
+                    ('profile' in parts and parts['profile'][:2] == b'\x1f\x8b',
+                     'no gzipped pprof in a multipart "profile" field: %r' % list(parts)))
+                    if not ok]
+                n = len(outer.requests) + len(outer.errors)
+                if why:
+                    outer.errors.append(why)
+                    self.send_response(400)
+                elif n in outer.fail:
+                    outer.errors.append(['refused on purpose'])
+                    self.send_response(503)
+                else:
+                    outer.requests.append((int(m.group(1)), int(q['from']), int(q['until']),
+                                           parts['profile']))
+                    self.send_response(200)
+                self.end_headers()
+
+        self.server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Handler)
+        self.url = 'http://127.0.0.1:%d' % self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def pprof_samples(path, env):
+    """The samples/count total of a pprof file, as go tool pprof reads it."""
+    r = subprocess.run(['go', 'tool', 'pprof', '-raw', path], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, universal_newlines=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stdout
+    text = r.stdout.split('Samples:', 1)[1].split('Locations', 1)[0]
+    return sum(int(l.split()[0]) for l in text.splitlines()[2:] if l.strip() and
+               l.split()[0].isdigit())
+
+
+def test_profiles_pushed_to_pyroscope(daemon, target_factory, tmp_path):
+    """pyroscope_url set: each target's profile is pushed to /ingest every pyroscope_interval as
+    Pyroscope's API documents it (name with job, host, pid; whole-second windows; a multipart
+    pprof that go tool pprof reads, labelled with the thread); through an outage (two pushes
+    refused) no second is lost: the windows taken join end to end, and their samples are the
+    samples stored in them."""
+    t = target_factory(PY, 'busy.py')
+    ingest = Ingest(fail=(1, 2))
+    try:
+        r = daemon.ctl('config', 'pyroscope_url=ftp://x')
+        assert r.returncode == 1 and 'http://' in r.stderr, r.stderr
+        daemon.ctl('config', 'pyroscope_interval=1s', check=True)
+        daemon.ctl('config', 'pyroscope_url=' + ingest.url, check=True)
+        daemon.ctl('attach', t.pid, check=True)
+        wait_for(lambda: len([q for q in ingest.requests if q[0] == t.pid]) >= 4,
+                 timeout=40, what='four pushes accepted',
+                 explain=lambda: (ingest.errors, daemon.api('GET', '/v1/status')[1].get(
+                     'pyroscope')))
+        daemon.ctl('config', 'pyroscope_url=', check=True)
+        assert [e for e in ingest.errors if e != ['refused on purpose']] == [], ingest.errors
+        assert len(ingest.errors) == 2
+        mine = sorted(q for q in ingest.requests if q[0] == t.pid)
+        for a, b in zip(mine, mine[1:]):
+            assert a[2] == b[1], (a[1:3], b[1:3])  # end to end: nothing lost, nothing twice
+        env = dict(os.environ, HOME=str(tmp_path))
+        pushed = 0
+        for i, (_, lo, hi, pb) in enumerate(mine):
+            path = str(tmp_path / ('push%d.pb.gz' % i))
+            open(path, 'wb').write(pb)
+            pushed += pprof_samples(path, env)
+        stored = daemon.rows('SELECT count(*) FROM samples s JOIN targets t ON t.id = s.target_id'
+                             ' WHERE t.pid = %d AND ts_ns >= %d AND ts_ns < %d AND stack_id <> 0'
+                             ' AND (state & 1) = 1' % (t.pid, mine[0][1] * 10**9,
+                                                       mine[-1][2] * 10**9))[0][0]
+        assert pushed == stored > 0, (pushed, stored)
+        tags = subprocess.run(['go', 'tool', 'pprof', '-tags', path], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, universal_newlines=True, timeout=120,
+                              env=env).stdout
+        assert 'MainThread' in tags and str(t.pid) in tags, tags
+        st = daemon.api('GET', '/v1/status')[1]['pyroscope']
+        assert st['pushes'] >= 4 and st['failures'] == 2 and 'HTTP 503' in st['last_error'], st
+    finally:
+        daemon.ctl('config', 'pyroscope_url=')
+        ingest.close()
+        daemon.ctl('detach', t.pid)

@@ -93,7 +93,7 @@ def target(user=None):
 def test_package_holds_every_part(deb):
     info = run('dpkg-deb', '--info', deb).stdout
     for lib in ('libsqlite3-0', 'libevent-2.1-7', 'libjansson4', 'libelf1', 'libcurl4',
-                'libedit2', 'passwd'):
+                'libedit2', 'libsmartcols1', 'libncursesw6', 'passwd'):
         assert lib in info, info
     contents = run('dpkg-deb', '--contents', deb).stdout
     for path in ('./usr/sbin/probed', './usr/bin/probectl', './usr/lib/probed/libprobed-stub.so',
@@ -102,7 +102,9 @@ def test_package_holds_every_part(deb):
                  './usr/share/man/man5/probed.conf.5.gz', './usr/share/probed/schema/0001_init.sql',
                  './usr/share/probed/schema/0003_memory.sql',
                  './usr/share/probed/grafana/probed-dashboard.json',
-                 './usr/share/doc/probed/copyright'):
+                 './usr/share/doc/probed/copyright',
+                 './usr/share/bash-completion/completions/probectl',
+                 './usr/share/zsh/vendor-completions/_probectl'):
         assert path in contents, path
     assert run('dpkg-query', '-W', '-f=${Conffiles}', 'probed').stdout.strip().startswith(
         '/etc/probed/probed.conf')
