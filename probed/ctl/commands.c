@@ -225,11 +225,9 @@ int detach_main(int argc, char **argv)
             all = true;
         } else if (c == 'm') {
             match = optarg;
-        } else if (c == 'f') {
-            if (output_format_of(optarg, "detach", &format) < 0)
+        } else if (c == 'f' || c == 'j') {
+            if (output_option(c, optarg, "detach", &format) < 0)
                 return 2;
-        } else if (c == 'j') {
-            format = OUTPUT_JSON;
         } else if (c == 'h') {
             printf("usage: probectl detach (<pid> | --all | --match PATTERN)"
                    " [--format table|csv|json | --json]\n"
@@ -323,11 +321,9 @@ int list_main(int argc, char **argv)
             socket = optarg;
         } else if (c == 'a') {
             all = true;
-        } else if (c == 'f') {
-            if (output_format_of(optarg, "list", &format) < 0)
+        } else if (c == 'f' || c == 'j') {
+            if (output_option(c, optarg, "list", &format) < 0)
                 return 2;
-        } else if (c == 'j') {
-            format = OUTPUT_JSON;
         } else if (c == 'h') {
             printf("usage: probectl list [--all] [--format table|csv|json | --json]\n"
                    "  The attached processes, and those that ended in the last 10 minutes\n"
@@ -413,11 +409,9 @@ int query_main(int argc, char **argv)
                 return 2;
             break;
         case 'f':
-            if (output_format_of(optarg, "query", &format) < 0)
-                return 2;
-            break;
         case 'j':
-            format = OUTPUT_JSON;
+            if (output_option(c, optarg, "query", &format) < 0)
+                return 2;
             break;
         case 'S':
             socket = optarg;

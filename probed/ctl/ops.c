@@ -123,11 +123,9 @@ int config_main(int argc, char **argv)
             socket = optarg;
             break;
         case 'f':
-            if (output_format_of(optarg, "config", &format) < 0)
-                return 2;
-            break;
         case 'j':
-            format = OUTPUT_JSON;
+            if (output_option(c, optarg, "config", &format) < 0)
+                return 2;
             break;
         case 'h':
             printf(
@@ -471,11 +469,9 @@ int status_main(int argc, char **argv)
             socket = optarg;
             break;
         case 'f':
-            if (output_format_of(optarg, "status", &format) < 0)
-                return 2;
-            break;
         case 'j':
-            format = OUTPUT_JSON;
+            if (output_option(c, optarg, "status", &format) < 0)
+                return 2;
             break;
         case 'h':
             printf("usage: probectl status [--format table|csv|json | --json]\n"

@@ -22,6 +22,15 @@ int output_format_of(const char *s, const char *cmd, enum output_format *ret)
     return 0;
 }
 
+int output_option(int c, const char *arg, const char *cmd, enum output_format *ret)
+{
+    if (c == 'j') {
+        *ret = OUTPUT_JSON;
+        return 0;
+    }
+    return output_format_of(arg, cmd, ret);
+}
+
 char *output_cell_text(json_t *v, const char *null)
 {
     char *s = NULL;

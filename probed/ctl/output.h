@@ -27,6 +27,8 @@ enum output_format { OUTPUT_TABLE, OUTPUT_CSV, OUTPUT_JSON };
 
 /* --format's @s into *@ret; -1 after saying on stderr what @cmd takes. */
 int output_format_of(const char *s, const char *cmd, enum output_format *ret);
+/* getopt's @c of OUTPUT_LONGOPTS ('f' with @arg, or 'j') into *@ret: -1 after saying why. */
+int output_option(int c, const char *arg, const char *cmd, enum output_format *ret);
 
 /* @rows (arrays of cells) under @cols (names) as @f's table or CSV, to stdout. */
 void output_rows(enum output_format f, json_t *cols, json_t *rows);

@@ -281,12 +281,9 @@ int top_main(int argc, char **argv)
             v.by_total = strcmp(optarg, "total") == 0;
             break;
         case 'f':
-            if (output_format_of(optarg, "top", &format) < 0)
-                return 2;
-            format_given = true;
-            break;
         case 'j':
-            format = OUTPUT_JSON;
+            if (output_option(c, optarg, "top", &format) < 0)
+                return 2;
             format_given = true;
             break;
         case 'S':
