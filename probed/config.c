@@ -198,6 +198,12 @@ int config_check(enum config_key k, const char *value, int64_t *num, struct errb
             return errbuf_set(err, -EINVAL,
                               "%s: '%s' is not an http:// or https:// URL (no query, no spaces)",
                               d->name, value);
+        /* every user of probectl reads the settings: no password in them */
+        if (memchr(strstr(value, "//") + 2, '@', strcspn(strstr(value, "//") + 2, "/")))
+            return errbuf_set(err, -EINVAL,
+                              "%s: no user:password@ in the URL (every probectl user reads the"
+                              " settings)",
+                              d->name);
         return 0;
     case K_LABEL:
         if (!*value || strspn(value, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"

@@ -773,6 +773,9 @@ static int record_or_run(int argc, char **argv, bool run)
     } else {
         size_t n = rec.n;
 
+        /* Ctrl-C from now on ends the recording, which is still written and detached */
+        signal(SIGINT, on_stop);
+        signal(SIGTERM, on_stop);
         rec.n = 0;
         for (size_t i = 0; i < n; i++)
             if (attach_pid(&rec, rec.pids[i]) < 0) {
@@ -785,8 +788,6 @@ static int record_or_run(int argc, char **argv, bool run)
                 json_decref(rec.before[i]);
             return 1;
         }
-        signal(SIGINT, on_stop);
-        signal(SIGTERM, on_stop);
     }
     if (!run && !rec.out && rec.n) { /* the default name: what and when */
         char when[32];

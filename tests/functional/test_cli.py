@@ -602,6 +602,8 @@ def test_profiles_pushed_to_pyroscope(daemon, target_factory, tmp_path):
     try:
         r = daemon.ctl('config', 'pyroscope_url=ftp://x')
         assert r.returncode == 1 and 'http://' in r.stderr, r.stderr
+        r = daemon.ctl('config', 'pyroscope_url=http://me:secret@x:4040/')
+        assert r.returncode == 1 and 'no user:password@' in r.stderr, r.stderr
         daemon.ctl('config', 'pyroscope_interval=1s', check=True)
         daemon.ctl('config', 'pyroscope_url=' + ingest.url, check=True)
         daemon.ctl('attach', t.pid, check=True)
