@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "ctl/output.h"
 
+#include <ctype.h>
 #include <libsmartcols.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -31,6 +32,17 @@ int output_option(int c, const char *arg, const char *cmd, enum output_format *r
     return output_format_of(arg, cmd, ret);
 }
 
+void output_real_text(double v, char *buf, size_t len)
+{
+    /* the fewest digits that read back as the same double (Python's repr): 20.9, not
+     * 20.899999999999999, and all 17 where a value needs them */
+    for (int digits = 1; digits <= 17; digits++) {
+        snprintf(buf, len, "%.*g", digits, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+}
+
 char *output_cell_text(json_t *v, const char *null)
 {
     char *s = NULL;
@@ -41,17 +53,52 @@ char *output_cell_text(json_t *v, const char *null)
         return strdup(null);
     if (json_is_integer(v) && asprintf(&s, "%lld", (long long)json_integer_value(v)) >= 0)
         return s;
-    if (json_is_real(v) && asprintf(&s, "%.15g", json_real_value(v)) >= 0)
-        return s;
+    if (json_is_real(v)) {
+        char buf[40];
+
+        output_real_text(json_real_value(v), buf, sizeof(buf));
+        return strdup(buf);
+    }
     if (json_is_boolean(v))
         return strdup(json_is_true(v) ? "true" : "false");
-    return json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(15));
+    return json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
 }
 
 void output_json(json_t *doc)
 {
-    json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(15));
+    /* jansson writes reals at 17 digits: each is written again here, outside strings, as the
+     * fewest digits that read back the same */
+    char *text = json_dumps(doc, JSON_INDENT(2) | JSON_ENSURE_ASCII);
+    bool in_string = false;
+
+    for (const char *p = text; p && *p;) {
+        if (in_string || *p == '"') {
+            if (in_string && *p == '\\' && p[1])
+                putchar(*p++);
+            else if (*p == '"')
+                in_string = !in_string;
+            putchar(*p++);
+        } else if (*p == '-' || isdigit((unsigned char)*p)) {
+            const char *start = p;
+            bool real = false;
+            char buf[40];
+
+            for (; *p && strchr("+-0123456789.eE", *p); p++)
+                real |= *p == '.' || *p == 'e' || *p == 'E';
+            if (!real) {
+                fwrite(start, 1, (size_t)(p - start), stdout);
+                continue;
+            }
+            output_real_text(strtod(start, NULL), buf, sizeof(buf));
+            fputs(buf, stdout);
+            if (!strpbrk(buf, ".eEn")) /* still a real: 2.0, not 2 */
+                fputs(".0", stdout);
+        } else {
+            putchar(*p++);
+        }
+    }
     putchar('\n');
+    free(text);
 }
 
 static void csv_field(const char *s)

@@ -6,8 +6,9 @@
  * (util-linux's: display widths of any UTF-8, numbers to the right, the last column cut to a
  * terminal's width); `query`'s results keep the psql-like table of the seeds' documents
  * ("a | b", a rule, "(N rows)"). CSV is RFC 4180 (a field quoted when it holds a comma, a quote
- * or a line break; NULL empty). JSON is the API's document for the command, reals written at
- * 15 significant digits (20.9, not 20.899999999999999). Reals in tables and CSV the same.
+ * or a line break; NULL empty). JSON is the API's document for the command. Reals are written
+ * as the fewest digits that read back as the same double (20.9, not 20.899999999999999; all 17
+ * where a value needs them), in JSON, tables and CSV alike.
  * Threads: the caller's. Memory: nothing kept. Failure: output_format_of() says why (exit 2).
  */
 #ifndef PROBECTL_OUTPUT_H
@@ -34,11 +35,13 @@ int output_option(int c, const char *arg, const char *cmd, enum output_format *r
 void output_rows(enum output_format f, json_t *cols, json_t *rows);
 /* The same as a psql-like table ("(N rows)" under it), for query results. */
 void output_sql_table(json_t *cols, json_t *rows);
-/* @doc as JSON (reals at 15 significant digits) and a newline, to stdout. */
+/* @doc as JSON (reals as output_real_text) and a newline, to stdout. */
 void output_json(json_t *doc);
 
-/* A cell as text: strings as they are, reals at 15 significant digits, NULL as @null.
- * malloc'd. */
+/* A cell as text: strings as they are, reals as output_real_text, NULL as @null. malloc'd. */
 char *output_cell_text(json_t *v, const char *null);
+
+/* @v as the fewest digits that read back as the same double, into @buf. */
+void output_real_text(double v, char *buf, size_t len);
 
 #endif

@@ -340,6 +340,11 @@ def test_one_output_convention(daemon, target_factory):
     # query: 20.9 is 20.9 in JSON, the table and CSV; a comma quoted
     r = daemon.ctl('query', '--json', "SELECT 20.9 AS x, 1.0 / 3 AS y, 'a,b' AS s", check=True)
     assert '20.9,' in r.stdout.replace(' ', '').replace('\n', '') and '20.899' not in r.stdout
+    # and every digit a value needs: what reads back is the same double
+    r = daemon.ctl('query', '--json', 'SELECT 0.1 + 0.2 AS z, 2.0 AS two', check=True)
+    assert json.loads(r.stdout)['rows'] == [[0.1 + 0.2, 2.0]] and '2.0' in r.stdout, r.stdout
+    r = daemon.ctl('query', '--format', 'csv', 'SELECT 0.1 + 0.2 AS z', check=True)
+    assert float(r.stdout.splitlines()[1]) == 0.1 + 0.2, r.stdout
     r = daemon.ctl('query', '--format', 'csv', "SELECT 20.9 AS x, 'a,\"b' AS s", check=True)
     assert r.stdout == 'x,s\n20.9,"a,""b"\n', r.stdout
     r = daemon.ctl('query', '--format', 'xml', 'SELECT 1')
