@@ -153,7 +153,12 @@ def wait_for(pred, timeout=20, what='condition', explain=None):
     deadline = time.time() + timeout
     last = None
     while time.time() < deadline:
-        last = pred()
+        try:
+            last = pred()
+        except Exception as e:  # a page redrawn under a read (its refresh): read it again
+            if type(e).__name__ != 'StaleElementReferenceException':
+                raise
+            last = None
         if last:
             return last
         time.sleep(0.2)

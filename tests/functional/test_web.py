@@ -112,13 +112,14 @@ def test_the_pages_in_chromium(daemon, target_factory):
         web = browser()
         web.get(w.url)
         assert 'token' not in web.current_url  # a cookie now, out of the address bar
-        row = wait_for(lambda: web.find_elements(By.CSS_SELECTOR,
-                                                 'tr[data-pid="%d"]' % t.pid),
-                       what='the target in the table')[0]
-        assert 'taskspin.py' in row.text and 'sampling' in row.text, row.text
-        assert row.find_elements(By.TAG_NAME, 'td')[3].text == os.uname().nodename
-        wait_for(lambda: int(row.find_elements(By.TAG_NAME, 'td')[7].text or 0) > 50
-                 if row.is_displayed() else False, what='samples counted')
+        # the table is redrawn every 2 s: each look finds the row again
+        def cells():
+            rows = web.find_elements(By.CSS_SELECTOR, 'tr[data-pid="%d"]' % t.pid)
+            return [td.text for td in rows[0].find_elements(By.TAG_NAME, 'td')] if rows else None
+        tds = wait_for(cells, what='the target in the table')
+        assert 'taskspin.py' in ' '.join(tds) and 'sampling' in tds, tds
+        assert tds[3] == os.uname().nodename, tds
+        wait_for(lambda: int((cells() or [''] * 8)[7] or 0) > 50, what='samples counted')
         shot(web, 'targets')
 
         # a target: its threads and their live stacks
