@@ -561,7 +561,7 @@ def test_ddp_gradient_all_reduce_from_cpp_is_recorded_and_hang_names_the_stalled
     """A 2-rank gloo DistributedDataParallel job (ddp_job.py) with collective tracing on: DDP's
     gradient all_reduce, issued by its C++ Reducer (no Python function sees it), is one row per
     step and rank carrying the bytes of every parameter, numbered by c10d as on the other rank;
-    ddp_step_times says the slower rank (it sleeps 30 ms before its backward) waits least. Then
+    ddp_step_times says the slower rank (it sleeps 100 ms before its backward) waits least. Then
     rank 1 stalls before a forward: `hang` says rank 0 waits in the bucket all_reduce rank 1
     never reached."""
     from conftest import free_port
@@ -571,7 +571,7 @@ def test_ddp_gradient_all_reduce_from_cpp_is_recorded_and_hang_names_the_stalled
     flag = os.path.join(workdir(), 'stall')
     env_base = dict(os.environ, WORLD_SIZE='2', MASTER_ADDR='127.0.0.1',
                     MASTER_PORT=str(29600 + os.getpid() % 300), STALL_RANK='1', STALL_FILE=flag,
-                    SLOW_RANK='1', SLOW_S='0.03', OMP_NUM_THREADS='1')
+                    SLOW_RANK='1', SLOW_S='0.1', OMP_NUM_THREADS='1')
     procs = []
     try:
         infos = traced_ranks(d, 'ddp_job.py', env_base, procs)
@@ -599,7 +599,7 @@ def test_ddp_gradient_all_reduce_from_cpp_is_recorded_and_hang_names_the_stalled
         assert all(n <= 2 for _, n in unnumbered), unnumbered
         seqs = [s for s, _ in both]
         assert all(b - a == 2 for a, b in zip(seqs, seqs[1:])), seqs  # two buckets a step
-        # where the time went: rank 1 computes 30 ms longer, so rank 0 waits for it
+        # where the time went: rank 1 computes 100 ms longer, so rank 0 waits for it
         waits = d.rows("SELECT rank, avg(comm_exposed_ms), avg(forward_ms + backward_ms), count(*),"
                        " min(buckets), min(bytes) FROM ddp_step_times GROUP BY rank ORDER BY rank")
         assert [w[4:] for w in waits] == [[2, param_bytes]] * 2, waits
@@ -681,7 +681,7 @@ def test_a_sharded_jobs_all_gather_and_all_reduce_bytes_are_its_parameters():
     d = Daemon()
     env_base = dict(os.environ, WORLD_SIZE='2', MASTER_ADDR='127.0.0.1',
                     MASTER_PORT=str(29900 + os.getpid() % 90), OMP_NUM_THREADS='1',
-                    SLOW_RANK='0', SLOW_S='0.03')
+                    SLOW_RANK='0', SLOW_S='0.1')
     procs = []
     try:
         info = traced_ranks(d, 'sharded_job.py', env_base, procs)[0]
@@ -704,7 +704,7 @@ def test_a_sharded_jobs_all_gather_and_all_reduce_bytes_are_its_parameters():
             assert ops == {'all_gather': (info['shard_bytes'], info['params']),
                            'all_reduce': (info['param_bytes'], 1)}, (key, ops)
         # without DDP, the straggler is the rank that spends least in the collectives: rank 0
-        # sleeps 30 ms before each all_reduce, rank 1 waits for it there
+        # sleeps 100 ms before each all_reduce, rank 1 waits for it there
         t = 'PROBED_SOCKET=%s %s proxy # {host}' % (d.socket, PROBECTL)
         r = ctl('cluster', 'stragglers', '--hosts', 'me', '--transport', t)
         assert r.returncode == 0, r.stdout + r.stderr
