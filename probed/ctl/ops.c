@@ -168,23 +168,29 @@ int config_main(int argc, char **argv)
 
 /* ---- memory ---- */
 
+/* Each print_ function prints its part of the report, or with @doc (--format json|csv) puts
+ * it there. */
+
 /* With allocation tracking: the functions whose memory grew most over the window. */
 static int print_allocations(const char *socket, int pid, long long target, long long window_ns,
-                             const char *window)
+                             const char *window, json_t *doc)
 {
     char sql[1024];
     json_t *keep, *rows, *row;
     size_t i;
 
     snprintf(sql, sizeof(sql),
-             "SELECT function_name, sum(allocated_bytes) AS grown, count(DISTINCT ts_ns),"
-             " min(file || ':' || line) FROM memory_allocations WHERE target_id = %lld AND"
-             " ts_ns > now_ns() - %lld GROUP BY function_name ORDER BY grown DESC LIMIT 10",
+             "SELECT function_name AS function, sum(allocated_bytes) AS grown_bytes,"
+             " count(DISTINCT ts_ns) AS snapshots, min(file || ':' || line) AS first_line"
+             " FROM memory_allocations WHERE target_id = %lld AND"
+             " ts_ns > now_ns() - %lld GROUP BY function_name ORDER BY grown_bytes DESC LIMIT 10",
              target, window_ns);
     rows = client_rows(socket, pid, sql, &keep);
     if (!rows)
         return 1;
-    if (json_array_size(rows) > 0) {
+    if (doc) {
+        output_section(doc, "allocations", keep);
+    } else if (json_array_size(rows) > 0) {
         printf("\nwhere memory grew, by function (allocation snapshots over %s):\n", window);
         printf("%12s %9s  %s\n", "GROWTH KB", "SNAPSHOTS", "FUNCTION (FIRST LINE SEEN)");
         json_array_foreach(rows, i, row)
@@ -198,13 +204,13 @@ static int print_allocations(const char *socket, int pid, long long target, long
     return 0;
 }
 
-/* The latest reading, and peak and growth per minute over @window_ns before it. */
-/* The row of the target's memory on all GPUs (NVML, summed per reading) since @from_ns, when
- * it has any: now, peak and growth as the rows above. */
-static int print_gpu_memory(const char *socket, int pid, long long target, long long from_ns)
+/* The target's memory on all GPUs (NVML, summed per reading) since @from_ns, when it has any:
+ * a row [GPU, now, peak, growth] into @table. */
+static int gpu_memory_row(const char *socket, int pid, long long target, long long from_ns,
+                          json_t *table)
 {
     char sql[1024];
-    json_t *keep, *rows, *row, *slope;
+    json_t *keep, *rows, *row;
 
     snprintf(sql, sizeof(sql),
              "WITH g AS (SELECT ts_ns, round(sum(memory_used) / 1048576.0, 2) AS a"
@@ -218,26 +224,21 @@ static int print_gpu_memory(const char *socket, int pid, long long target, long 
     if (!rows)
         return -1;
     row = json_array_get(rows, 0);
-    if (row && client_num(row, 0) > 0) {
-        slope = json_array_get(row, 3);
-        printf("%-5s %12.1f %12.1f ", "GPU", client_num(row, 1), client_num(row, 2));
-        if (json_is_number(slope))
-            printf("%+16.2f\n", json_number_value(slope));
-        else
-            printf("%16s\n", "-");
-    }
+    if (row && client_num(row, 0) > 0)
+        json_array_append_new(table, json_pack("[s, O, O, O]", "GPU", json_array_get(row, 1),
+                                               json_array_get(row, 2), json_array_get(row, 3)));
     json_decref(keep);
     return 0;
 }
 
+/* The latest reading, and peak and growth per minute over @window_ns before it. */
 static int print_memory(const char *socket, int pid, long long target, long long window_ns,
-                        const char *window)
+                        const char *window, json_t *doc)
 {
     static const char *const names[] = {"RSS", "PSS", "USS", "Swap"};
     char sql[2048];
-    json_t *keep, *rows, *now, *trend;
+    json_t *keep, *rows, *now, *trend, *table, *row;
     size_t i;
-    json_t *row;
 
     snprintf(sql, sizeof(sql),
              "SELECT timestamp, rss_mb, pss_mb, uss_mb, swap_mb, cpu_pct, cpu_seconds, threads,"
@@ -276,29 +277,51 @@ static int print_memory(const char *socket, int pid, long long target, long long
         return 1;
     }
     trend = json_array_get(rows, 0);
-    printf("at %s UTC: %.0f%% CPU (100%% = one core), %.1f s CPU in all, %d threads\n\n",
-           json_string_value(json_array_get(now, 0)), client_num(now, 5), client_num(now, 6),
-           (int)client_num(now, 7));
-    printf("%-5s %12s %12s %16s\n", "", "now MB", "peak MB", "growth MB/min");
-    for (int k = 0; k < 4; k++) {
-        json_t *slope = json_array_get(trend, 3 + 2 * (size_t)k);
-        printf("%-5s %12.1f %12.1f ", names[k], client_num(now, 1 + (size_t)k),
-               client_num(trend, 2 + 2 * (size_t)k));
-        if (json_is_number(slope))
-            printf("%+16.2f\n", json_number_value(slope));
-        else
-            printf("%16s\n", "-");
-    }
-    if (print_gpu_memory(socket, pid, target, client_int(now, 8) - window_ns) < 0) {
+    /* the table: what, now MB, peak MB, growth MB/min (NULL: too few readings for a line) */
+    table = json_array();
+    for (i = 0; i < 4; i++)
+        json_array_append_new(table, json_pack("[s, O, O, O]", names[i], json_array_get(now, 1 + i),
+                                               json_array_get(trend, 2 + 2 * i),
+                                               json_array_get(trend, 3 + 2 * i)));
+    if (gpu_memory_row(socket, pid, target, client_int(now, 8) - window_ns, table) < 0) {
+        json_decref(table);
         json_decref(keep);
         json_decref(now);
         return 1;
     }
-    printf("(peak and growth: %d readings over %.1f %s, window %s; growth is the slope of a"
-           " least-squares line)\n\n",
-           (int)client_num(trend, 0),
-           client_num(trend, 1) < 1 ? 60 * client_num(trend, 1) : client_num(trend, 1),
-           client_num(trend, 1) < 1 ? "s" : "min", window);
+    if (doc) {
+        json_t *figures =
+            json_pack("{s:O, s:O, s:O, s:O, s:O, s:f, s:s}", "at", json_array_get(now, 0),
+                      "cpu_pct", json_array_get(now, 5), "cpu_seconds", json_array_get(now, 6),
+                      "threads", json_array_get(now, 7), "readings", json_array_get(trend, 0),
+                      "span_s", 60 * client_num(trend, 1), "window", window);
+
+        json_object_update(doc, figures);
+        json_decref(figures);
+        json_object_set_new(doc, "memory",
+                            json_pack("{s:[s, s, s, s], s:o}", "columns", "what", "now_mb",
+                                      "peak_mb", "growth_mb_per_min", "rows", table));
+    } else {
+        printf("at %s UTC: %.0f%% CPU (100%% = one core), %.1f s CPU in all, %d threads\n\n",
+               json_string_value(json_array_get(now, 0)), client_num(now, 5), client_num(now, 6),
+               (int)client_num(now, 7));
+        printf("%-5s %12s %12s %16s\n", "", "now MB", "peak MB", "growth MB/min");
+        json_array_foreach(table, i, row)
+        {
+            printf("%-5s %12.1f %12.1f ", json_string_value(json_array_get(row, 0)),
+                   client_num(row, 1), client_num(row, 2));
+            if (json_is_number(json_array_get(row, 3)))
+                printf("%+16.2f\n", client_num(row, 3));
+            else
+                printf("%16s\n", "-");
+        }
+        json_decref(table);
+        printf("(peak and growth: %d readings over %.1f %s, window %s; growth is the slope of a"
+               " least-squares line)\n\n",
+               (int)client_num(trend, 0),
+               client_num(trend, 1) < 1 ? 60 * client_num(trend, 1) : client_num(trend, 1),
+               client_num(trend, 1) < 1 ? "s" : "min", window);
+    }
     json_decref(keep);
 
     snprintf(sql, sizeof(sql),
@@ -309,19 +332,23 @@ static int print_memory(const char *socket, int pid, long long target, long long
     rows = client_rows(socket, pid, sql, &keep);
     if (!rows)
         return 1;
-    printf("%8s %-20s %7s %10s\n", "TID", "THREAD", "CPU%", "CPU s");
-    json_array_foreach(rows, i, row)
-    {
-        const char *name = json_string_value(json_array_get(row, 1));
-        printf("%8d %-20s %7.1f %10.2f\n", (int)client_num(row, 0), name ? name : "?",
-               client_num(row, 2), client_num(row, 3));
+    if (doc) {
+        output_section(doc, "threads_by_cpu", keep);
+    } else {
+        printf("%8s %-20s %7s %10s\n", "TID", "THREAD", "CPU%", "CPU s");
+        json_array_foreach(rows, i, row)
+        {
+            const char *name = json_string_value(json_array_get(row, 1));
+            printf("%8d %-20s %7.1f %10.2f\n", (int)client_num(row, 0), name ? name : "?",
+                   client_num(row, 2), client_num(row, 3));
+        }
     }
     json_decref(keep);
-    return print_allocations(socket, pid, target, window_ns, window);
+    return print_allocations(socket, pid, target, window_ns, window, doc);
 }
 
 /* --allocations on|now|off: POST /v1/allocations and what it says. */
-static int allocations(const char *socket, int pid, const char *what)
+static int allocations(const char *socket, int pid, const char *what, enum output_format format)
 {
     const char *action = strcmp(what, "now") == 0 ? "snapshot" : what;
     json_t *body, *reply, *row;
@@ -332,13 +359,25 @@ static int allocations(const char *socket, int pid, const char *what)
         fprintf(stderr, "probectl memory: --allocations takes on, now or off\n");
         return 2;
     }
+    if (format == OUTPUT_CSV && strcmp(action, "snapshot") != 0) {
+        fprintf(stderr, "probectl memory: --allocations %s has no table for CSV (--json)\n", what);
+        return 2;
+    }
     body = json_pack("{s:i, s:s}", "pid", pid, "action", action);
     /* a snapshot the daemon takes on its schedule answers 409 "being taken" meanwhile */
     reply = client_request_when_free(socket, "POST", "/v1/allocations", body, "being taken");
     json_decref(body);
     if (!reply)
         return 1;
-    if (strcmp(action, "off") == 0) {
+    if (format == OUTPUT_JSON) {
+        output_json(reply);
+    } else if (format == OUTPUT_CSV && strcmp(action, "snapshot") == 0) {
+        json_t *cols = json_pack("[s, s, s, s, s, s]", "function", "file", "line", "grown_bytes",
+                                 "blocks", "live_bytes");
+
+        output_rows(OUTPUT_CSV, cols, json_object_get(reply, "rows"));
+        json_decref(cols);
+    } else if (strcmp(action, "off") == 0) {
         printf("pid %d: allocation tracking off%s\n", pid,
                json_is_true(json_object_get(reply, "tracing"))
                    ? " (the process traced before probed: tracemalloc stays on)"
@@ -371,19 +410,27 @@ int memory_main(int argc, char **argv)
 {
     static const struct option longopts[] = {{"window", required_argument, NULL, 'w'},
                                              {"allocations", required_argument, NULL, 'a'},
+                                             OUTPUT_LONGOPTS,
                                              COMMON_LONGOPTS,
                                              {NULL, 0, NULL, 0}};
+    enum output_format format = OUTPUT_TABLE;
     const char *socket = NULL, *window = "10m", *allocs = NULL;
     char sql[512];
-    json_t *keep, *rows, *t;
+    json_t *keep, *rows, *t, *doc;
     double minutes;
     int64_t window_ns;
     int c, pid, r;
+    bool attached;
 
-    while ((c = getopt_long(argc, argv, "w:a:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "w:a:f:jh", longopts, NULL)) != -1) {
         switch (c) {
         case 'w':
             window = optarg;
+            break;
+        case 'f':
+        case 'j':
+            if (output_option(c, optarg, "memory", &format) < 0)
+                return 2;
             break;
         case 'a':
             allocs = optarg;
@@ -393,6 +440,7 @@ int memory_main(int argc, char **argv)
             break;
         case 'h':
             printf("usage: probectl memory <pid> [--window D] [--allocations on|now|off]\n"
+                   "                       [--format table|csv|json | --json]\n"
                    "  The memory of an attached process now (RSS, PSS, USS, swap from\n"
                    "  smaps_rollup), its peak and growth per minute over the window (default\n"
                    "  10m), its threads by CPU, and where memory grew by function when\n"
@@ -400,7 +448,9 @@ int memory_main(int argc, char **argv)
                    "  --allocations on   start tracemalloc in the process (it slows allocation\n"
                    "                     down) and take a snapshot every allocation_interval\n"
                    "  --allocations now  a snapshot now: the lines whose memory grew most\n"
-                   "  --allocations off  stop (tracemalloc stops if probed started it)\n");
+                   "  --allocations off  stop (tracemalloc stops if probed started it)\n"
+                   "  --format json: every figure and table; csv: the memory table alone\n"
+                   "  (with --allocations now, its rows)\n");
             return 0;
         default:
             return 2;
@@ -416,7 +466,7 @@ int memory_main(int argc, char **argv)
     if ((pid = client_parse_pid(argv[optind], "memory")) < 0)
         return 2;
     if (allocs)
-        return allocations(socket, pid, allocs);
+        return allocations(socket, pid, allocs, format);
     snprintf(sql, sizeof(sql),
              "SELECT id, cmdline, py_version, ended_ns IS NULL, coalesce(end_reason, '')"
              " FROM targets WHERE pid = %d ORDER BY id DESC LIMIT 1",
@@ -433,13 +483,20 @@ int memory_main(int argc, char **argv)
         json_decref(keep);
         return 1;
     }
-    printf("pid %d: %s (Python %s)%s%s\n", pid, json_string_value(json_array_get(t, 1)),
-           json_string_value(json_array_get(t, 2)),
-           json_is_true(json_array_get(t, 3)) || client_num(t, 3) ? "" : ", no longer attached: ",
-           json_is_true(json_array_get(t, 3)) || client_num(t, 3)
-               ? ""
-               : json_string_value(json_array_get(t, 4)));
-    r = print_memory(socket, pid, client_int(t, 0), (long long)(minutes * 60e9), window);
+    attached = json_is_true(json_array_get(t, 3)) || client_num(t, 3);
+    doc = format == OUTPUT_TABLE
+              ? NULL
+              : json_pack("{s:i, s:O, s:O, s:b, s:O}", "pid", pid, "cmdline", json_array_get(t, 1),
+                          "python", json_array_get(t, 2), "attached", attached, "end_reason",
+                          attached ? json_null() : json_array_get(t, 4));
+    if (!doc)
+        printf("pid %d: %s (Python %s)%s%s\n", pid, json_string_value(json_array_get(t, 1)),
+               json_string_value(json_array_get(t, 2)), attached ? "" : ", no longer attached: ",
+               attached ? "" : json_string_value(json_array_get(t, 4)));
+    r = print_memory(socket, pid, client_int(t, 0), (long long)(minutes * 60e9), window, doc);
+    if (doc && r == 0)
+        output_report(format, doc, "memory");
+    json_decref(doc);
     json_decref(keep);
     return r;
 }

@@ -220,6 +220,24 @@ void output_rows(enum output_format f, json_t *cols, json_t *rows)
     scols_unref_table(tb);
 }
 
+void output_section(json_t *doc, const char *name, json_t *reply)
+{
+    json_object_set_new(doc, name,
+                        json_pack("{s:O, s:O}", "columns",
+                                  json_object_get(reply, "columns") ?: json_null(), "rows",
+                                  json_object_get(reply, "rows") ?: json_null()));
+}
+
+void output_report(enum output_format f, json_t *doc, const char *main)
+{
+    json_t *section = json_object_get(doc, main);
+
+    if (f == OUTPUT_JSON)
+        output_json(doc);
+    else if (section)
+        output_rows(f, json_object_get(section, "columns"), json_object_get(section, "rows"));
+}
+
 static size_t text_width(const char *s)
 {
     size_t n = 0;

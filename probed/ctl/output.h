@@ -38,6 +38,12 @@ void output_sql_table(json_t *cols, json_t *rows);
 /* @doc as JSON (reals as output_real_text) and a newline, to stdout. */
 void output_json(json_t *doc);
 
+/* A report of several tables (memory, torch summary) as JSON or CSV: doc[@name] becomes
+ * {"columns", "rows"} of a /v1/query @reply (the SQL's aliases name the columns). */
+void output_section(json_t *doc, const char *name, json_t *reply);
+/* @doc as @f: JSON whole; CSV its section @main alone (CSV holds one table). */
+void output_report(enum output_format f, json_t *doc, const char *main);
+
 /* A cell as text: strings as they are, reals as output_real_text, NULL as @null. malloc'd. */
 char *output_cell_text(json_t *v, const char *null);
 

@@ -14,6 +14,7 @@
 #include "common/units.h"
 #include "ctl/client.h"
 #include "ctl/flameout.h"
+#include "ctl/output.h"
 #include "ctl/torchprof.h"
 
 #define TREND_BUCKETS 10
@@ -114,7 +115,8 @@ static long long traced_target(const char *socket, int pid)
     return id;
 }
 
-static void print_slowest(const char *socket, int pid, long long target, int top)
+/* Each print_ function prints its table, or with @doc (--format json|csv) puts it there. */
+static int print_slowest(const char *socket, int pid, long long target, int top, json_t *doc)
 {
     char sql[1024];
     json_t *keep, *rows, *row;
@@ -122,14 +124,22 @@ static void print_slowest(const char *socket, int pid, long long target, int top
     size_t i;
 
     snprintf(sql, sizeof(sql),
-             "SELECT module, stage, count(*), avg(duration) * 1e3, max(duration) * 1e3,"
-             " sum(duration) * 1e3, avg(allocated), max(reserved), avg(device_duration) * 1e3"
-             " FROM torch_trace WHERE target_id = %lld GROUP BY module, stage"
+             "SELECT module, stage, count(*) AS calls, avg(duration) * 1e3 AS mean_ms,"
+             " max(duration) * 1e3 AS max_ms, sum(duration) * 1e3 AS total_ms,"
+             " avg(allocated) AS allocated_mb, max(reserved) AS reserved_mb,"
+             " avg(device_duration) * 1e3 AS gpu_mean_ms FROM torch_trace WHERE target_id = %lld "
+             "GROUP BY module, stage"
              " ORDER BY avg(duration) DESC LIMIT %d",
              target, top);
     rows = client_rows(socket, pid, sql, &keep);
-    if (!rows)
-        return;
+    if (!rows || doc) {
+        int r = rows ? 0 : -1;
+
+        if (rows)
+            output_section(doc, "slowest", keep);
+        json_decref(keep);
+        return r;
+    }
     json_array_foreach(rows, i, row) device |= json_is_number(json_array_get(row, 8));
     printf("slowest modules (mean time per call; a parent's time includes its children's%s):\n",
            device ? "; GPU ms: between CUDA events around it on its stream" : "");
@@ -148,9 +158,10 @@ static void print_slowest(const char *socket, int pid, long long target, int top
         printf("\n");
     }
     json_decref(keep);
+    return 0;
 }
 
-static void print_trend(const char *socket, int pid, long long target)
+static int print_trend(const char *socket, int pid, long long target, json_t *doc)
 {
     char sql[1024];
     json_t *keep, *rows, *row;
@@ -160,17 +171,24 @@ static void print_trend(const char *socket, int pid, long long target)
              "WITH r AS (SELECT min(step) AS lo, max(step) AS hi FROM torch_step_times"
              " WHERE target_id = %lld),"
              " b AS (SELECT max(1, (hi - lo + %d) / %d) AS width, lo FROM r)"
-             " SELECT min(step), max(step), count(*), avg(duration) * 1e3, min(duration) * 1e3,"
-             " max(duration) * 1e3 FROM torch_step_times, b WHERE target_id = %lld"
+             " SELECT min(step) AS first_step, max(step) AS last_step, count(*) AS steps,"
+             " avg(duration) * 1e3 AS mean_ms, min(duration) * 1e3 AS min_ms,"
+             " max(duration) * 1e3 AS max_ms FROM torch_step_times, b WHERE target_id = %lld"
              " GROUP BY (step - b.lo) / b.width ORDER BY 1",
              target, TREND_BUCKETS, TREND_BUCKETS, target);
     rows = client_rows(socket, pid, sql, &keep);
-    if (!rows)
-        return;
+    if (!rows || doc) {
+        int r = rows ? 0 : -1;
+
+        if (rows)
+            output_section(doc, "trend", keep);
+        json_decref(keep);
+        return r;
+    }
     if (json_array_size(rows) == 0) {
         printf("\nno step times yet (a step's time is known when the next one begins)\n");
         json_decref(keep);
-        return;
+        return 0;
     }
     printf("\nstep time trend:\n%-15s %7s %10s %10s %10s\n", "STEPS", "COUNT", "MEAN ms", "MIN ms",
            "MAX ms");
@@ -182,26 +200,30 @@ static void print_trend(const char *socket, int pid, long long target)
                client_num(row, 4), client_num(row, 5));
     }
     json_decref(keep);
+    return 0;
 }
 
-static void print_variables(const char *socket, int pid, long long target)
+static int print_variables(const char *socket, int pid, long long target, json_t *doc)
 {
     char sql[1024];
     json_t *keep, *rows, *row;
     size_t i;
 
     snprintf(sql, sizeof(sql),
-             "SELECT name, func, count(*), min(step), max(step),"
+             "SELECT name, func AS function, count(*) AS \"values\", min(step) AS first_step,"
+             " max(step) AS last_step, (SELECT value FROM torch_variables w WHERE w.target_id = "
+             "v.target_id AND"
+             " w.name = v.name AND w.func = v.func ORDER BY step LIMIT 1) AS first_value,"
              " (SELECT value FROM torch_variables w WHERE w.target_id = v.target_id AND"
-             " w.name = v.name AND w.func = v.func ORDER BY step LIMIT 1),"
-             " (SELECT value FROM torch_variables w WHERE w.target_id = v.target_id AND"
-             " w.name = v.name AND w.func = v.func ORDER BY step DESC LIMIT 1)"
+             " w.name = v.name AND w.func = v.func ORDER BY step DESC LIMIT 1) AS last_value"
              " FROM torch_variables v WHERE target_id = %lld GROUP BY name, func ORDER BY name",
              target);
     rows = client_rows(socket, pid, sql, &keep);
-    if (!rows || json_array_size(rows) == 0) {
+    if (rows && doc)
+        output_section(doc, "variables", keep);
+    if (!rows || doc || json_array_size(rows) == 0) {
         json_decref(keep);
-        return;
+        return rows ? 0 : -1;
     }
     printf("\ntracked variables:\n%-24s %7s %-13s %-18s %-18s\n", "NAME@FUNCTION", "VALUES",
            "STEPS", "FIRST", "LAST");
@@ -218,55 +240,76 @@ static void print_variables(const char *socket, int pid, long long target)
         free(last);
     }
     json_decref(keep);
+    return 0;
 }
 
-static int summary(const char *socket, int pid, int top)
+/* @fmt table: the report; json: one document of its figures and tables; csv: the slowest
+ * modules alone. */
+static int summary(const char *socket, int pid, int top, enum output_format fmt)
 {
     json_t *body = json_pack("{s:i, s:s}", "pid", pid, "action", "drain"), *reply;
+    json_t *doc = fmt == OUTPUT_TABLE ? NULL : json_object();
     char sql[512];
     json_t *keep, *rows, *row;
     long long target;
     long status;
+    int r;
 
     /* what the process buffered since the last drain, first; a trace already off is fine */
     reply = torch_call(socket, body, &status, true);
     json_decref(body);
-    if (!reply && status != 409 && status != 404 && status != 422)
+    if (!reply && status != 409 && status != 404 && status != 422) {
+        json_decref(doc);
         return 1; /* no daemon, or the process is gone: said why */
-    target = traced_target(socket, pid);
-    if (!target) {
-        json_decref(reply);
-        return 1;
     }
+    target = traced_target(socket, pid);
     snprintf(sql, sizeof(sql),
              "SELECT count(DISTINCT step), min(step), max(step), count(*) FROM torch_trace"
              " WHERE target_id = %lld",
              target);
-    rows = client_rows(socket, pid, sql, &keep);
+    rows = target ? client_rows(socket, pid, sql, &keep) : NULL;
     if (!rows) {
         json_decref(reply);
+        json_decref(doc);
         return 1;
     }
     row = json_array_get(rows, 0);
-    printf("pid %d: torch trace %s: %lld steps recorded (%lld-%lld), %lld records", pid,
-           reply ? "on" : "off", client_int(row, 0), client_int(row, 1), client_int(row, 2),
-           client_int(row, 3));
-    if (reply)
-        printf(", every %lld step%s, now at step %lld on %s%s",
-               (long long)json_integer_value(json_object_get(reply, "every")),
-               json_integer_value(json_object_get(reply, "every")) == 1 ? "" : "s",
-               (long long)json_integer_value(json_object_get(reply, "step")),
-               json_string_value(json_object_get(reply, "device")),
-               json_integer_value(json_object_get(reply, "dropped")) > 0
-                   ? " (the process dropped records: probed drained too slowly)"
-                   : "");
-    printf("\n\n");
+    if (doc) {
+        json_object_set_new(doc, "pid", json_integer(pid));
+        json_object_set_new(doc, "tracing", json_boolean(reply));
+        json_object_set_new(doc, "steps", json_integer(client_int(row, 0)));
+        json_object_set(doc, "first_step", json_array_get(row, 1));
+        json_object_set(doc, "last_step", json_array_get(row, 2));
+        json_object_set_new(doc, "records", json_integer(client_int(row, 3)));
+        if (reply)
+            for (size_t k = 0; k < 4; k++) {
+                const char *key = (const char *[]){"every", "step", "device", "dropped"}[k];
+                json_object_set(doc, key, json_object_get(reply, key) ?: json_null());
+            }
+    } else {
+        printf("pid %d: torch trace %s: %lld steps recorded (%lld-%lld), %lld records", pid,
+               reply ? "on" : "off", client_int(row, 0), client_int(row, 1), client_int(row, 2),
+               client_int(row, 3));
+        if (reply)
+            printf(", every %lld step%s, now at step %lld on %s%s",
+                   (long long)json_integer_value(json_object_get(reply, "every")),
+                   json_integer_value(json_object_get(reply, "every")) == 1 ? "" : "s",
+                   (long long)json_integer_value(json_object_get(reply, "step")),
+                   json_string_value(json_object_get(reply, "device")),
+                   json_integer_value(json_object_get(reply, "dropped")) > 0
+                       ? " (the process dropped records: probed drained too slowly)"
+                       : "");
+        printf("\n\n");
+    }
     json_decref(keep);
     json_decref(reply);
-    print_slowest(socket, pid, target, top);
-    print_trend(socket, pid, target);
-    print_variables(socket, pid, target);
-    return 0;
+    r = print_slowest(socket, pid, target, top, doc);
+    r = r ? r : print_trend(socket, pid, target, doc);
+    r = r ? r : print_variables(socket, pid, target, doc);
+    if (doc && r == 0)
+        output_report(fmt, doc, "slowest");
+    json_decref(doc);
+    return r ? 1 : 0;
 }
 
 static void usage(void)
@@ -275,7 +318,7 @@ static void usage(void)
            "                                [--backward auto|all|none] [--device-time]\n"
            "       probectl torch <pid> on --comm-only\n"
            "       probectl torch <pid> off\n"
-           "       probectl torch <pid> summary [--top N]\n"
+           "       probectl torch <pid> summary [--top N] [--format table|csv|json | --json]\n"
            "       probectl torch <pid> profile [--steps N | --duration D] [-o trace.json]\n"
            "                                    [--timeout D] [--top N]\n"
            "       probectl torch <pid> memory [--record D] [-o FILE] [--format F] [--top N]\n"
@@ -298,7 +341,8 @@ static void usage(void)
            "              events around it on the current stream, read without waiting for\n"
            "              the GPU (torch_trace.device_duration); about 2 us a timed module\n"
            "  off      remove every hook; the job runs exactly as before\n"
-           "  summary  the slowest modules, the step time trend, the tracked variables\n"
+           "  summary  the slowest modules, the step time trend, the tracked variables;\n"
+           "           --format json: all three and the trace's state, csv: the modules\n"
            "  profile  torch.profiler in the running job for N steps (default 5) or D (whole\n"
            "           steps), then off: CPU ops and, on a GPU, kernels, memcpys and memsets\n"
            "           with stream, time and the module they ran under, in the tables\n"
@@ -312,24 +356,33 @@ static void usage(void)
 
 int torch_main(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"every", required_argument, NULL, 'e'},    {"exprs", required_argument, NULL, 'x'},
-        {"top", required_argument, NULL, 't'},      {"socket", required_argument, NULL, 'S'},
-        {"comm", no_argument, NULL, 'c'},           {"comm-only", no_argument, NULL, 'C'},
-        {"backward", required_argument, NULL, 'b'}, {"device-time", no_argument, NULL, 'D'},
-        {"steps", required_argument, NULL, 'n'},    {"duration", required_argument, NULL, 'd'},
-        {"timeout", required_argument, NULL, 'T'},  {"output", required_argument, NULL, 'o'},
-        {"record", required_argument, NULL, 'r'},   {"format", required_argument, NULL, 'f'},
-        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {{"every", required_argument, NULL, 'e'},
+                                             {"exprs", required_argument, NULL, 'x'},
+                                             {"top", required_argument, NULL, 't'},
+                                             {"socket", required_argument, NULL, 'S'},
+                                             {"comm", no_argument, NULL, 'c'},
+                                             {"comm-only", no_argument, NULL, 'C'},
+                                             {"backward", required_argument, NULL, 'b'},
+                                             {"device-time", no_argument, NULL, 'D'},
+                                             {"steps", required_argument, NULL, 'n'},
+                                             {"duration", required_argument, NULL, 'd'},
+                                             {"timeout", required_argument, NULL, 'T'},
+                                             {"output", required_argument, NULL, 'o'},
+                                             {"record", required_argument, NULL, 'r'},
+                                             {"format", required_argument, NULL, 'f'},
+                                             {"json", no_argument, NULL, 'j'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
     const char *socket = NULL, *exprs = NULL, *action, *backward = "auto";
     struct torch_profile_options prof = {.timeout_ms = -1};
     long long record_ms = -1;
+    enum output_format output = OUTPUT_TABLE;
     const char *format = NULL;
     long every = 1, top = 15, n;
     int64_t ns;
     char *end;
     int c, pid, comm = 0;
-    bool device_time = false;
+    bool device_time = false, json_option = false;
 
     while ((c = getopt_long(argc, argv, "e:x:t:o:h", longopts, NULL)) != -1) {
         switch (c) {
@@ -366,11 +419,11 @@ int torch_main(int argc, char **argv)
             record_ms = ns / 1000000 ? ns / 1000000 : 1;
             break;
         case 'f':
-            if (!flame_format_ok(optarg)) {
-                fprintf(stderr, "probectl torch: --format takes svg, folded or speedscope\n");
-                return 2;
-            }
-            format = optarg;
+            format = optarg; /* memory's drawing, or summary's output: checked below */
+            break;
+        case 'j':
+            format = "json";
+            json_option = true;
             break;
         case 'e':
             every = strtol(optarg, &end, 10);
@@ -421,6 +474,10 @@ int torch_main(int argc, char **argv)
         return 2;
     action = argv[optind + 1];
     if (strcmp(action, "memory") == 0) {
+        if (json_option || (format && !flame_format_ok(format))) {
+            fprintf(stderr, "probectl torch: memory's --format takes svg, folded or speedscope\n");
+            return 2;
+        }
         if (prof.steps || prof.duration_ms || prof.timeout_ms >= 0) {
             fprintf(stderr, "probectl torch: memory takes --record, -o, --format and --top\n");
             return 2;
@@ -428,8 +485,11 @@ int torch_main(int argc, char **argv)
         return torch_memory(socket, pid, record_ms < 0 ? 5000 : record_ms, prof.output,
                             format ? format : flame_format_of(prof.output), (int)top);
     }
-    if (record_ms >= 0 || format) {
-        fprintf(stderr, "probectl torch: --record and --format are memory's\n");
+    if (strcmp(action, "summary") == 0 && format &&
+        output_format_of(format, "torch summary", &output) < 0)
+        return 2;
+    if (record_ms >= 0 || (format && strcmp(action, "summary") != 0)) {
+        fprintf(stderr, "probectl torch: --record is memory's, --format memory's and summary's\n");
         return 2;
     }
     if (strcmp(action, "profile") != 0 &&
@@ -442,7 +502,7 @@ int torch_main(int argc, char **argv)
     if (strcmp(action, "off") == 0)
         return turn_off(socket, pid);
     if (strcmp(action, "summary") == 0)
-        return summary(socket, pid, (int)top);
+        return summary(socket, pid, (int)top, output);
     if (strcmp(action, "profile") == 0) {
         if (prof.steps && prof.duration_ms) {
             fprintf(stderr, "probectl torch: profile takes --steps or --duration, not both\n");

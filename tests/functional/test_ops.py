@@ -261,6 +261,19 @@ def test_memory_timeline_and_probectl_memory():
         assert len(threads) == 2 and max(float(th[2]) for th in threads) > 10, out
         total = float(re.search(r'([\d.]+) s CPU in all', out).group(1))
         assert abs(sum(float(th[3]) for th in threads) - total) <= 0.1 * total + 0.05, out
+        # the same report as data: JSON every figure and table, CSV the memory table
+        doc = json.loads(d.ctl('memory', t.pid, '--json', check=True).stdout)
+        assert (doc['pid'], doc['attached'], doc['window']) == (t.pid, True, '10m'), doc
+        assert doc['cmdline'].endswith('grower.py') and doc['readings'] >= 8, doc
+        assert doc['memory']['columns'] == ['what', 'now_mb', 'peak_mb', 'growth_mb_per_min']
+        mem = {r[0]: r[1:] for r in doc['memory']['rows']}
+        assert set(mem) == {'RSS', 'PSS', 'USS', 'Swap'} and 300 < mem['RSS'][2] < 4000, mem
+        assert mem['RSS'][1] >= mem['RSS'][0] > 20 and mem['USS'][0] <= mem['RSS'][0], mem
+        assert doc['threads_by_cpu']['columns'] == ['tid', 'thread', 'cpu_pct', 'cpu_seconds']
+        assert len(doc['threads_by_cpu']['rows']) == 2 and doc['allocations']['rows'] == [], doc
+        lines = d.ctl('memory', t.pid, '--format', 'csv', check=True).stdout.splitlines()
+        assert lines[0] == 'what,now_mb,peak_mb,growth_mb_per_min' and \
+            [l.split(',')[0] for l in lines[1:]] == ['RSS', 'PSS', 'USS', 'Swap'], lines
 
         # rows every 200 ms, and RSS agrees with the kernel's own figure of the moment
         n, lo, hi = d.rows('SELECT count(*), min(ts_ns), max(ts_ns) FROM memory')[0]
@@ -565,6 +578,13 @@ def test_allocation_tracking_finds_the_leak(python):
         assert rows[0][0] == 'Cache.remember' and rows[0][1] > 1500 * 1024, rows
         # every request that ran in the target is audited like an eval: now (refused), on, now
         assert d.rows("SELECT count(*) FROM evals WHERE mode = 'allocations'")[0][0] == 3
+        # as data: a snapshot's rows as CSV (and on/off, with nothing tabular, refuse CSV,
+        # before asking the process)
+        lines = d.ctl('memory', t.pid, '--allocations', 'now', '--format', 'csv',
+                      check=True).stdout.splitlines()
+        assert lines[0] == 'function,file,line,grown_bytes,blocks,live_bytes', lines
+        r = d.ctl('memory', t.pid, '--allocations', 'on', '--format', 'csv')
+        assert r.returncode == 2 and 'no table for CSV' in r.stderr, r.stderr
 
         out = d.ctl('memory', t.pid, '--allocations', 'off', check=True).stdout
         assert 'allocation tracking off' in out and 'stays on' not in out, out

@@ -204,6 +204,26 @@ def test_training_loop_traced(model, modules):
         assert re.search(r'^loss@train\s+%d\s+0-%d\s+%s' % (job.steps, job.steps - 1,
                                                             re.escape(repr(logged[0]['loss']))[:8]),
                          out, re.M), out
+        # the same report as data: JSON holds each table under its columns, CSV the modules
+        doc = json.loads(d.ctl('torch', job.pid, 'summary', '--top', '100', '--json',
+                               check=True).stdout)
+        assert (doc['pid'], doc['tracing'], doc['steps'], doc['first_step'], doc['last_step']) \
+            == (job.pid, True, job.steps, 0, job.steps - 1), doc
+        cols = doc['slowest']['columns']
+        assert cols[:6] == ['module', 'stage', 'calls', 'mean_ms', 'max_ms', 'total_ms'], cols
+        calls = {(r[0], r[1]): r[2] for r in doc['slowest']['rows']}
+        assert all(calls[w] == job.steps for w in want), (want, calls)
+        assert [r[:3] for r in doc['variables']['rows'] if r[0] == 'loss'] == [
+            ['loss', 'train', job.steps]], doc['variables']
+        assert doc['variables']['rows'][[r[0] for r in doc['variables']['rows']].index('loss')][
+            6] == logged[-1]['loss'], doc['variables']
+        assert sum(r[2] for r in doc['trend']['rows']) == job.steps - 1, doc['trend']
+        csv_text = d.ctl('torch', job.pid, 'summary', '--top', '100', '--format', 'csv',
+                         check=True).stdout.splitlines()
+        assert csv_text[0].startswith('module,stage,calls,mean_ms,') and \
+            len(csv_text) == 1 + len(doc['slowest']['rows']), csv_text
+        r = d.ctl('torch', job.pid, 'summary', '--format', 'svg')
+        assert r.returncode == 2 and 'table, csv or json' in r.stderr, r.stderr
 
         # probectl list says the trace is on, with its totals (counted on the daemon's loop
         # just after the rows are stored)
