@@ -606,7 +606,8 @@ static void usage(bool run)
                "  Samples the processes (or the command, from its start) until --duration,\n"
                "  Ctrl-C or their end, then writes their profile and says what it holds.\n"
                "  Those it attached are detached; their samples stay in the database.\n"
-               "  Exit status: 1 when no profile was written, else the command's.\n");
+               "  A command that outlives --duration runs on, no longer recorded: record\n"
+               "  waits for it and exits with its status (1 when no profile was written).\n");
     printf("  -o FILE         the profile (record's default: probed-PID-TIME.svg); its name\n"
            "                  picks the format: .svg, .folded, .json (speedscope),\n"
            "                  .trace.json (Chrome trace, Perfetto), .pb.gz (pprof)\n"
