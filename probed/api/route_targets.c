@@ -210,6 +210,7 @@ struct attach_job {
     pid_t pid;
     struct attach_opts opts;
     bool children_of_any; /* --children: a process that is not Python is followed */
+    bool switch_mode;     /* "switch": one attached already takes this request's native mode */
     struct target_info info;
 };
 
@@ -239,6 +240,31 @@ static void watch(struct attach_job *aj, const char *why)
                            "python", false, "cmdline", w.cmdline, "message", why);
 }
 
+/* attach --native (or --python) of a process attached already: its mode changes in place,
+ * its timeline goes on (targets__set_native). */
+static void switch_mode(struct attach_job *aj)
+{
+    struct pyf_err e = {0};
+    int r = targets__set_native(job_api(&aj->j)->parts.reg, aj->pid, &aj->opts, &aj->info, &e);
+    char msg[256];
+
+    if (r == 1) {
+        snprintf(msg, sizeof(msg), "pid %d is attached already, and its stacks are %s already",
+                 (int)aj->pid, aj->info.mode);
+        fail(&aj->j, 409, msg);
+        return;
+    }
+    if (r < 0) {
+        fail(&aj->j, r == -ENOENT ? 404 : 400, e.msg);
+        return;
+    }
+    log_msg(LOG_INFO, "pid %d: now %s, for uid %u", (int)aj->pid, aj->info.mode,
+            (unsigned)aj->j.scope.uid);
+    aj->j.status = 200;
+    aj->j.body = target_json(&aj->info);
+    json_object_set_new(aj->j.body, "switched", json_true());
+}
+
 static void run_attach(struct job *j)
 {
     struct attach_job *aj = (struct attach_job *)j;
@@ -258,6 +284,10 @@ static void run_attach(struct job *j)
         return;
     }
 
+    if (r == -EEXIST && aj->switch_mode) {
+        switch_mode(aj);
+        return;
+    }
     if (r < 0 && aj->children_of_any && (e.kind == PYF_NOT_PYTHON || e.kind == PYF_UNSUPPORTED)) {
         watch(aj, e.msg);
         return;
@@ -422,8 +452,9 @@ static struct job *targets_attach_matching(struct api *a, const struct request *
     return &mj->j;
 }
 
-/* POST /v1/targets {"pid", "rate", "duration", "children", "native": true|false|"perf"}, or
- * {"match": PATTERN} / {"job": NAME} instead of "pid" */
+/* POST /v1/targets {"pid", "rate", "duration", "children", "native": true|false|"perf",
+ * "switch"}, or {"match": PATTERN} / {"job": NAME} instead of "pid". "switch": true changes the
+ * native mode of a pid attached already, in place (its rate and timeline stay). */
 struct job *targets_attach(struct api *a, const struct request *rq)
 {
     json_t *jpid = json_object_get(rq->body, "pid"), *jrate = json_object_get(rq->body, "rate");
@@ -490,6 +521,7 @@ struct job *targets_attach(struct api *a, const struct request *rq)
         return NULL;
     aj->pid = pid;
     aj->children_of_any = o.follow_children;
+    aj->switch_mode = json_is_true(json_object_get(rq->body, "switch"));
     aj->opts = o;
     return &aj->j;
 }

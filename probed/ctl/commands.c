@@ -68,13 +68,14 @@ int attach_main(int argc, char **argv)
                                              {"duration", required_argument, NULL, 'd'},
                                              {"children", no_argument, NULL, 'c'},
                                              {"native", optional_argument, NULL, 'n'},
+                                             {"no-native", no_argument, NULL, 'N'},
                                              {"json", no_argument, NULL, 'j'},
                                              COMMON_LONGOPTS,
                                              {NULL, 0, NULL, 0}};
     const char *socket = NULL, *duration = NULL, *native_backend = NULL;
     int64_t duration_ns = 0;
     json_t *body, *reply;
-    bool as_json = false, children = false, native = false;
+    bool as_json = false, children = false, native = false, no_native = false;
     long rate = 0;
     int c, pid;
 
@@ -101,12 +102,15 @@ int attach_main(int argc, char **argv)
                 return 2;
             }
             break;
+        case 'N':
+            no_native = true;
+            break;
         case 'S':
             socket = optarg;
             break;
         case 'h':
             printf("usage: probectl attach <pid> [--rate HZ] [--duration DUR] [--children]"
-                   " [--native[=perf]] [--json]\n"
+                   " [--native[=perf] | --no-native] [--json]\n"
                    "  Starts sampling the process's Python stacks into the daemon's database.\n"
                    "  --rate HZ        samples per second (default: the daemon's, 100)\n"
                    "  --duration DUR   stop after this long (30s, 5m, 2h)\n"
@@ -116,7 +120,10 @@ int attach_main(int argc, char **argv)
                    "                   Python frames; the target is never stopped. The eBPF\n"
                    "                   sampler copies native and Python frames in one instant;\n"
                    "                   where it cannot load (no CAP_BPF), perf samples them\n"
-                   "  --native=perf    perf alone, even where eBPF could be used\n");
+                   "  --native=perf    perf alone, even where eBPF could be used\n"
+                   "  On a process attached already, --native, --native=perf and --no-native\n"
+                   "  (Python frames alone) change how it is sampled, in place: its rate and\n"
+                   "  timeline stay.\n");
             return 0;
         default:
             return 2;
@@ -125,6 +132,10 @@ int attach_main(int argc, char **argv)
     if ((pid = client_parse_pid(optind < argc ? argv[optind] : NULL, "attach")) < 0 ||
         optind + 1 != argc)
         return 2;
+    if (native && no_native) {
+        fprintf(stderr, "probectl attach: --native or --no-native, not both\n");
+        return 2;
+    }
     if (duration &&
         client_parse_duration(duration, "attach", "--duration", 0.001, 1e9, &duration_ns) < 0)
         return 2;
@@ -137,6 +148,8 @@ int attach_main(int argc, char **argv)
         json_object_set_new(body, "children", json_true());
     if (native)
         json_object_set_new(body, "native", native_backend ? json_string("perf") : json_true());
+    if (native || no_native) /* one attached already changes its mode */
+        json_object_set_new(body, "switch", json_true());
     reply = client_request(socket, "POST", "/v1/targets", body);
     json_decref(body);
     if (!reply)
@@ -152,8 +165,9 @@ int attach_main(int argc, char **argv)
         const char *why = json_string_value(json_object_get(reply, "native_error"));
         const char *no_ebpf =
             json_string_value(json_object_get(json_object_get(reply, "native"), "ebpf_error"));
-        printf("attached to pid %d (Python %s) at %lld Hz, %s\n", pid,
-               json_string_value(json_object_get(reply, "python_version")),
+        printf("%s pid %d (Python %s) at %lld Hz, %s\n",
+               json_is_true(json_object_get(reply, "switched")) ? "now sampling" : "attached to",
+               pid, json_string_value(json_object_get(reply, "python_version")),
                (long long)json_integer_value(json_object_get(reply, "rate_hz")),
                json_string_value(json_object_get(reply, "mode")));
         if (why)

@@ -186,26 +186,33 @@ fail:
     return r;
 }
 
+int target_native_open(pid_t pid, uint32_t rate_hz, const struct pyf_chain *chain, bool perf_only,
+                       struct pyf_symcache *symbols, struct native **ret, struct errbuf *err)
+{
+    int r = native_open(pid, rate_hz, chain, perf_only ? NATIVE_PERF_ONLY : NATIVE_ANY, symbols,
+                        ret, err);
+
+    if (r < 0) {
+        *ret = NULL;
+        log_msg(LOG_WARN, "pid %d: native stacks unavailable, Python frames only: %s", (int)pid,
+                err->msg);
+        return r;
+    }
+    err->msg[0] = '\0';
+    if (native__ebpf_error(*ret)[0])
+        log_msg(LOG_WARN,
+                "pid %d: the eBPF sampler is unavailable, native stacks come from perf: %s",
+                (int)pid, native__ebpf_error(*ret));
+    return 0;
+}
+
 int target__open_native(struct target *t, struct pyf_symcache *symbols)
 {
     struct pyf_chain chain;
-    int r;
 
     pyf_target__chain(t->pyf, &chain);
-    r = native_open(t->pid, t->rate_hz, &chain, t->native_perf_only ? NATIVE_PERF_ONLY : NATIVE_ANY,
-                    symbols, &t->native, &t->native_error);
-    if (r < 0) {
-        t->native = NULL;
-        log_msg(LOG_WARN, "pid %d: native stacks unavailable, Python frames only: %s", (int)t->pid,
-                t->native_error.msg);
-        return r;
-    }
-    t->native_error.msg[0] = '\0';
-    if (native__ebpf_error(t->native)[0])
-        log_msg(LOG_WARN,
-                "pid %d: the eBPF sampler is unavailable, native stacks come from perf: %s",
-                (int)t->pid, native__ebpf_error(t->native));
-    return 0;
+    return target_native_open(t->pid, t->rate_hz, &chain, t->native_perf_only, symbols, &t->native,
+                              &t->native_error);
 }
 
 const char *target_mode(const struct target *t)

@@ -148,6 +148,10 @@ int target__deepen(struct target *t, size_t i);
  * (the log says why). On failure the target goes on with Python frames only; t->native_error,
  * the log and the returned -errno say why. */
 int target__open_native(struct target *t, struct pyf_symcache *symbols);
+/* The same for a target already sampled (targets__set_native): opened from copies of its pid,
+ * rate and chain, outside the registry's lock, into *@ret (NULL on failure, @err says why). */
+int target_native_open(pid_t pid, uint32_t rate_hz, const struct pyf_chain *chain, bool perf_only,
+                       struct pyf_symcache *symbols, struct native **ret, struct errbuf *err);
 /* "native-ebpf", "native-perf" or "python": what the stacks of @t hold, and how. */
 const char *target_mode(const struct target *t);
 /* Frees the sampling buffers of a target that has ended (its identity and stats stay). */

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "config.h"
 
 int targets_new(struct outbox *ob, int64_t next_id, struct targets **ret)
 {
@@ -271,15 +272,32 @@ static void make_room(struct targets *reg, pid_t pid)
     reg->n--;
 }
 
+/* The listed target with id @id, under the lock; NULL when it is no longer listed. */
+static struct target *by_id(struct targets *reg, int64_t id)
+{
+    for (size_t i = 0; i < reg->n; i++)
+        if (reg->list[i]->id == id)
+            return reg->list[i];
+    return NULL;
+}
+
+/* The sampled target of @pid under the lock; NULL when none is. */
+static struct target *sampled(struct targets *reg, pid_t pid)
+{
+    for (size_t i = 0; i < reg->n; i++)
+        if (reg->list[i]->pid == pid && reg->list[i]->state == TARGET_SAMPLING)
+            return reg->list[i];
+    return NULL;
+}
+
 int targets__add(struct targets *reg, struct target *t, const struct attach_opts *o,
                  struct target_info *ret_info)
 {
     int r = 0;
 
     targets__lock(reg);
-    for (size_t i = 0; i < reg->n && r == 0; i++)
-        if (reg->list[i]->pid == t->pid && reg->list[i]->state == TARGET_SAMPLING)
-            r = -EEXIST;
+    if (sampled(reg, t->pid))
+        r = -EEXIST;
     if (r == 0)
         make_room(reg, t->pid);
     if (r == 0 && reg->n == TARGETS_MAX)
@@ -327,6 +345,72 @@ int targets__attach(struct targets *reg, pid_t pid, const struct attach_opts *o,
     return r;
 }
 
+int targets__set_native(struct targets *reg, pid_t pid, const struct attach_opts *o,
+                        struct target_info *ret_info, struct pyf_err *reterr)
+{
+    bool want = o->native || o->native_perf_only;
+    struct native *nat = NULL, *old;
+    struct errbuf nerr = {0};
+    struct pyf_chain chain;
+    struct target *t;
+    uint32_t rate;
+    int64_t id;
+
+    targets__lock(reg);
+    t = sampled(reg, pid);
+    if (t && t->native_wanted == want && (!want || t->native) &&
+        t->native_perf_only == o->native_perf_only) {
+        info_of(t, ret_info);
+        targets__unlock(reg);
+        return 1;
+    }
+    if (t && want && t->rate_hz > CONFIG_NATIVE_RATE_MAX_HZ) {
+        *reterr = (struct pyf_err){.kind = PYF_INVALID, .sys = EINVAL};
+        snprintf(reterr->msg, sizeof(reterr->msg),
+                 "pid %d is sampled at %u Hz; with native stacks the rate is at most %d Hz"
+                 " (detach it, then attach --native --rate %d)",
+                 (int)pid, (unsigned)t->rate_hz, CONFIG_NATIVE_RATE_MAX_HZ,
+                 CONFIG_NATIVE_RATE_MAX_HZ);
+        targets__unlock(reg);
+        return -EINVAL;
+    }
+    if (t) {
+        id = t->id;
+        rate = t->rate_hz;
+        pyf_target__chain(t->pyf, &chain);
+    }
+    targets__unlock(reg);
+    if (!t)
+        goto gone;
+    if (want) /* not fatal, as at an attach: Python frames go on, native_error says why */
+        target_native_open(pid, rate, &chain, o->native_perf_only, reg->symbols, &nat, &nerr);
+
+    targets__lock(reg);
+    t = by_id(reg, id);
+    if (!t || t->state != TARGET_SAMPLING) {
+        targets__unlock(reg);
+        native_free(nat);
+        goto gone;
+    }
+    old = t->native;
+    t->native = nat;
+    t->native_wanted = want;
+    t->native_perf_only = o->native_perf_only;
+    t->native_error = nerr;
+    /* no stack id carried over from the other mode: each thread's next one is read whole */
+    memset(t->stack_ids, 0, t->threads_cap * sizeof(t->stack_ids[0]));
+    record_attach(reg, t); /* the same row, its native column rewritten: a restart resumes it */
+    info_of(t, ret_info);
+    targets__unlock(reg);
+    native_free(old);
+    return 0;
+
+gone:
+    *reterr = (struct pyf_err){.kind = PYF_INVALID, .sys = ENOENT};
+    snprintf(reterr->msg, sizeof(reterr->msg), "pid %d is not attached", (int)pid);
+    return -ENOENT;
+}
+
 int targets__detach(struct targets *reg, pid_t pid, const struct targets_filter *f,
                     struct target_info *ret_info)
 {
@@ -353,15 +437,6 @@ int targets__detach(struct targets *reg, pid_t pid, const struct targets_filter 
     if (t)
         malloc_trim(0);
     return t ? 0 : -ENOENT;
-}
-
-/* The listed target with id @id, under the lock; NULL when it is no longer listed. */
-static struct target *by_id(struct targets *reg, int64_t id)
-{
-    for (size_t i = 0; i < reg->n; i++)
-        if (reg->list[i]->id == id)
-            return reg->list[i];
-    return NULL;
 }
 
 void targets__set_usage(struct targets *reg, int64_t id, const struct proc_usage *u, int64_t ts_ns)

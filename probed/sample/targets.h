@@ -134,6 +134,14 @@ int targets__attach(struct targets *reg, pid_t pid, const struct attach_opts *o,
  * with targets made by hand. -EEXIST, -ENOSPC. */
 int targets__add(struct targets *reg, struct target *t, const struct attach_opts *o,
                  struct target_info *ret_info);
+/* Switches the sampled @pid to @o's native mode (attach --native on an attached pid: perf or
+ * the eBPF sampler, or Python frames alone), keeping its timeline (the same targets row, its
+ * native column rewritten). The native sampler opens outside the lock, from copies; the old one
+ * is freed outside it. 0: switched (a native open that failed leaves Python frames, its
+ * native_error says why); 1: it was in that mode already; -ENOENT: not sampled (or it ended
+ * meanwhile); -EINVAL: its rate is above what native stacks allow. *ret_info: the target. */
+int targets__set_native(struct targets *reg, pid_t pid, const struct attach_opts *o,
+                        struct target_info *ret_info, struct pyf_err *reterr);
 /* Stops sampling @pid, if @f lets its caller see it, and forgets it; *ret_info: what it was.
  * -ENOENT: no such target in @f. */
 int targets__detach(struct targets *reg, pid_t pid, const struct targets_filter *f,

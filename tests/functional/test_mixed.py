@@ -582,6 +582,51 @@ def test_perf_when_asked(target_factory, tmp_path, daemon):
     detach(daemon, t.pid)
 
 
+def test_the_mode_of_an_attached_process_changes_in_place(target_factory, tmp_path, daemon):
+    """attach --native on a process sampled for its Python frames switches it in place: the same
+    target (one targets row, its native column rewritten for a restart), its samples before and
+    after in one timeline, mixed ones from then on; --native=perf and --no-native switch again,
+    the same mode twice is refused, and a user who does not own it cannot switch it."""
+    from daemon import ensure_test_user
+    t = target_factory('/usr/bin/python3', 'native_qsort.py', str(tmp_path / 'sorts'))
+    out = daemon.ctl('attach', t.pid, check=True).stdout
+    assert out.rstrip().endswith(', python'), out
+    ids = lambda: daemon.rows("SELECT id, native FROM targets WHERE pid = %d" % t.pid)
+    (tid, _), = wait_for(ids, what='the target stored')
+    count = "SELECT count(*) FROM samples WHERE target_id = %d" % tid
+    wait_for(lambda: daemon.rows(count)[0][0] >= 20, what='Python samples stored')
+    assert not mixed(daemon, t.pid)
+    out = daemon.ctl('attach', t.pid, '--native', check=True).stdout
+    assert out.startswith('now sampling pid %d ' % t.pid) and 'native-ebpf' in out, out
+    check_qsort_stacks(stored_mixed(daemon, t.pid, 30))
+    assert ids() == [[tid, 1]] and listed(daemon, t.pid)['mode'] == 'native-ebpf'
+    assert daemon.rows("SELECT min(ts_ns) < %d FROM samples WHERE target_id = %d"
+                       % (time.time_ns() - 1000000000, tid)) == [[1]]  # its earlier samples
+    r = daemon.ctl('attach', t.pid, '--native')
+    assert r.returncode == 1 and 'its stacks are native-ebpf already' in r.stderr, r.stderr
+    # another user may not change it (nor see it)
+    user = ensure_test_user()
+    os.chmod(daemon.socket, 0o666)
+    r = daemon.ctl('attach', t.pid, '--no-native', user=user)
+    assert r.returncode != 0 and listed(daemon, t.pid)['mode'] == 'native-ebpf', r.stderr
+    out = daemon.ctl('attach', t.pid, '--native=perf', check=True).stdout
+    assert 'native-perf' in out, out
+    assert listed(daemon, t.pid)['native']['backend'] == 'perf'
+    # back to Python frames alone: no native frame in what is stored from a tick later on
+    out = daemon.ctl('attach', t.pid, '--no-native', check=True).stdout
+    assert out.rstrip().endswith(', python'), out
+    since = time.time_ns() + 300 * 1000000
+    wait_for(lambda: ids() == [[tid, 0]], what='the native column rewritten')
+    assert 'native' not in listed(daemon, t.pid)
+    later = ("SELECT count(*), count(*) FILTER (WHERE stack_id IN (SELECT stack_id FROM stacks"
+             " WHERE kind = 'native')) FROM samples WHERE target_id = %d AND ts_ns > %d"
+             % (tid, since))
+    wait_for(lambda: daemon.rows(later)[0][0] >= 20, what='samples after --no-native')
+    assert daemon.rows(later)[0][1] == 0, daemon.rows(later)
+    assert t.proc.poll() is None and set(sorts(str(tmp_path / 'sorts'))) == {'ok'}
+    detach(daemon, t.pid)
+
+
 def test_without_cap_bpf_falls_back_to_perf(target_factory, tmp_path):
     """A daemon without CAP_BPF (nor CAP_SYS_ADMIN) cannot load the eBPF sampler: attach
     --native samples with perf instead, still mixed stacks, and says why in its reply,
