@@ -14,7 +14,7 @@ packages="
   python3 python3-pytest python3-torch procps util-linux curl golang-go strace prometheus
   openssh-server openssh-client iproute2 gdb python3-debugpy debuginfod python3-uvloop
   chromium chromium-driver python3-selenium nodejs python3-pyte
-  patchelf xz-utils gpgv debian-archive-keyring
+  patchelf xz-utils gpgv debian-archive-keyring debhelper lintian
 "
 missing=""
 for p in $packages; do

@@ -1,6 +1,8 @@
-"""The Debian package: built from this tree with CPack, installed on this machine with dpkg,
-its binaries run (daemon, probectl, the stub through eval, man pages), its systemd unit
-verified and its capability set shown to be enough, then removed and purged.
+"""The Debian packages: built from this tree by debhelper (scripts/deb.sh: dpkg-buildpackage with
+packaging/debian/, the test build's binaries packaged) and checked by lintian, installed on
+this machine with dpkg, its binaries run (daemon, probectl, the stub through eval, man pages),
+its systemd unit verified and its capability set shown to be enough, its -dbgsym package shown
+to hold the binaries' debug files, then removed and purged.
 
 Runs as root (dpkg). Not part of the sanitizer run: the package holds the normal build.
 """
@@ -14,10 +16,13 @@ import tempfile
 
 import pytest
 
-from conftest import BUILD, TARGETS, wait_for
+from conftest import BUILD, ROOT, TARGETS, wait_for
 from daemon import ensure_test_user
 
-UNIT = '/usr/lib/systemd/system/probed.service'
+# where this machine's systemd takes units from (Debian 12: /lib/systemd/system)
+UNIT_DIR = subprocess.run(['pkg-config', '--variable=systemdsystemunitdir', 'systemd'],
+                          stdout=subprocess.PIPE, universal_newlines=True).stdout.strip()
+UNIT = os.path.join(UNIT_DIR, 'probed.service')
 PROBED = '/usr/sbin/probed'
 PROBECTL = '/usr/bin/probectl'
 PYTHON = '/usr/bin/python3'
@@ -33,11 +38,12 @@ def run(*cmd, check=True, **kw):
 
 @pytest.fixture(scope='module')
 def deb():
-    """The .deb built by cpack from the test build, installed; purged afterwards."""
+    """The .deb built by debhelper from the test build (lintian accepting it), installed;
+    purged afterwards."""
     if os.geteuid() != 0:
         pytest.fail('the package test installs with dpkg: run it as root')
     out = tempfile.mkdtemp(prefix='probed-deb-')
-    run('cpack', '-G', 'DEB', '-B', out, cwd=BUILD)
+    run('sh', os.path.join(ROOT, 'scripts', 'deb.sh'), out, BUILD)
     found = glob.glob(os.path.join(out, 'probed_*_amd64.deb'))
     assert len(found) == 1, os.listdir(out)
     run('dpkg', '-i', found[0])
@@ -93,11 +99,12 @@ def target(user=None):
 def test_package_holds_every_part(deb):
     info = run('dpkg-deb', '--info', deb).stdout
     for lib in ('libsqlite3-0', 'libevent-2.1-7', 'libjansson4', 'libelf1', 'libcurl4',
-                'libedit2', 'libsmartcols1', 'libncursesw6', 'passwd'):
+                'libedit2', 'libsmartcols1', 'libncursesw6',
+                'systemd | systemd-standalone-sysusers'):
         assert lib in info, info
     contents = run('dpkg-deb', '--contents', deb).stdout
     for path in ('./usr/sbin/probed', './usr/bin/probectl', './usr/lib/probed/libprobed-stub.so',
-                 './usr/lib/systemd/system/probed.service', './etc/probed/probed.conf',
+                 '.' + UNIT, './usr/lib/sysusers.d/probed.conf', './etc/probed/probed.conf',
                  './usr/share/man/man8/probed.8.gz', './usr/share/man/man1/probectl.1.gz',
                  './usr/share/man/man5/probed.conf.5.gz', './usr/share/probed/schema/0001_init.sql',
                  './usr/share/probed/schema/0003_memory.sql',
@@ -108,8 +115,27 @@ def test_package_holds_every_part(deb):
         assert path in contents, path
     assert run('dpkg-query', '-W', '-f=${Conffiles}', 'probed').stdout.strip().startswith(
         '/etc/probed/probed.conf')
-    assert run('getent', 'group', 'probed').returncode == 0  # made by postinst
+    assert run('getent', 'group', 'probed').returncode == 0  # sysusers.d's, made by postinst
     assert oct(os.stat('/var/lib/probed').st_mode & 0o777) == '0o750'
+
+
+def test_lintian_accepts_them_and_dbgsym_holds_the_debug_files(deb):
+    """lintian: no error, no warning, no info left unexplained (each override says why); the
+    -dbgsym package holds the debug file of each binary, found by its build-id."""
+    out = os.path.dirname(deb)
+    report = open(os.path.join(out, 'lintian.txt')).read().splitlines()
+    assert all(l[:2] in ('N:', 'O:') for l in report), report
+    (dbgsym,) = glob.glob(os.path.join(out, 'probed-dbgsym_*_amd64.deb'))
+    debug = run('dpkg-deb', '--contents', dbgsym).stdout
+    for binary in (PROBED, PROBECTL, '/usr/lib/probed/libprobed-stub.so'):
+        note = run('readelf', '-n', binary).stdout
+        build_id = re.search(r'Build ID: ([0-9a-f]+)', note).group(1)
+        path = './usr/lib/debug/.build-id/%s/%s.debug' % (build_id[:2], build_id[2:])
+        assert path in debug, (binary, build_id, debug)
+    # and the installed binaries are the stripped ones, hardened as Debian builds
+    for binary in (PROBED, PROBECTL):
+        assert 'debug_info' not in run('readelf', '-S', binary).stdout, binary
+        assert 'BIND_NOW' in run('readelf', '-d', binary).stdout, binary
 
 
 def test_installed_binaries_and_man_pages(deb):
