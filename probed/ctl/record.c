@@ -437,7 +437,8 @@ static int write_merged(const struct recording *rec, const char *cond, const cha
         sql = NULL;
     if (!(rows = rows_of(rec, sql, &keep)))
         goto out;
-    if (asprintf(&sql, "SELECT pid, cmdline FROM targets t WHERE %s GROUP BY pid", cond) < 0)
+    if (asprintf(&sql, "SELECT pid, cmdline, max(rank) FROM targets t WHERE %s GROUP BY pid",
+                 cond) < 0)
         sql = NULL;
     names = json_incref(rows_of(rec, sql, &names_keep));
     struct flame_sums sums;
@@ -456,18 +457,25 @@ static int write_merged(const struct recording *rec, const char *cond, const cha
 
             snprintf(root, sizeof(root), "%s (pid %lld, tid %lld)", name && *name ? name : "thread",
                      client_int(row, 0), client_int(row, 1));
-        } else if (strcmp(rec->by, "pid") == 0) {
+        } else if (strcmp(rec->by, "pid") == 0 || strcmp(rec->by, "rank") == 0) {
             const char *cmdline = "";
-            json_t *t;
+            json_t *t, *rank = NULL;
             size_t k;
 
             json_array_foreach(names, k, t)
             {
-                if (client_int(t, 0) == client_int(row, 0))
+                if (client_int(t, 0) == client_int(row, 0)) {
                     cmdline = json_string_value(json_array_get(t, 1)) ?: "";
+                    rank = json_array_get(t, 2);
+                }
             }
-            snprintf(root, sizeof(root), "pid %lld%s%.200s%s", client_int(row, 0),
-                     *cmdline ? " (" : "", cmdline, *cmdline ? ")" : "");
+            /* by rank: a rank's processes (its dataloader workers inherit RANK) under one
+             * root; a process without a rank under its own */
+            if (strcmp(rec->by, "rank") == 0 && json_is_integer(rank))
+                snprintf(root, sizeof(root), "rank %lld", (long long)json_integer_value(rank));
+            else
+                snprintf(root, sizeof(root), "pid %lld%s%.200s%s", client_int(row, 0),
+                         *cmdline ? " (" : "", cmdline, *cmdline ? ")" : "");
         }
         flame_sums_add(&sums, frames, *root ? root : NULL, client_int(row, 4));
     }
@@ -574,7 +582,8 @@ static int finish(struct recording *rec, const char *title)
                                  : "were its threads idle? (--idle counts those too)");
         goto out;
     }
-    if ((rec->n == 1 && strcmp(rec->by, "pid") != 0 ? write_one(rec)
+    if ((rec->n == 1 && strcmp(rec->by, "pid") != 0 && strcmp(rec->by, "rank") != 0
+             ? write_one(rec)
                                                     : write_merged(rec, cond, title)) < 0)
         goto out;
     fprintf(stderr,
@@ -616,7 +625,8 @@ static void usage(bool run)
            "  -r, --rate HZ   samples a second\n"
            "  --native        with native (C/C++/CUDA) frames\n"
            "  --children      also every Python process they start (workers, launchers)\n"
-           "  --by pid|thread|none  what the flame graph's roots are (several pids: pid)\n"
+           "  --by pid|rank|thread|none  what the flame graph's roots are (several pids: pid;\n"
+           "                  rank: a rank's processes, workers too, under one root)\n"
            "  --idle          include threads that were not running;  --gil: only those"
            " holding the GIL\n"
            "  --function      one box per function, not per line (--nolineno)\n");
@@ -707,9 +717,10 @@ static int record_or_run(int argc, char **argv, bool run)
                 cmd, command ? "a command" : "--children", client_remote_host());
         return 2;
     }
-    if (rec.by && strcmp(rec.by, "pid") != 0 && strcmp(rec.by, "thread") != 0 &&
-        strcmp(rec.by, "none") != 0) {
-        fprintf(stderr, "probectl %s: --by takes pid, thread or none, not '%s'\n", cmd, rec.by);
+    if (rec.by && strcmp(rec.by, "pid") != 0 && strcmp(rec.by, "rank") != 0 &&
+        strcmp(rec.by, "thread") != 0 && strcmp(rec.by, "none") != 0) {
+        fprintf(stderr, "probectl %s: --by takes pid, rank, thread or none, not '%s'\n", cmd,
+                rec.by);
         return 2;
     }
     if (!rec.format)

@@ -71,6 +71,28 @@ def test_record_several_pids_into_one_profile(daemon, target_factory, tmp_path):
     assert state(daemon, a.pid) != 'sampling' and state(daemon, b.pid) != 'sampling'
 
 
+def test_record_by_rank(daemon, target_factory, tmp_path):
+    """--by rank: a rank's processes under one root (a worker inherits its RANK), a process
+    without a rank under its own pid."""
+    env = lambda rank: dict(os.environ, RANK=rank) if rank else dict(os.environ)
+    r0, r1, worker, plain = (target_factory(PY, 'busy.py', env=env(k))
+                             for k in ('0', '1', '1', None))
+    out = str(tmp_path / 'ranks.folded')
+    r = daemon.ctl('record', '-d', '2s', '--by', 'rank', '-o', out, r0.pid, r1.pid, worker.pid,
+                   plain.pid)
+    assert r.returncode == 0, r.stderr
+    roots = {}
+    for stack, n in folded_counts(open(out).read()).items():
+        roots[stack.split(';')[0]] = roots.get(stack.split(';')[0], 0) + n
+    mine = 'pid %d (' % plain.pid
+    assert {k if not k.startswith(mine) else mine for k in roots} == {'rank 0', 'rank 1', mine}, \
+        roots
+    # two busy processes under rank 1, one under rank 0 (each ~100 Hz on its CPU)
+    assert 1.4 < roots['rank 1'] / roots['rank 0'] < 2.8, roots
+    r = daemon.ctl('record', '-d', '1', '--by', 'node', r0.pid)
+    assert r.returncode == 2 and 'pid, rank, thread or none' in r.stderr, r.stderr
+
+
 def nested(events):
     """Whether a thread's complete events nest: any two are disjoint or one holds the other."""
     spans = sorted((e['ts'], -e['dur'], e['ts'] + e['dur']) for e in events)
