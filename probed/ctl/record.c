@@ -584,7 +584,7 @@ static int finish(struct recording *rec, const char *title)
     }
     if ((rec->n == 1 && strcmp(rec->by, "pid") != 0 && strcmp(rec->by, "rank") != 0
              ? write_one(rec)
-                                                    : write_merged(rec, cond, title)) < 0)
+             : write_merged(rec, cond, title)) < 0)
         goto out;
     fprintf(stderr,
             "wrote %s (%s): %lld samples of %lld thread%s in %zu process%s over %.1f s;"
