@@ -151,8 +151,9 @@ static void run_timeline(struct query_job *qj)
     char cond[48];
 
     snprintf(cond, sizeof(cond), "t.pid = %d", (int)qj->flame.pid);
-    if (!(stacks = timeline_rows(qj, flame_timeline_sql(cond, &qj->flame.filter, true))) ||
-        !(samples = timeline_rows(qj, flame_timeline_sql(cond, &qj->flame.filter, false))))
+    if (!(stacks = timeline_rows(
+              qj, flame_timeline_sql(cond, &qj->flame.filter, true, qj->flame.no_lines))) ||
+        !(samples = timeline_rows(qj, flame_timeline_sql(cond, &qj->flame.filter, false, false))))
         goto out;
     qj->j.status = 200;
     if (json_array_size(samples) == 0) {

@@ -99,8 +99,10 @@ int flame_timeline_from_rows(json_t *stack_rows, json_t *sample_rows, int64_t pe
 void flame_timeline_free(struct flame_timeline *t); /* NULL is a no-op */
 char *flame_timeline_speedscope(const struct flame_timeline *t, const char *title, size_t *ret_len);
 char *flame_timeline_chrome(const struct flame_timeline *t, size_t *ret_len);
-/* The SQL of the stacks (@stacks) or the samples of the targets @targets_cond selects (an SQL
- * condition on targets t: "t.pid = 7") in @f's window. Malloc'd; NULL when out of memory. */
-char *flame_timeline_sql(const char *targets_cond, const struct flame_filter *f, bool stacks);
+/* The SQL of the stacks (@stacks; with @no_lines each Python frame's line 0: the whole
+ * function) or the samples of the targets @targets_cond selects (an SQL condition on targets
+ * t: "t.pid = 7") in @f's window. Malloc'd; NULL when out of memory. */
+char *flame_timeline_sql(const char *targets_cond, const struct flame_filter *f, bool stacks,
+                         bool no_lines);
 
 #endif

@@ -297,7 +297,8 @@ char *flame_timeline_chrome(const struct flame_timeline *t, size_t *ret_len)
                 ret_len);
 }
 
-char *flame_timeline_sql(const char *targets_cond, const struct flame_filter *f, bool stacks)
+char *flame_timeline_sql(const char *targets_cond, const struct flame_filter *f, bool stacks,
+                         bool no_lines)
 {
     long long since = f->since_ns > 0 ? f->since_ns : 0;
     long long until = f->until_ns > 0 ? f->until_ns : INT64_MAX;
@@ -313,9 +314,10 @@ char *flame_timeline_sql(const char *targets_cond, const struct flame_filter *f,
     if (stacks)
         return asprintf(&sql,
                         "SELECT d.stack_id, (SELECT json_group_array(json_array(kind, func, file,"
-                        " lineno)) FROM (SELECT kind, func, file, lineno FROM stacks"
+                        " lineno)) FROM (SELECT kind, func, file, %s AS lineno FROM stacks"
                         " WHERE stacks.stack_id = d.stack_id ORDER BY depth DESC))"
                         " FROM (SELECT DISTINCT s.stack_id%s) d",
+                        no_lines ? "CASE kind WHEN 'python' THEN 0 ELSE lineno END" : "lineno",
                         where) < 0
                    ? NULL
                    : sql;

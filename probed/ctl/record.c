@@ -316,7 +316,7 @@ static json_t *rows_of(const struct recording *rec, char *sql, json_t **keep)
 /* [samples, threads] stored in the window that the file holds: the count once no more come. */
 static json_t *window_counts(const struct recording *rec, const char *cond, json_t **keep)
 {
-    char *samples = flame_timeline_sql(cond, &rec->filter, false), *sql = NULL;
+    char *samples = flame_timeline_sql(cond, &rec->filter, false, false), *sql = NULL;
 
     if (samples &&
         asprintf(&sql, "SELECT count(*), count(DISTINCT pid || ':' || tid) FROM (%s)", samples) < 0)
@@ -348,12 +348,18 @@ static json_t *drain(const struct recording *rec, const char *cond, json_t **kee
     }
 }
 
-/* The window's stacks as id -> frames (root first), a Python frame's line 0 with no_lines. */
-static json_t *stacks_by_id(const struct recording *rec, const char *cond)
+/* The window's stacks as rows [stack_id, frames as JSON text] (root first; a Python frame's
+ * line 0 with --function), as the timeline takes them. *@keep holds them. */
+static json_t *stack_rows(const struct recording *rec, const char *cond, json_t **keep)
 {
-    json_t *keep, *rows = rows_of(rec, flame_timeline_sql(cond, &rec->filter, true), &keep);
-    json_t *by_id = rows ? json_object() : NULL, *row, *frame;
-    size_t i, k;
+    return rows_of(rec, flame_timeline_sql(cond, &rec->filter, true, rec->no_lines), keep);
+}
+
+/* The same as id -> frames, as flame_sums_add() takes them. */
+static json_t *stacks_by_id(json_t *rows)
+{
+    json_t *by_id = json_object(), *row;
+    size_t i;
 
     json_array_foreach(rows, i, row)
     {
@@ -362,25 +368,18 @@ static json_t *stacks_by_id(const struct recording *rec, const char *cond)
 
         if (!frames)
             continue;
-        json_array_foreach(frames, k, frame)
-        {
-            if (rec->no_lines &&
-                strcmp(json_string_value(json_array_get(frame, 0)) ?: "", "python") == 0)
-                json_array_set_new(frame, 3, json_integer(0));
-        }
         snprintf(id, sizeof(id), "%lld", client_int(row, 0));
         json_object_set_new(by_id, id, frames);
     }
-    json_decref(keep);
     return by_id;
 }
 
 /* Several processes (or rooted by process): the stacks and samples read here and drawn. */
 static int write_merged(const struct recording *rec, const char *cond, const char *title)
 {
-    json_t *stacks = stacks_by_id(rec, cond), *keep = NULL, *rows = NULL, *stack_rows = NULL;
+    json_t *stacks = NULL, *stacks_keep = NULL, *keep = NULL, *rows = NULL, *srows;
     json_t *names = NULL, *names_keep = NULL, *row;
-    char *samples = flame_timeline_sql(cond, &rec->filter, false), *sql = NULL;
+    char *samples = NULL, *sql = NULL;
     bool timeline =
         strcmp(rec->format, "speedscope") == 0 || strcmp(rec->format, "chrometrace") == 0;
     size_t i;
@@ -389,31 +388,22 @@ static int write_merged(const struct recording *rec, const char *cond, const cha
     if (strcmp(rec->format, "pprof") == 0) {
         fprintf(stderr, "probectl record: pprof of one process at a time (give one pid, or write"
                         " svg, folded, speedscope or chrometrace)\n");
-        goto out;
+        return -1;
     }
-    if (!stacks || !samples)
+    if (!(srows = stack_rows(rec, cond, &stacks_keep)) ||
+        !(samples = flame_timeline_sql(cond, &rec->filter, false, false)))
         goto out;
     if (timeline) { /* every sample, in time order */
         struct flame_timeline *t = NULL;
         size_t len = 0;
         char *text = NULL;
-        const char *id;
-        json_t *frames;
         FILE *f;
 
-        if (!(rows = rows_of(rec, samples, &keep)))
+        rows = rows_of(rec, samples, &keep);
+        samples = NULL; /* rows_of() took it */
+        if (!rows)
             goto out;
-        samples = NULL;
-        stack_rows = json_array();
-        json_object_foreach(stacks, id, frames)
-        {
-            char *text_frames = json_dumps(frames, JSON_COMPACT);
-
-            json_array_append_new(stack_rows, json_pack("[I, s]", (json_int_t)atoll(id),
-                                                        text_frames ? text_frames : "[]"));
-            free(text_frames);
-        }
-        if (flame_timeline_from_rows(stack_rows, rows, 1000000000LL / (rec->rate ?: 100), &t) == 0)
+        if (flame_timeline_from_rows(srows, rows, 1000000000LL / (rec->rate ?: 100), &t) == 0)
             text = strcmp(rec->format, "speedscope") == 0
                        ? flame_timeline_speedscope(t, title, &len)
                        : flame_timeline_chrome(t, &len);
@@ -432,6 +422,7 @@ static int write_merged(const struct recording *rec, const char *cond, const cha
         goto out;
     }
     /* counts per process, thread and stack, each under its root (--by) */
+    stacks = stacks_by_id(srows);
     if (asprintf(&sql, "SELECT pid, tid, name, stack_id, count(*) FROM (%s) GROUP BY 1, 2, 3, 4",
                  samples) < 0)
         sql = NULL;
@@ -484,9 +475,9 @@ static int write_merged(const struct recording *rec, const char *cond, const cha
 out:
     json_decref(names);
     json_decref(names_keep);
-    json_decref(stack_rows);
     json_decref(keep);
     json_decref(stacks);
+    json_decref(stacks_keep);
     free(samples);
     return r;
 }

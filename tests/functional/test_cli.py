@@ -89,8 +89,6 @@ def test_record_by_rank(daemon, target_factory, tmp_path):
         roots
     # two busy processes under rank 1, one under rank 0 (each ~100 Hz on its CPU)
     assert 1.4 < roots['rank 1'] / roots['rank 0'] < 2.8, roots
-    r = daemon.ctl('record', '-d', '1', '--by', 'node', r0.pid)
-    assert r.returncode == 2 and 'pid, rank, thread or none' in r.stderr, r.stderr
 
 
 def nested(events):
@@ -234,6 +232,19 @@ def test_flamegraph_options_and_formats(daemon, target_factory, tmp_path):
                        stderr=subprocess.STDOUT, universal_newlines=True, timeout=120,
                        env=dict(os.environ, HOME=str(tmp_path)))
     assert r.returncode == 0 and 'spin_inner' in r.stdout, r.stdout
+    # --function in the timeline formats too: a function once, with no line (the daemon draws
+    # one process's)
+    for fmt in ('speedscope', 'chrometrace'):
+        text = daemon.ctl('flamegraph', t.pid, '--function', '--format', fmt, check=True).stdout
+        doc = json.loads(text)
+        if fmt == 'speedscope':
+            names = [f['name'] for f in doc['shared']['frames']]
+            assert not any('line' in f for f in doc['shared']['frames']), doc['shared']
+        else:
+            names = [e['name'] for e in doc['traceEvents'] if e.get('ph') == 'X']
+            assert not any('line' in e.get('args', {}) for e in doc['traceEvents']), fmt
+            names = list(dict.fromkeys(names))
+        assert 'spin_inner' in names and len(names) == len(set(names)), names
     # a thread that only sleeps has no samples on the CPU: the error says --idle
     sleeper = daemon.rows("SELECT th.tid FROM threads th JOIN targets t ON t.id = th.target_id"
                           " WHERE t.pid = %d AND th.name = 'sleeper'" % t.pid)[0][0]
@@ -245,7 +256,7 @@ def test_flamegraph_options_and_formats(daemon, target_factory, tmp_path):
 def test_record_usage_errors(daemon, tmp_path):
     """What record cannot do is said, with exit 2 for usage and 1 for a process."""
     for args, code, words in ((('record',), 2, 'expected PID... or -- COMMAND'),
-                              (('record', '--by', 'rank', '1'), 2, '--by takes pid, thread'),
+                              (('record', '--by', 'node', '1'), 2, '--by takes pid, rank, thread'),
                               (('record', '--format', 'png', '1'), 2, '--format takes'),
                               (('record', '-d', '5x', '1'), 2, 'takes a duration'),
                               (('record', 'python3'), 2, 'a command goes after --'),
