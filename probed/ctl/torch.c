@@ -115,13 +115,31 @@ static long long traced_target(const char *socket, int pid)
     return id;
 }
 
-/* Each print_ function prints its table, or with @doc (--format json|csv) puts it there. */
+/* The rows of @sql to print (*@keep holds them); NULL when the query failed (*@r -1, said
+ * why) or when @doc (--format json|csv) took them as its section @name (*@r 0). Each print_
+ * function prints its table, or puts it in @doc. */
+static json_t *table_rows(const char *socket, int pid, const char *sql, json_t *doc,
+                          const char *name, json_t **keep, int *r)
+{
+    json_t *rows = client_rows(socket, pid, sql, keep);
+
+    *r = rows ? 0 : -1;
+    if (rows && doc)
+        output_section(doc, name, *keep);
+    if (!rows || doc) {
+        json_decref(*keep);
+        return NULL;
+    }
+    return rows;
+}
+
 static int print_slowest(const char *socket, int pid, long long target, int top, json_t *doc)
 {
     char sql[1024];
     json_t *keep, *rows, *row;
     bool device = false;
     size_t i;
+    int r;
 
     snprintf(sql, sizeof(sql),
              "SELECT module, stage, count(*) AS calls, avg(duration) * 1e3 AS mean_ms,"
@@ -131,15 +149,8 @@ static int print_slowest(const char *socket, int pid, long long target, int top,
              "GROUP BY module, stage"
              " ORDER BY avg(duration) DESC LIMIT %d",
              target, top);
-    rows = client_rows(socket, pid, sql, &keep);
-    if (!rows || doc) {
-        int r = rows ? 0 : -1;
-
-        if (rows)
-            output_section(doc, "slowest", keep);
-        json_decref(keep);
+    if (!(rows = table_rows(socket, pid, sql, doc, "slowest", &keep, &r)))
         return r;
-    }
     json_array_foreach(rows, i, row) device |= json_is_number(json_array_get(row, 8));
     printf("slowest modules (mean time per call; a parent's time includes its children's%s):\n",
            device ? "; GPU ms: between CUDA events around it on its stream" : "");
@@ -166,6 +177,7 @@ static int print_trend(const char *socket, int pid, long long target, json_t *do
     char sql[1024];
     json_t *keep, *rows, *row;
     size_t i;
+    int r;
 
     snprintf(sql, sizeof(sql),
              "WITH r AS (SELECT min(step) AS lo, max(step) AS hi FROM torch_step_times"
@@ -176,15 +188,8 @@ static int print_trend(const char *socket, int pid, long long target, json_t *do
              " max(duration) * 1e3 AS max_ms FROM torch_step_times, b WHERE target_id = %lld"
              " GROUP BY (step - b.lo) / b.width ORDER BY 1",
              target, TREND_BUCKETS, TREND_BUCKETS, target);
-    rows = client_rows(socket, pid, sql, &keep);
-    if (!rows || doc) {
-        int r = rows ? 0 : -1;
-
-        if (rows)
-            output_section(doc, "trend", keep);
-        json_decref(keep);
+    if (!(rows = table_rows(socket, pid, sql, doc, "trend", &keep, &r)))
         return r;
-    }
     if (json_array_size(rows) == 0) {
         printf("\nno step times yet (a step's time is known when the next one begins)\n");
         json_decref(keep);
@@ -208,6 +213,7 @@ static int print_variables(const char *socket, int pid, long long target, json_t
     char sql[1024];
     json_t *keep, *rows, *row;
     size_t i;
+    int r;
 
     snprintf(sql, sizeof(sql),
              "SELECT name, func AS function, count(*) AS \"values\", min(step) AS first_step,"
@@ -218,12 +224,11 @@ static int print_variables(const char *socket, int pid, long long target, json_t
              " w.name = v.name AND w.func = v.func ORDER BY step DESC LIMIT 1) AS last_value"
              " FROM torch_variables v WHERE target_id = %lld GROUP BY name, func ORDER BY name",
              target);
-    rows = client_rows(socket, pid, sql, &keep);
-    if (rows && doc)
-        output_section(doc, "variables", keep);
-    if (!rows || doc || json_array_size(rows) == 0) {
+    if (!(rows = table_rows(socket, pid, sql, doc, "variables", &keep, &r)))
+        return r;
+    if (json_array_size(rows) == 0) {
         json_decref(keep);
-        return rows ? 0 : -1;
+        return 0;
     }
     printf("\ntracked variables:\n%-24s %7s %-13s %-18s %-18s\n", "NAME@FUNCTION", "VALUES",
            "STEPS", "FIRST", "LAST");
