@@ -3,7 +3,8 @@
 Three tasks on one loop, each spinning in a function of its own for SLICE (20 ms) and
 then yielding: "alpha-task" (coroutine alpha, spinning in spin_alpha), "beta-task" (beta,
 spin_beta), and one asyncio names itself (Task-N: coroutine anon, spin_anon); "sleepy" blocks
-the loop in time.sleep (sleepy_block), a task's thread waiting, not on the CPU. A thread of
+the loop in time.sleep for 30 ms (sleepy_block), a task's thread waiting, not on the CPU (a
+turn several ticks long: the tick that spans a switch of task has none, test_tasks.py). A thread of
 its own spins outside any task (spin_plain). So a sample's frames say which task ran it.
 READY {"pid": ...} once all run. 3.6 and 3.7 have no task names: a task's label is then its
 coroutine's name.
@@ -45,7 +46,7 @@ def spin_anon():
 
 
 def sleepy_block():
-    time.sleep(0.01)  # MARK:sleepy_block
+    time.sleep(0.03)  # MARK:sleepy_block
 
 
 async def alpha():  # MARK:alpha
