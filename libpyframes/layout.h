@@ -21,6 +21,7 @@
 #define PYF_VER(major, minor) (((major) << 8) | (minor))
 
 /* co_flags bits, the same in every 3.x */
+#define PYF_CO_GENERATOR 0x0020
 #define PYF_CO_COROUTINE 0x0080
 #define PYF_CO_ITERABLE_COROUTINE 0x0100
 
@@ -74,6 +75,9 @@ enum pyf_attrs_model {
 #define PYF_OP_UNITS 0x0f
 #define PYF_OP_INLINE_CALL 0x10
 #define PYF_OP_GENERIC 0x20
+#define PYF_CALLS_QUIET 1
+#define PYF_CALLS_ITER 2
+#define PYF_CALLS_PREFIX 3
 
 struct pyf_layout {
     uint32_t version; /* PYF_VER(3, minor) */
@@ -113,6 +117,14 @@ struct pyf_layout {
      * PYF_OP_GENERIC: the generic form of a family some of whose specialised forms do not.
      * NULL elsewhere. */
     const uint8_t *ops;
+    /* <= 3.10: per opcode, whether a caller standing at it may be calling a Python function
+     * (stack.c: caller_suspect()): PYF_CALLS_QUIET, it only moves values, jumps or returns
+     * (Python runs under it only through a signal handler, a trace function, the collector
+     * or a __del__); PYF_CALLS_ITER, FOR_ITER (Python runs under it for a generator, a
+     * __next__, or a map()'s function); PYF_CALLS_PREFIX, EXTENDED_ARG (the frame runs the
+     * instruction after it); 0, any other (it may call Python through a dunder method).
+     * NULL elsewhere. */
+    const uint8_t *calls;
     /* PyCodeObject */
     int32_t co_argcount, co_nlocals, co_nlocalsplus, co_firstlineno, co_flags;
     int32_t co_filename, co_name, co_qualname, co_linetable, co_code, co_code_adaptive;

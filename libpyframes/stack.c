@@ -21,6 +21,8 @@
  * its caller moved meanwhile, and then the snapshot does not settle (callers_moved()). 3.11
  * and 3.12 have the same re-use on their data stack, and there a caller must be at an
  * instruction that pushes an inline frame (at_inline_call()), or the snapshot is read again.
+ * On <= 3.10, where every frame may be entered from C, a caller standing where it calls no
+ * Python function (caller_suspect()) is believed only when the next read finds it again.
  * pyf_target__sample() does the same for every thread in one syscall.
  *
  * Everything read can change or be freed between two reads, so every pointer is checked,
@@ -227,6 +229,13 @@ static size_t lasti_bytes(const struct pyf_target *t)
     return t->lay.frame_model == PYF_FRAME_OBJECT ? sizeof(int32_t) : sizeof(uint64_t);
 }
 
+/* <= 3.10: what of a caller is read again after the copy (callers_moved()): from its
+ * instruction word to its first FRAME_WORDS_CHECKED locals and value stack words. */
+static size_t reread_bytes(const struct pyf_target *t)
+{
+    return (size_t)(t->lay.fr_localsplus - t->lay.fr_lasti) + 8 * FRAME_WORDS_CHECKED;
+}
+
 /* Adds a thread's thread state (unless already in the batch, at span @ts >= 0), its
  * current-frame words and its guessed frames to the batch. */
 static void add_thread(struct pyf_target *t, uint64_t tstate, int ts, const struct pyf_stack *guess,
@@ -255,11 +264,12 @@ static void add_thread(struct pyf_target *t, uint64_t tstate, int ts, const stru
         sp->alt_after = batch_add_alone(b, alt, sizeof(uint64_t));
     /* <= 3.10 only: 3.11 and 3.12 check their callers' instructions instead (at_inline_call();
      * a re-read there measurably tore more), and 3.13 marks the executing frame (stacktop). */
-    if (t->lay.fr_state_model == PYF_STATE_REFCNT && guess->n_frames > 1) {
+    if (t->lay.fr_state_model == PYF_STATE_REFCNT && guess->n_frames > 0) {
         size_t n = 0;
-        for (size_t i = 1; i < guess->n_frames && i <= REREAD_CALLERS; i++)
+        /* from the innermost guessed frame: a deeper stack now has it among its callers */
+        for (size_t i = 0; i < guess->n_frames && i <= REREAD_CALLERS; i++)
             t->guess_u64[n++] = guess->frames[i].frame_raddr + (uint64_t)t->lay.fr_lasti;
-        sp->reread = add_sorted(t, t->guess_u64, n, lasti_bytes(t), 0, 0);
+        sp->reread = add_sorted(t, t->guess_u64, n, reread_bytes(t), 0, 0);
         /* and the refcounts of the innermost guessed frames */
         n = 0;
         for (size_t i = 0; i < guess->n_frames && i < REREAD_ALIVE; i++)
@@ -626,6 +636,19 @@ static int read_bytecode(struct pyf_target *t, uint64_t raddr, const uint8_t *he
     return 0;
 }
 
+/* <= 3.10: a copy of the code object's bytecode (co_code, immutable), for caller_suspect();
+ * past BYTECODE_MAX bytes the rest is not kept, and callers there are not checked. */
+static int read_co_code(struct pyf_target *t, const uint8_t *head, uint8_t **ret_code,
+                        size_t *ret_n, struct pyf_err *e)
+{
+    size_t len = 0;
+    int r = pyobj_bytes(t, field_u64(head, t->lay.co_code), BYTECODE_MAX, ret_code, &len, e);
+
+    if (r == 0)
+        *ret_n = len < BYTECODE_MAX ? len : BYTECODE_MAX;
+    return r;
+}
+
 /* A code object met for the first time: its names and line table, into the cache. */
 static int load_code(struct pyf_target *t, uint64_t raddr, const uint8_t *head, const uint64_t *key,
                      struct code_info **ret, struct pyf_err *e)
@@ -645,6 +668,8 @@ static int load_code(struct pyf_target *t, uint64_t raddr, const uint8_t *head, 
         n_lines = LINETABLE_MAX; /* lines past 1 MiB of table are reported as -1 */
     if (r == 0 && t->lay.ops)
         r = read_bytecode(t, raddr, head, &code, &sites, &n_code, e);
+    else if (r == 0 && t->lay.calls)
+        r = read_co_code(t, head, &code, &n_code, e);
     ci = r == 0 ? codecache__insert(t->codes, raddr, key) : NULL;
     if (!ci) {
         free(func);
@@ -715,6 +740,41 @@ static bool at_inline_call(struct pyf_target *t, struct code_info *ci, int64_t l
     return ci->sites[unit] != SITE_NONE;
 }
 
+/*
+ * <= 3.10: whether a caller, at byte @lasti of @ci's bytecode, stands where it calls no
+ * Python function while @callee runs above it (layout.h: PYF_CALLS_*): at an instruction
+ * that only moves values, jumps or returns, or at a FOR_ITER whose callee is neither a
+ * generator nor a __next__. A leaf that returned and was called again from a loop, at the
+ * same address (its zombie frame), between the copies of its caller and of itself, leaves
+ * such a copy: the new call under a caller at its loop head or past the call (loops.py: 2 to
+ * 98 in 25,000 stacks a run). Python does run there, rarely, through a signal handler, a
+ * trace function, the collector, a __del__ or a map()'s function; such a stack stays, so the
+ * next read finds it again, and is believed then (resolve_frames()); a torn copy does not
+ * recur read after read. Bytecode not kept is not checked.
+ */
+static bool caller_suspect(const struct pyf_target *t, const struct code_info *ci, int64_t lasti,
+                           const struct code_info *callee)
+{
+    size_t at = (size_t)lasti;
+
+    if (lasti < 0) /* not started: only a trace function's call event runs above it */
+        return true;
+    if (!ci->code)
+        return false;
+    while (at < ci->n_code && t->lay.calls[ci->code[at]] == PYF_CALLS_PREFIX)
+        at += 2; /* EXTENDED_ARG: the frame runs the instruction after it */
+    if (at >= ci->n_code)
+        return false;
+    switch (t->lay.calls[ci->code[at]]) {
+    case PYF_CALLS_QUIET:
+        return true;
+    case PYF_CALLS_ITER:
+        return !(callee->flags & PYF_CO_GENERATOR) && strcmp(callee->func, "__next__") != 0;
+    default:
+        return false;
+    }
+}
+
 /* 3.12+: the interpreter pushes a shim frame before the first frame it runs for a call from
  * C; the frame above the shim (the last one kept) is that entry frame. */
 static void mark_entry(struct pyf_stack *st)
@@ -723,10 +783,17 @@ static void mark_entry(struct pyf_stack *st)
         st->frames[st->n_frames - 1].entry = true;
 }
 
-static int resolve_frames(struct pyf_target *t, size_t n, struct pyf_stack *st, struct pyf_err *e)
+/* The frames' code objects, names and lines, into @st. A copy taken in one instant
+ * (@snapshot false) needs no check of its callers. */
+static int resolve_frames(struct pyf_target *t, size_t n, struct pyf_stack *st, bool snapshot,
+                          struct pyf_err *e)
 {
+    const struct code_info *callee = NULL;
+    uint64_t suspect[3];
     int r = find_code_heads(t, n, e);
 
+    memcpy(suspect, st->suspect, sizeof(suspect));
+    memset(st->suspect, 0, sizeof(st->suspect));
     if (r < 0)
         return r;
     for (size_t i = 0; i < n; i++) {
@@ -738,6 +805,7 @@ static int resolve_frames(struct pyf_target *t, size_t n, struct pyf_stack *st, 
             if (st->n_hidden < PYF_HIDDEN_MAX)
                 st->hidden[st->n_hidden++] = raw->raddr;
             mark_entry(st);
+            callee = NULL;
             continue;
         }
         code_key(t, t->heads[i], key);
@@ -747,6 +815,7 @@ static int resolve_frames(struct pyf_target *t, size_t n, struct pyf_stack *st, 
                 if (st->n_hidden < PYF_HIDDEN_MAX)
                     st->hidden[st->n_hidden++] = raw->raddr;
                 mark_entry(st);
+                callee = NULL;
                 continue;
             }
             return pyf_fail(e, PYF_TORN, EFAULT, raw->code,
@@ -764,6 +833,17 @@ static int resolve_frames(struct pyf_target *t, size_t n, struct pyf_stack *st, 
             return pyf_fail(e, PYF_TORN, EAGAIN, raw->raddr,
                             "pid %d: frame 0x%" PRIx64 " is past the call of its callee",
                             t->info.pid, raw->raddr);
+        if (t->lay.calls && snapshot && callee && caller_suspect(t, ci, raw->lasti, callee)) {
+            uint64_t seen[3] = {raw->raddr, (uint64_t)raw->lasti, raw[-1].code};
+            if (memcmp(seen, suspect, sizeof(seen)) != 0) {
+                memcpy(st->suspect, seen, sizeof(seen));
+                return pyf_fail(e, PYF_TORN, EAGAIN, raw->raddr,
+                                "pid %d: frame 0x%" PRIx64 " calls nothing at byte %" PRId64
+                                " (read again to confirm)",
+                                t->info.pid, raw->raddr, raw->lasti);
+            }
+        }
+        callee = ci;
         st->frames[st->n_frames++] = (struct pyf_frame){
             .func = ci->func,
             .file = ci->file,
@@ -825,11 +905,27 @@ static bool callers_moved(struct pyf_target *t, const struct thread_spans *sp, s
         break;
     }
 
+    /*
+     * A caller at the same instruction may still have moved: returned and called again at
+     * the same address (a zombie frame too), or gone round its loop, while its own caller
+     * stands at the one call it makes again and again. Its loop variables and value stack
+     * then differ, or, having gone round whole, its caller's do: so the first words of each
+     * caller's f_localsplus are compared too, up to the frame's own size (ob_size words).
+     */
     for (size_t i = 1; i < n && i <= REREAD_CALLERS; i++) {
         uint64_t at = t->raw[i].raddr + (uint64_t)t->lay.fr_lasti;
-        const uint8_t *now = batch_find_in(&t->batch, sp->reread, at, len);
+        const uint8_t *now = batch_find_in(&t->batch, sp->reread, at, reread_bytes(t));
         const uint8_t *then = batch_find_in(&t->batch, sp->frames, t->raw[i].raddr, t->fr_read);
-        if (now && then && memcmp(now, then + t->lay.fr_lasti, len) != 0)
+        size_t locals = (size_t)(t->lay.fr_localsplus - t->lay.fr_lasti);
+        int64_t words;
+        if (!now || !then)
+            return true; /* not read again: a caller the guess lacked, read with it next */
+        if (memcmp(now, then + t->lay.fr_lasti, len) != 0)
+            return true;
+        words = (int64_t)field_u64(then, t->lay.var_size);
+        if (words > FRAME_WORDS_CHECKED)
+            words = FRAME_WORDS_CHECKED;
+        if (words > 0 && memcmp(now + locals, then + t->lay.fr_localsplus, (size_t)words * 8) != 0)
             return true;
     }
     return false;
@@ -865,7 +961,8 @@ static int take_snapshot(struct pyf_target *t, const struct pyf_stack *st,
 
     if (r == 0)
         r = chain(t, sp->frames, f, limit, s, e);
-    if (r == 0 && s->settled && sp->reread.hi > sp->reread.lo && callers_moved(t, sp, s->n))
+    if (r == 0 && s->settled && t->lay.fr_state_model == PYF_STATE_REFCNT &&
+        callers_moved(t, sp, s->n))
         s->settled = false;
     if (r == 0 && s->settled && !s->more && !outermost_settled(t, sp, s->n))
         s->settled = false;
@@ -894,7 +991,7 @@ static int finish(struct pyf_target *t, uint64_t tstate, struct snapshot *s, str
     st->n_hidden = 0;
     set_cframe(st, s->cframe);
     if (r == 0)
-        r = resolve_frames(t, s->n, st, e);
+        r = resolve_frames(t, s->n, st, true, e);
     if (r < 0) {
         st->n_frames = 0;
         return r;
@@ -1147,7 +1244,7 @@ int pyf_target__stack_of_copy(struct pyf_target *t, const struct pyf_frames_copy
                          t->info.pid, c->raddrs[i]);
     }
     if (r == 0)
-        r = resolve_frames(t, n, st, reterr);
+        r = resolve_frames(t, n, st, false, reterr);
     if (r == 0 && n < c->n) {
         /* cut short: the outermost frame kept was entered from C when the next one copied is
          * a shim (3.14's threads start run() through Context.run, in C) */

@@ -311,11 +311,14 @@ static void size_reads(struct pyf_target *t)
     int32_t ts[] = {l->ts_next, l->ts_interp, l->ts_frame, l->ts_thread_id, l->ts_native_thread_id};
     int32_t fr[] = {l->fr_back, l->fr_code, l->fr_lasti, l->fr_owner, l->fr_state, l->fr_running};
     size_t n_fr_copy = sizeof(fr) / sizeof(fr[0]) - 1; /* all but fr_running */
-    int32_t co[] = {l->ob_type,      l->co_filename,    l->co_name, l->co_qualname,
-                    l->co_linetable, l->co_firstlineno, l->co_flags};
+    int32_t co[] = {l->ob_type,      l->co_filename,    l->co_name,  l->co_qualname,
+                    l->co_linetable, l->co_firstlineno, l->co_flags, l->co_code};
 
     t->ts_read = max_plus(8, ts, sizeof(ts) / sizeof(ts[0]));
     t->fr_read = max_plus(8, fr, sizeof(fr) / sizeof(fr[0]));
+    if (l->fr_state_model == PYF_STATE_REFCNT &&
+        t->fr_read < (size_t)l->fr_localsplus + 8 * FRAME_WORDS_CHECKED)
+        t->fr_read = (size_t)l->fr_localsplus + 8 * FRAME_WORDS_CHECKED;
     t->fr_copy_read = max_plus(8, fr, n_fr_copy);
     t->co_read = max_plus(8, co, sizeof(co) / sizeof(co[0]));
 }

@@ -44,7 +44,14 @@
 #define HAS_INLINE_CALL_CACHES 1
 #endif
 
+#if PY_VERSION_HEX < 0x030b0000
+#include "opcode.h" /* the opcodes of the callers' check (print_calls) */
+#endif
+
 /* layout.h */
+#define PYF_CALLS_QUIET 1
+#define PYF_CALLS_ITER 2
+#define PYF_CALLS_PREFIX 3
 #define PYF_OP_UNITS 0x0f
 #define PYF_OP_INLINE_CALL 0x10
 #define PYF_OP_GENERIC 0x20
@@ -146,6 +153,52 @@ static void print_ops(void)
 }
 
 /*
+ * <= 3.10: per opcode, whether a caller standing at it may be calling a Python function
+ * (layout.h: PYF_CALLS_*; stack.c: caller_suspect()). The quiet ones only move values,
+ * jump or return: a Python function runs under them only through a signal handler, a trace
+ * function, the collector or a __del__. FOR_ITER runs Python code only for a generator, a
+ * __next__ written in Python, or the function of a map() or filter(). EXTENDED_ARG is a
+ * prefix: the frame runs the instruction after it. Every other opcode may call Python
+ * through some dunder method and is not listed.
+ */
+#if PY_VERSION_HEX < 0x030b0000
+/* clang-format off */
+static const int quiet_ops[] = {
+    NOP, POP_TOP, ROT_TWO, ROT_THREE, DUP_TOP, DUP_TOP_TWO, LOAD_FAST, LOAD_CONST, STORE_FAST,
+    DELETE_FAST, LOAD_GLOBAL, LOAD_DEREF, STORE_DEREF, LOAD_CLOSURE, JUMP_ABSOLUTE, JUMP_FORWARD,
+    POP_BLOCK, SETUP_FINALLY, POP_EXCEPT, RETURN_VALUE,
+#ifdef ROT_FOUR
+    ROT_FOUR,
+#endif
+#ifdef SETUP_LOOP /* <= 3.7 */
+    SETUP_LOOP, SETUP_EXCEPT, BREAK_LOOP, CONTINUE_LOOP,
+#endif
+#ifdef IS_OP /* 3.9+ */
+    IS_OP, LOAD_ASSERTION_ERROR,
+#endif
+};
+/* clang-format on */
+#endif
+
+static void print_calls(void)
+{
+#if PY_VERSION_HEX < 0x030b0000
+    int calls[256] = {0};
+
+    for (size_t i = 0; i < sizeof(quiet_ops) / sizeof(quiet_ops[0]); i++)
+        calls[quiet_ops[i]] = PYF_CALLS_QUIET;
+    calls[FOR_ITER] = PYF_CALLS_ITER;
+    calls[EXTENDED_ARG] = PYF_CALLS_PREFIX;
+    printf("/* clang-format off */\n");
+    printf("static const uint8_t calls[256] = {\n");
+    for (int op = 0; op < 256; op++)
+        if (calls[op])
+            printf("    [%d] = %d,\n", op, calls[op]);
+    printf("};\n/* clang-format on */\n\n");
+#endif
+}
+
+/*
  * 3.13+: where _Py_DebugOffsets publishes what we read, in 64-bit words, and the word of the
  * size of the struct each offset lies in (layout.h: struct pyf_debug_map). Only the fields
  * whose meaning has stayed the same: a section's other fields are read from the table.
@@ -241,6 +294,7 @@ int main(void)
            PY_VERSION);
     printf("#include \"../layout.h\"\n\n");
     print_ops();
+    print_calls();
     print_debug_map();
     printf("const struct pyf_layout pyf_layout_3%02d = {\n", minor);
     printf("    .version = PYF_VER(3, %d),\n", minor);
@@ -369,6 +423,7 @@ int main(void)
     F("fr_running", offsetof(PyFrameObject, f_state));
     F("fr_running_value", FRAME_EXECUTING);
 #endif
+    FS("calls", "calls");
 #else
     F("fr_running", -1);
     F("fr_running_value", 0);

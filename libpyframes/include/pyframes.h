@@ -182,6 +182,10 @@ struct pyf_stack {
     size_t n_hidden;
     uint64_t cframe_hint;
     uint64_t cframe_alt; /* the one before (a thread calling Python through C flips between) */
+    /* <= 3.10: the caller the last resolved read found standing where it calls no Python
+     * function (stack.c: caller_suspect()), as frame, instruction and its callee's code: a
+     * read that finds the same again confirms it (0: none) */
+    uint64_t suspect[3];
     /* Frames recent reads of this stack found outside their guess, read with it too: a thread
      * that flips between a few stacks (a generator's frame, a call through C) has them all in
      * one copy. recent_at[i]: the read (reads) that last met recent[i]. */
