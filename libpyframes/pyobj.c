@@ -154,7 +154,7 @@ int pyobj_str(const struct pyf_target *t, uint64_t raddr, size_t max_chars, char
               struct pyf_err *reterr)
 {
     struct str_view v;
-    uint8_t *data;
+    uint8_t *data = NULL;
     size_t n;
     char *s;
     int r = str_view(t, raddr, &v, reterr);
@@ -310,7 +310,7 @@ static int repr_str(const struct pyf_target *t, uint64_t raddr, char *buf, size_
                     struct pyf_err *e)
 {
     struct str_view v;
-    uint8_t *data;
+    uint8_t *data = NULL;
     size_t n;
     int r = str_view(t, raddr, &v, e);
 
