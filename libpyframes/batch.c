@@ -86,8 +86,7 @@ const uint8_t *batch_find(const struct batch *b, uint64_t raddr, size_t len)
     return NULL;
 }
 
-const uint8_t *batch_find_in(const struct batch *b, struct batch_window w, uint64_t raddr,
-                             size_t len)
+int batch_span_in(const struct batch *b, struct batch_window w, uint64_t raddr)
 {
     int lo = w.lo, hi = w.hi;
 
@@ -98,12 +97,18 @@ const uint8_t *batch_find_in(const struct batch *b, struct batch_window w, uint6
         else
             hi = mid;
     }
-    if (lo == w.lo)
-        return NULL;
-    const struct batch_span *s = &b->spans[lo - 1];
+    return lo > w.lo && raddr < b->spans[lo - 1].hi ? lo - 1 : -1;
+}
+
+const uint8_t *batch_find_in(const struct batch *b, struct batch_window w, uint64_t raddr,
+                             size_t len)
+{
+    int span = batch_span_in(b, w, raddr);
+    const struct batch_span *s = span >= 0 ? &b->spans[span] : NULL;
+
     /* not raddr + len <= hi: a word from the target near 2^64 would wrap past it (CI: a
      * frame's f_back read from a dying process pointed the reader outside its buffer) */
-    return raddr <= s->hi && len <= s->hi - raddr ? b->buf + s->off + (raddr - s->lo) : NULL;
+    return s && len <= s->hi - raddr ? b->buf + s->off + (raddr - s->lo) : NULL;
 }
 
 const uint8_t *batch_span_data(const struct batch *b, int span)

@@ -62,6 +62,8 @@ const uint8_t *batch_find(const struct batch *b, uint64_t raddr, size_t len);
 /* The same, looking only in @w (sorted, see above): O(log spans) instead of O(spans). */
 const uint8_t *batch_find_in(const struct batch *b, struct batch_window w, uint64_t raddr,
                              size_t len);
+/* The index of the span in @w that holds @raddr, or -1. */
+int batch_span_in(const struct batch *b, struct batch_window w, uint64_t raddr);
 /* Where span @span (an index batch_add returned) landed. */
 const uint8_t *batch_span_data(const struct batch *b, int span);
 

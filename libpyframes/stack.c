@@ -215,10 +215,6 @@ static void recent_note(struct pyf_target *t, const struct snapshot *s, struct p
 /* Callers whose instruction word is read again after the copy: the innermost ones, which
  * change fastest. All 30 of a deep stack cost 50 % more CPU in retries (3.6) for no gain. */
 #define REREAD_CALLERS 8
-/* Innermost guessed frames whose refcount is read again after the copy (callers_moved()):
- * the first may have returned already. All 30 of a deep stack cost 15 us a sample more for
- * no fewer torn copies stored (3.8). */
-#define REREAD_ALIVE 2
 
 /* A thread's spans before anything of it is added: none read. */
 static const struct thread_spans NO_SPANS = {
@@ -229,11 +225,32 @@ static size_t lasti_bytes(const struct pyf_target *t)
     return t->lay.frame_model == PYF_FRAME_OBJECT ? sizeof(int32_t) : sizeof(uint64_t);
 }
 
-/* <= 3.10: what of a caller is read again after the copy (callers_moved()): from its
- * instruction word to its first FRAME_WORDS_CHECKED locals and value stack words. */
-static size_t reread_bytes(const struct pyf_target *t)
+/*
+ * <= 3.10: the spans of the copy that hold the innermost guessed frames (REREAD_CALLERS of
+ * them and the first) and the recent ones, copied again after everything else of the thread,
+ * for callers_moved(). Whole spans: a frame the copy holds only because it lies near a guessed
+ * one (merged into its span) is copied again too.
+ */
+static struct batch_window add_second_copy(struct pyf_target *t, const struct pyf_stack *guess,
+                                           struct batch_window frames)
 {
-    return (size_t)(t->lay.fr_localsplus - t->lay.fr_lasti) + 8 * FRAME_WORDS_CHECKED;
+    struct batch *b = &t->batch;
+    struct batch_window w;
+    size_t n = 0;
+
+    for (size_t i = 0; i < guess->n_frames && i <= REREAD_CALLERS; i++)
+        t->guess_u64[n++] = (uint64_t)batch_span_in(b, frames, guess->frames[i].frame_raddr);
+    for (size_t i = 0; i < guess->n_recent && i < PYF_RECENT_MAX; i++)
+        t->guess_u64[n++] = (uint64_t)batch_span_in(b, frames, guess->recent[i]);
+    qsort(t->guess_u64, n, sizeof(*t->guess_u64), cmp_u64); /* -1 (none) sorts last */
+    w.lo = (int)b->n;
+    for (size_t i = 0; i < n && t->guess_u64[i] != UINT64_MAX; i++)
+        if (i == 0 || t->guess_u64[i] != t->guess_u64[i - 1]) {
+            const struct batch_span *s = &b->spans[t->guess_u64[i]];
+            batch_add_alone(b, s->lo, (size_t)(s->hi - s->lo));
+        }
+    w.hi = (int)b->n;
+    return w;
 }
 
 /* Adds a thread's thread state (unless already in the batch, at span @ts >= 0), its
@@ -264,18 +281,8 @@ static void add_thread(struct pyf_target *t, uint64_t tstate, int ts, const stru
         sp->alt_after = batch_add_alone(b, alt, sizeof(uint64_t));
     /* <= 3.10 only: 3.11 and 3.12 check their callers' instructions instead (at_inline_call();
      * a re-read there measurably tore more), and 3.13 marks the executing frame (stacktop). */
-    if (t->lay.fr_state_model == PYF_STATE_REFCNT && guess->n_frames > 0) {
-        size_t n = 0;
-        /* from the innermost guessed frame: a deeper stack now has it among its callers */
-        for (size_t i = 0; i < guess->n_frames && i <= REREAD_CALLERS; i++)
-            t->guess_u64[n++] = guess->frames[i].frame_raddr + (uint64_t)t->lay.fr_lasti;
-        sp->reread = add_sorted(t, t->guess_u64, n, reread_bytes(t), 0, 0);
-        /* and the refcounts of the innermost guessed frames */
-        n = 0;
-        for (size_t i = 0; i < guess->n_frames && i < REREAD_ALIVE; i++)
-            t->guess_u64[n++] = guess->frames[i].frame_raddr + (uint64_t)t->lay.fr_state;
-        sp->alive = add_sorted(t, t->guess_u64, n, sizeof(uint64_t), 0, 0);
-    }
+    if (t->lay.fr_state_model == PYF_STATE_REFCNT)
+        sp->reread = add_second_copy(t, guess, sp->frames);
     /* <= 3.10: and the outermost guessed frame's f_back (outermost_settled()) */
     if (t->lay.fr_state_model == PYF_STATE_REFCNT && guess->n_frames > 0)
         sp->root = batch_add_alone(
@@ -880,52 +887,31 @@ static void guess_from_chain(struct pyf_target *t, const struct snapshot *s, str
     set_cframe(st, s->cframe);
 }
 
-/* True when a caller's instruction word, read again after the copy, is not what the copy
- * holds: it moved during the copy, so its callee may have returned and been called again at
- * the same address (a zombie frame, <= 3.10), and the copy mixes two instants that the
- * current-frame words, equal before and after, cannot tell apart. */
+/*
+ * <= 3.10: true when the copy may mix two instants that the current-frame words, equal before
+ * and after, cannot tell apart: a callee returned and was called again at the same address
+ * (a zombie frame) while its caller was copied at another instruction (its loop head, or
+ * past the call: a leaf called every microsecond under a `for`, 7 in 100,000 stacks, 3.8,
+ * and 4 to 94 in 25,000 when the callers were not all read again). The innermost frames'
+ * spans are copied a second time after the first (add_second_copy()): each caller must stand
+ * at the same instruction in both, and the innermost live frame be alive in the second.
+ * Then at the instant the callee was copied alive, in whichever copy falls between its
+ * caller's two, the caller stood where both copies show it: the chain held at that instant.
+ * A frame not copied again (outside the guess) means another read, with it in the guess.
+ */
 static bool callers_moved(struct pyf_target *t, const struct thread_spans *sp, size_t n)
 {
-    size_t len = lasti_bytes(t);
+    size_t len = lasti_bytes(t), live = 0;
 
-    /*
-     * The innermost frame alive in the copy, dead (no references) when read again: it
-     * returned since, and its caller, unmoved, is at the instruction after its call or back
-     * at a loop head, where it was copied too, before the callee was called again (a leaf
-     * called every microsecond under a caller at `for`: 7 in 100,000 stacks, 3.8). Then
-     * the copy mixes two calls; otherwise its caller's move shows below.
-     */
-    for (size_t i = 0; i < n && i < REREAD_ALIVE; i++) {
-        uint64_t at = t->raw[i].raddr + (uint64_t)t->lay.fr_state;
-        const uint8_t *now = batch_find_in(&t->batch, sp->alive, at, sizeof(uint64_t));
-        if (t->raw[i].state <= 0)
-            continue; /* returned at the copy: trimmed (returned_inner_frames) */
-        if (now && field_u64(now, 0) == 0)
-            return true;
-        break;
-    }
-
-    /*
-     * A caller at the same instruction may still have moved: returned and called again at
-     * the same address (a zombie frame too), or gone round its loop, while its own caller
-     * stands at the one call it makes again and again. Its loop variables and value stack
-     * then differ, or, having gone round whole, its caller's do: so the first words of each
-     * caller's f_localsplus are compared too, up to the frame's own size (ob_size words).
-     */
-    for (size_t i = 1; i < n && i <= REREAD_CALLERS; i++) {
-        uint64_t at = t->raw[i].raddr + (uint64_t)t->lay.fr_lasti;
-        const uint8_t *now = batch_find_in(&t->batch, sp->reread, at, reread_bytes(t));
+    while (live < n && t->raw[live].state <= 0)
+        live++; /* returned at the copy: trimmed (returned_inner_frames()) */
+    for (size_t i = live; i < n && i <= live + REREAD_CALLERS; i++) {
         const uint8_t *then = batch_find_in(&t->batch, sp->frames, t->raw[i].raddr, t->fr_read);
-        size_t locals = (size_t)(t->lay.fr_localsplus - t->lay.fr_lasti);
-        int64_t words;
-        if (!now || !then)
-            return true; /* not read again: a caller the guess lacked, read with it next */
-        if (memcmp(now, then + t->lay.fr_lasti, len) != 0)
+        const uint8_t *now = batch_find_in(&t->batch, sp->reread, t->raw[i].raddr, t->fr_read);
+        if (!then || !now)
             return true;
-        words = (int64_t)field_u64(then, t->lay.var_size);
-        if (words > FRAME_WORDS_CHECKED)
-            words = FRAME_WORDS_CHECKED;
-        if (words > 0 && memcmp(now + locals, then + t->lay.fr_localsplus, (size_t)words * 8) != 0)
+        if (i == live ? field_u64(now, t->lay.fr_state) == 0
+                      : memcmp(now + t->lay.fr_lasti, then + t->lay.fr_lasti, len) != 0)
             return true;
     }
     return false;

@@ -26,8 +26,7 @@ struct thread_spans {
     int ts, before, after;
     int alt_before, alt_after; /* 3.11/3.12: the same words of the other cframe (cframe_alt) */
     struct batch_window frames;
-    struct batch_window reread; /* <= 3.10: callers' instruction words, read again last */
-    struct batch_window alive;  /* <= 3.10: the innermost frames' refcounts, read again last */
+    struct batch_window reread; /* <= 3.10: the spans of the innermost frames, copied again */
     int root;                   /* <= 3.10: the guessed outermost frame's f_back, read again */
     pid_t pre_tid;              /* whose schedstat was read before the batch (0: none) */
     uint64_t pre_sched[3];      /* what it said */
@@ -69,10 +68,6 @@ struct statfd {
     bool kept;          /* counted in the process's budget of kept files (pyf_keep_files_max) */
 };
 
-/* <= 3.10: the words of a caller's locals and value stack (f_localsplus) read again after a
- * copy with its instruction (stack.c: callers_moved()) */
-#define FRAME_WORDS_CHECKED 6
-
 struct pyf_target {
     struct pyf_target_info info;
     struct remote_src mem; /* where its memory is read: the process, or a core file */
@@ -83,8 +78,7 @@ struct pyf_target {
     int pthread_tid_off; /* <= 3.10: offset of tid in glibc's struct pthread; -1: unknown */
     struct nsmap ns;     /* the target's thread ids -> ours, when it is in a container */
 
-    /* bytes to read of each struct: up to the last field we use (<= 3.10: a frame's first
-     * FRAME_WORDS_CHECKED locals and value stack words too, for stack.c's callers_moved()) */
+    /* bytes to read of each struct: up to the last field we use */
     size_t ts_read, fr_read, co_read;
     /* of a frame copied in one instant (pyf_target__chain()): no running mark needed */
     size_t fr_copy_read;
