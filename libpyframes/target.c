@@ -316,6 +316,9 @@ static void size_reads(struct pyf_target *t)
 
     t->ts_read = max_plus(8, ts, sizeof(ts) / sizeof(ts[0]));
     t->fr_read = max_plus(8, fr, sizeof(fr) / sizeof(fr[0]));
+    if (l->fr_state_model == PYF_STATE_REFCNT &&
+        t->fr_read < (size_t)l->fr_localsplus + 8 * FRAME_LOCALS_CHECKED)
+        t->fr_read = (size_t)l->fr_localsplus + 8 * FRAME_LOCALS_CHECKED;
     t->fr_copy_read = max_plus(8, fr, n_fr_copy);
     t->co_read = max_plus(8, co, sizeof(co) / sizeof(co[0]));
 }

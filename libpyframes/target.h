@@ -68,6 +68,10 @@ struct statfd {
     bool kept;          /* counted in the process's budget of kept files (pyf_keep_files_max) */
 };
 
+/* <= 3.10: the words of a caller's locals compared between the two copies of a snapshot
+ * (stack.c: locals_moved()); a frame holding fewer is compared over its own (ob_size) */
+#define FRAME_LOCALS_CHECKED 4
+
 struct pyf_target {
     struct pyf_target_info info;
     struct remote_src mem; /* where its memory is read: the process, or a core file */
@@ -78,7 +82,8 @@ struct pyf_target {
     int pthread_tid_off; /* <= 3.10: offset of tid in glibc's struct pthread; -1: unknown */
     struct nsmap ns;     /* the target's thread ids -> ours, when it is in a container */
 
-    /* bytes to read of each struct: up to the last field we use */
+    /* bytes to read of each struct: up to the last field we use (<= 3.10: and a frame's
+     * first FRAME_LOCALS_CHECKED locals, for stack.c's callers_moved()) */
     size_t ts_read, fr_read, co_read;
     /* of a frame copied in one instant (pyf_target__chain()): no running mark needed */
     size_t fr_copy_read;

@@ -130,11 +130,11 @@ def test_callers_of_a_leaf_called_again_and_again_stand_at_their_calls(python, t
     sampled at 10 kHz, is one it had: lvl_0 .. lvl_k under main, each caller at its call line.
     3.11+ checks that a caller stands at an instruction that pushes a frame, found by walking
     the bytecode (looking back for a byte that looked like a call let 1 in 3,000 through on
-    3.13). <= 3.10 reads each caller's instruction and first locals again after the copy,
-    from the innermost guessed frame on (a caller at the same instruction has gone round its
-    loop when its loop variable differs), and believes a caller standing where it calls
-    nothing only when the next read finds it again: before, 4 to 94 of 25,000 stacks a run
-    had a caller at its loop head."""
+    3.13). <= 3.10 copies the innermost frames twice (each caller at the same instruction in
+    both, the callers above the first with the same first locals, the innermost live frame
+    alive in the second) and believes a caller standing where it calls nothing only when the
+    next read finds it again: before, 4 to 94 of 25,000 stacks a run had a caller at its
+    loop head."""
     require(python)
     t = target_factory(python, 'loops.py')
     first, call = t.info['first'], t.info['call']
