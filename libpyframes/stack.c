@@ -212,8 +212,9 @@ static void recent_note(struct pyf_target *t, const struct snapshot *s, struct p
     }
 }
 
-/* Callers whose instruction word is read again after the copy: the innermost ones, which
- * change fastest. All 30 of a deep stack cost 50 % more CPU in retries (3.6) for no gain. */
+/* <= 3.10: callers checked against the second copy (callers_moved()): the innermost ones,
+ * which change fastest. All 30 of a deep stack cost 50 % more CPU in retries (3.6) for no
+ * gain. */
 #define REREAD_CALLERS 8
 
 /* A thread's spans before anything of it is added: none read. */
@@ -887,6 +888,18 @@ static void guess_from_chain(struct pyf_target *t, const struct snapshot *s, str
     set_cframe(st, s->cframe);
 }
 
+/* <= 3.10: whether a frame's first locals (up to FRAME_LOCALS_CHECKED words, and no more
+ * than the frame holds: ob_size) differ between its two copies. */
+static bool locals_moved(const struct pyf_target *t, const uint8_t *then, const uint8_t *now)
+{
+    int64_t words = (int64_t)field_u64(then, t->lay.var_size);
+
+    if (words > FRAME_LOCALS_CHECKED)
+        words = FRAME_LOCALS_CHECKED;
+    return words > 0 && memcmp(now + t->lay.fr_localsplus, then + t->lay.fr_localsplus,
+                               (size_t)words * sizeof(uint64_t)) != 0;
+}
+
 /*
  * <= 3.10: true when the copy may mix two instants that the current-frame words, equal before
  * and after, cannot tell apart: a callee returned and was called again at the same address
@@ -902,21 +915,9 @@ static void guess_from_chain(struct pyf_target *t, const struct snapshot *s, str
  * loop. Then its own caller stands at the same call but with another loop variable, so the
  * callers above the first also keep their first locals (locals_moved()). The first caller's
  * locals change with each call it makes in a loop, while its callee stays right, so they are
- * not compared: that tore 10 times more. A frame not copied again (outside the guess) means
- * another read, with it in the guess.
+ * not compared: that tore 4 to 5 times more (deep.py, 3.9). A frame not copied again (one
+ * outside the guess) means another read, with it in the guess.
  */
-/* <= 3.10: whether a frame's first locals (up to FRAME_LOCALS_CHECKED words, and no more
- * than the frame holds: ob_size) differ between its two copies. */
-static bool locals_moved(const struct pyf_target *t, const uint8_t *then, const uint8_t *now)
-{
-    int64_t words = (int64_t)field_u64(then, t->lay.var_size);
-
-    if (words > FRAME_LOCALS_CHECKED)
-        words = FRAME_LOCALS_CHECKED;
-    return words > 0 && memcmp(now + t->lay.fr_localsplus, then + t->lay.fr_localsplus,
-                               (size_t)words * sizeof(uint64_t)) != 0;
-}
-
 static bool callers_moved(struct pyf_target *t, const struct thread_spans *sp, size_t n)
 {
     size_t len = lasti_bytes(t), live = 0;
