@@ -170,7 +170,9 @@ def test_python_run_where_its_caller_calls_nothing_is_still_stored(python, targe
     `for` over map() (its caller at FOR_ITER over no generator), and its main thread a signal
     handler under a loop of quiet instructions. <= 3.10 believes such a caller only when the
     next read finds it again; these stacks are real and stay, so they are stored, at their
-    share of the time (mapped: nearly all the mapper's; the handler: 5 ms of every 10)."""
+    share of the time (mapped: nearly all the mapper's; the handler: 5 ms of every 20, more
+    when the mapper holds the GIL past a signal, and then one handler may run inside the
+    last)."""
     require(python)
     t = target_factory(python, 'quietcalls.py')
     by_target = stored_samples(daemon, t.pid, 1000, 3000)
@@ -182,12 +184,13 @@ def test_python_run_where_its_caller_calls_nothing_is_still_stored(python, targe
     main = {k: n for is_main, k, n in rows if is_main}
     in_mapped = sum(n for k, n in mapper.items() if k.startswith('mapped:') and
                     k.endswith(' < run_mapper:%d' % t.info['for_line']))
-    in_handler = sum(n for k, n in main.items() if k.startswith('handler:') and
-                     ' < spin_quiet:' in k)
+    in_handler = sum(n for k, n in main.items() if k.startswith('handler:'))
     print(python, 'mapper', sorted(mapper.items(), key=lambda x: -x[1])[:4],
           'main', sorted(main.items(), key=lambda x: -x[1])[:4])
     assert in_mapped >= 0.8 * sum(mapper.values()), mapper
-    assert in_handler >= 0.25 * sum(main.values()), main
+    assert in_handler >= 0.15 * sum(main.values()), main
+    assert all(k.split(' < ')[1].split(':')[0] in ('spin_quiet', 'handler') for k in main
+               if k.startswith('handler:')), main
 
 
 @pytest.mark.parametrize('python', interpreter_params())

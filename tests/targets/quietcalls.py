@@ -43,7 +43,7 @@ def main():
         for_line = [i for i, line in enumerate(f, 1) if line.rstrip().endswith('# FOR_LINE')][0]
     threading.Thread(target=run_mapper, name='mapper', daemon=True).start()
     signal.signal(signal.SIGALRM, handler)
-    signal.setitimer(signal.ITIMER_REAL, 0.01, 0.01)
+    signal.setitimer(signal.ITIMER_REAL, 0.02, 0.02)
     print('READY ' + json.dumps({'file': __file__, 'for_line': for_line,
                                  'version': list(sys.version_info[:2])}), flush=True)
     spin_quiet()
