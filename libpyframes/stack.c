@@ -16,9 +16,10 @@
  * stacktop on 3.12+; on 3.11, which has no such mark, the chain starts at the deepest frame
  * common to the chains of the words read before and after the copy). A snapshot that does
  * not settle becomes the guess and the read is repeated, a few times at most. On <= 3.10 the
- * same syscall also re-reads the innermost callers' instruction words after everything else:
- * a zombie frame re-used by the next call at the same address passes every other check, but
- * its caller moved meanwhile, and then the snapshot does not settle (callers_moved()). 3.11
+ * same syscall also copies the innermost frames a second time after everything else: a
+ * zombie frame re-used by the next call at the same address passes every other check, but
+ * its caller moved meanwhile, and then the snapshot does not settle (callers_moved()); and
+ * a caller must hold its callee's reference (returned_frame_below()). 3.11
  * and 3.12 have the same re-use on their data stack, and there a caller must be at an
  * instruction that pushes an inline frame (at_inline_call()), or the snapshot is read again.
  * On <= 3.10, where every frame may be entered from C, a caller standing where it calls no
@@ -510,6 +511,17 @@ static size_t returned_inner_frames(const struct pyf_target *t, size_t n)
  * free list, whose frames link through f_back to one another, or a code object's zombie
  * frame, whose f_back still names its last caller. Either way the frames past it belong to
  * no stack the thread had (a chain ending in a free frame, or looping through the list).
+ *
+ * Nor is a caller holding a single reference. A frame is owned by the call that runs it
+ * (or its generator), and its callee's f_back is a second, strong reference, dropped only
+ * as the callee is freed, while the caller still stands at its call: so a frame with one
+ * reference has no callee, and stands where it calls nothing, at that instant. Its callee in
+ * the copy is a zombie frame of an earlier or a later call, copied alive at another instant
+ * (loops.py: a caller at `range(2)`, calling C, under its next leaf; the two copies of
+ * callers_moved() match when the caller went round its whole call between them and its own
+ * caller's copies fell on either side of that: 1 in about 100,000 stacks under ASan and
+ * load, CI). The count and the instruction lie in one copy of the frame, nanoseconds apart.
+ * More references (a traceback, sys._getframe()) only let a read through to the other checks.
  */
 static int returned_frame_below(const struct pyf_target *t, uint64_t tstate, size_t n,
                                 struct pyf_err *e)
@@ -522,12 +534,18 @@ static int returned_frame_below(const struct pyf_target *t, uint64_t tstate, siz
      * (CI: a 3.9 stack of one `recurse` frame, its f_back the free list's NULL). A frame that
      * really is innermost is unmarked only for a moment, as it starts and as it returns: that
      * read is torn and made again. */
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         if (t->raw[i].state <= 0 || !t->raw[i].running)
             return pyf_fail(e, PYF_TORN, EAGAIN, t->raw[i].raddr,
                             "pid %d: thread 0x%" PRIx64 ": frame 0x%" PRIx64
                             " had returned when its callee was read",
                             t->info.pid, tstate, t->raw[i].raddr);
+        if (i > 0 && t->raw[i].state < 2)
+            return pyf_fail(e, PYF_TORN, EAGAIN, t->raw[i].raddr,
+                            "pid %d: thread 0x%" PRIx64 ": frame 0x%" PRIx64
+                            " had no callee when it was read",
+                            t->info.pid, tstate, t->raw[i].raddr);
+    }
     return 0;
 }
 
@@ -906,8 +924,10 @@ static bool locals_moved(const struct pyf_target *t, const uint8_t *then, const 
  * (a zombie frame) while its caller was copied at another instruction (its loop head, or
  * past the call: a leaf called every microsecond under a `for`, 7 in 100,000 stacks, 3.8,
  * and 4 to 94 in 25,000 when the callers were not all read again). The innermost frames'
- * spans are copied a second time after the first (add_second_copy()): each caller must stand
- * at the same instruction in both, and the innermost live frame be alive in the second.
+ * spans are copied a second time after the first (add_second_copy()): each frame must run
+ * the same code in both (a frame of the free list is another function's on its next call),
+ * each caller stand at the same instruction, and the innermost live frame be alive in the
+ * second.
  * Then at the instant the callee was copied alive, in whichever copy falls between its
  * caller's two, the caller stood where both copies show it, unless it went away and came
  * back to the same instruction in between: called again (a leaf's caller copied twice at
@@ -927,7 +947,7 @@ static bool callers_moved(struct pyf_target *t, const struct thread_spans *sp, s
     for (size_t i = live; i < n && i <= live + REREAD_CALLERS; i++) {
         const uint8_t *then = batch_find_in(&t->batch, sp->frames, t->raw[i].raddr, t->fr_read);
         const uint8_t *now = batch_find_in(&t->batch, sp->reread, t->raw[i].raddr, t->fr_read);
-        if (!then || !now)
+        if (!then || !now || field_u64(now, t->lay.fr_code) != field_u64(then, t->lay.fr_code))
             return true;
         if (i == live ? field_u64(now, t->lay.fr_state) == 0
                       : memcmp(now + t->lay.fr_lasti, then + t->lay.fr_lasti, len) != 0)
