@@ -8,7 +8,8 @@
  * is then reported on our clock. Ranks are grouped by their main thread's Python stack (the
  * innermost --depth frames; --no-lines: by function), smallest group first: the odd rank out
  * is what a user reads first. --repeat tells stuck ranks (the same stack every time) from
- * slow ones.
+ * slow ones. With the collectives traced, each group's collective is named, the ranks that
+ * never reached it, and the first collective the ranks disagree on (desync.h).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -24,6 +25,7 @@
 #include "common/units.h"
 #include "ctl/client.h"
 #include "ctl/cluster.h"
+#include "ctl/desync.h"
 #include "ctl/flameout.h"
 #include "ctl/reach.h"
 
@@ -60,6 +62,7 @@ struct rank_read {
     char *key; /* its main thread's stack, as compared */
     const char *error;
     json_t *last_comm; /* its latest traced collective (COMM_SQL's row), or NULL */
+    json_t *recent;    /* its latest collectives (DESYNC_SQL's rows), or NULL */
 };
 
 struct round {
@@ -127,8 +130,10 @@ static char *stack_key(json_t *target, const struct hang_opts *o)
 
 static void round_free(struct round *r)
 {
-    for (size_t i = 0; i < r->n; i++)
+    for (size_t i = 0; i < r->n; i++) {
         free(r->reads[i].key);
+        json_decref(r->reads[i].recent);
+    }
     free(r->reads);
     json_decref(r->replies);
     *r = (struct round){0};
@@ -270,10 +275,32 @@ static void add_comm(struct round *r, const char *host, json_t *rows)
     }
 }
 
-/* The collectives each read was last in: from this node's daemon, or every node's. */
-static void read_comm(struct round *r, struct fanout *fo)
+/* Gives each read of @host its rows of @rows (DESYNC_SQL's). */
+static void add_recent(struct round *r, const char *host, json_t *rows)
 {
-    json_t *body = json_pack("{s:s}", "sql", COMM_SQL);
+    json_t *row;
+    size_t i;
+
+    json_array_foreach(rows, i, row)
+    {
+        for (size_t k = 0; k < r->n; k++) {
+            struct rank_read *rd = &r->reads[k];
+            if (strcmp(rd->host, host) != 0 ||
+                rd->pid != (long long)json_integer_value(json_array_get(row, 0)))
+                continue;
+            if (!rd->recent)
+                rd->recent = json_array();
+            json_array_append(rd->recent, row);
+        }
+    }
+}
+
+/* @sql on this node's daemon, or every node's that answered the stacks' round, each reply's
+ * rows given to @add; the replies kept in @r. */
+static void query_nodes(struct round *r, struct fanout *fo, const char *sql,
+                        void (*add)(struct round *, const char *, json_t *))
+{
+    json_t *body = json_pack("{s:s}", "sql", sql);
 
     if (!fo) {
         char err[512];
@@ -284,7 +311,7 @@ static void read_comm(struct round *r, struct fanout *fo)
                         NULL, err, sizeof(err)) == 0 &&
             status == 200 && reply && r->n) {
             json_array_append(r->replies, reply);
-            add_comm(r, r->reads[0].host, json_object_get(reply, "rows"));
+            add(r, r->reads[0].host, json_object_get(reply, "rows"));
         }
         json_decref(reply);
     } else {
@@ -298,10 +325,34 @@ static void read_comm(struct round *r, struct fanout *fo)
             for (size_t i = 0; i < fo->n; i++)
                 if (node_ok(&fo->nodes[i])) {
                     json_array_append(r->replies, fo->nodes[i].reply);
-                    add_comm(r, fo->nodes[i].host, json_object_get(fo->nodes[i].reply, "rows"));
+                    add(r, fo->nodes[i].host, json_object_get(fo->nodes[i].reply, "rows"));
                 }
     }
     json_decref(body);
+}
+
+/* The collectives each read was last in, and its latest ones: from this node's daemon, or
+ * every node's. */
+static void read_comm(struct round *r, struct fanout *fo)
+{
+    query_nodes(r, fo, COMM_SQL, add_comm);
+    query_nodes(r, fo, DESYNC_SQL, add_recent);
+}
+
+/* The first collective each process group's ranks disagree on (desync.h). */
+static json_t *find_desyncs(const struct round *r)
+{
+    struct desync_rank *ranks = calloc(r->n + 1, sizeof(*ranks));
+    json_t *out;
+
+    if (!ranks)
+        return json_array();
+    for (size_t i = 0; i < r->n; i++)
+        ranks[i] = (struct desync_rank){
+            .rank = r->reads[i].rank, .pid = r->reads[i].pid, .calls = r->reads[i].recent};
+    out = desync_find(ranks, r->n);
+    free(ranks);
+    return out ? out : json_array();
 }
 
 /* "all_reduce #12 of group 0", "DDP's gradient all_reduce #12 of group 0" */
@@ -316,15 +367,50 @@ static void comm_text(json_t *c, char *buf, size_t size)
              json_string_value(json_array_get(c, 2)));
 }
 
+/* Whether two COMM_SQL rows are in flight in the same collective: group, number, op. */
+static bool same_flight(json_t *a, json_t *b)
+{
+    return json_integer_value(json_array_get(a, 4)) == 1 &&
+           json_integer_value(json_array_get(b, 4)) == 1 &&
+           json_equal(json_array_get(a, 2), json_array_get(b, 2)) &&
+           json_equal(json_array_get(a, 3), json_array_get(b, 3)) &&
+           json_equal(json_array_get(a, 1), json_array_get(b, 1));
+}
+
+/* Of the reads in flight at number @top of @group, the row of the op most of them are in. */
+static json_t *most_waited(const struct round *r, const char *group, long long top)
+{
+    json_t *best = NULL;
+    size_t best_n = 0;
+
+    for (size_t k = 0; k < r->n; k++) {
+        json_t *o = r->reads[k].last_comm;
+        size_t same = 0;
+        if (!o || json_integer_value(json_array_get(o, 4)) != 1 ||
+            json_integer_value(json_array_get(o, 3)) != top ||
+            strcmp(json_string_value(json_array_get(o, 2)), group) != 0)
+            continue;
+        for (size_t j = 0; j < r->n; j++)
+            same += r->reads[j].last_comm && same_flight(r->reads[j].last_comm, o);
+        if (same > best_n) {
+            best = o;
+            best_n = same;
+        }
+    }
+    return best;
+}
+
 /* For each process group where some ranks are in flight in a collective, which ranks wait
- * in it and which never reached it (their last call in that group came before): the
- * sentence a user acts on. Printed, or (@json) returned as an array. */
+ * in it, which never reached it (their last call in that group came before) and which wait
+ * in another op of the same number (a desync): the sentence a user acts on. Printed, or
+ * (@json) returned as an array. */
 static json_t *say_collectives(const struct round *r, bool json)
 {
     json_t *out = json_array();
 
     for (size_t i = 0; i < r->n; i++) {
         json_t *c = r->reads[i].last_comm, *waiting_c = NULL, *behind = json_array();
+        json_t *differ = json_array();
         const char *group;
         long long top = 0;
         int *ranks;
@@ -352,6 +438,7 @@ static json_t *say_collectives(const struct round *r, bool json)
                 top = json_integer_value(json_array_get(o, 3));
             }
         }
+        waiting_c = most_waited(r, group, top);
         ranks = calloc(r->n + 1, sizeof(int));
         if (!ranks)
             goto next;
@@ -360,9 +447,16 @@ static json_t *say_collectives(const struct round *r, bool json)
             json_t *o = rd->last_comm;
             if (!o || strcmp(json_string_value(json_array_get(o, 2)), group) != 0)
                 continue;
-            if (json_integer_value(json_array_get(o, 3)) == top &&
-                json_integer_value(json_array_get(o, 4)) == 1)
+            if (same_flight(o, waiting_c))
                 ranks[nw++] = rd->rank >= 0 ? rd->rank : (int)rd->pid;
+            else if (json_integer_value(json_array_get(o, 3)) == top &&
+                     json_integer_value(json_array_get(o, 4)) == 1)
+                json_array_append_new(differ,
+                                      json_pack("{s:i, s:I, s:s, s:s, s:I, s:s?}", "rank", rd->rank,
+                                                "pid", (json_int_t)rd->pid, "host", rd->host, "op",
+                                                json_string_value(json_array_get(o, 1)), "seq",
+                                                json_integer_value(json_array_get(o, 3)), "source",
+                                                json_string_value(json_array_get(o, 6))));
             else if (json_integer_value(json_array_get(o, 3)) < top)
                 json_array_append_new(
                     behind, json_pack("{s:i, s:I, s:s, s:s, s:I, s:b, s:s?}", "rank", rd->rank,
@@ -376,15 +470,33 @@ static json_t *say_collectives(const struct round *r, bool json)
         free(ranks);
         comm_text(waiting_c, what, sizeof(what));
         if (json) {
-            json_array_append_new(out, json_pack("{s:s, s:I, s:s, s:s, s:O, s:s?}", "group", group,
-                                                 "seq", (json_int_t)top, "op",
+            json_array_append_new(out, json_pack("{s:s, s:I, s:s, s:s, s:O, s:O, s:s?}", "group",
+                                                 group, "seq", (json_int_t)top, "op",
                                                  json_string_value(json_array_get(waiting_c, 1)),
-                                                 "waiting", ranks_s, "behind", behind, "source",
+                                                 "waiting", ranks_s, "behind", behind, "differ",
+                                                 differ, "source",
                                                  json_string_value(json_array_get(waiting_c, 6))));
         } else {
             json_t *b;
             size_t k;
             printf("rank%s %s wait%s in %s", nw == 1 ? "" : "s", ranks_s, nw == 1 ? "s" : "", what);
+            json_array_foreach(differ, k, b)
+            {
+                json_t *row =
+                    json_pack("[I, s, s, I, b, I, s?]", (json_int_t)0,
+                              json_string_value(json_object_get(b, "op")), group,
+                              json_integer_value(json_object_get(b, "seq")), 1, (json_int_t)0,
+                              json_string_value(json_object_get(b, "source")));
+                comm_text(row, what, sizeof(what));
+                json_decref(row);
+                if (json_integer_value(json_object_get(b, "rank")) >= 0)
+                    printf("; rank %lld waits in %s instead",
+                           (long long)json_integer_value(json_object_get(b, "rank")), what);
+                else
+                    printf("; %s pid %lld waits in %s instead",
+                           json_string_value(json_object_get(b, "host")),
+                           (long long)json_integer_value(json_object_get(b, "pid")), what);
+            }
             json_array_foreach(behind, k, b)
             {
                 json_t *row =
@@ -406,6 +518,7 @@ static json_t *say_collectives(const struct round *r, bool json)
         }
     next:
         json_decref(behind);
+        json_decref(differ);
     }
     return out;
 }
@@ -562,6 +675,7 @@ static void print_groups(const struct round *r, struct group *groups, size_t n, 
                          const struct hang_opts *o, int n_nodes)
 {
     size_t unread = 0;
+    json_t *desyncs;
 
     printf("%zu process%s on %d node%s read at one instant (spread %.1f ms", r->n,
            r->n == 1 ? "" : "es", n_nodes, n_nodes == 1 ? "" : "s",
@@ -569,6 +683,9 @@ static void print_groups(const struct round *r, struct group *groups, size_t n, 
     if (n_nodes > 1)
         printf(", clocks known to %.1f ms", r->clock_error_ms);
     printf(")%s\n\n", n_rounds > 1 ? ", last of the rounds" : "");
+    desyncs = find_desyncs(r);
+    desync_print(desyncs);
+    json_decref(desyncs);
     json_decref(say_collectives(r, false));
     for (size_t i = 0; i < r->n; i++)
         if (r->reads[i].last_comm) {
@@ -817,13 +934,13 @@ int hang_main(int argc, char **argv)
                         unread, json_pack("{s:s, s:I, s:s}", "host", last->reads[i].host, "pid",
                                           (json_int_t)last->reads[i].pid, "error",
                                           last->reads[i].error ? last->reads[i].error : "?"));
-            print_json(json_pack("{s:I, s:f, s:f, s:i, s:o, s:o, s:o, s:o, s:o}", "processes",
-                                 (json_int_t)last->n, "spread_ms",
-                                 (double)(last->last_ns - last->first_ns) / 1e6, "clock_error_ms",
-                                 last->clock_error_ms, "rounds", n_rounds, "groups",
-                                 groups_json(last, groups, n_groups, n_rounds), "collectives",
-                                 say_collectives(last, true), "unread", unread, "apart", apart,
-                                 "failed", remote ? failures_json(&fo) : json_array()));
+            print_json(json_pack(
+                "{s:I, s:f, s:f, s:i, s:o, s:o, s:o, s:o, s:o, s:o}", "processes",
+                (json_int_t)last->n, "spread_ms", (double)(last->last_ns - last->first_ns) / 1e6,
+                "clock_error_ms", last->clock_error_ms, "rounds", n_rounds, "groups",
+                groups_json(last, groups, n_groups, n_rounds), "collectives",
+                say_collectives(last, true), "desyncs", find_desyncs(last), "unread", unread,
+                "apart", apart, "failed", remote ? failures_json(&fo) : json_array()));
         } else if (last->n == 0) {
             if (json_array_size(last->replies) > 0) /* else no node answered: said below */
                 printf("no attached process of yours to read%s (attach the job first: probectl"

@@ -491,6 +491,7 @@ def test_collectives_traced_and_hang_names_who_never_arrived():
         doc = json.loads(r.stdout)
         (coll,) = doc['collectives']
         assert coll['op'] == 'all_reduce' and coll['waiting'] == '0-1,3', coll
+        assert doc['desyncs'] == [] and coll['differ'] == [], doc  # a stall, not a desync
         (behind,) = coll['behind']
         assert behind['rank'] == 2 and behind['seq'] == coll['seq'] - 1, coll
         assert not behind['in_flight']
@@ -515,6 +516,82 @@ def test_collectives_traced_and_hang_names_who_never_arrived():
         r = d.ctl('eval', procs[0].pid, 'import torch.distributed as d;'
                   " print(hasattr(d.all_reduce, '_probed_original'), d.all_reduce.__module__)")
         assert r.stdout.split() == ['False', 'torch.distributed.distributed_c10d'], r.stdout
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+            p.stdout.close()
+            p.stderr.close()
+        d.close()
+        shutil.rmtree(wd, ignore_errors=True)
+
+
+def test_hang_names_the_first_collective_the_ranks_disagree_on():
+    """A 4-rank gloo job with collective tracing on; then rank 2 adds a broadcast the others
+    do not call (gloo hangs every rank): `hang` says the ranks disagree at that number, ranks
+    0,1,3 in all_reduce and rank 2 in broadcast, rather than all four "waiting in all_reduce"
+    (what it said before: the four were in flight at one number)."""
+    d = Daemon()
+    wd = workdir()
+    flag = os.path.join(wd, 'desync')
+    procs = []
+    env_base = dict(os.environ, WORLD_SIZE='4', MASTER_ADDR='127.0.0.1',
+                    MASTER_PORT=str(29400 + os.getpid() % 90), DESYNC_RANK='2',
+                    DESYNC_FILE=flag, OMP_NUM_THREADS='1')
+    try:
+        for rank in range(4):
+            procs.append(subprocess.Popen([PY, os.path.join(TARGETS, 'gloo_job.py')],
+                                          env=dict(env_base, RANK=str(rank)),
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        Node.wait_ready(procs)
+        for p in procs:
+            d.ctl('attach', p.pid, check=True)
+            r = d.ctl('torch', p.pid, 'on', '--comm-only')
+            assert r.returncode == 0 and 'collective tracing on' in r.stdout, r.stdout + r.stderr
+        # every rank traced through a broadcast that all of them called (rank 0's root)
+        wait_for(lambda: d.rows("SELECT count(DISTINCT rank) FROM comm_metrics WHERE"
+                                " op = 'broadcast' AND NOT in_flight")[0][0] == 4, 60,
+                 'a traced broadcast on every rank')
+        r = ctl('hang', '--json', env=dict(os.environ, PROBED_SOCKET=d.socket))
+        assert r.returncode == 0 and json.loads(r.stdout)['desyncs'] == [], r.stdout
+        open(flag, 'w').close()
+
+        def stuck():
+            """Every rank in flight at one number S, rank 2 in broadcast, the others in
+            all_reduce; held two drains apart (rows in flight are the state at a drain)."""
+            rows = d.rows("SELECT rank, seq, op FROM comm_metrics WHERE in_flight AND"
+                          " seq_source = 'c10d' ORDER BY rank")
+            seqs = {seq for _, seq, _ in rows}
+            return (len(rows) == 4 and len(seqs) == 1 and
+                    [op for *_, op in rows] == ['all_reduce', 'all_reduce', 'broadcast',
+                                                'all_reduce']) and seqs.pop()
+        top = wait_for(stuck, 60, 'rank 2 in broadcast, the others in all_reduce, at one number')
+        time.sleep(2.5)
+        assert stuck() == top, 'two drains later, the same'
+
+        r = ctl('hang', '--json', env=dict(os.environ, PROBED_SOCKET=d.socket))
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        (desync,) = doc['desyncs']
+        assert desync['group'] == '0' and desync['seq'] == top, desync
+        assert desync['calls'] == [
+            {'ranks': '0-1,3', 'count': 3, 'op': 'all_reduce', 'bytes': 4096, 'dtype': 'float32',
+             'root': None},
+            {'ranks': '2', 'count': 1, 'op': 'broadcast', 'bytes': 4096, 'dtype': 'float32',
+             'root': 0}], desync
+        assert desync['not_reached'] == '', desync
+        (coll,) = doc['collectives']
+        assert coll['op'] == 'all_reduce' and coll['seq'] == top and coll['waiting'] == '0-1,3'
+        assert coll['behind'] == [] and [(b['rank'], b['op'], b['seq']) for b in coll['differ']] \
+            == [(2, 'broadcast', top)], coll
+        odd = [g for g in doc['groups'] if g['ranks'] == '2'][0]
+        assert any(f['function'] == 'extra_broadcast' for f in odd['stack']), odd
+        r = ctl('hang', env=dict(os.environ, PROBED_SOCKET=d.socket))
+        assert ('desync in group 0 at #%d: ranks 0-1,3 called all_reduce (4096 B float32),'
+                ' rank 2 broadcast (4096 B float32, root 0): the ranks disagree from this'
+                ' collective on' % top) in r.stdout, r.stdout
+        assert ('ranks 0-1,3 wait in all_reduce #%d of group 0; rank 2 waits in broadcast #%d'
+                ' of group 0 instead' % (top, top)) in r.stdout, r.stdout
     finally:
         for p in procs:
             p.kill()
