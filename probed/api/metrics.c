@@ -327,6 +327,33 @@ static double r_ddp_wait(const struct row *r)
     return r->torch.ddp_wait_seconds;
 }
 
+static double r_comm_calls(const struct row *r)
+{
+    return (double)r->torch.comm_calls;
+}
+
+static double r_comm_seconds(const struct row *r)
+{
+    return r->torch.comm_seconds;
+}
+
+static double r_comm_bytes(const struct row *r)
+{
+    return (double)r->torch.comm_bytes;
+}
+
+static double r_comm_seq(const struct row *r)
+{
+    return (double)r->torch.comm_seq;
+}
+
+static double r_comm_in_flight(const struct row *r)
+{
+    int64_t since = r->torch.comm_in_flight_since_ns, now = real_ns();
+
+    return since && now > since ? (double)(now - since) / 1e9 : 0;
+}
+
 static double r_gpu_memory(const struct row *r)
 {
     return (double)r->gpu_bytes;
@@ -342,7 +369,9 @@ enum needs {
     NEEDS_TORCH_RESERVED,
     NEEDS_NATIVE,
     NEEDS_GPU,
-    NEEDS_DDP
+    NEEDS_DDP,
+    NEEDS_COMM,
+    NEEDS_COMM_SEQ
 };
 
 static bool has_value(const struct row *r, enum needs needs)
@@ -364,6 +393,10 @@ static bool has_value(const struct row *r, enum needs needs)
         return r->gpu_bytes >= 0;
     case NEEDS_DDP:
         return r->torch.on && r->torch.ddp_steps > 0;
+    case NEEDS_COMM:
+        return r->torch.on && r->torch.comm;
+    case NEEDS_COMM_SEQ:
+        return r->torch.on && r->torch.has_comm_seq;
     default:
         return true;
     }
@@ -698,6 +731,23 @@ static void render(struct metrics *m, struct evbuffer *out)
                "Their gradient all-reduce time not hidden behind the backward: the rank waiting"
                " for the others. Across a job's ranks, the one that waits least is the straggler",
                r_ddp_wait, NEEDS_DDP);
+    per_target(m, out, "probed_comm_calls_total", "counter",
+               "torch.distributed calls the collective trace saw complete (probectl torch on"
+               " --comm; DDP's gradient buckets are probed_ddp_steps_total's)",
+               r_comm_calls, NEEDS_COMM);
+    per_target(m, out, "probed_comm_seconds_total", "counter", "Their time, issue to completion",
+               r_comm_seconds, NEEDS_COMM);
+    per_target(m, out, "probed_comm_bytes_total", "counter", "The bytes those calls sent",
+               r_comm_bytes, NEEDS_COMM);
+    per_target(m, out, "probed_comm_seq", "gauge",
+               "The latest collective the rank issued in the default process group, by c10d's"
+               " number: the same on every rank of a job in step. A rank whose number stays"
+               " below the others' is behind them (stalled, or it skipped a collective)",
+               r_comm_seq, NEEDS_COMM_SEQ);
+    per_target(m, out, "probed_comm_in_flight_seconds", "gauge",
+               "How long the rank's oldest traced collective still in flight has been (0: none):"
+               " a rank stuck in a collective, waiting for another",
+               r_comm_in_flight, NEEDS_COMM);
     per_target(m, out, "probed_target_gpu_memory_bytes", "gauge",
                "GPU memory of the process on every GPU, as the driver reports it (NVML)",
                r_gpu_memory, NEEDS_GPU);

@@ -210,7 +210,14 @@ static void torch_done(struct job *j)
                                .has_memory = d->has_memory,
                                .has_reserved = d->has_reserved,
                                .allocated_mb = d->allocated_mb,
-                               .reserved_mb = d->reserved_mb};
+                               .reserved_mb = d->reserved_mb,
+                               .comm = d->comm,
+                               .comm_calls = d->comm_calls,
+                               .comm_bytes = d->comm_bytes,
+                               .comm_seconds = d->comm_seconds,
+                               .has_comm_seq = d->has_comm_seq,
+                               .comm_seq = d->comm_seq,
+                               .comm_in_flight_since_ns = d->comm_in_flight_since_ns};
 
     if (t)
         t->busy = false;

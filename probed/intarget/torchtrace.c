@@ -200,6 +200,38 @@ static void summarise(json_t *result, struct torch_drained *sum)
             (double)(json_integer_value(fwd) + json_integer_value(bwd)) / 1e9;
         sum->ddp_wait_seconds += (wait > 0 ? wait : 0) / 1e9;
     }
+    if (json_is_object(json_object_get(result, "comm_state"))) {
+        sum->comm = true;
+        sum->comm_in_flight_since_ns = 0; /* each page of a drain sends the calls in flight */
+    }
+    json_array_foreach(json_object_get(result, "comm"), i, row)
+    {
+        /* [call_id, op, group, size, seq, source, rank, peer, bytes, dtype, async, ts,
+         *  duration, state] */
+        const char *group = json_string_value(json_array_get(row, 2));
+        const char *source = json_string_value(json_array_get(row, 5));
+        const char *state = json_string_value(json_array_get(row, 13));
+        json_t *seq = json_array_get(row, 4), *duration = json_array_get(row, 12);
+        int64_t ts = (int64_t)json_integer_value(json_array_get(row, 11));
+        bool ddp = source && strcmp(source, "ddp") == 0;
+
+        if (json_is_integer(duration) && !ddp) { /* completed: sent once */
+            sum->comm_calls++;
+            sum->comm_bytes += (uint64_t)json_integer_value(json_array_get(row, 8));
+            sum->comm_seconds += (double)json_integer_value(duration) / 1e9;
+        }
+        if (group && strcmp(group, "0") == 0 && json_is_integer(seq) &&
+            (ddp || (source && strcmp(source, "c10d") == 0)) &&
+            !(state && strcmp(state, "untraced") == 0) &&
+            (!sum->has_comm_seq || json_integer_value(seq) > sum->comm_seq)) {
+            sum->has_comm_seq = true;
+            sum->comm_seq = (int64_t)json_integer_value(seq);
+        }
+        if (!json_is_integer(duration) && ts > 0 &&
+            !(state && (strcmp(state, "completed") == 0 || strcmp(state, "untraced") == 0)) &&
+            (!sum->comm_in_flight_since_ns || ts < sum->comm_in_flight_since_ns))
+            sum->comm_in_flight_since_ns = ts;
+    }
     if (n > 0) {
         row = json_array_get(records, n - 1);
         sum->has_memory = json_is_number(json_array_get(row, 5));

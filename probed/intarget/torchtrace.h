@@ -65,6 +65,12 @@ struct torch_drained {
     double ddp_compute_seconds, ddp_wait_seconds; /* forward + backward; comm not overlapped */
     bool has_memory, has_reserved;
     double allocated_mb, reserved_mb; /* the last record's */
+    bool comm;                        /* collectives are traced (--comm) */
+    uint64_t comm_calls, comm_bytes;  /* calls that completed (DDP's steps apart), their bytes */
+    double comm_seconds;              /* and their time */
+    bool has_comm_seq;
+    int64_t comm_seq;                /* the latest c10d number of the default group ("0") */
+    int64_t comm_in_flight_since_ns; /* the oldest call in flight at the drain; 0: none */
 };
 
 /* *ret_body (the caller's) is the target's state ("step", "steps_seen", "every", "exprs",

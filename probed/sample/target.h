@@ -56,6 +56,12 @@ struct target_torch {
     double ddp_compute_seconds, ddp_wait_seconds; /* their sums */
     bool has_memory, has_reserved;
     double allocated_mb, reserved_mb;
+    bool comm;                       /* collectives traced (--comm) */
+    uint64_t comm_calls, comm_bytes; /* calls completed (DDP's steps apart), their bytes */
+    double comm_seconds;             /* and their time */
+    bool has_comm_seq;
+    int64_t comm_seq;                /* the latest c10d number of the default group */
+    int64_t comm_in_flight_since_ns; /* the oldest call in flight at the last drain; 0: none */
 };
 
 /* The latest stretch of a target's samples the database would not take (writer.c). */

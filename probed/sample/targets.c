@@ -502,7 +502,20 @@ void targets__add_torch(struct targets *reg, int64_t id, const struct torch_tota
                 tt->has_reserved = d->has_reserved;
                 tt->reserved_mb = d->reserved_mb;
             }
+            if (d->comm) {
+                tt->comm = true;
+                tt->comm_calls += d->comm_calls;
+                tt->comm_bytes += d->comm_bytes;
+                tt->comm_seconds += d->comm_seconds;
+                if (d->has_comm_seq && (!tt->has_comm_seq || d->comm_seq > tt->comm_seq)) {
+                    tt->has_comm_seq = true;
+                    tt->comm_seq = d->comm_seq;
+                }
+                tt->comm_in_flight_since_ns = d->comm_in_flight_since_ns;
+            }
         }
+        if (!tracing) /* its calls in flight are no longer watched */
+            tt->comm_in_flight_since_ns = 0;
     }
     targets__unlock(reg);
 }

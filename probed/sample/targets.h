@@ -118,6 +118,11 @@ struct torch_totals {
     double ddp_compute_seconds, ddp_wait_seconds; /* their forward + backward; exposed comm */
     bool has_memory, has_reserved;
     double allocated_mb, reserved_mb;
+    bool comm; /* collectives traced: the rest as torch_drained's (torchtrace.h) */
+    uint64_t comm_calls, comm_bytes;
+    double comm_seconds;
+    bool has_comm_seq;
+    int64_t comm_seq, comm_in_flight_since_ns;
 };
 
 int targets_new(struct outbox *ob, int64_t next_id, struct targets **ret);

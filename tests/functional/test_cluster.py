@@ -421,8 +421,12 @@ def test_collectives_traced_and_hang_names_who_never_arrived():
     """A 4-rank gloo job with collective tracing on (probectl torch PID on --comm-only); then
     rank 2 stalls before an all_reduce: comm_metrics has every call of every rank (one
     sequence number per collective on all ranks, sends and receives with both ends), and
-    `hang` says ranks 0,1,3 wait in that all_reduce and rank 2's last call was the one before."""
-    d = Daemon()
+    `hang` says ranks 0,1,3 wait in that all_reduce and rank 2's last call was the one before;
+    and so does Prometheus (each rank's latest number, how long it has waited, its calls)."""
+    from conftest import free_port
+    from prom import http_get
+    port = free_port()
+    d = Daemon('--metrics', '127.0.0.1:%d' % port)
     wd = workdir()
     flag = os.path.join(wd, 'stall')
     procs = []
@@ -460,6 +464,25 @@ def test_collectives_traced_and_hang_names_who_never_arrived():
         wait_for(stalled, 60, 'ranks 0,1,3 in flight in the collective rank 2 never reached')
         time.sleep(2.5)
         assert stalled(), 'two drains later, the same'
+        # Prometheus: the waiting ranks' latest number is one past the stalled rank's, they
+        # have waited since the stall, and each rank's calls and bytes are its stored rows'
+        text = http_get('http://127.0.0.1:%d/metrics' % port)[1]
+
+        def value(name, pid):
+            line = [x for x in text.splitlines() if x.startswith('%s{pid="%d"' % (name, pid))]
+            return float(line[0].rsplit(' ', 1)[1]) if line else None
+        top = d.rows("SELECT max(seq) FROM comm_metrics WHERE seq_source = 'c10d'")[0][0]
+        for rank, p in enumerate(procs):
+            seq, waited = value('probed_comm_seq', p.pid), value('probed_comm_in_flight_seconds',
+                                                                 p.pid)
+            calls, nbytes = (value('probed_comm_calls_total', p.pid),
+                             value('probed_comm_bytes_total', p.pid))
+            stored = d.rows("SELECT count(*), sum(bytes) FROM comm_metrics WHERE rank = %d AND"
+                            " latency_ms IS NOT NULL AND seq_source <> 'ddp'" % rank)[0]
+            assert seq == (top - 1 if rank == 2 else top), (rank, seq, top)
+            assert (waited == 0) if rank == 2 else waited >= 2.5, (rank, waited)
+            assert [calls, nbytes] == stored and calls >= 10, (rank, calls, nbytes, stored)
+            assert value('probed_comm_seconds_total', p.pid) > 0
         # one sequence number per collective, the same on every rank: from the first one every
         # rank traced (they were turned on one after the other) to the last all of them did
         rows = d.rows("SELECT seq, count(*), count(DISTINCT rank), min(seq_source) FROM"

@@ -193,7 +193,7 @@ def test_stalled_rank_series_and_the_shipped_alert_rules(scraped):
         assert rank == '7'
         r = subprocess.run(['promtool', 'check', 'rules', ALERT_RULES], stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)
-        assert r.returncode == 0 and '2 rules found' in r.stdout, r.stdout
+        assert r.returncode == 0 and '3 rules found' in r.stdout, r.stdout
         r = subprocess.run(['promtool', 'test', 'rules', 'probed-alerts-test.yml'],
                            cwd=os.path.dirname(__file__), stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)
