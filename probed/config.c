@@ -77,6 +77,10 @@ static const struct key_def keys[CFG_N] = {
     [CFG_PYROSCOPE_APP] = {"pyroscope_app", K_LABEL, true, "python", 0, 0, false,
                            "the application name of the pushed profiles (APP.cpu{job=...,"
                            "host=...,pid=...,rank=...})"},
+    [CFG_NCCL_CALLS] = {"nccl_calls", K_CHOICE, true, "on", 0, 0, false,
+                        "each target's calls into NCCL (collectives, sends, receives), recorded"
+                        " in comm_calls through uprobes on its libnccl, whoever issues them:"
+                        " on, or off (the probes removed)"},
 };
 
 void config_init(struct config *c)
@@ -212,8 +216,8 @@ int config_check(enum config_key k, const char *value, int64_t *num, struct errb
                               d->name, value);
         return 0;
     case K_CHOICE: { /* two words: the first is 0, the second 1 */
-        const char *one = k == CFG_PROBED_THREADS ? "hide" : "script";
-        const char *two = k == CFG_PROBED_THREADS ? "show" : "full";
+        const char *one = k == CFG_PROBED_THREADS ? "hide" : k == CFG_NCCL_CALLS ? "off" : "script";
+        const char *two = k == CFG_PROBED_THREADS ? "show" : k == CFG_NCCL_CALLS ? "on" : "full";
         if (strcmp(value, one) != 0 && strcmp(value, two) != 0)
             return errbuf_set(err, -EINVAL, "%s: '%s' is not %s or %s", d->name, value, one, two);
         *num = strcmp(value, two) == 0;

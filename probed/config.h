@@ -51,6 +51,7 @@ enum config_key {
     CFG_PYROSCOPE_URL,       /* a Pyroscope server's http(s) URL profiles are pushed to; "" off */
     CFG_PYROSCOPE_INTERVAL,  /* ns between pushes */
     CFG_PYROSCOPE_APP,       /* the application name of the pushed profiles */
+    CFG_NCCL_CALLS,          /* NCCL's calls of targets through uprobes: 0 off, 1 on */
     CFG_N
 };
 

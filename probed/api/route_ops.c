@@ -48,6 +48,25 @@ static json_t *gpu_json(struct meter *m)
     return j;
 }
 
+/* Where NCCL's calls come from (uprobes), or why they are not recorded. */
+static json_t *nccl_json(struct meter *m)
+{
+    struct meter_nccl_status st;
+    json_t *j;
+
+    meter__nccl(m, &st);
+    j = json_pack("{s:s, s:I, s:I, s:I, s:I}", "source", st.watching ? "uprobes" : "none",
+                  "processes", (json_int_t)st.stats.processes, "calls", (json_int_t)st.stats.calls,
+                  "lost", (json_int_t)(st.stats.lost + st.dropped), "unknown",
+                  (json_int_t)st.stats.unknown);
+    if (!st.watching)
+        json_object_set_new(j, "error",
+                            json_string(st.error[0] ? st.error
+                                                    : "not loaded yet (memory_interval 0 reads"
+                                                      " no NCCL call)"));
+    return j;
+}
+
 int status_get(struct api *a, const struct request *rq)
 {
     struct writer *w = a->parts.writer;
@@ -76,6 +95,7 @@ int status_get(struct api *a, const struct request *rq)
                                   (json_int_t)rs.watched, "watches", (json_int_t)rs.watches,
                                   "exited", (json_int_t)rs.exited, "full", (json_int_t)rs.full));
     json_object_set_new(body, "gpu", gpu_json(a->parts.meter));
+    json_object_set_new(body, "nccl", nccl_json(a->parts.meter));
     if (a->parts.pusher) /* profiles pushed to pyroscope_url */
         json_object_set_new(body, "pyroscope", pusher_json(a->parts.pusher));
     /* the daemon's wall clock: `probectl hang` aligns its instant on every node with it */

@@ -13,14 +13,16 @@
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
-/* Per process (its latest attach), the rows at or after its DESYNC_WINDOW-th latest
- * c10d-numbered one: the index (target_id, ts_ns) walked backwards, not the whole table. */
+/* Per process (its latest attach), the rows at or after its DESYNC_WINDOW-th latest numbered
+ * one (by c10d, or by the NCCL probes from the communicator's creation): the index
+ * (target_id, ts_ns) walked backwards, not the whole table. */
 const char DESYNC_SQL[] =
     "SELECT t.pid, c.group_name, c.seq, c.op, c.bytes, c.dtype, c.peer"
     " FROM targets t JOIN comm_calls c ON c.target_id = t.id"
     " WHERE t.id = (SELECT max(t2.id) FROM targets t2 WHERE t2.pid = t.pid)"
-    " AND c.seq_source = 'c10d' AND c.ts_ns >= coalesce((SELECT c2.ts_ns FROM comm_calls c2"
-    " WHERE c2.target_id = t.id AND c2.seq_source = 'c10d' ORDER BY c2.ts_ns DESC"
+    " AND c.seq_source IN ('c10d', 'nccl') AND c.ts_ns >= coalesce((SELECT c2.ts_ns"
+    " FROM comm_calls c2"
+    " WHERE c2.target_id = t.id AND c2.seq_source IN ('c10d', 'nccl') ORDER BY c2.ts_ns DESC"
     " LIMIT 1 OFFSET " STR(DESYNC_WINDOW) " - 1), 0)";
 
 enum { ROW_PID, ROW_GROUP, ROW_SEQ, ROW_OP, ROW_BYTES, ROW_DTYPE, ROW_ROOT };

@@ -23,7 +23,8 @@
 
 #define DESYNC_WINDOW 64
 
-/* Each attached process's latest DESYNC_WINDOW c10d-numbered collectives, as rows
+/* Each attached process's latest DESYNC_WINDOW numbered collectives (c10d's, and NCCL's calls
+ * on communicators whose creation the probes saw: gpu/nccl.h), as rows
  * [pid, group, seq, op, bytes, dtype, root]. */
 extern const char DESYNC_SQL[];
 

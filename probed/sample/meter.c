@@ -203,6 +203,82 @@ static void read_gpus(struct meter *m, struct due_list *l)
     pthread_mutex_unlock(&m->gpu_lock);
 }
 
+static void nccl_status(struct meter *m, const char *why, uint64_t dropped)
+{
+    bool changed;
+
+    pthread_mutex_lock(&m->gpu_lock);
+    changed = strcmp(m->nccl_status.error, why ? why : "") != 0;
+    snprintf(m->nccl_status.error, sizeof(m->nccl_status.error), "%s", why ? why : "");
+    m->nccl_status.watching = !why;
+    m->nccl_status.dropped += dropped;
+    if (m->nccl)
+        nccl__stats(m->nccl, &m->nccl_status.stats);
+    else
+        m->nccl_status.stats.processes = 0;
+    pthread_mutex_unlock(&m->gpu_lock);
+    if (changed && why)
+        log_msg(LOG_INFO, "NCCL calls: not recorded: %s", why);
+}
+
+struct nccl_pass {
+    struct ob_half *h;
+    uint64_t dropped;
+};
+
+static void on_nccl_call(void *ctx, const struct nccl_call *c)
+{
+    struct nccl_pass *np = ctx;
+    struct ob_comm oc = {.target_id = c->target_id,
+                         .call_id = NCCL_CALL_ID_BASE + c->ts_ns,
+                         .ts_ns = c->ts_ns,
+                         .seq = c->seq,
+                         .bytes = c->bytes,
+                         .group_size = c->group_size,
+                         .peer = c->peer};
+
+    snprintf(oc.op, sizeof(oc.op), "%s", c->op);
+    snprintf(oc.dtype, sizeof(oc.dtype), "%s", c->dtype);
+    snprintf(oc.source, sizeof(oc.source), "%s", c->source);
+    snprintf(oc.group, sizeof(oc.group), "%s", c->group);
+    if (!ob_half__comm(np->h, &oc))
+        np->dropped++;
+}
+
+/* The targets' NCCL calls since the last pass, into the outbox; new targets with a libnccl
+ * watched (nccl.h). */
+static void read_nccl(struct meter *m, struct due_list *l)
+{
+    struct nccl_target targets[TARGETS_MAX];
+    struct nccl_pass np = {0};
+    struct errbuf err;
+
+    if (config_num(m->cfg, CFG_NCCL_CALLS) == 0) {
+        nccl_free(m->nccl); /* every probe removed */
+        m->nccl = NULL;
+        m->nccl_retry_ns = 0; /* turned on again: loaded at once */
+        nccl_status(m, "turned off (nccl_calls = off)", 0);
+        return;
+    }
+    if (!m->nccl) {
+        if (mono_ns() < m->nccl_retry_ns)
+            return;
+        m->nccl_retry_ns = mono_ns() + NVML_RETRY_NS;
+        if (nccl_open(&m->nccl, &err) < 0) {
+            nccl_status(m, err.msg, 0);
+            return;
+        }
+    }
+    for (size_t i = 0; i < l->n; i++)
+        targets[i] = (struct nccl_target){
+            .id = l->items[i].id, .start_time = l->items[i].start_time, .pid = l->items[i].pid};
+    nccl__watch(m->nccl, targets, l->n);
+    np.h = outbox__lock(m->ob);
+    nccl__drain(m->nccl, on_nccl_call, &np);
+    outbox__unlock(m->ob);
+    nccl_status(m, NULL, np.dropped);
+}
+
 static void pass(struct meter *m, struct due_list *l)
 {
     int64_t t0 = mono_ns();
@@ -213,6 +289,7 @@ static void pass(struct meter *m, struct due_list *l)
     for (size_t i = 0; i < l->n; i++)
         read_target(m, l, &l->items[i]);
     read_gpus(m, l);
+    read_nccl(m, l);
     m->last_pass_ns = mono_ns() - t0;
 }
 
@@ -269,6 +346,8 @@ void meter_stop(struct meter *m)
     bgthread_stop(&m->bg);
     nvml_free(m->nvml);
     m->nvml = NULL;
+    nccl_free(m->nccl);
+    m->nccl = NULL;
     free(m->gpu_last);
     m->gpu_last = NULL;
     pthread_mutex_destroy(&m->gpu_lock);
@@ -288,6 +367,13 @@ void meter__gpu(struct meter *m, struct gpu_snapshot *ret_last, struct meter_gpu
         *ret_status = m->gpu_status;
     if (ret_xids)
         memcpy(ret_xids, m->gpu_xids, sizeof(m->gpu_xids));
+    pthread_mutex_unlock(&m->gpu_lock);
+}
+
+void meter__nccl(struct meter *m, struct meter_nccl_status *ret)
+{
+    pthread_mutex_lock(&m->gpu_lock);
+    *ret = m->nccl_status;
     pthread_mutex_unlock(&m->gpu_lock);
 }
 

@@ -16,6 +16,7 @@ static void half_free(struct ob_half *h)
     free(h->arena);
     free(h->usage);
     free(h->thread_cpu);
+    free(h->comms);
 }
 
 static int half_init(struct ob_half *h, const struct outbox *ob)
@@ -29,8 +30,9 @@ static int half_init(struct ob_half *h, const struct outbox *ob)
     h->arena = malloc(ob->cap_arena);
     h->usage = calloc(OB_USAGE_MAX, sizeof(*h->usage));
     h->thread_cpu = calloc(OB_THREAD_CPU_MAX, sizeof(*h->thread_cpu));
+    h->comms = calloc(OB_COMMS_MAX, sizeof(*h->comms));
     if (!h->samples || !h->frames || !h->strings || !h->stacks || !h->threads || !h->arena ||
-        !h->usage || !h->thread_cpu)
+        !h->usage || !h->thread_cpu || !h->comms)
         return -ENOMEM;
     return 0;
 }
@@ -226,6 +228,16 @@ bool ob_half__gpu_xid(struct ob_half *h, const struct ob_gpu_xid *x)
     return true;
 }
 
+bool ob_half__comm(struct ob_half *h, const struct ob_comm *c)
+{
+    if (h->n_comms == OB_COMMS_MAX) {
+        h->n_comms_dropped++;
+        return false;
+    }
+    h->comms[h->n_comms++] = *c;
+    return true;
+}
+
 bool ob_half__thread_cpu(struct ob_half *h, const struct ob_thread_cpu *c)
 {
     if (h->n_thread_cpu == OB_THREAD_CPU_MAX) {
@@ -250,6 +262,7 @@ struct ob_half *outbox__swap(struct outbox *ob)
     empty->n_usage_dropped = 0;
     empty->n_gpus = empty->n_gpu_procs = empty->n_gpu_xids = 0;
     empty->n_gpu_dropped = 0;
+    empty->n_comms = empty->n_comms_dropped = 0;
     pthread_mutex_lock(&ob->lock);
     full = ob->fill;
     ob->fill = empty;
@@ -301,12 +314,12 @@ int ob_backlog_add(struct ob_backlog *b, const struct ob_half *h, size_t max_byt
     size_t bytes = h->n_samples * sizeof(*h->samples) + h->n_frames * sizeof(*h->frames) +
                    (h->n_strings + h->n_stacks + h->n_threads) * sizeof(struct ob_def) +
                    h->arena_used + h->n_usage * sizeof(*h->usage) +
-                   h->n_thread_cpu * sizeof(*h->thread_cpu);
+                   h->n_thread_cpu * sizeof(*h->thread_cpu) + h->n_comms * sizeof(*h->comms);
     size_t base = b->h.arena_used, strings = b->h.n_strings, stacks = b->h.n_stacks,
            threads = b->h.n_threads;
     struct {
-        size_t n_samples, n_frames, n_usage, n_thread_cpu;
-    } n = {b->h.n_samples, b->h.n_frames, b->h.n_usage, b->h.n_thread_cpu};
+        size_t n_samples, n_frames, n_usage, n_thread_cpu, n_comms;
+    } n = {b->h.n_samples, b->h.n_frames, b->h.n_usage, b->h.n_thread_cpu, b->h.n_comms};
 
     if (b->bytes + bytes > max_bytes || b->h.n_targets + h->n_targets > OB_TARGETS_MAX ||
         b->h.n_ends + h->n_ends > OB_TARGETS_MAX ||
@@ -321,6 +334,7 @@ int ob_backlog_add(struct ob_backlog *b, const struct ob_half *h, size_t max_byt
         !APPEND(b, threads, n_threads, cap_threads, h) ||
         !APPEND(b, usage, n_usage, cap_usage, h) ||
         !APPEND(b, thread_cpu, n_thread_cpu, cap_thread_cpu, h) ||
+        !APPEND(b, comms, n_comms, cap_comms, h) ||
         !grow((void **)&b->h.arena, &b->cap_arena, b->h.arena_used, h->arena_used, 1)) {
         /* all of @h or none of it: the counts go back (the memory grown stays) */
         b->h.n_samples = n.n_samples;
@@ -330,6 +344,7 @@ int ob_backlog_add(struct ob_backlog *b, const struct ob_half *h, size_t max_byt
         b->h.n_threads = threads;
         b->h.n_usage = n.n_usage;
         b->h.n_thread_cpu = n.n_thread_cpu;
+        b->h.n_comms = n.n_comms;
         return -ENOMEM;
     }
     copy_in(b->h.arena + base, h->arena, h->arena_used);

@@ -99,6 +99,14 @@ struct ob_gpu_xid {
     int64_t ts_ns, gpu_id, xid;
 };
 
+/* A call a watched process made into NCCL (gpu/nccl.h): a row of comm_calls. */
+struct ob_comm {
+    int64_t target_id, call_id, ts_ns, seq, bytes;
+    int32_t group_size, peer; /* -1: NULL */
+    char op[16], dtype[16], source[8], group[40];
+};
+#define OB_COMMS_MAX 8192 /* NCCL calls per half (a second's); more are counted lost */
+
 #define OB_GPU_MAX 256       /* GPU readings per half: 8 GPUs at 10 readings a second, x3 */
 #define OB_GPU_PROCS_MAX 512 /* target processes on GPUs, per half */
 #define OB_GPU_XIDS_MAX 64
@@ -127,6 +135,9 @@ struct ob_half {
     struct ob_gpu_xid gpu_xids[OB_GPU_XIDS_MAX];
     size_t n_gpus, n_gpu_procs, n_gpu_xids;
     uint64_t n_gpu_dropped; /* GPU rows lost because this half was full */
+    struct ob_comm *comms;  /* OB_COMMS_MAX */
+    size_t n_comms;
+    uint64_t n_comms_dropped; /* NCCL calls lost because this half was full */
 };
 
 struct outbox {
@@ -163,6 +174,7 @@ bool ob_half__thread_cpu(struct ob_half *h, const struct ob_thread_cpu *c);
 bool ob_half__gpu(struct ob_half *h, const struct ob_gpu *g);
 bool ob_half__gpu_proc(struct ob_half *h, const struct ob_gpu_proc *p);
 bool ob_half__gpu_xid(struct ob_half *h, const struct ob_gpu_xid *x);
+bool ob_half__comm(struct ob_half *h, const struct ob_comm *c);
 
 /* Writer: takes the filled half (the sampler continues in the other, emptied one). The
  * returned half is the writer's until the next swap. */
@@ -179,7 +191,7 @@ bool outbox__take_forget(struct outbox *ob);
 struct ob_backlog {
     struct ob_half h; /* n_* as in a half; arrays grown on demand */
     size_t cap_samples, cap_frames, cap_strings, cap_stacks, cap_threads, cap_arena, cap_usage,
-        cap_thread_cpu;
+        cap_thread_cpu, cap_comms;
     size_t bytes; /* held */
 };
 

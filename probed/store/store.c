@@ -33,6 +33,7 @@ enum stmt_id {
     INS_GPU_READING,
     INS_GPU_PROC,
     INS_GPU_XID,
+    INS_COMM,
     ADD_COUNT,
     N_STMTS,
 };
@@ -67,6 +68,12 @@ static const char *const stmt_sql[N_STMTS] = {
     [INS_GPU_PROC] = "INSERT OR IGNORE INTO gpu_process_readings(target_id, ts_ns, gpu_id, pid,"
                      " memory_used, sm_util_pct) VALUES (?, ?, ?, ?, ?, ?)",
     [INS_GPU_XID] = "INSERT INTO gpu_xids(ts_ns, gpu_id, xid) VALUES (?, ?, ?)",
+    /* a call NCCL was given (gpu/nccl.h): queued on its stream, its completion not seen; the
+     * rank is the process's (its environment's, as attached) */
+    [INS_COMM] = "INSERT OR REPLACE INTO comm_calls(target_id, call_id, op, group_name, group_size,"
+                 " seq, seq_source, rank, peer, bytes, dtype, async, ts_ns, duration_ns, state)"
+                 " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, (SELECT rank FROM targets WHERE id = ?1),"
+                 " ?8, ?9, ?10, 1, ?11, NULL, 'launched')",
     [ADD_COUNT] = "INSERT INTO stack_counts(target_id, span_s, bucket, tid, stack_id, state, n)"
                   " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET n = n + excluded.n",
     [INS_THREAD_CPU] = "INSERT OR IGNORE INTO thread_cpu(target_id, ts_ns, tid, cpu_ns)"
@@ -504,6 +511,12 @@ static int write_gpus(struct store *st, const struct ob_half *h)
     for (size_t i = 0; r == 0 && i < h->n_gpu_xids; i++) {
         const struct ob_gpu_xid *x = &h->gpu_xids[i];
         r = run(st, INS_GPU_XID, "ini", x->ts_ns, x->gpu_id ? x->gpu_id : -1, x->xid);
+    }
+    for (size_t i = 0; r == 0 && i < h->n_comms; i++) {
+        const struct ob_comm *c = &h->comms[i];
+        r = run(st, INS_COMM, "iittnitniti", c->target_id, c->call_id, c->op, -1, c->group, -1,
+                (int64_t)c->group_size, c->seq, c->source, -1, (int64_t)c->peer, c->bytes, c->dtype,
+                -1, c->ts_ns);
     }
     return r;
 }

@@ -1,0 +1,270 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * ncclcalls.bpf.c - uprobes on libnccl's exported C API in the processes the daemon watches
+ * (probed/gpu/nccl.c attaches each program to one process's libnccl): every collective and
+ * point-to-point call, whoever issues it (torch.distributed from Python, DDP's Reducer, FSDP,
+ * DeepSpeed, a compiled graph: they all end in these functions), with its arguments, into a
+ * ring buffer the daemon drains once a second. The call itself only queues work on a CUDA
+ * stream: its completion is not seen here.
+ *
+ * Communicators are followed from their creation where it is seen (ncclCommInitRank,
+ * ncclCommInitRankConfig, ncclCommSplit; ncclCommDestroy and ncclCommAbort forget them): the
+ * ncclUniqueId all ranks were given makes the communicator's id, the same on every rank, and
+ * its collectives are numbered from its first, so one collective has one number on every
+ * rank. A communicator made before the watch began gets id 0 and numbers from the watch's
+ * first call: those are the process's own count.
+ *
+ * x86-64 System V calls: integer arguments in rdi, rsi, rdx, rcx, r8, r9, the 7th and later on
+ * the stack above the return address; a struct of more than 16 bytes (ncclUniqueId, 128) is
+ * passed in memory, on the stack, and takes no register.
+ */
+#include "vmlinux.h"
+
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+#include "ncclcalls.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define UNIQUE_ID_BYTES 128
+#define PENDING_MAX 4096
+
+struct {
+    __uint(type, BPF_MAP_TYPE_RINGBUF);
+    __uint(max_entries, NCCL_RING_BYTES);
+} events SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, NCCL_COMMS_MAX);
+    __type(key, struct nccl_comm_key);
+    __type(value, struct nccl_comm);
+} comms SEC(".maps");
+
+/* A communicator being made, from the entry of its making to its return, per thread. */
+struct pending {
+    __u64 out; /* where the new ncclComm_t will be written */
+    __u64 id;
+    __s32 nranks, rank;
+    __u32 from_init, pad;
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, PENDING_MAX);
+    __type(key, __u64); /* pid_tgid */
+    __type(value, struct pending);
+} pending SEC(".maps");
+
+/* Calls not recorded: [0] the ring buffer full, [1] the comms map full. */
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 2);
+    __type(key, __u32);
+    __type(value, __u64);
+} lost SEC(".maps");
+
+static void count_lost(__u32 why)
+{
+    __u64 *n = bpf_map_lookup_elem(&lost, &why);
+
+    if (n)
+        *n += 1;
+}
+
+/* FNV-1a over the ncclUniqueId the caller passed on its stack. */
+static __u64 unique_id_hash(struct pt_regs *ctx)
+{
+    __u8 id[UNIQUE_ID_BYTES];
+    __u64 h = 14695981039346656037ULL;
+
+    if (bpf_probe_read_user(id, sizeof(id), (void *)(ctx->sp + 8)) < 0)
+        return 0;
+    for (int i = 0; i < UNIQUE_ID_BYTES; i++) {
+        h ^= id[i];
+        h *= 1099511628211ULL;
+    }
+    return h ? h : 1;
+}
+
+static int begin_init(struct pt_regs *ctx, __u64 out, __s32 nranks, __s32 rank, __u64 id)
+{
+    __u64 key = bpf_get_current_pid_tgid();
+    struct pending p = {.out = out, .id = id, .nranks = nranks, .rank = rank, .from_init = 1};
+
+    bpf_map_update_elem(&pending, &key, &p, BPF_ANY);
+    return 0;
+}
+
+/* ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank) */
+SEC("uprobe")
+int init_rank(struct pt_regs *ctx)
+{
+    return begin_init(ctx, ctx->di, (__s32)ctx->si, (__s32)ctx->dx, unique_id_hash(ctx));
+}
+
+/* ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, config): the new
+ * communicator's id is its parent's and its color, alike on the ranks that share it. */
+SEC("uprobe")
+int comm_split(struct pt_regs *ctx)
+{
+    struct nccl_comm_key k = {.comm = ctx->di, .pid = bpf_get_current_pid_tgid() >> 32};
+    struct nccl_comm *parent = bpf_map_lookup_elem(&comms, &k);
+    __u64 id = parent && parent->from_init
+                   ? (parent->id ^ ((__u64)(__u32)ctx->si << 32)) * 1099511628211ULL
+                   : 0;
+
+    begin_init(ctx, ctx->cx, -1, -1, id);
+    if (!id) { /* numbered from the watch: not comparable across ranks */
+        __u64 key = bpf_get_current_pid_tgid();
+        struct pending *p = bpf_map_lookup_elem(&pending, &key);
+        if (p)
+            p->from_init = 0;
+    }
+    return 0;
+}
+
+/* The return of a communicator's making: ncclSuccess (0) and the new ncclComm_t written. */
+SEC("uretprobe")
+int init_done(struct pt_regs *ctx)
+{
+    __u64 key = bpf_get_current_pid_tgid();
+    struct pending *p = bpf_map_lookup_elem(&pending, &key);
+    struct nccl_comm_key k = {.pid = key >> 32};
+    struct nccl_comm c = {0};
+
+    if (!p)
+        return 0;
+    if (ctx->ax == 0 && bpf_probe_read_user(&k.comm, sizeof(k.comm), (void *)p->out) == 0 &&
+        k.comm) {
+        c.id = p->id;
+        c.nranks = p->nranks;
+        c.rank = p->rank;
+        c.from_init = p->from_init;
+        if (bpf_map_update_elem(&comms, &k, &c, BPF_ANY) < 0)
+            count_lost(1);
+    }
+    bpf_map_delete_elem(&pending, &key);
+    return 0;
+}
+
+/* ncclCommDestroy(comm), ncclCommAbort(comm): its address may be another's next. */
+SEC("uprobe")
+int comm_end(struct pt_regs *ctx)
+{
+    struct nccl_comm_key k = {.comm = ctx->di, .pid = bpf_get_current_pid_tgid() >> 32};
+
+    bpf_map_delete_elem(&comms, &k);
+    return 0;
+}
+
+static int record(__u32 op, __u64 comm, __u64 count, __s32 dtype, __s32 peer)
+{
+    __u64 pid_tgid = bpf_get_current_pid_tgid();
+    struct nccl_comm_key k = {.comm = comm, .pid = pid_tgid >> 32};
+    struct nccl_comm *c = bpf_map_lookup_elem(&comms, &k);
+    bool p2p = op == NCCL_OP_SEND || op == NCCL_OP_RECV;
+    struct nccl_event *e;
+    __u64 seq;
+
+    if (!c) { /* made before the watch: numbered from here, the process's own count */
+        struct nccl_comm fresh = {.nranks = -1, .rank = -1};
+        if (bpf_map_update_elem(&comms, &k, &fresh, BPF_NOEXIST) < 0 &&
+            !bpf_map_lookup_elem(&comms, &k)) {
+            count_lost(1);
+            return 0;
+        }
+        c = bpf_map_lookup_elem(&comms, &k);
+        if (!c)
+            return 0;
+    }
+    /* one thread issues a communicator's calls (NCCL requires it), so no other races this */
+    seq = p2p ? ++c->p2p : ++c->seq;
+    e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+    if (!e) {
+        count_lost(0);
+        return 0;
+    }
+    e->ts_ns = bpf_ktime_get_ns();
+    e->comm = comm;
+    e->count = count;
+    e->id = c->id;
+    e->seq = seq;
+    e->pid = pid_tgid >> 32;
+    e->tid = (__u32)pid_tgid;
+    e->dtype = dtype;
+    e->peer = peer;
+    e->nranks = c->nranks;
+    e->rank = c->rank;
+    e->op = op;
+    e->from_init = c->from_init;
+    /* no wakeup: the daemon drains on its own clock; a wakeup per call costs the caller */
+    bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+    return 0;
+}
+
+static __u64 stack_arg(struct pt_regs *ctx, int n) /* the n-th argument, n >= 7 */
+{
+    __u64 v = 0;
+
+    bpf_probe_read_user(&v, sizeof(v), (void *)(ctx->sp + 8 * (n - 6)));
+    return v;
+}
+
+/* ncclAllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream) */
+SEC("uprobe")
+int all_reduce(struct pt_regs *ctx)
+{
+    return record(NCCL_OP_ALL_REDUCE, ctx->r9, ctx->dx, (__s32)ctx->cx, -1);
+}
+
+/* ncclBroadcast(sendbuff, recvbuff, count, datatype, root, comm, stream) */
+SEC("uprobe")
+int broadcast(struct pt_regs *ctx)
+{
+    return record(NCCL_OP_BROADCAST, ctx->r9, ctx->dx, (__s32)ctx->cx, (__s32)ctx->r8);
+}
+
+/* ncclBcast(buff, count, datatype, root, comm, stream) */
+SEC("uprobe")
+int bcast(struct pt_regs *ctx)
+{
+    return record(NCCL_OP_BROADCAST, ctx->r8, ctx->si, (__s32)ctx->dx, (__s32)ctx->cx);
+}
+
+/* ncclReduce(sendbuff, recvbuff, count, datatype, op, root, comm, stream) */
+SEC("uprobe")
+int reduce(struct pt_regs *ctx)
+{
+    return record(NCCL_OP_REDUCE, stack_arg(ctx, 7), ctx->dx, (__s32)ctx->cx, (__s32)ctx->r9);
+}
+
+/* ncclAllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream) */
+SEC("uprobe")
+int all_gather(struct pt_regs *ctx)
+{
+    return record(NCCL_OP_ALL_GATHER, ctx->r8, ctx->dx, (__s32)ctx->cx, -1);
+}
+
+/* ncclReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream) */
+SEC("uprobe")
+int reduce_scatter(struct pt_regs *ctx)
+{
+    return record(NCCL_OP_REDUCE_SCATTER, ctx->r9, ctx->dx, (__s32)ctx->cx, -1);
+}
+
+/* ncclSend(sendbuff, count, datatype, peer, comm, stream) */
+SEC("uprobe")
+int send(struct pt_regs *ctx)
+{
+    return record(NCCL_OP_SEND, ctx->r8, ctx->si, (__s32)ctx->dx, (__s32)ctx->cx);
+}
+
+/* ncclRecv(recvbuff, count, datatype, peer, comm, stream) */
+SEC("uprobe")
+int recv(struct pt_regs *ctx)
+{
+    return record(NCCL_OP_RECV, ctx->r8, ctx->si, (__s32)ctx->dx, (__s32)ctx->cx);
+}

@@ -1,0 +1,115 @@
+/*
+ * fake_nccl.c - a stand-in libnccl.so.2 for test_nccl.py: NCCL's C API with its real
+ * signatures (nccl.h, 2.28), whose calls do nothing on a GPU. The daemon's uprobes attach to
+ * its exported symbols as they would to NVIDIA's library, and read the arguments the System V
+ * ABI places where NCCL's callers place them (the ncclUniqueId by value on the stack,
+ * ncclReduce's comm and stream past the sixth argument). Each call bumps a counter so it
+ * stays a call.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    char internal[128];
+} ncclUniqueId;
+
+struct ncclComm {
+    int nranks, rank;
+    ncclUniqueId id;
+};
+typedef struct ncclComm *ncclComm_t;
+typedef int ncclResult_t;
+typedef void *cudaStream_t;
+
+volatile unsigned long fake_nccl_calls;
+
+#define CALL(x) (fake_nccl_calls++, (void)(x), 0)
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
+{
+    memset(id, 0, sizeof(*id));
+    return CALL(0);
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)
+{
+    struct ncclComm *c = calloc(1, sizeof(*c));
+
+    if (!c)
+        return 1;
+    c->nranks = nranks;
+    c->rank = rank;
+    c->id = commId;
+    *comm = c;
+    return CALL(0);
+}
+
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, void *config)
+{
+    struct ncclComm *c = calloc(1, sizeof(*c));
+
+    if (!c)
+        return 1;
+    c->nranks = comm->nranks / 2;
+    c->rank = key;
+    *newcomm = c;
+    return CALL(color + (config != NULL));
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm)
+{
+    free(comm);
+    return CALL(0);
+}
+
+ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, int datatype, int op,
+                           ncclComm_t comm, cudaStream_t stream)
+{
+    return CALL(sendbuff != recvbuff && count + datatype + op && comm && stream);
+}
+
+ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, int datatype,
+                           int root, ncclComm_t comm, cudaStream_t stream)
+{
+    return CALL(sendbuff != recvbuff && count + datatype + root && comm && stream);
+}
+
+ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, int datatype, int op,
+                        int root, ncclComm_t comm, cudaStream_t stream)
+{
+    return CALL(sendbuff != recvbuff && count + datatype + op + root && comm && stream);
+}
+
+ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, int datatype,
+                           ncclComm_t comm, cudaStream_t stream)
+{
+    return CALL(sendbuff != recvbuff && sendcount + datatype && comm && stream);
+}
+
+ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount, int datatype,
+                               int op, ncclComm_t comm, cudaStream_t stream)
+{
+    return CALL(sendbuff != recvbuff && recvcount + datatype + op && comm && stream);
+}
+
+ncclResult_t ncclSend(const void *sendbuff, size_t count, int datatype, int peer, ncclComm_t comm,
+                      cudaStream_t stream)
+{
+    return CALL(sendbuff && count + datatype + peer && comm && stream);
+}
+
+ncclResult_t ncclRecv(void *recvbuff, size_t count, int datatype, int peer, ncclComm_t comm,
+                      cudaStream_t stream)
+{
+    return CALL(recvbuff && count + datatype + peer && comm && stream);
+}
+
+ncclResult_t ncclGroupStart(void)
+{
+    return CALL(0);
+}
+
+ncclResult_t ncclGroupEnd(void)
+{
+    return CALL(0);
+}

@@ -1,0 +1,185 @@
+"""Every call a process makes into NCCL, seen from outside it (probed/gpu/nccl.c): eBPF uprobes
+on the exported C API of the libnccl it maps. The library here is a stand-in (fake_nccl.c) with
+NCCL's real signatures whose calls do nothing: the probes, the ABI they read and the daemon's
+path are the real ones; a real NCCL on a GPU is checked where a GPU machine is lent (its figures
+are in the closing notes). The job calls it through ctypes (tests/targets/nccl_job.py), as
+torch's ProcessGroupNCCL does from C++."""
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+from conftest import BUILD, PROBECTL, wait_for
+from daemon import Daemon
+
+PY = '/usr/bin/python3'
+JOB = os.path.join(os.path.dirname(__file__), '..', 'targets', 'nccl_job.py')
+LIB = os.path.join(BUILD, 'tests', 'nccl', 'libnccl.so.2')
+ITER = 20
+
+
+def start(rank, env):
+    p = subprocess.Popen([PY, JOB], env=dict(os.environ, RANK=str(rank), NCCL_LIB=LIB, **env),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    line = p.stdout.readline().decode()
+    assert line.startswith('READY'), line + p.stderr.read().decode()
+    return p
+
+
+def ticked_after(p, ns):
+    """Whether @p printed a TICK stamped after @ns (reading what it printed, never blocking)."""
+    while select.select([p.stdout], [], [], 0)[0]:
+        line = p.stdout.readline().decode()
+        if not line:
+            return False
+        if line.startswith('TICK') and int(line.split()[2]) > ns:
+            return True
+    return False
+
+
+def status(d):
+    return d.api('GET', '/v1/status')[1]['nccl']
+
+
+def test_every_nccl_call_recorded_from_outside_the_process():
+    """Two ranks attached after each made a communicator of its own, then they make one from a
+    shared ncclUniqueId and split it: every collective, send and receive of theirs is a row of
+    comm_calls with its op, bytes, dtype, root or peer; one communicator is one group on both
+    ranks, its collectives numbered alike from its first; the one made before the attach is
+    each rank's own. A last all_reduce of another size on rank 1 is the desync `hang` names.
+    A process that loads libnccl after its attach is watched too; a process not attached is
+    not; the job runs on, unharmed, when the daemon is killed."""
+    wd = tempfile.mkdtemp(prefix='probed-nccl-')
+    go = os.path.join(wd, 'go')
+    d = Daemon('--memory-interval', '200ms')
+    env = dict(GO=go, NCCL_ID='job-unique-id', ITER=str(ITER), DESYNC_RANK='1')
+    procs = []
+    try:
+        procs = [start(0, env), start(1, env), start(2, dict(env, LATE='1'))]
+        outsider = start(0, dict(env, NCCL_ID='outsider'))  # never attached
+        procs.append(outsider)
+        for p in procs[:3]:
+            d.ctl('attach', p.pid, check=True)
+        st = wait_for(lambda: (lambda s: s if s['processes'] == 2 else None)(status(d)), 20,
+                      'the probes on both ranks', lambda: status(d))
+        assert st['source'] == 'uprobes' and 'error' not in st, st
+        t0 = time.time_ns()
+        open(go, 'w').close()
+        for p in procs[:2] + [outsider]:
+            assert p.stdout.readline().decode().startswith('DONE')
+        assert procs[2].stdout.readline().decode().startswith('LATE')
+        per_rank = ITER * 9 + 1  # a round: 5 collectives, a send, a receive, sub's, early's
+
+        def stored(rank):
+            return d.rows("SELECT count(*) FROM comm_metrics WHERE rank = %d AND"
+                          " (group_name NOT LIKE 'nccl@%%' OR seq <= %d)" % (rank, ITER))[0][0]
+        wait_for(lambda: stored(0) >= per_rank and stored(1) >= per_rank, 20, 'every call stored',
+                 lambda: (stored(0), stored(1)))
+        rows = d.rows("SELECT rank, op, group_name, group_size, seq, seq_source, bytes, dtype,"
+                      " src_rank, dst_rank, async, in_flight, state, ts_ns, pid FROM comm_metrics"
+                      " WHERE rank IN (0, 1) ORDER BY rank, ts_ns")
+        assert all(r[10] == 1 and r[11] == 0 and r[12] == 'launched' for r in rows), rows[:3]
+        assert all(t0 <= r[13] <= time.time_ns() for r in rows if r[5] != 'trace' or r[4] <= ITER)
+        assert {r[14] for r in rows} == {procs[0].pid, procs[1].pid}  # never the outsider's
+        groups = {}
+        for rank, op, group, size, seq, source, *_ in rows:
+            groups.setdefault(group, set()).add((rank, size, source))
+        shared = sorted(g for g, who in groups.items() if {r for r, *_ in who} == {0, 1})
+        own = sorted(g for g, who in groups.items() if len({r for r, *_ in who}) == 1)
+        # comm and sub: one group each on both ranks, numbered from their creation; early:
+        # made before the attach, each rank's own, counted by the probes
+        assert len(shared) == 2 and all(g.startswith('nccl:') for g in shared), groups
+        assert len(own) == 2 and all(g.startswith('nccl@') for g in own), groups
+        assert all(who == {(0, None, 'trace'), } or who == {(1, None, 'trace')}
+                   for g, who in groups.items() if g in own), groups
+        # (comm's sends and receives are counted per rank: 'trace')
+        comm = [g for g in shared if groups[g] == {(0, 2, 'nccl'), (1, 2, 'nccl'),
+                                                   (0, 2, 'trace'), (1, 2, 'trace')}]
+        sub = [g for g in shared if groups[g] == {(0, None, 'nccl'), (1, None, 'nccl')}]
+        assert len(comm) == 1 and len(sub) == 1, groups
+        by_seq = {}
+        for rank, op, group, size, seq, source, nbytes, dtype, src, dst, *_ in rows:
+            if group == comm[0] and source == 'nccl':
+                by_seq.setdefault(seq, {})[rank] = (op, nbytes, dtype, src, dst)
+        assert sorted(by_seq) == list(range(1, ITER * 5 + 2)), sorted(by_seq)
+        want = [('all_reduce', 4096, 'float32', 0, None), ('broadcast', 512, 'bfloat16', 0, None),
+                ('all_gather', 256, 'float16', 0, None),
+                ('reduce_scatter', 512, 'float32', 0, None), ('reduce', 64, 'int64', 0, 1)]
+        for seq in range(1, ITER * 5 + 1):
+            for rank in (0, 1):
+                op, nbytes, dtype, src, dst = want[(seq - 1) % 5]
+                if op in ('all_reduce', 'all_gather', 'reduce_scatter', 'reduce'):
+                    src = rank  # the view's src_rank: the caller, where the op has no root
+                assert by_seq[seq][rank] == (op, nbytes, dtype, src, dst), (seq, rank, by_seq[seq])
+        last = ITER * 5 + 1
+        assert by_seq[last] == {0: ('all_reduce', 4096, 'float32', 0, None),
+                                1: ('all_reduce', 2048, 'float32', 1, None)}, by_seq[last]
+        p2p = d.rows("SELECT rank, op, src_rank, dst_rank, bytes, dtype, count(*), min(seq),"
+                     " max(seq) FROM comm_metrics WHERE group_name = '%s' AND op IN ('send', 'recv')"
+                     " GROUP BY 1, 2 ORDER BY 1, 2" % comm[0])
+        # one count of a communicator's sends and receives, each rank's own
+        assert p2p == [[0, 'recv', 1, 0, 16, 'uint8', ITER, 2, ITER * 2],
+                       [0, 'send', 0, 1, 16, 'uint8', ITER, 1, ITER * 2 - 1],
+                       [1, 'recv', 0, 1, 16, 'uint8', ITER, 2, ITER * 2],
+                       [1, 'send', 1, 0, 16, 'uint8', ITER, 1, ITER * 2 - 1]], p2p
+        subs = d.rows("SELECT rank, count(*), min(seq), max(seq), min(bytes), max(dtype) FROM"
+                      " comm_metrics WHERE group_name = '%s' GROUP BY rank" % sub[0])
+        assert subs == [[0, ITER, 1, ITER, 16, 'float64'], [1, ITER, 1, ITER, 16, 'float64']]
+
+        # hang: the ranks disagree at comm's last number
+        r = subprocess.run([PROBECTL, 'hang', '--json'], env=dict(os.environ,
+                           PROBED_SOCKET=d.socket), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+        assert r.returncode == 0, r.stderr
+        (desync,) = json.loads(r.stdout)['desyncs']
+        assert desync['group'] == comm[0] and desync['seq'] == last, desync
+        assert sorted((c['ranks'], c['bytes']) for c in desync['calls']) == [('0', 4096),
+                                                                             ('1', 2048)]
+
+        # the late loader: watched once it mapped libnccl (looked at again every 5 s)
+        wait_for(lambda: status(d)['processes'] == 3, 20, 'the late loader watched')
+        wait_for(lambda: d.rows('SELECT count(*) FROM comm_calls c JOIN targets t ON'
+                                ' t.id = c.target_id WHERE t.pid = %d' % procs[2].pid)[0][0] > 5,
+                 20, "the late loader's calls")
+        st = status(d)
+        assert st['lost'] == 0 and st['unknown'] == 0, st
+        assert st['calls'] == d.rows('SELECT count(*) FROM comm_calls')[0][0], st
+
+        # nccl_calls = off: every probe removed, no call recorded
+        d.ctl('config', 'nccl_calls=off', check=True)
+        wait_for(lambda: status(d)['source'] == 'none', 10, 'the probes removed')
+        assert 'turned off' in status(d)['error'] and status(d)['processes'] == 0
+        time.sleep(0.5)  # a pass's rows already in the outbox
+        n = d.rows('SELECT count(*) FROM comm_calls')[0][0]
+        time.sleep(1)
+        assert d.rows('SELECT count(*) FROM comm_calls')[0][0] == n
+        d.ctl('config', 'nccl_calls=on', check=True)
+        wait_for(lambda: status(d)['processes'] == 3, 20, 'the probes back')
+        # the daemon stopped (every probe removed, nothing leaked), then another killed with
+        # its probes attached: they go with its descriptors; the job runs on
+        d.kill()
+        d2 = Daemon('--memory-interval', '200ms')
+        try:
+            d2.ctl('attach', procs[0].pid, check=True)
+            wait_for(lambda: status(d2)['processes'] == 1, 20, 'the probes on rank 0')
+            wait_for(lambda: d2.rows('SELECT count(*) FROM comm_calls')[0][0] > 3, 20,
+                     "rank 0's calls")
+            d2.kill(signal.SIGKILL)
+        finally:
+            d2.close()
+        killed = time.time_ns()
+        for p in procs[:3]:
+            after = wait_for(lambda: ticked_after(p, killed), 10, 'calls after the kill')
+            assert after and p.poll() is None
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+            p.stdout.close()
+            p.stderr.close()
+        d.close()
+        shutil.rmtree(wd, ignore_errors=True)

@@ -1,0 +1,93 @@
+"""A rank of a job that calls NCCL's C API through ctypes, as torch's ProcessGroupNCCL, DDP's
+Reducer or FSDP end up calling it: libnccl.so.2 from NCCL_LIB (test_nccl.py gives its stand-in,
+whose calls do nothing). Env: RANK (0 or 1 of 2), NCCL_ID (the ncclUniqueId all ranks share,
+as text), GO (a file), ITER, DESYNC_RANK, LATE.
+
+At once (before any attach): a communicator "early" (never seen made), then READY. Once GO
+exists: "comm" made from NCCL_ID, "sub" split from it (color 3), then ITER rounds of, on comm,
+all_reduce, broadcast (root 0), all_gather, reduce_scatter, reduce (root 1), a send to and a
+receive from the other rank; an all_reduce on sub and one on early. Then a last all_reduce on
+comm, of half the elements on DESYNC_RANK (a desync: NCCL would hang or reduce garbage), DONE,
+and an all_reduce on early every 20 ms for ever, TICK N NOW_NS every 20 of them.
+With LATE=1: libnccl is loaded only once GO exists (a job that imports torch after the attach),
+and only early's all_reduces are made (LATE, then the loop)."""
+import ctypes
+import os
+import sys
+import time
+
+INT8, UINT8, INT64, FLOAT16, FLOAT32, FLOAT64, BFLOAT16 = 0, 1, 4, 6, 7, 8, 9
+SUM = 0
+
+
+class UniqueId(ctypes.Structure):
+    _fields_ = [('internal', ctypes.c_char * 128)]
+
+
+def unique_id(text):
+    uid = UniqueId()
+    uid.internal = text.encode()[:127]
+    return uid
+
+
+def main():
+    rank, go = int(os.environ['RANK']), os.environ['GO']
+    late = os.environ.get('LATE') == '1'
+    if late:
+        print('READY', flush=True)
+        while not os.path.exists(go):
+            time.sleep(0.02)
+    nccl = ctypes.CDLL(os.environ['NCCL_LIB'])
+    comm_t, stream = ctypes.c_void_p, ctypes.c_void_p(1)
+    nccl.ncclCommInitRank.argtypes = [ctypes.POINTER(comm_t), ctypes.c_int, UniqueId, ctypes.c_int]
+    nccl.ncclCommSplit.argtypes = [comm_t, ctypes.c_int, ctypes.c_int, ctypes.POINTER(comm_t),
+                                   ctypes.c_void_p]
+    sz, vp, i = ctypes.c_size_t, ctypes.c_void_p, ctypes.c_int
+    nccl.ncclAllReduce.argtypes = [vp, vp, sz, i, i, comm_t, vp]
+    nccl.ncclBroadcast.argtypes = [vp, vp, sz, i, i, comm_t, vp]
+    nccl.ncclReduce.argtypes = [vp, vp, sz, i, i, i, comm_t, vp]
+    nccl.ncclAllGather.argtypes = [vp, vp, sz, i, comm_t, vp]
+    nccl.ncclReduceScatter.argtypes = [vp, vp, sz, i, i, comm_t, vp]
+    nccl.ncclSend.argtypes = [vp, sz, i, i, comm_t, vp]
+    nccl.ncclRecv.argtypes = [vp, sz, i, i, comm_t, vp]
+    buf = ctypes.create_string_buffer(1 << 16)
+    src, dst = ctypes.cast(buf, vp), ctypes.c_void_p(ctypes.addressof(buf) + 4096)
+
+    def make(text):
+        c = comm_t()
+        assert nccl.ncclCommInitRank(ctypes.byref(c), 2, unique_id(text), rank) == 0
+        return c
+
+    early = make('early-%d' % rank)  # each rank's own: its id is not shared
+    if not late:
+        print('READY', flush=True)
+        while not os.path.exists(go):
+            time.sleep(0.02)
+        comm, sub = make(os.environ['NCCL_ID']), comm_t()
+        assert nccl.ncclCommSplit(comm, 3, rank, ctypes.byref(sub), None) == 0
+        other = 1 - rank
+        for _ in range(int(os.environ.get('ITER', '20'))):
+            nccl.ncclAllReduce(src, dst, 1024, FLOAT32, SUM, comm, stream)
+            nccl.ncclBroadcast(src, dst, 256, BFLOAT16, 0, comm, stream)
+            nccl.ncclAllGather(src, dst, 128, FLOAT16, comm, stream)
+            nccl.ncclReduceScatter(src, dst, 64, FLOAT32, SUM, comm, stream)
+            nccl.ncclReduce(src, dst, 8, INT64, SUM, 1, comm, stream)
+            nccl.ncclSend(src, 16, UINT8, other, comm, stream)
+            nccl.ncclRecv(dst, 16, UINT8, other, comm, stream)
+            nccl.ncclAllReduce(src, dst, 2, FLOAT64, SUM, sub, stream)
+            nccl.ncclAllReduce(src, dst, 4, FLOAT32, SUM, early, stream)
+            time.sleep(0.005)
+        desync = int(os.environ.get('DESYNC_RANK', '-1')) == rank
+        nccl.ncclAllReduce(src, dst, 512 if desync else 1024, FLOAT32, SUM, comm, stream)
+    print('LATE' if late else 'DONE', flush=True)
+    n = 0
+    while True:
+        nccl.ncclAllReduce(src, dst, 4, FLOAT32, SUM, early, stream)
+        n += 1
+        if n % 20 == 0:
+            print('TICK %d %d' % (n, time.time_ns()), flush=True)
+        time.sleep(0.02)
+
+
+if __name__ == '__main__':
+    sys.exit(main())
