@@ -23,14 +23,24 @@ typedef void *cudaStream_t;
 
 volatile unsigned long fake_nccl_calls;
 
+/* As nccl.h's NCCL_API declares each entry point: the name a weak symbol, its "p" twin (the
+ * profiling interface) a global alias of the same address. The probes must resolve the weak
+ * name. */
+#define NCCL_API(ret, func, ...)                                                                   \
+    __attribute__((alias(#func))) ret p##func(__VA_ARGS__);                                        \
+    __attribute__((weak)) ret func(__VA_ARGS__)
+
 #define CALL(x) (fake_nccl_calls++, (void)(x), 0)
 
+NCCL_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId *id);
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
 {
     memset(id, 0, sizeof(*id));
     return CALL(0);
 }
 
+NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqueId commId,
+         int rank);
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)
 {
     struct ncclComm *c = calloc(1, sizeof(*c));
@@ -44,6 +54,8 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId,
     return CALL(0);
 }
 
+NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+         void *config);
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, void *config)
 {
     struct ncclComm *c = calloc(1, sizeof(*c));
@@ -56,59 +68,76 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
     return CALL(color + (config != NULL));
 }
 
+NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm);
 ncclResult_t ncclCommDestroy(ncclComm_t comm)
 {
     free(comm);
     return CALL(0);
 }
 
+NCCL_API(ncclResult_t, ncclAllReduce, const void *sendbuff, void *recvbuff, size_t count,
+         int datatype, int op, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, int datatype, int op,
                            ncclComm_t comm, cudaStream_t stream)
 {
     return CALL(sendbuff != recvbuff && count + datatype + op && comm && stream);
 }
 
+NCCL_API(ncclResult_t, ncclBroadcast, const void *sendbuff, void *recvbuff, size_t count,
+         int datatype, int root, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, int datatype,
                            int root, ncclComm_t comm, cudaStream_t stream)
 {
     return CALL(sendbuff != recvbuff && count + datatype + root && comm && stream);
 }
 
+NCCL_API(ncclResult_t, ncclReduce, const void *sendbuff, void *recvbuff, size_t count, int datatype,
+         int op, int root, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, int datatype, int op,
                         int root, ncclComm_t comm, cudaStream_t stream)
 {
     return CALL(sendbuff != recvbuff && count + datatype + op + root && comm && stream);
 }
 
+NCCL_API(ncclResult_t, ncclAllGather, const void *sendbuff, void *recvbuff, size_t sendcount,
+         int datatype, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, int datatype,
                            ncclComm_t comm, cudaStream_t stream)
 {
     return CALL(sendbuff != recvbuff && sendcount + datatype && comm && stream);
 }
 
+NCCL_API(ncclResult_t, ncclReduceScatter, const void *sendbuff, void *recvbuff, size_t recvcount,
+         int datatype, int op, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount, int datatype,
                                int op, ncclComm_t comm, cudaStream_t stream)
 {
     return CALL(sendbuff != recvbuff && recvcount + datatype + op && comm && stream);
 }
 
+NCCL_API(ncclResult_t, ncclSend, const void *sendbuff, size_t count, int datatype, int peer,
+         ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclSend(const void *sendbuff, size_t count, int datatype, int peer, ncclComm_t comm,
                       cudaStream_t stream)
 {
     return CALL(sendbuff && count + datatype + peer && comm && stream);
 }
 
+NCCL_API(ncclResult_t, ncclRecv, void *recvbuff, size_t count, int datatype, int peer,
+         ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclRecv(void *recvbuff, size_t count, int datatype, int peer, ncclComm_t comm,
                       cudaStream_t stream)
 {
     return CALL(recvbuff && count + datatype + peer && comm && stream);
 }
 
+NCCL_API(ncclResult_t, ncclGroupStart, void);
 ncclResult_t ncclGroupStart(void)
 {
     return CALL(0);
 }
 
+NCCL_API(ncclResult_t, ncclGroupEnd, void);
 ncclResult_t ncclGroupEnd(void)
 {
     return CALL(0);
