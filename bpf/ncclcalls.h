@@ -6,7 +6,7 @@
 #ifndef PROBED_BPF_NCCLCALLS_H
 #define PROBED_BPF_NCCLCALLS_H
 
-#define NCCL_RING_BYTES (1 << 20) /* the events' ring buffer: ~16,000 calls */
+#define NCCL_RING_BYTES (4 << 20) /* the events' ring buffer: ~65,000 calls (a drain's) */
 #define NCCL_COMMS_MAX 65536      /* communicators followed, of all watched processes */
 
 /* The entry points watched, in the order of their programs (nccl.c's table). */

@@ -52,10 +52,14 @@ def test_every_nccl_call_recorded_from_outside_the_process():
     ranks, its collectives numbered alike from its first; the one made before the attach is
     each rank's own. A last all_reduce of another size on rank 1 is the desync `hang` names.
     A process that loads libnccl after its attach is watched too; a process not attached is
-    not; the job runs on, unharmed, when the daemon is killed."""
+    not; nccl_calls (off by default) removes and brings back the probes; the job runs on,
+    unharmed, when the daemon is killed."""
     wd = tempfile.mkdtemp(prefix='probed-nccl-')
     go = os.path.join(wd, 'go')
     d = Daemon('--memory-interval', '200ms')
+    wait_for(lambda: 'turned off' in status(d).get('error', ''), 10,
+             'off by default')  # a probe costs each call
+    d.ctl('config', 'nccl_calls=on', check=True)
     env = dict(GO=go, NCCL_ID='job-unique-id', ITER=str(ITER), DESYNC_RANK='1')
     procs = []
     try:
@@ -164,6 +168,7 @@ def test_every_nccl_call_recorded_from_outside_the_process():
         d.kill()
         d2 = Daemon('--memory-interval', '200ms')
         try:
+            d2.ctl('config', 'nccl_calls=on', check=True)
             d2.ctl('attach', procs[0].pid, check=True)
             wait_for(lambda: status(d2)['processes'] == 1, 20, 'the probes on rank 0')
             wait_for(lambda: d2.rows('SELECT count(*) FROM comm_calls')[0][0] > 3, 20,
