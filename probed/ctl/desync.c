@@ -234,6 +234,114 @@ json_t *desync_find(const struct desync_rank *ranks, size_t n)
     return out;
 }
 
+/* @r's latest call in @group: its row, or NULL. */
+static json_t *latest_in(const struct desync_rank *r, const char *group)
+{
+    json_t *row, *best = NULL;
+    size_t k;
+
+    json_array_foreach(r->calls, k, row)
+    {
+        const char *g = row_str(row, ROW_GROUP);
+        if (g && strcmp(g, group) == 0 && json_is_integer(json_array_get(row, ROW_SEQ)) &&
+            (!best || row_int(row, ROW_SEQ) > row_int(best, ROW_SEQ)))
+            best = row;
+    }
+    return best;
+}
+
+json_t *desync_counts(const struct desync_rank *ranks, size_t n)
+{
+    json_t *out = json_array(), *groups = json_array(), *row, *g;
+    json_t **latest = calloc(n + 1, sizeof(*latest));
+    int *ahead = calloc(n + 1, sizeof(int));
+    size_t k, gi;
+
+    if (!out || !groups || !latest || !ahead)
+        goto done;
+    for (size_t i = 0; i < n; i++) /* the communicators, each once */
+        json_array_foreach(ranks[i].calls, k, row)
+        {
+            const char *group = row_str(row, ROW_GROUP);
+            bool seen = false;
+            if (!group || strncmp(group, "nccl:", 5) != 0)
+                continue;
+            json_array_foreach(groups, gi, g) seen |= strcmp(json_string_value(g), group) == 0;
+            if (!seen)
+                json_array_append_new(groups, json_string(group));
+        }
+    json_array_foreach(groups, gi, g)
+    {
+        const char *group = json_string_value(g);
+        json_t *top = NULL, *behind = json_array();
+        size_t na = 0;
+        char ahead_s[256];
+
+        for (size_t j = 0; j < n; j++) {
+            latest[j] = latest_in(&ranks[j], group);
+            if (latest[j] && (!top || row_int(latest[j], ROW_SEQ) > row_int(top, ROW_SEQ)))
+                top = latest[j];
+        }
+        for (size_t j = 0; j < n; j++) {
+            if (!latest[j])
+                continue;
+            if (row_int(latest[j], ROW_SEQ) == row_int(top, ROW_SEQ))
+                ahead[na++] = rank_of(&ranks[j]);
+            else
+                json_array_append_new(behind,
+                                      json_pack("{s:i, s:I, s:I, s:s%}", "rank", ranks[j].rank,
+                                                "pid", (json_int_t)ranks[j].pid, "seq",
+                                                (json_int_t)row_int(latest[j], ROW_SEQ), "op",
+                                                row_str(latest[j], ROW_OP),
+                                                op_len(row_str(latest[j], ROW_OP))));
+        }
+        if (json_array_size(behind) == 0) { /* in step */
+            json_decref(behind);
+            continue;
+        }
+        ranks_format(ahead, na, ahead_s, sizeof(ahead_s));
+        json_array_append_new(out, json_pack("{s:s, s:I, s:s%, s:s, s:o}", "group", group, "seq",
+                                             (json_int_t)row_int(top, ROW_SEQ), "op",
+                                             row_str(top, ROW_OP), op_len(row_str(top, ROW_OP)),
+                                             "ahead", ahead_s, "behind", behind));
+    }
+done:
+    json_decref(groups);
+    free(latest);
+    free(ahead);
+    return out ? out : json_array();
+}
+
+void desync_counts_print(json_t *counts)
+{
+    json_t *c, *b;
+    size_t i, k;
+
+    json_array_foreach(counts, i, c)
+    {
+        const char *ahead = json_string_value(json_object_get(c, "ahead"));
+
+        printf("on %s, rank%s %s issued collective #%lld (%s)",
+               json_string_value(json_object_get(c, "group")), strpbrk(ahead, ",-") ? "s" : "",
+               ahead, (long long)json_integer_value(json_object_get(c, "seq")),
+               json_string_value(json_object_get(c, "op")));
+        json_array_foreach(json_object_get(c, "behind"), k, b)
+        {
+            long long rank = (long long)json_integer_value(json_object_get(b, "rank"));
+            if (rank >= 0)
+                printf("; rank %lld's last was #%lld (%s)", rank,
+                       (long long)json_integer_value(json_object_get(b, "seq")),
+                       json_string_value(json_object_get(b, "op")));
+            else
+                printf("; pid %lld's last was #%lld (%s)",
+                       (long long)json_integer_value(json_object_get(b, "pid")),
+                       (long long)json_integer_value(json_object_get(b, "seq")),
+                       json_string_value(json_object_get(b, "op")));
+        }
+        printf("\n");
+    }
+}
+
 /* "4096 B", "16.0 MiB" */
 static void size_text(long long bytes, char *buf, size_t size)
 {

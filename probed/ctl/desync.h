@@ -41,6 +41,17 @@ struct desync_rank {
  * before it; "" if none)}, ...]. */
 json_t *desync_find(const struct desync_rank *ranks, size_t n);
 
+/* For each NCCL communicator (group "nccl:...", numbered by the probes from its creation: one
+ * collective has one number on every rank) whose ranks' latest numbers differ: who issued the
+ * furthest and who is behind, as Ray's NCCL hang detector compares collective counts, with no
+ * stub in the job: [{"group", "seq", "op", "ahead": "0-1,3", "behind": [{"rank", "pid", "seq",
+ * "op"}]}]. New JSON, the caller's. */
+json_t *desync_counts(const struct desync_rank *ranks, size_t n);
+
+/* "on nccl:..., ranks 0-1,3 issued collective #N (all_reduce); rank 2's last was #N-1
+ * (all_gather)" for each of @counts. */
+void desync_counts_print(json_t *counts);
+
 /* One line per desync of @desyncs: "desync in group 0 at #N: ranks 0-1,3 called all_reduce
  * (4096 B float32), rank 2 broadcast (4096 B float32, root 0)". */
 void desync_print(json_t *desyncs);

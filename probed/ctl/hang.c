@@ -339,8 +339,9 @@ static void read_comm(struct round *r, struct fanout *fo)
     query_nodes(r, fo, DESYNC_SQL, add_recent);
 }
 
-/* The first collective each process group's ranks disagree on (desync.h). */
-static json_t *find_desyncs(const struct round *r)
+/* The first collective each process group's ranks disagree on, or (@counts) the NCCL
+ * communicators whose ranks' latest numbers differ (desync.h). */
+static json_t *find_desyncs(const struct round *r, bool counts)
 {
     struct desync_rank *ranks = calloc(r->n + 1, sizeof(*ranks));
     json_t *out;
@@ -350,7 +351,7 @@ static json_t *find_desyncs(const struct round *r)
     for (size_t i = 0; i < r->n; i++)
         ranks[i] = (struct desync_rank){
             .rank = r->reads[i].rank, .pid = r->reads[i].pid, .calls = r->reads[i].recent};
-    out = desync_find(ranks, r->n);
+    out = counts ? desync_counts(ranks, r->n) : desync_find(ranks, r->n);
     free(ranks);
     return out ? out : json_array();
 }
@@ -683,8 +684,11 @@ static void print_groups(const struct round *r, struct group *groups, size_t n, 
     if (n_nodes > 1)
         printf(", clocks known to %.1f ms", r->clock_error_ms);
     printf(")%s\n\n", n_rounds > 1 ? ", last of the rounds" : "");
-    desyncs = find_desyncs(r);
+    desyncs = find_desyncs(r, false);
     desync_print(desyncs);
+    json_decref(desyncs);
+    desyncs = find_desyncs(r, true);
+    desync_counts_print(desyncs);
     json_decref(desyncs);
     json_decref(say_collectives(r, false));
     for (size_t i = 0; i < r->n; i++)
@@ -934,13 +938,14 @@ int hang_main(int argc, char **argv)
                         unread, json_pack("{s:s, s:I, s:s}", "host", last->reads[i].host, "pid",
                                           (json_int_t)last->reads[i].pid, "error",
                                           last->reads[i].error ? last->reads[i].error : "?"));
-            print_json(json_pack(
-                "{s:I, s:f, s:f, s:i, s:o, s:o, s:o, s:o, s:o, s:o}", "processes",
-                (json_int_t)last->n, "spread_ms", (double)(last->last_ns - last->first_ns) / 1e6,
-                "clock_error_ms", last->clock_error_ms, "rounds", n_rounds, "groups",
-                groups_json(last, groups, n_groups, n_rounds), "collectives",
-                say_collectives(last, true), "desyncs", find_desyncs(last), "unread", unread,
-                "apart", apart, "failed", remote ? failures_json(&fo) : json_array()));
+            print_json(json_pack("{s:I, s:f, s:f, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+                                 "processes", (json_int_t)last->n, "spread_ms",
+                                 (double)(last->last_ns - last->first_ns) / 1e6, "clock_error_ms",
+                                 last->clock_error_ms, "rounds", n_rounds, "groups",
+                                 groups_json(last, groups, n_groups, n_rounds), "collectives",
+                                 say_collectives(last, true), "desyncs", find_desyncs(last, false),
+                                 "nccl_counts", find_desyncs(last, true), "unread", unread, "apart",
+                                 apart, "failed", remote ? failures_json(&fo) : json_array()));
         } else if (last->n == 0) {
             if (json_array_size(last->replies) > 0) /* else no node answered: said below */
                 printf("no attached process of yours to read%s (attach the job first: probectl"

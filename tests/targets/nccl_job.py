@@ -1,12 +1,13 @@
 """A rank of a job that calls NCCL's C API through ctypes, as torch's ProcessGroupNCCL, DDP's
 Reducer or FSDP end up calling it: libnccl.so.2 from NCCL_LIB (test_nccl.py gives its stand-in,
 whose calls do nothing). Env: RANK (0 or 1 of 2), NCCL_ID (the ncclUniqueId all ranks share,
-as text), GO (a file), ITER, DESYNC_RANK, LATE.
+as text), GO (a file), ITER, DESYNC_RANK, SUB_SKIP_RANK, LATE.
 
 At once (before any attach): a communicator "early" (never seen made), then READY. Once GO
 exists: "comm" made from NCCL_ID, "sub" split from it (color 3), then ITER rounds of, on comm,
 all_reduce, broadcast (root 0), all_gather, reduce_scatter, reduce (root 1), a send to and a
-receive from the other rank; an all_reduce on sub and one on early. Then a last all_reduce on
+receive from the other rank; an all_reduce on sub (not in the last round on SUB_SKIP_RANK: it
+falls one behind on sub) and one on early. Then a last all_reduce on
 comm, of half the elements on DESYNC_RANK (a desync: NCCL would hang or reduce garbage), DONE,
 and an all_reduce on early every 20 ms for ever, TICK N NOW_NS every 20 of them.
 With LATE=1: libnccl is loaded only once GO exists (a job that imports torch after the attach),
@@ -65,8 +66,9 @@ def main():
             time.sleep(0.02)
         comm, sub = make(os.environ['NCCL_ID']), comm_t()
         assert nccl.ncclCommSplit(comm, 3, rank, ctypes.byref(sub), None) == 0
-        other = 1 - rank
-        for _ in range(int(os.environ.get('ITER', '20'))):
+        other, n_iter = 1 - rank, int(os.environ.get('ITER', '20'))
+        skip_sub = int(os.environ.get('SUB_SKIP_RANK', '-1')) == rank
+        for k in range(n_iter):
             nccl.ncclAllReduce(src, dst, 1024, FLOAT32, SUM, comm, stream)
             nccl.ncclBroadcast(src, dst, 256, BFLOAT16, 0, comm, stream)
             nccl.ncclAllGather(src, dst, 128, FLOAT16, comm, stream)
@@ -74,7 +76,8 @@ def main():
             nccl.ncclReduce(src, dst, 8, INT64, SUM, 1, comm, stream)
             nccl.ncclSend(src, 16, UINT8, other, comm, stream)
             nccl.ncclRecv(dst, 16, UINT8, other, comm, stream)
-            nccl.ncclAllReduce(src, dst, 2, FLOAT64, SUM, sub, stream)
+            if not (skip_sub and k == n_iter - 1):
+                nccl.ncclAllReduce(src, dst, 2, FLOAT64, SUM, sub, stream)
             nccl.ncclAllReduce(src, dst, 4, FLOAT32, SUM, early, stream)
             time.sleep(0.005)
         desync = int(os.environ.get('DESYNC_RANK', '-1')) == rank

@@ -83,3 +83,46 @@ int test_desync_first_disagreement(void)
     CHECK(!bad);
     return 0;
 }
+
+/* The NCCL communicators whose ranks' latest numbers differ: who is ahead, who behind. */
+int test_desync_nccl_counts(void)
+{
+    static const char *const calls[3] = {
+        "[[100, \"nccl:aa\", 5, \"all_gather\", 8, \"float32\", null],"
+        " [100, \"nccl:aa\", 7, \"reduce_scatter (failed)\", 8, \"float32\", null],"
+        " [100, \"nccl:aa\", 6, \"all_gather\", 8, \"float32\", null],"
+        " [100, \"nccl:bb\", 3, \"all_reduce\", 8, \"float32\", null],"
+        " [100, \"0\", 40, \"all_reduce\", 8, \"float32\", null]]",
+        "[[101, \"nccl:aa\", 5, \"all_gather\", 8, \"float32\", null],"
+        " [101, \"nccl:aa\", 6, \"all_gather\", 8, \"float32\", null],"
+        " [101, \"nccl:bb\", 3, \"all_reduce\", 8, \"float32\", null],"
+        " [101, \"0\", 39, \"all_reduce\", 8, \"float32\", null]]",
+        "[[102, \"nccl:aa\", 7, \"reduce_scatter\", 8, \"float32\", null]]",
+    };
+    struct desync_rank ranks[3];
+    json_t *got, *want;
+    int bad;
+
+    for (int i = 0; i < 3; i++) {
+        ranks[i] = (struct desync_rank){
+            .rank = i == 2 ? -1 : i, .pid = 100 + i, .calls = json_loads(calls[i], 0, NULL)};
+        CHECK(ranks[i].calls);
+    }
+    got = desync_counts(ranks, 3);
+    want = json_loads("[{\"group\": \"nccl:aa\", \"seq\": 7, \"op\": \"reduce_scatter\","
+                      "  \"ahead\": \"0,102\", \"behind\": [{\"rank\": 1, \"pid\": 101,"
+                      "  \"seq\": 6, \"op\": \"all_gather\"}]}]",
+                      0, NULL);
+    bad = !json_equal(got, want);
+    if (bad) {
+        char *s = json_dumps(got, JSON_COMPACT);
+        fprintf(stderr, "got %s\n", s);
+        free(s);
+    }
+    json_decref(got);
+    json_decref(want);
+    for (int i = 0; i < 3; i++)
+        json_decref(ranks[i].calls);
+    CHECK(!bad);
+    return 0;
+}

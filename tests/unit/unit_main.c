@@ -40,6 +40,7 @@
     X(test_blocks_damaged)                                                                         \
     X(test_nodes_slurm_ranges)                                                                     \
     X(test_desync_first_disagreement)                                                              \
+    X(test_desync_nccl_counts)                                                                     \
     X(test_findproc_job_names)                                                                     \
     X(test_exits_kernel_lines)                                                                     \
     X(test_patterns_bounded)                                                                       \
