@@ -29,7 +29,6 @@
 char LICENSE[] SEC("license") = "GPL";
 
 #define UNIQUE_ID_BYTES 128
-#define PENDING_MAX 4096
 
 struct {
     __uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -53,7 +52,7 @@ struct pending {
 
 struct {
     __uint(type, BPF_MAP_TYPE_HASH);
-    __uint(max_entries, PENDING_MAX);
+    __uint(max_entries, NCCL_PENDING_MAX);
     __type(key, __u64); /* pid_tgid */
     __type(value, struct pending);
 } pending SEC(".maps");

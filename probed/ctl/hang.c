@@ -368,6 +368,36 @@ static void comm_text(json_t *c, char *buf, size_t size)
              json_string_value(json_array_get(c, 2)));
 }
 
+/* "; rank 2 waits in broadcast #12 of group 0 instead" (@waiting) or "; rank 2's last was
+ * all_reduce #11 of group 0", for each of @list (say_collectives' differ or behind). */
+static void say_others(json_t *list, const char *group, bool waiting)
+{
+    json_t *b;
+    size_t k;
+
+    json_array_foreach(list, k, b)
+    {
+        json_t *row = json_pack("[I, s, s, I, b, I, s?]", (json_int_t)0,
+                                json_string_value(json_object_get(b, "op")), group,
+                                json_integer_value(json_object_get(b, "seq")), waiting,
+                                (json_int_t)0, json_string_value(json_object_get(b, "source")));
+        char what[256], who[300];
+
+        comm_text(row, what, sizeof(what));
+        json_decref(row);
+        if (json_integer_value(json_object_get(b, "rank")) >= 0)
+            snprintf(who, sizeof(who), "rank %lld",
+                     (long long)json_integer_value(json_object_get(b, "rank")));
+        else
+            snprintf(who, sizeof(who), "%s pid %lld", json_string_value(json_object_get(b, "host")),
+                     (long long)json_integer_value(json_object_get(b, "pid")));
+        if (waiting)
+            printf("; %s waits in %s instead", who, what);
+        else
+            printf("; %s's last was %s", who, what);
+    }
+}
+
 /* Whether two COMM_SQL rows are in flight in the same collective: group, number, op. */
 static bool same_flight(json_t *a, json_t *b)
 {
@@ -478,43 +508,9 @@ static json_t *say_collectives(const struct round *r, bool json)
                                                  differ, "source",
                                                  json_string_value(json_array_get(waiting_c, 6))));
         } else {
-            json_t *b;
-            size_t k;
             printf("rank%s %s wait%s in %s", nw == 1 ? "" : "s", ranks_s, nw == 1 ? "s" : "", what);
-            json_array_foreach(differ, k, b)
-            {
-                json_t *row =
-                    json_pack("[I, s, s, I, b, I, s?]", (json_int_t)0,
-                              json_string_value(json_object_get(b, "op")), group,
-                              json_integer_value(json_object_get(b, "seq")), 1, (json_int_t)0,
-                              json_string_value(json_object_get(b, "source")));
-                comm_text(row, what, sizeof(what));
-                json_decref(row);
-                if (json_integer_value(json_object_get(b, "rank")) >= 0)
-                    printf("; rank %lld waits in %s instead",
-                           (long long)json_integer_value(json_object_get(b, "rank")), what);
-                else
-                    printf("; %s pid %lld waits in %s instead",
-                           json_string_value(json_object_get(b, "host")),
-                           (long long)json_integer_value(json_object_get(b, "pid")), what);
-            }
-            json_array_foreach(behind, k, b)
-            {
-                json_t *row =
-                    json_pack("[I, s, s, I, b, I, s?]", (json_int_t)0,
-                              json_string_value(json_object_get(b, "op")), group,
-                              json_integer_value(json_object_get(b, "seq")), 0, (json_int_t)0,
-                              json_string_value(json_object_get(b, "source")));
-                comm_text(row, what, sizeof(what));
-                json_decref(row);
-                if (json_integer_value(json_object_get(b, "rank")) >= 0)
-                    printf("; rank %lld's last was %s",
-                           (long long)json_integer_value(json_object_get(b, "rank")), what);
-                else
-                    printf("; %s pid %lld's last was %s",
-                           json_string_value(json_object_get(b, "host")),
-                           (long long)json_integer_value(json_object_get(b, "pid")), what);
-            }
+            say_others(differ, group, true);
+            say_others(behind, group, false);
             printf("\n");
         }
     next:

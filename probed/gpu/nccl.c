@@ -91,10 +91,42 @@ static int quiet(enum libbpf_print_level level, const char *fmt, va_list ap)
     return 0;
 }
 
-static void unwatch(struct proc *p)
+/* Deletes @pid's communicators and makings in progress from the program's maps, so those of
+ * ended processes never fill them (their keys hold the pid). The keys are gathered first: a
+ * hash map's walk restarts when the key it stands on is deleted. */
+static void forget_pid(struct nccl_watch *w, pid_t pid)
+{
+    int comms = bpf_map__fd(w->skel->maps.comms), pending = bpf_map__fd(w->skel->maps.pending);
+    struct nccl_comm_key *keys = calloc(NCCL_COMMS_MAX, sizeof(*keys)), k;
+    __u64 *tids = calloc(NCCL_PENDING_MAX, sizeof(*tids)), t;
+    size_t n = 0, nt = 0;
+    void *at = NULL;
+
+    while (keys && n < NCCL_COMMS_MAX && bpf_map_get_next_key(comms, at, &k) == 0) {
+        if (k.pid == (__u32)pid)
+            keys[n++] = k;
+        at = &k;
+    }
+    for (size_t i = 0; i < n; i++)
+        bpf_map_delete_elem(comms, &keys[i]);
+    at = NULL;
+    while (tids && nt < NCCL_PENDING_MAX && bpf_map_get_next_key(pending, at, &t) == 0) {
+        if ((pid_t)(t >> 32) == pid)
+            tids[nt++] = t;
+        at = &t;
+    }
+    for (size_t i = 0; i < nt; i++)
+        bpf_map_delete_elem(pending, &tids[i]);
+    free(keys);
+    free(tids);
+}
+
+static void unwatch(struct nccl_watch *w, struct proc *p)
 {
     for (size_t i = 0; i < p->n_links; i++)
         bpf_link__destroy(p->links[i]);
+    if (p->n_links)
+        forget_pid(w, p->t.pid);
     p->n_links = 0;
 }
 
@@ -160,7 +192,7 @@ static void look(struct nccl_watch *w, struct proc *p)
         if (calls == 0)
             log_msg(LOG_WARN, "NCCL calls of pid %d: no probe attached to %s (%s)", (int)p->t.pid,
                     p->library, strerror(err ? err : ENOENT));
-        unwatch(p);
+        unwatch(w, p);
         return;
     }
     log_msg(LOG_INFO, "NCCL calls of pid %d: %zu probes on %s", (int)p->t.pid, p->n_links,
@@ -190,7 +222,7 @@ void nccl__watch(struct nccl_watch *w, const struct nccl_target *targets, size_t
     }
     for (size_t k = 0; k < w->n;) /* the others: detached, or ended */
         if (!w->procs[k].given) {
-            unwatch(&w->procs[k]);
+            unwatch(w, &w->procs[k]);
             w->procs[k] = w->procs[--w->n];
         } else {
             k++;
@@ -314,7 +346,7 @@ void nccl_free(struct nccl_watch *w)
     if (!w)
         return;
     for (size_t k = 0; k < w->n; k++)
-        unwatch(&w->procs[k]);
+        unwatch(w, &w->procs[k]);
     ring_buffer__free(w->rb);
     ncclcalls_bpf__destroy(w->skel);
     free(w->procs);

@@ -417,6 +417,22 @@ def ensure_ssh_user():
     return name
 
 
+def traced_gloo_job(d, procs, **env):
+    """The 4 ranks of gloo_job.py (@env added to theirs) started (appended to @procs, which the
+    caller kills), past READY, attached to @d with `torch on --comm-only`."""
+    env_base = dict(os.environ, WORLD_SIZE='4', MASTER_ADDR='127.0.0.1', OMP_NUM_THREADS='1',
+                    **env)
+    for rank in range(4):
+        procs.append(subprocess.Popen([PY, os.path.join(TARGETS, 'gloo_job.py')],
+                                      env=dict(env_base, RANK=str(rank)),
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    Node.wait_ready(procs)
+    for p in procs:
+        d.ctl('attach', p.pid, check=True)
+        r = d.ctl('torch', p.pid, 'on', '--comm-only')
+        assert r.returncode == 0 and 'collective tracing on' in r.stdout, r.stdout + r.stderr
+
+
 def test_collectives_traced_and_hang_names_who_never_arrived():
     """A 4-rank gloo job with collective tracing on (probectl torch PID on --comm-only); then
     rank 2 stalls before an all_reduce: comm_metrics has every call of every rank (one
@@ -430,18 +446,8 @@ def test_collectives_traced_and_hang_names_who_never_arrived():
     wd = workdir()
     flag = os.path.join(wd, 'stall')
     procs = []
-    env_base = dict(os.environ, WORLD_SIZE='4', MASTER_ADDR='127.0.0.1', MASTER_PORT='29561',
-                    STALL_RANK='2', STALL_FILE=flag, OMP_NUM_THREADS='1')
     try:
-        for rank in range(4):
-            procs.append(subprocess.Popen([PY, os.path.join(TARGETS, 'gloo_job.py')],
-                                          env=dict(env_base, RANK=str(rank)),
-                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-        Node.wait_ready(procs)
-        for p in procs:
-            d.ctl('attach', p.pid, check=True)
-            r = d.ctl('torch', p.pid, 'on', '--comm-only')
-            assert r.returncode == 0 and 'collective tracing on' in r.stdout, r.stdout + r.stderr
+        traced_gloo_job(d, procs, MASTER_PORT='29561', STALL_RANK='2', STALL_FILE=flag)
         wait_for(lambda: d.rows('SELECT count(DISTINCT rank) FROM comm_metrics'
                                 " WHERE op = 'irecv' AND latency_ms > 0")[0][0] == 4, 60,
                  'a traced ring of isend/irecv on every rank')
@@ -558,19 +564,9 @@ def test_hang_names_the_first_collective_the_ranks_disagree_on():
     wd = workdir()
     flag = os.path.join(wd, 'desync')
     procs = []
-    env_base = dict(os.environ, WORLD_SIZE='4', MASTER_ADDR='127.0.0.1',
-                    MASTER_PORT=str(29400 + os.getpid() % 90), DESYNC_RANK='2',
-                    DESYNC_FILE=flag, OMP_NUM_THREADS='1')
     try:
-        for rank in range(4):
-            procs.append(subprocess.Popen([PY, os.path.join(TARGETS, 'gloo_job.py')],
-                                          env=dict(env_base, RANK=str(rank)),
-                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-        Node.wait_ready(procs)
-        for p in procs:
-            d.ctl('attach', p.pid, check=True)
-            r = d.ctl('torch', p.pid, 'on', '--comm-only')
-            assert r.returncode == 0 and 'collective tracing on' in r.stdout, r.stdout + r.stderr
+        traced_gloo_job(d, procs, MASTER_PORT=str(29400 + os.getpid() % 90), DESYNC_RANK='2',
+                        DESYNC_FILE=flag)
         # every rank traced through a broadcast that all of them called (rank 0's root)
         wait_for(lambda: d.rows("SELECT count(DISTINCT rank) FROM comm_metrics WHERE"
                                 " op = 'broadcast' AND NOT in_flight")[0][0] == 4, 60,

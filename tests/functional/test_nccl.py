@@ -41,6 +41,14 @@ def ticked_after(p, ns):
     return False
 
 
+def comms_of_pids():
+    """The pids whose communicators the loaded NCCL program holds (bpftool reads its map)."""
+    r = subprocess.run(['bpftool', '-j', 'map', 'dump', 'name', 'comms'], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 0, r.stderr
+    return {e['formatted']['key']['pid'] for e in json.loads(r.stdout)}
+
+
 def status(d):
     return d.api('GET', '/v1/status')[1]['nccl']
 
@@ -178,6 +186,12 @@ def test_every_nccl_call_recorded_from_outside_the_process():
         assert d.rows('SELECT count(*) FROM comm_calls')[0][0] == n
         d.ctl('config', 'nccl_calls=on', check=True)
         wait_for(lambda: status(d)['processes'] == 3, 20, 'the probes back')
+        # a process detached: its probes removed and its communicators forgotten by the
+        # program (the table must not fill with those of ended processes)
+        assert procs[1].pid in comms_of_pids()
+        d.ctl('detach', procs[1].pid, check=True)
+        wait_for(lambda: status(d)['processes'] == 2, 10, 'rank 1 let go')
+        assert procs[1].pid not in comms_of_pids() and procs[0].pid in comms_of_pids()
         # the daemon stopped (every probe removed, nothing leaked), then another killed with
         # its probes attached: they go with its descriptors; the job runs on
         d.kill()
