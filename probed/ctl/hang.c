@@ -254,44 +254,47 @@ fail:
     return -1;
 }
 
+/* The read of @host whose pid is @row's first column, or NULL. */
+static struct rank_read *read_of(struct round *r, const char *host, json_t *row)
+{
+    for (size_t k = 0; k < r->n; k++)
+        if (strcmp(r->reads[k].host, host) == 0 &&
+            r->reads[k].pid == (long long)json_integer_value(json_array_get(row, 0)))
+            return &r->reads[k];
+    return NULL;
+}
+
 /* Gives each read of @host its latest collective from @rows (COMM_SQL's), the newest when a
  * pid was attached more than once. */
 static void add_comm(struct round *r, const char *host, json_t *rows)
 {
+    struct rank_read *rd;
     json_t *row;
     size_t i;
 
     json_array_foreach(rows, i, row)
     {
-        for (size_t k = 0; k < r->n; k++) {
-            struct rank_read *rd = &r->reads[k];
-            if (strcmp(rd->host, host) != 0 ||
-                rd->pid != (long long)json_integer_value(json_array_get(row, 0)))
-                continue;
-            if (!rd->last_comm || json_integer_value(json_array_get(row, 5)) >
-                                      json_integer_value(json_array_get(rd->last_comm, 5)))
-                rd->last_comm = row;
-        }
+        if ((rd = read_of(r, host, row)) &&
+            (!rd->last_comm || json_integer_value(json_array_get(row, 5)) >
+                                   json_integer_value(json_array_get(rd->last_comm, 5))))
+            rd->last_comm = row;
     }
 }
 
 /* Gives each read of @host its rows of @rows (DESYNC_SQL's). */
 static void add_recent(struct round *r, const char *host, json_t *rows)
 {
+    struct rank_read *rd;
     json_t *row;
     size_t i;
 
     json_array_foreach(rows, i, row)
     {
-        for (size_t k = 0; k < r->n; k++) {
-            struct rank_read *rd = &r->reads[k];
-            if (strcmp(rd->host, host) != 0 ||
-                rd->pid != (long long)json_integer_value(json_array_get(row, 0)))
-                continue;
-            if (!rd->recent)
-                rd->recent = json_array();
-            json_array_append(rd->recent, row);
-        }
+        if (!(rd = read_of(r, host, row)))
+            continue;
+        if (!rd->recent)
+            rd->recent = json_array();
+        json_array_append(rd->recent, row);
     }
 }
 
