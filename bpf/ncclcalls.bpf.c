@@ -42,6 +42,14 @@ struct {
     __type(value, struct nccl_comm);
 } comms SEC(".maps");
 
+/* Each process's communicators in comms: at most NCCL_COMMS_PER_PROC. */
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, NCCL_PROCS_MAX);
+    __type(key, __u32); /* pid */
+    __type(value, __u32);
+} per_pid SEC(".maps");
+
 /* A communicator being made, from the entry of its making to its return, per thread. */
 struct pending {
     __u64 out; /* where the new ncclComm_t will be written */
@@ -71,6 +79,25 @@ static void count_lost(__u32 why)
 
     if (n)
         *n += 1;
+}
+
+/* Adds @c as @k's communicator, within its process's share of the table; 0, or -1 (counted
+ * lost unless it is there already). */
+static int add_comm(struct nccl_comm_key *k, struct nccl_comm *c)
+{
+    __u32 zero = 0, *n = bpf_map_lookup_elem(&per_pid, &k->pid);
+
+    if (!n) {
+        bpf_map_update_elem(&per_pid, &k->pid, &zero, BPF_NOEXIST);
+        n = bpf_map_lookup_elem(&per_pid, &k->pid);
+    }
+    if (!n || *n >= NCCL_COMMS_PER_PROC || bpf_map_update_elem(&comms, k, c, BPF_NOEXIST) < 0) {
+        if (!bpf_map_lookup_elem(&comms, k))
+            count_lost(1);
+        return -1;
+    }
+    __sync_fetch_and_add(n, 1);
+    return 0;
 }
 
 /* FNV-1a over the ncclUniqueId the caller passed on its stack. */
@@ -138,12 +165,15 @@ int init_done(struct pt_regs *ctx)
         return 0;
     if (ctx->ax == 0 && bpf_probe_read_user(&k.comm, sizeof(k.comm), (void *)p->out) == 0 &&
         k.comm) {
+        struct nccl_comm *old = bpf_map_lookup_elem(&comms, &k);
         c.id = p->id;
         c.nranks = p->nranks;
         c.rank = p->rank;
         c.from_init = p->from_init;
-        if (bpf_map_update_elem(&comms, &k, &c, BPF_ANY) < 0)
-            count_lost(1);
+        if (old) /* an address seen before its making: another's, ended unseen */
+            *old = c;
+        else
+            add_comm(&k, &c);
     }
     bpf_map_delete_elem(&pending, &key);
     return 0;
@@ -154,8 +184,11 @@ SEC("uprobe")
 int comm_end(struct pt_regs *ctx)
 {
     struct nccl_comm_key k = {.comm = ctx->di, .pid = bpf_get_current_pid_tgid() >> 32};
+    __u32 *n;
 
-    bpf_map_delete_elem(&comms, &k);
+    if (bpf_map_delete_elem(&comms, &k) == 0 && (n = bpf_map_lookup_elem(&per_pid, &k.pid)) &&
+        *n > 0)
+        __sync_fetch_and_add(n, -1);
     return 0;
 }
 
@@ -170,11 +203,7 @@ static int record(__u32 op, __u64 comm, __u64 count, __s32 dtype, __s32 peer)
 
     if (!c) { /* made before the watch: numbered from here, the process's own count */
         struct nccl_comm fresh = {.nranks = -1, .rank = -1};
-        if (bpf_map_update_elem(&comms, &k, &fresh, BPF_NOEXIST) < 0 &&
-            !bpf_map_lookup_elem(&comms, &k)) {
-            count_lost(1);
-            return 0;
-        }
+        add_comm(&k, &fresh);
         c = bpf_map_lookup_elem(&comms, &k);
         if (!c)
             return 0;

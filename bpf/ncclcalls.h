@@ -9,6 +9,8 @@
 #define NCCL_RING_BYTES (4 << 20) /* the events' ring buffer: ~65,000 calls (a drain's) */
 #define NCCL_COMMS_MAX 65536      /* communicators followed, of all watched processes */
 #define NCCL_PENDING_MAX 4096     /* communicators being made, a thread each */
+#define NCCL_COMMS_PER_PROC 1024  /* of them, one process's: a process cannot fill the table */
+#define NCCL_PROCS_MAX 4096       /* processes counted */
 
 /* The entry points watched, in the order of their programs (nccl.c's table). */
 enum nccl_op {

@@ -117,6 +117,7 @@ static void forget_pid(struct nccl_watch *w, pid_t pid)
     }
     for (size_t i = 0; i < nt; i++)
         bpf_map_delete_elem(pending, &tids[i]);
+    bpf_map_delete_elem(bpf_map__fd(w->skel->maps.per_pid), &(__u32){(__u32)pid});
     free(keys);
     free(tids);
 }
@@ -250,10 +251,15 @@ static int on_event(void *ctx, void *data, size_t size)
     c.tid = (int32_t)e->tid;
     c.op = e->op < NCCL_OP_N ? OPS[e->op] : "?";
     c.dtype = e->dtype >= 0 && (size_t)e->dtype < N_DTYPES ? DTYPES[e->dtype].name : "?";
-    bytes = (int64_t)e->count *
-            (e->dtype >= 0 && (size_t)e->dtype < N_DTYPES ? DTYPES[e->dtype].size : 1);
-    if (e->op == NCCL_OP_REDUCE_SCATTER && e->nranks > 0) /* its count is each rank's share */
-        bytes *= e->nranks;
+    /* the count and ranks are the process's to choose: a product past int64 is said as its max */
+    if (e->count > INT64_MAX ||
+        __builtin_mul_overflow(
+            (int64_t)e->count,
+            (int64_t)(e->dtype >= 0 && (size_t)e->dtype < N_DTYPES ? DTYPES[e->dtype].size : 1),
+            &bytes) ||
+        (e->op == NCCL_OP_REDUCE_SCATTER && e->nranks > 0 && /* its count: each rank's share */
+         __builtin_mul_overflow(bytes, (int64_t)e->nranks, &bytes)))
+        bytes = INT64_MAX;
     c.bytes = bytes;
     c.group_size = e->nranks;
     c.peer = e->peer;

@@ -20,6 +20,8 @@ PY = '/usr/bin/python3'
 JOB = os.path.join(os.path.dirname(__file__), '..', 'targets', 'nccl_job.py')
 LIB = os.path.join(BUILD, 'tests', 'nccl', 'libnccl.so.2')
 ITER = 20
+FLOOD = 2000
+COMMS_PER_PROC = 1024  # bpf/ncclcalls.h
 
 
 def start(rank, env):
@@ -41,12 +43,14 @@ def ticked_after(p, ns):
     return False
 
 
-def comms_of_pids():
-    """The pids whose communicators the loaded NCCL program holds (bpftool reads its map)."""
+def comms_of_pids(all=False):
+    """The pids whose communicators the loaded NCCL program holds (bpftool reads its map): a
+    set, or (@all) one pid a communicator."""
     r = subprocess.run(['bpftool', '-j', 'map', 'dump', 'name', 'comms'], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True)
     assert r.returncode == 0, r.stderr
-    return {e['formatted']['key']['pid'] for e in json.loads(r.stdout)}
+    pids = [e['formatted']['key']['pid'] for e in json.loads(r.stdout)]
+    return pids if all else set(pids)
 
 
 def status(d):
@@ -71,19 +75,21 @@ def test_every_nccl_call_recorded_from_outside_the_process():
     env = dict(GO=go, NCCL_ID='job-unique-id', ITER=str(ITER), DESYNC_RANK='1', SUB_SKIP_RANK='1')
     procs = []
     try:
-        procs = [start(0, env), start(1, env), start(2, dict(env, LATE='1'))]
+        procs = [start(0, env), start(1, env), start(2, dict(env, LATE='1')),
+                 start(3, dict(env, FLOOD=str(FLOOD)))]
         outsider = start(0, dict(env, NCCL_ID='outsider'))  # never attached
         procs.append(outsider)
-        for p in procs[:3]:
+        for p in procs[:4]:
             d.ctl('attach', p.pid, check=True)
-        st = wait_for(lambda: (lambda s: s if s['processes'] == 2 else None)(status(d)), 20,
-                      'the probes on both ranks', lambda: status(d))
+        st = wait_for(lambda: (lambda s: s if s['processes'] == 3 else None)(status(d)), 20,
+                      'the probes on both ranks and the flooder', lambda: status(d))
         assert st['source'] == 'uprobes' and 'error' not in st, st
         t0 = time.time_ns()
         open(go, 'w').close()
         for p in procs[:2] + [outsider]:
             assert p.stdout.readline().decode().startswith('DONE')
         assert procs[2].stdout.readline().decode().startswith('LATE')
+        assert procs[3].stdout.readline().decode().startswith('FLOODED')
         per_rank = ITER * 9 + 1  # a round: 5 collectives, a send, a receive, sub's, early's
 
         def stored(rank):
@@ -165,13 +171,20 @@ def test_every_nccl_call_recorded_from_outside_the_process():
                 ' (all_reduce)' % (sub[0], ITER, ITER - 1)) in r.stdout, r.stdout
         assert 'desync in group %s at #%d:' % (comm[0], last) in r.stdout, r.stdout
 
+        # the flooder: its bytes past int64 said as int64's max; of its communicators the
+        # table took its share (the first, early, and 1023 made up), the rest counted lost
+        flooder = d.rows('SELECT max(bytes), count(DISTINCT group_name) FROM comm_metrics'
+                         ' WHERE rank = 3')
+        assert flooder == [[(1 << 63) - 1, COMMS_PER_PROC]], flooder
+        assert COMMS_PER_PROC in [len([p for p in comms_of_pids(all=True)
+                                       if p == procs[3].pid])]
         # the late loader: watched once it mapped libnccl (looked at again every 5 s)
-        wait_for(lambda: status(d)['processes'] == 3, 20, 'the late loader watched')
+        wait_for(lambda: status(d)['processes'] == 4, 20, 'the late loader watched')
         wait_for(lambda: d.rows('SELECT count(*) FROM comm_calls c JOIN targets t ON'
                                 ' t.id = c.target_id WHERE t.pid = %d' % procs[2].pid)[0][0] > 5,
                  20, "the late loader's calls")
         st = status(d)
-        assert st['lost'] == 0 and st['unknown'] == 0, st
+        assert st['lost'] == FLOOD + 1 - COMMS_PER_PROC and st['unknown'] == 0, st
         # every call handed out is stored (the jobs call on: the rows catch up with the count)
         wait_for(lambda: d.rows('SELECT count(*) FROM comm_calls')[0][0] >= st['calls'], 10,
                  'the calls counted stored')
@@ -185,12 +198,12 @@ def test_every_nccl_call_recorded_from_outside_the_process():
         time.sleep(1)
         assert d.rows('SELECT count(*) FROM comm_calls')[0][0] == n
         d.ctl('config', 'nccl_calls=on', check=True)
-        wait_for(lambda: status(d)['processes'] == 3, 20, 'the probes back')
+        wait_for(lambda: status(d)['processes'] == 4, 20, 'the probes back')
         # a process detached: its probes removed and its communicators forgotten by the
         # program (the table must not fill with those of ended processes)
         assert procs[1].pid in comms_of_pids()
         d.ctl('detach', procs[1].pid, check=True)
-        wait_for(lambda: status(d)['processes'] == 2, 10, 'rank 1 let go')
+        wait_for(lambda: status(d)['processes'] == 3, 10, 'rank 1 let go')
         assert procs[1].pid not in comms_of_pids() and procs[0].pid in comms_of_pids()
         # the daemon stopped (every probe removed, nothing leaked), then another killed with
         # its probes attached: they go with its descriptors; the job runs on

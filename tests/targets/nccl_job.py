@@ -10,6 +10,9 @@ receive from the other rank; an all_reduce on sub (not in the last round on SUB_
 falls one behind on sub) and one on early. Then a last all_reduce on
 comm, of half the elements on DESYNC_RANK (a desync: NCCL would hang or reduce garbage), DONE,
 and an all_reduce on early every 20 ms for ever, TICK N NOW_NS every 20 of them.
+With FLOOD=N, once GO exists: an all_reduce of 2^62 float64s on early (its bytes past int64),
+then N all_reduces each on a communicator address never made (a process filling the probes'
+table), FLOODED, and the loop.
 With LATE=1: libnccl is loaded only once GO exists (a job that imports torch after the attach),
 and only early's all_reduces are made (LATE, then the loop)."""
 import ctypes
@@ -60,10 +63,16 @@ def main():
         return c
 
     early = make('early-%d' % rank)  # each rank's own: its id is not shared
+    flood = int(os.environ.get('FLOOD', '0'))
     if not late:
         print('READY', flush=True)
         while not os.path.exists(go):
             time.sleep(0.02)
+    if flood:
+        nccl.ncclAllReduce(src, dst, 1 << 62, FLOAT64, SUM, early, stream)
+        for k in range(flood):
+            nccl.ncclAllReduce(src, dst, 1, FLOAT32, SUM, comm_t(0x100000 + 64 * k), stream)
+    elif not late:
         comm, sub = make(os.environ['NCCL_ID']), comm_t()
         assert nccl.ncclCommSplit(comm, 3, rank, ctypes.byref(sub), None) == 0
         other, n_iter = 1 - rank, int(os.environ.get('ITER', '20'))
@@ -82,7 +91,7 @@ def main():
             time.sleep(0.005)
         desync = int(os.environ.get('DESYNC_RANK', '-1')) == rank
         nccl.ncclAllReduce(src, dst, 512 if desync else 1024, FLOAT32, SUM, comm, stream)
-    print('LATE' if late else 'DONE', flush=True)
+    print('LATE' if late else 'FLOODED' if flood else 'DONE', flush=True)
     n = 0
     while True:
         nccl.ncclAllReduce(src, dst, 4, FLOAT32, SUM, early, stream)
