@@ -150,8 +150,12 @@ def test_training_loop_traced(model, modules):
         times = d.rows("SELECT step, duration FROM torch_step_times WHERE pid = %d ORDER BY"
                        " step" % job.pid)
         assert [s for s, _ in times] == list(range(1, job.steps)), times
-        own = [b['t'] - a['t'] for a, b in zip(logged, logged[1:])]
-        total = sum(dur for _, dur in times)
+        # from step 2 on: a traced step runs from one optimizer step's end to the next's, the
+        # script's from one log line to the next, so the sums differ by the first and last
+        # steps' time between the two; the trace's first reading of the variables fell there
+        # (16 ms once in CI, 2026-11-30: a first-time cost, no step's)
+        own = [b['t'] - a['t'] for a, b in zip(logged[1:], logged[2:])]
+        total = sum(dur for s, dur in times if s >= 2)
         assert abs(total - sum(own)) < 0.2 * sum(own) + 0.01, (total, sum(own))
 
         # the seeds' queries, as written there (SQLite takes them unchanged)
