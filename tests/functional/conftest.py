@@ -166,6 +166,15 @@ def wait_for(pred, timeout=20, what='condition', explain=None):
         what, last, '\n' + repr(explain()) if explain else ''))
 
 
+def reap(p):
+    """Ends a target started with piped stdout and stderr, its pipes closed."""
+    if p.poll() is None:
+        p.kill()
+    p.wait()
+    p.stdout.close()
+    p.stderr.close()
+
+
 def free_port():
     """A TCP port on 127.0.0.1 free at the time of the call."""
     s = socket.socket()

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import PROBECTL, SANITIZED, TARGETS, wait_for
+from conftest import PROBECTL, SANITIZED, TARGETS, reap, wait_for
 from daemon import Daemon, ensure_test_user
 from nodes import Keys, Node, ctl, local_transport, workdir
 
@@ -547,10 +547,7 @@ def test_collectives_traced_and_hang_names_who_never_arrived():
         assert r.stdout.split() == ['False', 'torch.distributed.distributed_c10d'], r.stdout
     finally:
         for p in procs:
-            p.kill()
-            p.wait()
-            p.stdout.close()
-            p.stderr.close()
+            reap(p)
         d.close()
         shutil.rmtree(wd, ignore_errors=True)
 
@@ -613,10 +610,7 @@ def test_hang_names_the_first_collective_the_ranks_disagree_on():
                 ' of group 0 instead' % (top, top)) in r.stdout, r.stdout
     finally:
         for p in procs:
-            p.kill()
-            p.wait()
-            p.stdout.close()
-            p.stderr.close()
+            reap(p)
         d.close()
         shutil.rmtree(wd, ignore_errors=True)
 

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import TARGETS, free_port, interpreter_params, require, wait_for
+from conftest import TARGETS, free_port, interpreter_params, reap, require, wait_for
 from daemon import Daemon, ensure_test_user
 from prom import http_get
 
@@ -44,14 +44,6 @@ def start(python, mode, flag, preexec=None, cmd_prefix=()):
     line = p.stdout.readline().decode()
     assert line.startswith('READY'), p.stderr.read()
     return p
-
-
-def reap(p):
-    if p.poll() is None:
-        p.kill()
-    p.wait()
-    p.stdout.close()
-    p.stderr.close()
 
 
 def crashes(d, *args, user=None):

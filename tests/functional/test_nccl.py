@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 import time
 
-from conftest import BUILD, PROBECTL, wait_for
+from conftest import BUILD, PROBECTL, reap, wait_for
 from daemon import Daemon
 
 PY = '/usr/bin/python3'
@@ -25,7 +25,7 @@ COMMS_PER_PROC = 1024  # bpf/ncclcalls.h
 
 
 def start(rank, env):
-    p = subprocess.Popen([PY, JOB], env=dict(os.environ, RANK=str(rank), NCCL_LIB=LIB, **env),
+    p = subprocess.Popen([PY, JOB], env=dict(dict(os.environ, RANK=str(rank), NCCL_LIB=LIB), **env),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     line = p.stdout.readline().decode()
     assert line.startswith('READY'), line + p.stderr.read().decode()
@@ -224,9 +224,48 @@ def test_every_nccl_call_recorded_from_outside_the_process():
             assert after and p.poll() is None
     finally:
         for p in procs:
-            p.kill()
-            p.wait()
-            p.stdout.close()
-            p.stderr.close()
+            reap(p)
+        d.close()
+        shutil.rmtree(wd, ignore_errors=True)
+
+
+def test_probes_go_on_the_mapped_file_never_the_path():
+    """A process that maps a "libnccl.so.2" that is no ELF gets no probe and the daemon reads
+    on; a process whose libnccl's path was then replaced by such a file (the maps name the path
+    " (deleted)") gets its probes on the file it runs, through map_files, and its calls recorded."""
+    wd = tempfile.mkdtemp(prefix='probed-nccl-')
+    d = Daemon('--memory-interval', '200ms')
+    procs = []
+    try:
+        d.ctl('config', 'nccl_calls=on', check=True)
+        junk = os.path.join(wd, 'junk', 'libnccl.so.2')
+        os.mkdir(os.path.dirname(junk))
+        with open(junk, 'wb') as f:
+            f.write(b'\x7fELF\x02\x01\x01' + os.urandom(65536))
+        procs.append(subprocess.Popen(
+            [PY, '-c', 'import mmap, sys, time; f = open(sys.argv[1], "rb");'
+             ' m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ); print("READY", flush=True);'
+             ' time.sleep(120)', junk], stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        assert procs[0].stdout.readline().startswith(b'READY')
+        lib = os.path.join(wd, 'libnccl.so.2')
+        shutil.copy(LIB, lib)
+        go = os.path.join(wd, 'go')
+        open(go, 'w').close()
+        procs.append(start(0, dict(NCCL_LIB=lib, GO=go, FLOOD='1')))
+        assert procs[1].stdout.readline().startswith(b'FLOODED')
+        os.rename(junk, lib)  # the path now names the junk; the process runs the library
+        for p in procs:
+            d.ctl('attach', p.pid, check=True)
+        # (the junk now has the library's name, the library's own file is " (deleted)")
+        wait_for(lambda: 'pid %d: no probe attached to' % procs[0].pid in d.read_log(), 20,
+                 'the junk refused', d.read_log)
+        wait_for(lambda: d.rows('SELECT count(*) FROM comm_calls c JOIN targets t ON'
+                                ' t.id = c.target_id WHERE t.pid = %d' % procs[1].pid)[0][0] > 3,
+                 20, "the calls of the library mapped, not of the path's file")
+        st = status(d)
+        assert st['processes'] == 1 and st['unknown'] == 0, st
+    finally:
+        for p in procs:
+            reap(p)
         d.close()
         shutil.rmtree(wd, ignore_errors=True)
