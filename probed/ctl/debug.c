@@ -222,6 +222,26 @@ static bool script_ended(void)
     return false;
 }
 
+/* The next line of pdb's input, NULL at its end. A script on stdin is read through stdio, as
+ * script_ended() peeks at it: editline reads the descriptor itself, and the lines stdio had read
+ * ahead would be lost to it (CI: `where` never ran, as the input looked ended). */
+static char *next_line(const char *prompt)
+{
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+
+    if (isatty(STDIN_FILENO))
+        return readline(prompt);
+    if ((n = getline(&line, &cap, stdin)) < 0) {
+        free(line);
+        return NULL;
+    }
+    if (n > 0 && line[n - 1] == '\n')
+        line[n - 1] = '\0';
+    return line;
+}
+
 /*
  * While its user reads and types at the prompt, probectl asks after the session now and then
  * (a keepalive, which takes nothing: pdb's output and the news of the session's end stay the
@@ -374,7 +394,7 @@ int debug_main(int argc, char **argv)
                                        json_is_number(stale) ? json_number_value(stale) : 60);
         json_decref(reply);
         take_sigint();
-        line = readline(prompt);
+        line = next_line(prompt);
         if (keeping)
             keepalive_stop(&alive);
         if (!line) /* Ctrl-D */

@@ -219,6 +219,33 @@ def test_a_script_on_stdin_ends_with_its_input(tmp_path):
         close_all(None, t, d)
 
 
+def test_a_script_read_while_the_thread_is_still_on_its_way_runs_every_line(tmp_path):
+    """CI: `where` of a piped script never ran when probectl started before the paused thread
+    reached its next line (here a 1 s step): the peek for the script's end read stdin through
+    stdio, which took every line into its buffer, and the line editor, reading the descriptor
+    itself, then saw none and ended the session. Every line runs, in order."""
+    d = Daemon()
+    count = str(tmp_path / 'steps')
+    t = Target('/usr/bin/python3', 'debuggee.py', count,
+               env=dict(os.environ, DEBUGGEE_STEP_S='1.0'))
+    try:
+        wait_for(lambda: steps(count) > 0, 20, 'the target stepping')
+        d.ctl('pause', t.pid, check=True)
+        r = subprocess.run([PROBECTL, 'debug', str(t.pid)], input='where\np STEP_S\ncontinue\n',
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True, timeout=60,
+                           env=dict(os.environ, PROBED_SOCKET=d.socket))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert re.search(r'debuggee\.py\(\d+\)main\(\)\n-> step\(n\)\n.*\n1\.0\n', r.stdout,
+                         re.S), r.stdout
+        assert 'the debugger session ended (detached)' in r.stdout, r.stdout
+        wait_for(lambda: going(count, 1.5), 10, 'the target going on')
+        audit = [a[0] for a in d.rows("SELECT code FROM evals WHERE mode = 'debug' ORDER BY ts_ns")]
+        assert audit.index('where') < audit.index('p STEP_S') < audit.index('continue'), audit
+    finally:
+        close_all(None, t, d)
+
+
 def test_a_session_nobody_asks_about_ends_by_itself(tmp_path):
     """A pause nobody joined (or a probectl killed mid-session) left the thread paused and every
     later `pause` refused until a raw API call detached it. A session no client asked about for
