@@ -15,6 +15,7 @@
 #include "common/dump.h"
 #include "common/taskdump.h"
 #include "common/units.h"
+#include "gpu/ras.h"
 #include "query/flame.h"
 #include "query/pprof.h"
 
@@ -402,6 +403,34 @@ struct job *backtrace_get(struct api *a, const struct request *rq)
     bj->probed = probed == 1;
     bj->tasks = tasks == 1;
     return &bj->j;
+}
+
+/* The job's NCCL communicators as its RAS tells them (gpu/ras.h), asked of one process the
+ * caller may act on: the grant is checked before, and again after, so what is shown was that
+ * process's job's. */
+static void run_nccl(struct job *j)
+{
+    struct errbuf e = {{0}};
+    int r = procfs_grant_check(&j->grant, e.msg, sizeof(e.msg));
+
+    if (r == 0)
+        r = ras_ask(j->grant.pid, j->grant.start_time, &j->body, &e);
+    if (r == 0 && (r = procfs_grant_check(&j->grant, e.msg, sizeof(e.msg))) < 0) {
+        json_decref(j->body);
+        j->body = NULL;
+    }
+    if (r < 0) {
+        j->status = http_status(r, NULL);
+        j->body = error_body(j->status, e.msg);
+        return;
+    }
+    j->status = 200;
+}
+
+/* GET /v1/nccl?pid= */
+struct job *nccl_get(struct api *a, const struct request *rq)
+{
+    return job_alloc(a, rq, sizeof(struct job), JOB_PARALLEL, run_nccl, NULL);
 }
 
 /* The stacks of every target of the caller at one instant agreed across nodes (`probectl

@@ -42,6 +42,7 @@ static const struct route {
     {EVHTTP_REQ_POST, "/v1/query", R_BODY | R_PID_BODY, NULL, query_post},
     {EVHTTP_REQ_GET, "/v1/flamegraph", R_PID_QUERY | R_PID_NEEDED, NULL, flamegraph_get},
     {EVHTTP_REQ_GET, "/v1/backtrace", R_PID_QUERY | R_PID_NEEDED | R_LIVE, NULL, backtrace_get},
+    {EVHTTP_REQ_GET, "/v1/nccl", R_PID_QUERY | R_PID_NEEDED | R_LIVE, NULL, nccl_get},
     {EVHTTP_REQ_POST, "/v1/hang", R_BODY, NULL, hang_post},
     {EVHTTP_REQ_POST, "/v1/eval", R_BODY | R_PID_BODY | R_PID_NEEDED | R_LIVE, NULL, eval_post},
     {EVHTTP_REQ_POST, "/v1/allocations", R_BODY | R_PID_BODY | R_PID_NEEDED | R_LIVE, NULL,

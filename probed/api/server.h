@@ -80,6 +80,7 @@ struct job *targets_detach_matching(struct api *a, const struct request *rq);
 struct job *query_post(struct api *a, const struct request *rq);
 struct job *flamegraph_get(struct api *a, const struct request *rq);
 struct job *backtrace_get(struct api *a, const struct request *rq);
+struct job *nccl_get(struct api *a, const struct request *rq);
 struct job *hang_post(struct api *a, const struct request *rq);
 struct job *eval_post(struct api *a, const struct request *rq);
 struct job *allocs_post(struct api *a, const struct request *rq);

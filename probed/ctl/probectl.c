@@ -28,6 +28,7 @@
 #include "ctl/top.h"
 #include "ctl/remote.h"
 #include "ctl/torch.h"
+#include "ctl/ncclras.h"
 #include "ctl/nodes.h"
 #include "ctl/transport.h"
 
@@ -68,6 +69,8 @@ static const struct command commands[] = {
     {"pause", pause_main, "stop a thread at its next Python line in pdb (or debugpy: --dap)"},
     {"debug", debug_main, "join the terminal to a process's pdb session"},
     {"hang", hang_main, "every rank's stack at one instant, grouped: who holds everyone up"},
+    {"nccl", nccl_main,
+     "a job's NCCL communicators from NCCL's own RAS: per rank counts, who is behind or gone"},
     {"cluster", cluster_main,
      "a job on many nodes: list, attach, detach, query, flamegraph, stragglers"},
     {"mcp", mcp_main, "a Model Context Protocol server on stdio, for AI assistants", true},

@@ -14,7 +14,7 @@ import tempfile
 import time
 
 from conftest import BUILD, PROBECTL, reap, wait_for
-from daemon import Daemon
+from daemon import Daemon, ensure_test_user
 
 PY = '/usr/bin/python3'
 JOB = os.path.join(os.path.dirname(__file__), '..', 'targets', 'nccl_job.py')
@@ -269,3 +269,192 @@ def test_probes_go_on_the_mapped_file_never_the_path():
             reap(p)
         d.close()
         shutil.rmtree(wd, ignore_errors=True)
+
+
+# ---- NCCL's RAS (probed/gpu/ras.c, `probectl nccl`): the job's own account, asked of a process.
+# The service here is a stand-in (tests/targets/ras_job.py) that speaks RAS's client protocol
+# and writes NCCL's JSON as NCCL's src/ras/client_support.cc does; a real NCCL's is asked where
+# a GPU machine is lent.
+RAS_JOB = os.path.join(os.path.dirname(__file__), '..', 'targets', 'ras_job.py')
+
+
+def ras_rank(rank, pid, count, error=0, aborted=False, host='10.0.0.1'):
+    return {'rank': rank, 'host': host, 'pid': pid, 'cuda_dev': rank % 2, 'nvml_dev': rank % 2,
+            'status': {'init_state': 0, 'async_error': error, 'finalize_called': False,
+                       'destroy_flag': False, 'abort_flag': aborted},
+            'collective_counts': {'Broadcast': 1, 'Reduce': 0, 'AllGather': 3,
+                                  'ReduceScatter': 0, 'AllReduce': count, 'SendRecv': 0,
+                                  'Send': 7 * rank, 'Recv': 0}}
+
+
+# What NCCL 2.28.9 writes for a job of 2 communicators: in the first (4 ranks), rank 2 issued
+# one AllReduce fewer than the others, rank 3 did not answer and rank 1 reports a remote error;
+# the second is in step. Unknown fields ("secondary_hash", "injected") are not passed on.
+RAS_DOC = {
+    'nccl_version': '2.28.9+cuda12.9', 'cuda_runtime_version': 12090,
+    'cuda_driver_version': 12080, 'timestamp': '2026-11-30 06:30:00', 'communicators_count': 2,
+    'injected': {'a': 'b'},
+    'communicators': [
+        {'hash': '0x5a3f00c1d2e4b7a9', 'secondary_hash': '0x1:0x2', 'size': 4, 'ranks_count': 3,
+         'missing_ranks_count': 1,
+         'ranks': [ras_rank(0, '{pid}', 120), ras_rank(1, 4242, 120, error=6),
+                   ras_rank(2, 5151, 119, host='10.0.0.2')],
+         'missing_ranks': [{'rank': 3, 'host': '10.0.0.2', 'pid': 5252, 'cuda_dev': 1,
+                            'nvml_dev': 1,
+                            'status': {'unresponsive': True, 'considered_dead': False}}]},
+        {'hash': '0x77', 'secondary_hash': '0x3:0x4', 'size': 2, 'ranks_count': 2,
+         'missing_ranks_count': 0, 'ranks': [ras_rank(0, '{pid}', 40), ras_rank(1, 4242, 40)],
+         'missing_ranks': []}],
+    'ras': {'collection_time_sec': 0.004, 'timeouts_count': 1}}
+
+
+def kept(r, pid):
+    """A rank as the daemon keeps it."""
+    s = r['status']
+    return {'rank': r['rank'], 'host': r['host'], 'pid': pid if r['pid'] == '{pid}' else r['pid'],
+            'cuda_dev': r['cuda_dev'], 'init_state': 0, 'async_error': s['async_error'],
+            'finalized': False, 'destroyed': False, 'aborted': s['abort_flag'],
+            'counts': r['collective_counts']}
+
+
+def ras_job(tmp, mode='json', doc=RAS_DOC, port=28555, wrap=(), log=None):
+    path = os.path.join(tmp, 'ras-%s-%d.json' % (mode, port))
+    with open(path, 'w') as f:
+        f.write(json.dumps(doc).replace('"{pid}"', '{pid}'))
+    env = dict(os.environ, RAS_MODE=mode, RAS_DOC=path, RAS_LOG=log or os.path.join(tmp, 'log'))
+    if port:
+        env['NCCL_RAS_ADDR'] = '127.0.0.1:%d' % port
+    else:
+        env.pop('NCCL_RAS_ADDR', None)
+    p = subprocess.Popen(list(wrap) + [PY, RAS_JOB], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    line = p.stdout.readline().decode()
+    assert line.startswith('READY'), line + p.stderr.read().decode()
+    return p
+
+
+def test_nccl_ras_names_the_rank_behind_the_one_gone_and_the_one_in_error(tmp_path):
+    """`probectl nccl PID` asks the job's RAS (here at NCCL_RAS_ADDR) through the daemon: every
+    communicator's ranks as NCCL wrote them, field by field (nothing NCCL did not name), and
+    what is wrong: the rank behind on AllReduce (the collective the others wait in), the rank
+    that did not answer, the rank in error. Point-to-point counts differ by design and are not
+    compared. The other communicator is in step."""
+    d = Daemon()
+    p = ras_job(str(tmp_path))
+    try:
+        r = d.ctl('nccl', p.pid, '--json', check=True)
+        got = json.loads(r.stdout)
+        c0, c1 = RAS_DOC['communicators']
+        assert got == {
+            'nccl_version': '2.28.9+cuda12.9', 'collection_s': 0.004, 'timeouts': 1,
+            'address': '127.0.0.1:28555',
+            'communicators': [
+                {'hash': '0x5a3f00c1d2e4b7a9', 'size': 4,
+                 'ranks': [kept(x, p.pid) for x in c0['ranks']],
+                 'missing': [{'rank': 3, 'host': '10.0.0.2', 'pid': 5252, 'cuda_dev': 1,
+                              'unresponsive': True, 'dead': False}]},
+                {'hash': '0x77', 'size': 2, 'ranks': [kept(x, p.pid) for x in c1['ranks']],
+                 'missing': []}],
+            'findings': [
+                {'communicator': '0x5a3f00c1d2e4b7a9', 'kind': 'behind', 'ranks': '2',
+                 'pids': [5151], 'hosts': ['10.0.0.2'], 'op': 'AllReduce', 'count': 119,
+                 'most': 120},
+                {'communicator': '0x5a3f00c1d2e4b7a9', 'kind': 'missing', 'ranks': '3',
+                 'pids': [5252], 'hosts': ['10.0.0.2'], 'unresponsive': True, 'dead': False},
+                {'communicator': '0x5a3f00c1d2e4b7a9', 'kind': 'error', 'ranks': '1',
+                 'pids': [4242], 'hosts': ['10.0.0.1'], 'async_error': 6,
+                 'error': 'remote error'}]}, json.dumps(got, indent=1)
+        text = d.ctl('nccl', p.pid, check=True).stdout
+        assert text.splitlines() == [
+            'NCCL 2.28.9+cuda12.9, RAS at 127.0.0.1:28555: 2 communicators, gathered in 0.004 s'
+            " (1 RAS timeout: some ranks' data may be missing)",
+            "communicator 0x5a3f00c1d2e4b7a9: 4 ranks, 3 answered; rank 0's counts: Broadcast 1,"
+            ' AllGather 3, AllReduce 120',
+            '  rank 2 (10.0.0.2 pid 5151) behind on AllReduce: issued 119, the most any rank'
+            ' issued 120: AllReduce #120 waits for it',
+            '  rank 3 (10.0.0.2 pid 5252) did not answer: unresponsive',
+            '  rank 1 (10.0.0.1 pid 4242) asynchronous error 6 (remote error)',
+            "communicator 0x77: 2 ranks, 2 answered; rank 0's counts: Broadcast 1, AllGather 3,"
+            ' AllReduce 40',
+            '  every rank answered, in step, no error'], text
+        with open(os.path.join(str(tmp_path), 'log')) as f:  # NCCL's client's own exchange
+            assert f.read().splitlines() == ['CLIENT PROTOCOL 2', 'SET FORMAT json', 'STATUS'] * 2
+    finally:
+        reap(p)
+        d.close()
+
+
+def test_nccl_ras_of_an_older_nccl_a_container_and_what_is_refused(tmp_path):
+    """An NCCL before 2.28.7 has no JSON: its text report is shown as `ncclras` prints it. A job
+    in its own network namespace (a container) at the default port 28028 is asked there. No
+    RAS listening in the process: said why. A port the process names but another user's process
+    holds is never connected to; a user asks only of their own processes. An answer that is
+    not RAS's, past 4 MiB, or not NCCL's JSON is refused with why; one that never comes ends
+    at the daemon's 15 s."""
+    user = ensure_test_user()
+    d = Daemon()
+    tmp = str(tmp_path)
+    os.chmod(tmp, 0o777)
+    procs = []
+    try:
+        old = ras_job(tmp, 'text', port=28556)
+        procs.append(old)
+        r = d.ctl('nccl', old.pid, check=True)
+        assert r.stdout.startswith('NCCL version 2.23.4+cuda12.6\nCUDA runtime version'), r.stdout
+
+        inside = ras_job(tmp, port=0, wrap=['unshare', '-n', 'sh', '-c',
+                                            'ip link set lo up && exec "$@"', 'netns'])
+        procs.append(inside)
+        got = json.loads(d.ctl('nccl', inside.pid, '--json', check=True).stdout)
+        assert got['address'] == '127.0.0.1:28028' and len(got['communicators']) == 2, got
+
+        r = d.ctl('nccl', os.getpid())
+        assert r.returncode == 1 and 'holds no socket listening on port 28028: no NCCL RAS' in \
+            r.stderr, r.stderr
+
+        outsider_log = os.path.join(tmp, 'outsider')
+        outsider = ras_job(tmp, port=28557, log=outsider_log,
+                           wrap=['setpriv', '--reuid=' + user, '--regid=' + user,
+                                 '--init-groups'])
+        procs.append(outsider)
+        namer = subprocess.Popen([PY, '-c', 'import time; print("READY", flush=True); '
+                                  'time.sleep(600)'], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, env=dict(os.environ, NCCL_RAS_ADDR='127.0.0.1:28557'))
+        procs.append(namer)
+        namer.stdout.readline()
+        r = d.ctl('nccl', namer.pid)
+        assert r.returncode == 1 and "port 28557: no NCCL RAS in it" in r.stderr and \
+            "another process's (not asked)" in r.stderr, r.stderr
+        assert not os.path.exists(outsider_log), 'the other user\'s listener was connected to'
+        os.chmod(d.socket, 0o666)  # the group rule is packaging's; here SO_PEERCRED decides
+        r = d.ctl('nccl', old.pid, user=user)
+        assert r.returncode == 1 and 'pid %d: permission denied' % old.pid in r.stderr, r.stderr
+
+        for mode, port, why in (('junk', 28558, "not NCCL's RAS (it answered 'HTTP/1.1 400 Bad "
+                                 "Request')"),
+                                ('flood', 28559, "NCCL's RAS answered past 4 MiB: not read")):
+            p = ras_job(tmp, mode, port=port)
+            procs.append(p)
+            t0 = time.monotonic()
+            r = d.ctl('nccl', p.pid)
+            assert r.returncode == 1 and why in r.stderr and time.monotonic() - t0 < 10, r.stderr
+        hostile = json.loads(json.dumps(RAS_DOC))
+        hostile['communicators'][0]['ranks'][1]['pid'] = 'not a pid'
+        p = ras_job(tmp, doc=hostile, port=28560)
+        procs.append(p)
+        r = d.ctl('nccl', p.pid)
+        assert r.returncode == 1 and "communicator 0, rank entry 1: a field of another type" in \
+            r.stderr, r.stderr
+
+        p = ras_job(tmp, 'silent', port=28561)
+        procs.append(p)
+        t0 = time.monotonic()
+        r = d.ctl('nccl', p.pid)
+        took = time.monotonic() - t0
+        assert r.returncode == 1 and "NCCL's RAS did not answer within 15 s" in r.stderr, r.stderr
+        assert 14 < took < 20, took
+        assert d.api('GET', '/v1/status')[0] == 200  # the daemon answers on
+    finally:
+        for p in procs:
+            reap(p)
+        d.close()

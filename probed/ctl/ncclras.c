@@ -1,0 +1,330 @@
+/*
+ * ncclras.c - `probectl nccl PID`: NCCL's RAS account of a job, and what in it is wrong
+ * (ncclras.h).
+ */
+#define _GNU_SOURCE
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctl/client.h"
+#include "ctl/ncclras.h"
+#include "ctl/nodes.h"
+#include "ctl/output.h"
+
+#define RANKS_TEXT 256 /* "0-6,8-15" */
+
+static long long num(json_t *o, const char *key, long long dflt)
+{
+    json_t *v = json_object_get(o, key);
+    return json_is_integer(v) ? (long long)json_integer_value(v) : dflt;
+}
+
+/* Point-to-point calls: each rank's count is its own (a pipeline's first stage only sends). */
+static bool compared(const char *op)
+{
+    return strcmp(op, "Send") != 0 && strcmp(op, "Recv") != 0 && strcmp(op, "SendRecv") != 0;
+}
+
+/* NCCL's ncclResult_t, as its RAS reports it. */
+static const char *nccl_result(long long r)
+{
+    static const char *const names[] = {"success",       "unhandled CUDA error",
+                                        "system error",  "internal error",
+                                        "invalid argument", "invalid usage",
+                                        "remote error",  "in progress"};
+    return r >= 0 && r < (long long)(sizeof(names) / sizeof(names[0])) ? names[r] : "unknown error";
+}
+
+/* One finding of @kind on communicator @hash about the ranks of @list for which @pick(rank,
+ * @arg) holds; the pids alongside. NULL when none does. */
+static json_t *finding(const char *hash, const char *kind, json_t *list,
+                       bool (*pick)(json_t *rank, const void *arg), const void *arg)
+{
+    size_t i, n = 0, cap = json_array_size(list);
+    int *ranks = malloc((cap ? cap : 1) * sizeof(*ranks));
+    json_t *r, *pids = json_array(), *hosts = json_array(), *out = NULL;
+    char text[RANKS_TEXT];
+
+    if (!ranks) {
+        json_decref(pids);
+        json_decref(hosts);
+        return NULL;
+    }
+    json_array_foreach(list, i, r) {
+        if (!pick(r, arg))
+            continue;
+        ranks[n++] = (int)num(r, "rank", -1);
+        json_array_append_new(pids, json_integer(num(r, "pid", -1)));
+        json_array_append(hosts, json_object_get(r, "host") ? json_object_get(r, "host")
+                                                              : json_string("?"));
+    }
+    if (n) {
+        ranks_format(ranks, n, text, sizeof(text));
+        out = json_pack("{s:s, s:s, s:s, s:O, s:O}", "communicator", hash ? hash : "?", "kind",
+                        kind, "ranks", text, "pids", pids, "hosts", hosts);
+    }
+    json_decref(pids);
+    json_decref(hosts);
+    free(ranks);
+    return out;
+}
+
+struct count_is {
+    const char *op;
+    long long count;
+};
+
+static bool has_count(json_t *rank, const void *arg)
+{
+    const struct count_is *c = arg;
+    return num(json_object_get(rank, "counts"), c->op, -1) == c->count;
+}
+
+static bool has_error(json_t *rank, const void *arg)
+{
+    return num(rank, "async_error", 0) == *(const long long *)arg;
+}
+
+static bool is_aborted(json_t *rank, const void *arg)
+{
+    (void)arg;
+    return json_is_true(json_object_get(rank, "aborted"));
+}
+
+static bool is_missing_as(json_t *rank, const void *arg)
+{
+    const bool *as = arg; /* unresponsive, dead */
+    return json_is_true(json_object_get(rank, "unresponsive")) == as[0] &&
+           json_is_true(json_object_get(rank, "dead")) == as[1];
+}
+
+/* The ranks behind on each compared op of one communicator: a finding per count below the
+ * highest. */
+static void behind(json_t *out, const char *hash, json_t *ranks)
+{
+    json_t *seen = json_object(), *r, *v;
+    const char *op;
+    size_t i;
+
+    json_array_foreach(ranks, i, r) { /* the highest count of each op */
+        json_object_foreach(json_object_get(r, "counts"), op, v) {
+            if (compared(op) && json_integer_value(v) > num(seen, op, -1))
+                json_object_set_new(seen, op, json_integer(json_integer_value(v)));
+        }
+    }
+    json_object_foreach(seen, op, v) {
+        long long most = (long long)json_integer_value(v), below = -1;
+
+        do { /* each count below the highest, highest first */
+            long long next = -1;
+            json_array_foreach(ranks, i, r) {
+                long long c = num(json_object_get(r, "counts"), op, -1);
+                if (c >= 0 && c < (below < 0 ? most : below) && c > next)
+                    next = c;
+            }
+            if ((below = next) >= 0) {
+                struct count_is want = {op, below};
+                json_t *f = finding(hash, "behind", ranks, has_count, &want);
+                if (f) {
+                    json_object_set_new(f, "op", json_string(op));
+                    json_object_set_new(f, "count", json_integer(below));
+                    json_object_set_new(f, "most", json_integer(most));
+                    json_array_append_new(out, f);
+                }
+            }
+        } while (below >= 0);
+    }
+    json_decref(seen);
+}
+
+json_t *ncclras_findings(json_t *status)
+{
+    json_t *out = json_array(), *c;
+    size_t i;
+
+    json_array_foreach(json_object_get(status, "communicators"), i, c) {
+        const char *hash = json_string_value(json_object_get(c, "hash"));
+        json_t *ranks = json_object_get(c, "ranks"), *missing = json_object_get(c, "missing"), *f,
+               *r;
+        size_t k;
+
+        behind(out, hash, ranks);
+        for (int u = 1; u >= 0; u--) /* unresponsive first, then those that answered nothing */
+            for (int d = 1; d >= 0; d--) {
+                bool as[2] = {u, d};
+                if ((f = finding(hash, "missing", missing, is_missing_as, as))) {
+                    json_object_set_new(f, "unresponsive", json_boolean(u));
+                    json_object_set_new(f, "dead", json_boolean(d));
+                    json_array_append_new(out, f);
+                }
+            }
+        json_array_foreach(ranks, k, r) { /* each asynchronous error, once */
+            long long e = num(r, "async_error", 0);
+            bool first = true;
+            json_t *q;
+            size_t m;
+
+            if (e == 0 || e == 7 /* ncclInProgress: a non-blocking call under way */)
+                continue;
+            json_array_foreach(ranks, m, q) {
+                if (m < k && num(q, "async_error", 0) == e)
+                    first = false;
+            }
+            if (first && (f = finding(hash, "error", ranks, has_error, &e))) {
+                json_object_set_new(f, "async_error", json_integer(e));
+                json_object_set_new(f, "error", json_string(nccl_result(e)));
+                json_array_append_new(out, f);
+            }
+        }
+        if ((f = finding(hash, "aborted", ranks, is_aborted, NULL)))
+            json_array_append_new(out, f);
+    }
+    return out;
+}
+
+static const char *plural(const char *ranks)
+{
+    return strpbrk(ranks, ",-") ? "s" : "";
+}
+
+/* "ranks 2-3 (10.0.0.2 pid 5151, 10.0.0.2 pid 5252)" */
+static void say_ranks(json_t *f)
+{
+    const char *ranks = json_string_value(json_object_get(f, "ranks"));
+    json_t *p, *hosts = json_object_get(f, "hosts");
+    size_t i;
+
+    printf("rank%s %s (", plural(ranks), ranks);
+    json_array_foreach(json_object_get(f, "pids"), i, p) {
+        if (i == 8) {
+            printf(", ...");
+            break;
+        }
+        printf("%s%s pid %lld", i ? ", " : "", json_string_value(json_array_get(hosts, i)),
+               (long long)json_integer_value(p));
+    }
+    printf(")");
+}
+
+void ncclras_print(json_t *status, json_t *findings)
+{
+    json_t *comms = json_object_get(status, "communicators"), *c, *f;
+    const char *version = json_string_value(json_object_get(status, "nccl_version"));
+    json_t *secs = json_object_get(status, "collection_s");
+    long long timeouts = num(status, "timeouts", 0);
+    size_t i, k;
+
+    printf("NCCL %s, RAS at %s: %zu communicator%s", version ? version : "?",
+           json_string_value(json_object_get(status, "address")), json_array_size(comms),
+           json_array_size(comms) == 1 ? "" : "s");
+    if (json_is_number(secs))
+        printf(", gathered in %.3f s", json_number_value(secs));
+    if (timeouts)
+        printf(" (%lld RAS timeout%s: some ranks' data may be missing)", timeouts,
+               timeouts == 1 ? "" : "s");
+    printf("\n");
+    json_array_foreach(comms, i, c) {
+        const char *hash = json_string_value(json_object_get(c, "hash"));
+        json_t *first = json_array_get(json_object_get(c, "ranks"), 0), *v;
+        const char *op;
+        bool any = false, lead = true;
+
+        printf("communicator %s: %lld ranks, %zu answered", hash ? hash : "?", num(c, "size", -1),
+               json_array_size(json_object_get(c, "ranks")));
+        json_object_foreach(json_object_get(first, "counts"), op, v) {
+            if (json_integer_value(v) > 0 && compared(op)) {
+                if (lead)
+                    printf("; rank %lld's counts:", num(first, "rank", -1));
+                printf("%s %s %lld", lead ? "" : ",", op, (long long)json_integer_value(v));
+                lead = false;
+            }
+        }
+        printf("\n");
+        json_array_foreach(findings, k, f) {
+            const char *kind = json_string_value(json_object_get(f, "kind"));
+            const char *ranks = json_string_value(json_object_get(f, "ranks"));
+
+            if (!hash || strcmp(json_string_value(json_object_get(f, "communicator")), hash))
+                continue;
+            any = true;
+            printf("  ");
+            say_ranks(f);
+            if (strcmp(kind, "behind") == 0)
+                printf(" behind on %s: issued %lld, the most any rank issued %lld: %s #%lld "
+                       "waits for %s\n",
+                       json_string_value(json_object_get(f, "op")), num(f, "count", 0),
+                       num(f, "most", 0), json_string_value(json_object_get(f, "op")),
+                       num(f, "count", 0) + 1, strpbrk(ranks, ",-") ? "them" : "it");
+            else if (strcmp(kind, "missing") == 0)
+                printf(" did not answer: %s\n",
+                       json_is_true(json_object_get(f, "dead"))           ? "taken for dead"
+                       : json_is_true(json_object_get(f, "unresponsive")) ? "unresponsive"
+                                                                          : "no data");
+            else if (strcmp(kind, "error") == 0)
+                printf(" asynchronous error %lld (%s)\n", num(f, "async_error", 0),
+                       json_string_value(json_object_get(f, "error")));
+            else
+                printf(" aborted\n");
+        }
+        if (!any)
+            printf("  every rank answered, in step, no error\n");
+    }
+}
+
+int nccl_main(int argc, char **argv)
+{
+    static const struct option longopts[] = {{"json", no_argument, NULL, 'j'},
+                                             {"socket", required_argument, NULL, 'S'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
+    const char *socket = NULL;
+    char path[64];
+    json_t *status;
+    int c, pid, as_json = 0;
+
+    while ((c = getopt_long(argc, argv, "jh", longopts, NULL)) != -1) {
+        if (c == 'j') {
+            as_json = 1;
+        } else if (c == 'S') {
+            socket = optarg;
+        } else if (c == 'h') {
+            printf("usage: probectl nccl PID [--json]\n"
+                   "  The job's NCCL communicators as NCCL's own RAS tells them (NCCL 2.24+;\n"
+                   "  JSON from 2.28.7), asked of process PID: every rank on every node, its\n"
+                   "  count of each collective, and who is behind, unresponsive, dead, in\n"
+                   "  error or aborted. Nothing is loaded into the job.\n");
+            return 0;
+        } else {
+            return 2;
+        }
+    }
+    if (optind + 1 != argc) {
+        fprintf(stderr, "probectl nccl: expected PID\n");
+        return 2;
+    }
+    if ((pid = client_parse_pid(argv[optind], "nccl")) < 0)
+        return 2;
+    snprintf(path, sizeof(path), "/v1/nccl?pid=%d", pid);
+    if (!(status = client_request(socket, "GET", path, NULL)))
+        return 1;
+    if (json_is_string(json_object_get(status, "text"))) { /* an NCCL without JSON */
+        if (as_json)
+            output_json(status);
+        else
+            printf("%s", json_string_value(json_object_get(status, "text")));
+    } else {
+        json_t *findings = ncclras_findings(status);
+        if (as_json) {
+            json_object_set(status, "findings", findings);
+            output_json(status);
+        } else {
+            ncclras_print(status, findings);
+        }
+        json_decref(findings);
+    }
+    json_decref(status);
+    return 0;
+}

@@ -1,0 +1,29 @@
+/*
+ * ncclras.h - `probectl nccl PID [--json]`: a job's NCCL communicators as its own RAS service
+ * tells them (GET /v1/nccl, the daemon's gpu/ras.h), asked of one of its processes while it
+ * runs, on every node the job spans, with no launch option and nothing of probed's in it: each
+ * communicator's ranks, their count of each collective, and what is wrong. A rank behind the
+ * others on a collective's count is where a hang is (Ray's detector, from NCCL's counts); a
+ * rank that did not answer is unresponsive or dead; a rank with an asynchronous error or
+ * aborted is named with it. Point-to-point counts (Send, Recv, SendRecv) differ between ranks
+ * by design and are not compared.
+ *
+ * Runs in probectl, single-threaded. ncclras_findings() returns a new array the caller owns;
+ * it borrows @status. Failure: a reply the daemon refused is printed on stderr (exit 1).
+ */
+#ifndef PROBED_CTL_NCCLRAS_H
+#define PROBED_CTL_NCCLRAS_H
+
+#include <jansson.h>
+
+/* What @status (GET /v1/nccl's reply) says is wrong: [{"communicator", "kind": "behind" | "missing"
+ * | "error" | "aborted", "ranks": "2-3", "pids": [...], "hosts": [...], and by kind "op", "count", "most" |
+ * "unresponsive", "dead" | "async_error"}]. */
+json_t *ncclras_findings(json_t *status);
+
+/* @status and its @findings as text, on stdout. */
+void ncclras_print(json_t *status, json_t *findings);
+
+int nccl_main(int argc, char **argv);
+
+#endif
