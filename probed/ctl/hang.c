@@ -27,6 +27,7 @@
 #include "ctl/cluster.h"
 #include "ctl/desync.h"
 #include "ctl/flameout.h"
+#include "ctl/ncclras.h"
 #include "ctl/reach.h"
 
 #define HANG_LEAD_MIN_NS (300 * 1000000LL)  /* the instant is at least this far ahead */
@@ -340,6 +341,76 @@ static void read_comm(struct round *r, struct fanout *fo)
 {
     query_nodes(r, fo, COMM_SQL, add_comm);
     query_nodes(r, fo, DESYNC_SQL, add_recent);
+}
+
+#define RAS_TRIES 4 /* processes asked for NCCL's RAS before giving up */
+
+/* GET @path of the daemon of @host: this node's (@fo NULL), or that node's through @fo; the
+ * reply when it is 200, else NULL with *ret_status. */
+static json_t *get_of(struct fanout *fo, const char *host, const char *path, long *ret_status)
+{
+    json_t *reply = NULL;
+
+    *ret_status = 0;
+    if (!fo) {
+        char err[512];
+        if (client_call(client_socket_path(NULL), "GET", path, NULL, ret_status, &reply, NULL,
+                        NULL, err, sizeof(err)) == 0 &&
+            *ret_status == 200)
+            return reply;
+        json_decref(reply);
+        return NULL;
+    }
+    for (size_t k = 0; k < fo->n; k++)
+        fo->nodes[k].method = NULL;
+    for (size_t k = 0; k < fo->n; k++)
+        if (node_ok(&fo->nodes[k]) && strcmp(fo->nodes[k].host, host) == 0) {
+            fo->nodes[k].method = "GET";
+            fo->nodes[k].body = NULL;
+            snprintf(fo->nodes[k].path, sizeof(fo->nodes[k].path), "%s", path);
+            fanout_run(fo);
+            if (fo->nodes[k].rc == 0 && (*ret_status = fo->nodes[k].status) == 200)
+                return json_incref(fo->nodes[k].reply);
+            /* an extra question: its refusal (no RAS in that process) is no failure of the
+             * node, which answered the round (say_failures() reads the last outcome) */
+            fo->nodes[k].rc = 0;
+            fo->nodes[k].status = 200;
+            fo->nodes[k].err[0] = '\0';
+            break;
+        }
+    return NULL;
+}
+
+/* NCCL's own account of the job (GET /v1/nccl: NCCL's RAS, gpu/ras.h), asked of the first
+ * process read that has one: one answers for the whole job. A process without it answers 404
+ * at once; any other failure (a RAS that does not answer) ends the asking. NULL: none. */
+static json_t *ask_ras(const struct round *r, struct fanout *fo)
+{
+    int tries = 0;
+
+    for (size_t i = 0; i < r->n && tries < RAS_TRIES; i++) {
+        char path[64];
+        long status;
+        json_t *reply;
+
+        if (!r->reads[i].key)
+            continue;
+        tries++;
+        snprintf(path, sizeof(path), "/v1/nccl?pid=%lld", r->reads[i].pid);
+        if ((reply = get_of(fo, r->reads[i].host, path, &status))) {
+            if (json_is_string(json_object_get(reply, "text")))
+                json_object_set_new(reply, "text", json_string("(NCCL before 2.28.7: its text "
+                                                               "report, by probectl nccl PID)"));
+            else
+                json_object_set_new(reply, "findings", ncclras_findings(reply));
+            json_object_set_new(reply, "pid", json_integer(r->reads[i].pid));
+            json_object_set_new(reply, "host", json_string(r->reads[i].host));
+            return reply;
+        }
+        if (status != 404)
+            break;
+    }
+    return NULL;
 }
 
 /* The first collective each process group's ranks disagree on, or (@counts) the NCCL
@@ -672,7 +743,7 @@ static void group_collectives(const struct round *r, const struct group *g)
 }
 
 static void print_groups(const struct round *r, struct group *groups, size_t n, int n_rounds,
-                         const struct hang_opts *o, int n_nodes)
+                         const struct hang_opts *o, int n_nodes, json_t *ras)
 {
     size_t unread = 0;
     json_t *desyncs;
@@ -689,6 +760,17 @@ static void print_groups(const struct round *r, struct group *groups, size_t n, 
     desyncs = find_desyncs(r, true);
     desync_counts_print(desyncs);
     json_decref(desyncs);
+    if (ras && json_is_string(json_object_get(ras, "text"))) {
+        printf("NCCL's RAS (pid %lld on %s) answers text only: probectl nccl %lld\n",
+               (long long)json_integer_value(json_object_get(ras, "pid")),
+               json_string_value(json_object_get(ras, "host")),
+               (long long)json_integer_value(json_object_get(ras, "pid")));
+    } else if (ras) {
+        printf("NCCL's RAS, asked of pid %lld on %s:\n",
+               (long long)json_integer_value(json_object_get(ras, "pid")),
+               json_string_value(json_object_get(ras, "host")));
+        ncclras_print(ras, json_object_get(ras, "findings"));
+    }
     json_decref(say_collectives(r, false));
     for (size_t i = 0; i < r->n; i++)
         if (r->reads[i].last_comm) {
@@ -850,6 +932,7 @@ int hang_main(int argc, char **argv)
     struct reach reach = {0};
     struct round rounds[HANG_ROUNDS_MAX];
     struct group *groups = NULL;
+    json_t *ras = NULL;
     struct nodes nodes = {0};
     struct fanout fo = {0};
     bool remote;
@@ -920,6 +1003,7 @@ int hang_main(int argc, char **argv)
     if (n_rounds == o.repeat) {
         struct round *last = &rounds[n_rounds - 1];
         read_comm(last, remote ? &fo : NULL);
+        ras = ask_ras(last, remote ? &fo : NULL);
         groups = calloc(last->n + 1, sizeof(*groups));
         n_groups = groups ? make_groups(last, rounds, n_rounds, groups) : 0;
         if (o.json) {
@@ -937,13 +1021,14 @@ int hang_main(int argc, char **argv)
                         unread, json_pack("{s:s, s:I, s:s}", "host", last->reads[i].host, "pid",
                                           (json_int_t)last->reads[i].pid, "error",
                                           last->reads[i].error ? last->reads[i].error : "?"));
-            print_json(json_pack("{s:I, s:f, s:f, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+            print_json(json_pack("{s:I, s:f, s:f, s:i, s:o, s:o, s:o, s:o, s:O?, s:o, s:o, s:o}",
                                  "processes", (json_int_t)last->n, "spread_ms",
                                  (double)(last->last_ns - last->first_ns) / 1e6, "clock_error_ms",
                                  last->clock_error_ms, "rounds", n_rounds, "groups",
                                  groups_json(last, groups, n_groups, n_rounds), "collectives",
                                  say_collectives(last, true), "desyncs", find_desyncs(last, false),
-                                 "nccl_counts", find_desyncs(last, true), "unread", unread, "apart",
+                                 "nccl_counts", find_desyncs(last, true), "nccl_ras", ras,
+                                 "unread", unread, "apart",
                                  apart, "failed", remote ? failures_json(&fo) : json_array()));
         } else if (last->n == 0) {
             if (json_array_size(last->replies) > 0) /* else no node answered: said below */
@@ -951,7 +1036,7 @@ int hang_main(int argc, char **argv)
                        " %sattach)\n",
                        remote ? " on any node" : "", remote ? "cluster " : "");
         } else {
-            print_groups(last, groups, n_groups, n_rounds, &o, n_nodes);
+            print_groups(last, groups, n_groups, n_rounds, &o, n_nodes, ras);
         }
         if (o.folded_path && write_flame(last, o.folded_path, "folded") < 0)
             rc = 1;
@@ -961,6 +1046,7 @@ int hang_main(int argc, char **argv)
     for (size_t g = 0; g < n_groups; g++)
         free(groups[g].members);
     free(groups);
+    json_decref(ras);
     for (int k = 0; k < n_rounds; k++)
         round_free(&rounds[k]);
     if (remote) {

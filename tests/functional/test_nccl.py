@@ -379,6 +379,13 @@ def test_nccl_ras_names_the_rank_behind_the_one_gone_and_the_one_in_error(tmp_pa
             '  every rank answered, in step, no error'], text
         with open(os.path.join(str(tmp_path), 'log')) as f:  # NCCL's client's own exchange
             assert f.read().splitlines() == ['CLIENT PROTOCOL 2', 'SET FORMAT json', 'STATUS'] * 2
+        # `hang` asks it too, of the first process read that has a RAS, and says the same
+        d.ctl('attach', p.pid, check=True)
+        h = json.loads(d.ctl('hang', '--json', check=True).stdout)
+        assert h['nccl_ras']['pid'] == p.pid and h['nccl_ras']['findings'] == got['findings'], h
+        out = d.ctl('hang', check=True).stdout
+        assert 'NCCL\'s RAS, asked of pid %d on ' % p.pid in out and \
+            '\n'.join(text.splitlines()[:5]) in out, out
     finally:
         reap(p)
         d.close()
