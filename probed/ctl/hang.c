@@ -354,8 +354,8 @@ static json_t *get_of(struct fanout *fo, const char *host, const char *path, lon
     *ret_status = 0;
     if (!fo) {
         char err[512];
-        if (client_call(client_socket_path(NULL), "GET", path, NULL, ret_status, &reply, NULL,
-                        NULL, err, sizeof(err)) == 0 &&
+        if (client_call(client_socket_path(NULL), "GET", path, NULL, ret_status, &reply, NULL, NULL,
+                        err, sizeof(err)) == 0 &&
             *ret_status == 200)
             return reply;
         json_decref(reply);
@@ -399,8 +399,9 @@ static json_t *ask_ras(const struct round *r, struct fanout *fo)
         snprintf(path, sizeof(path), "/v1/nccl?pid=%lld", r->reads[i].pid);
         if ((reply = get_of(fo, r->reads[i].host, path, &status))) {
             if (json_is_string(json_object_get(reply, "text")))
-                json_object_set_new(reply, "text", json_string("(NCCL before 2.28.7: its text "
-                                                               "report, by probectl nccl PID)"));
+                json_object_set_new(reply, "text",
+                                    json_string("(NCCL before 2.28.7: its text "
+                                                "report, by probectl nccl PID)"));
             else
                 json_object_set_new(reply, "findings", ncclras_findings(reply));
             json_object_set_new(reply, "pid", json_integer(r->reads[i].pid));
@@ -1021,15 +1022,14 @@ int hang_main(int argc, char **argv)
                         unread, json_pack("{s:s, s:I, s:s}", "host", last->reads[i].host, "pid",
                                           (json_int_t)last->reads[i].pid, "error",
                                           last->reads[i].error ? last->reads[i].error : "?"));
-            print_json(json_pack("{s:I, s:f, s:f, s:i, s:o, s:o, s:o, s:o, s:O?, s:o, s:o, s:o}",
-                                 "processes", (json_int_t)last->n, "spread_ms",
-                                 (double)(last->last_ns - last->first_ns) / 1e6, "clock_error_ms",
-                                 last->clock_error_ms, "rounds", n_rounds, "groups",
-                                 groups_json(last, groups, n_groups, n_rounds), "collectives",
-                                 say_collectives(last, true), "desyncs", find_desyncs(last, false),
-                                 "nccl_counts", find_desyncs(last, true), "nccl_ras", ras,
-                                 "unread", unread, "apart",
-                                 apart, "failed", remote ? failures_json(&fo) : json_array()));
+            print_json(json_pack(
+                "{s:I, s:f, s:f, s:i, s:o, s:o, s:o, s:o, s:O?, s:o, s:o, s:o}", "processes",
+                (json_int_t)last->n, "spread_ms", (double)(last->last_ns - last->first_ns) / 1e6,
+                "clock_error_ms", last->clock_error_ms, "rounds", n_rounds, "groups",
+                groups_json(last, groups, n_groups, n_rounds), "collectives",
+                say_collectives(last, true), "desyncs", find_desyncs(last, false), "nccl_counts",
+                find_desyncs(last, true), "nccl_ras", ras, "unread", unread, "apart", apart,
+                "failed", remote ? failures_json(&fo) : json_array()));
         } else if (last->n == 0) {
             if (json_array_size(last->replies) > 0) /* else no node answered: said below */
                 printf("no attached process of yours to read%s (attach the job first: probectl"

@@ -31,10 +31,9 @@ static bool compared(const char *op)
 /* NCCL's ncclResult_t, as its RAS reports it. */
 static const char *nccl_result(long long r)
 {
-    static const char *const names[] = {"success",       "unhandled CUDA error",
-                                        "system error",  "internal error",
-                                        "invalid argument", "invalid usage",
-                                        "remote error",  "in progress"};
+    static const char *const names[] = {"success",        "unhandled CUDA error", "system error",
+                                        "internal error", "invalid argument",     "invalid usage",
+                                        "remote error",   "in progress"};
     return r >= 0 && r < (long long)(sizeof(names) / sizeof(names[0])) ? names[r] : "unknown error";
 }
 
@@ -53,13 +52,14 @@ static json_t *finding(const char *hash, const char *kind, json_t *list,
         json_decref(hosts);
         return NULL;
     }
-    json_array_foreach(list, i, r) {
+    json_array_foreach(list, i, r)
+    {
         if (!pick(r, arg))
             continue;
         ranks[n++] = (int)num(r, "rank", -1);
         json_array_append_new(pids, json_integer(num(r, "pid", -1)));
         json_array_append(hosts, json_object_get(r, "host") ? json_object_get(r, "host")
-                                                              : json_string("?"));
+                                                            : json_string("?"));
     }
     if (n) {
         ranks_format(ranks, n, text, sizeof(text));
@@ -109,18 +109,22 @@ static void behind(json_t *out, const char *hash, json_t *ranks)
     const char *op;
     size_t i;
 
-    json_array_foreach(ranks, i, r) { /* the highest count of each op */
-        json_object_foreach(json_object_get(r, "counts"), op, v) {
+    json_array_foreach(ranks, i, r)
+    { /* the highest count of each op */
+        json_object_foreach(json_object_get(r, "counts"), op, v)
+        {
             if (compared(op) && json_integer_value(v) > num(seen, op, -1))
                 json_object_set_new(seen, op, json_integer(json_integer_value(v)));
         }
     }
-    json_object_foreach(seen, op, v) {
+    json_object_foreach(seen, op, v)
+    {
         long long most = (long long)json_integer_value(v), below = -1;
 
         do { /* each count below the highest, highest first */
             long long next = -1;
-            json_array_foreach(ranks, i, r) {
+            json_array_foreach(ranks, i, r)
+            {
                 long long c = num(json_object_get(r, "counts"), op, -1);
                 if (c >= 0 && c < (below < 0 ? most : below) && c > next)
                     next = c;
@@ -145,7 +149,8 @@ json_t *ncclras_findings(json_t *status)
     json_t *out = json_array(), *c;
     size_t i;
 
-    json_array_foreach(json_object_get(status, "communicators"), i, c) {
+    json_array_foreach(json_object_get(status, "communicators"), i, c)
+    {
         const char *hash = json_string_value(json_object_get(c, "hash"));
         json_t *ranks = json_object_get(c, "ranks"), *missing = json_object_get(c, "missing"), *f,
                *r;
@@ -161,7 +166,8 @@ json_t *ncclras_findings(json_t *status)
                     json_array_append_new(out, f);
                 }
             }
-        json_array_foreach(ranks, k, r) { /* each asynchronous error, once */
+        json_array_foreach(ranks, k, r)
+        { /* each asynchronous error, once */
             long long e = num(r, "async_error", 0);
             bool first = true;
             json_t *q;
@@ -169,7 +175,8 @@ json_t *ncclras_findings(json_t *status)
 
             if (e == 0 || e == 7 /* ncclInProgress: a non-blocking call under way */)
                 continue;
-            json_array_foreach(ranks, m, q) {
+            json_array_foreach(ranks, m, q)
+            {
                 if (m < k && num(q, "async_error", 0) == e)
                     first = false;
             }
@@ -198,7 +205,8 @@ static void say_ranks(json_t *f)
     size_t i;
 
     printf("rank%s %s (", plural(ranks), ranks);
-    json_array_foreach(json_object_get(f, "pids"), i, p) {
+    json_array_foreach(json_object_get(f, "pids"), i, p)
+    {
         if (i == 8) {
             printf(", ...");
             break;
@@ -226,7 +234,8 @@ void ncclras_print(json_t *status, json_t *findings)
         printf(" (%lld RAS timeout%s: some ranks' data may be missing)", timeouts,
                timeouts == 1 ? "" : "s");
     printf("\n");
-    json_array_foreach(comms, i, c) {
+    json_array_foreach(comms, i, c)
+    {
         const char *hash = json_string_value(json_object_get(c, "hash"));
         json_t *first = json_array_get(json_object_get(c, "ranks"), 0), *v;
         const char *op;
@@ -234,7 +243,8 @@ void ncclras_print(json_t *status, json_t *findings)
 
         printf("communicator %s: %lld ranks, %zu answered", hash ? hash : "?", num(c, "size", -1),
                json_array_size(json_object_get(c, "ranks")));
-        json_object_foreach(json_object_get(first, "counts"), op, v) {
+        json_object_foreach(json_object_get(first, "counts"), op, v)
+        {
             if (json_integer_value(v) > 0 && compared(op)) {
                 if (lead)
                     printf("; rank %lld's counts:", num(first, "rank", -1));
@@ -243,7 +253,8 @@ void ncclras_print(json_t *status, json_t *findings)
             }
         }
         printf("\n");
-        json_array_foreach(findings, k, f) {
+        json_array_foreach(findings, k, f)
+        {
             const char *kind = json_string_value(json_object_get(f, "kind"));
             const char *ranks = json_string_value(json_object_get(f, "ranks"));
 

@@ -17,8 +17,8 @@
 #include <jansson.h>
 
 /* What @status (GET /v1/nccl's reply) says is wrong: [{"communicator", "kind": "behind" | "missing"
- * | "error" | "aborted", "ranks": "2-3", "pids": [...], "hosts": [...], and by kind "op", "count", "most" |
- * "unresponsive", "dead" | "async_error"}]. */
+ * | "error" | "aborted", "ranks": "2-3", "pids": [...], "hosts": [...], and by kind "op", "count",
+ * "most" | "unresponsive", "dead" | "async_error"}]. */
 json_t *ncclras_findings(json_t *status);
 
 /* @status and its @findings as text, on stdout. */

@@ -27,12 +27,12 @@
 #include "common/procfs.h"
 #include "gpu/ras.h"
 
-#define ENV_MAX (1u << 20)  /* of /proc/PID/environ read */
-#define LISTENERS_MAX 16    /* sockets listening on the RAS port, in the namespace */
-#define FDS_MAX (1u << 20)  /* descriptors of the process looked through */
-#define LINE_MAX_RAS 256    /* a line of the handshake */
-#define HOST_MAX 64         /* a host name or address in the answer */
-#define OPS_MAX 32          /* collective kinds counted per rank */
+#define ENV_MAX (1u << 20) /* of /proc/PID/environ read */
+#define LISTENERS_MAX 16   /* sockets listening on the RAS port, in the namespace */
+#define FDS_MAX (1u << 20) /* descriptors of the process looked through */
+#define LINE_MAX_RAS 256   /* a line of the handshake */
+#define HOST_MAX 64        /* a host name or address in the answer */
+#define OPS_MAX 32         /* collective kinds counted per rank */
 
 struct listener {
     struct sockaddr_storage addr; /* loopback for a wildcard */
@@ -96,8 +96,8 @@ static bool parse_listener(const char *line, bool v6, int port, struct listener 
     unsigned lport, state;
     unsigned long inode;
 
-    if (sscanf(line, " %*u: %32[0-9A-Fa-f]:%x %*s %x %*s %*s %*s %*u %*d %lu", hex, &lport,
-               &state, &inode) != 4 ||
+    if (sscanf(line, " %*u: %32[0-9A-Fa-f]:%x %*s %x %*s %*s %*s %*u %*d %lu", hex, &lport, &state,
+               &inode) != 4 ||
         state != 0x0A /* TCP_LISTEN */ || (int)lport != port || strlen(hex) != (v6 ? 32u : 8u))
         return false;
     memset(l, 0, sizeof(*l));
@@ -222,8 +222,7 @@ static int socket_in(pid_t pid, int family, struct errbuf *err)
     if ((r = pthread_create(&t, NULL, dial_run, &d)) != 0) {
         if (d.nsfd >= 0)
             close(d.nsfd);
-        return errbuf_set(err, -r, "a thread to enter pid %d's network: %s", (int)pid,
-                          strerror(r));
+        return errbuf_set(err, -r, "a thread to enter pid %d's network: %s", (int)pid, strerror(r));
     }
     pthread_join(t, NULL);
     if (d.nsfd >= 0)
@@ -394,8 +393,10 @@ failed:
         return errbuf_set(err, -EPROTO, "pid %d, %s: NCCL's RAS answered past %u MiB: not read",
                           (int)pid, where, RAS_REPLY_MAX >> 20);
     if (r == -EPROTO)
-        return errbuf_set(err, r, "pid %d, %s: not NCCL's RAS (a line past %d bytes, or closed "
-                          "mid-line)", (int)pid, where, LINE_MAX_RAS);
+        return errbuf_set(err, r,
+                          "pid %d, %s: not NCCL's RAS (a line past %d bytes, or closed "
+                          "mid-line)",
+                          (int)pid, where, LINE_MAX_RAS);
     return errbuf_set(err, r, "pid %d, %s: %s", (int)pid, where, strerror(-r));
 }
 
@@ -510,7 +511,8 @@ static int norm_rank(struct norm *n, json_t *r, bool missing, int ci, int ri, js
 
         if (counts && (!json_is_object(counts) || json_object_size(counts) > OPS_MAX))
             ok = false;
-        json_object_foreach(counts, op, v) {
+        json_object_foreach(counts, op, v)
+        {
             if (!ok || !op_name(op) || !json_is_integer(v) || json_integer_value(v) < 0) {
                 ok = false;
                 break;
@@ -528,8 +530,8 @@ static int norm_rank(struct norm *n, json_t *r, bool missing, int ci, int ri, js
 }
 
 /* One array of ranks (@key) of communicator @c into @to's @as. */
-static int norm_ranks(struct norm *n, json_t *c, const char *key, bool missing, int ci,
-                      json_t *to, const char *as)
+static int norm_ranks(struct norm *n, json_t *c, const char *key, bool missing, int ci, json_t *to,
+                      const char *as)
 {
     json_t *arr = json_object_get(c, key), *kept = json_array(), *r;
     size_t i;
@@ -539,7 +541,8 @@ static int norm_ranks(struct norm *n, json_t *c, const char *key, bool missing, 
         return 0;
     if (!json_is_array(arr))
         return bad(n, "its ranks not an array", ci, -1);
-    json_array_foreach(arr, i, r) {
+    json_array_foreach(arr, i, r)
+    {
         json_t *one = NULL;
         int rc;
 
@@ -587,7 +590,8 @@ int ras_normalise(json_t *doc, json_t **ret, struct errbuf *err)
     }
     kept = json_array();
     json_object_set_new(out, "communicators", kept);
-    json_array_foreach(comms, i, c) {
+    json_array_foreach(comms, i, c)
+    {
         json_t *one;
         const char *hash;
 
@@ -655,8 +659,8 @@ int ras_ask(pid_t pid, int64_t start_time, json_t **ret, struct errbuf *err)
     else
         inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ls[which].addr)->sin6_addr, host,
                   sizeof(host));
-    snprintf(where, sizeof(where), ls[which].addr.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d",
-             host, port);
+    snprintf(where, sizeof(where), ls[which].addr.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", host,
+             port);
     if ((fd = socket_in(pid, ls[which].addr.ss_family, err)) < 0)
         return fd;
     if (connect(fd, (struct sockaddr *)&ls[which].addr, ls[which].len) < 0 &&
@@ -692,8 +696,8 @@ int ras_ask(pid_t pid, int64_t start_time, json_t **ret, struct errbuf *err)
                 text[i] = '?';
         *ret = json_pack("{s:s, s:s%}", "address", where, "text", text, len);
         free(text);
-        return *ret ? 0 : errbuf_set(err, -ENOMEM, "pid %d: no memory for its RAS's report",
-                                     (int)pid);
+        return *ret ? 0
+                    : errbuf_set(err, -ENOMEM, "pid %d: no memory for its RAS's report", (int)pid);
     }
     doc = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     free(text);
