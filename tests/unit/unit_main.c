@@ -41,6 +41,8 @@
     X(test_nodes_slurm_ranges)                                                                     \
     X(test_desync_first_disagreement)                                                              \
     X(test_desync_nccl_counts)                                                                     \
+    X(test_ras_keeps_nccls_fields_only)                                                            \
+    X(test_ras_refuses_what_is_not_nccls)                                                          \
     X(test_findproc_job_names)                                                                     \
     X(test_exits_kernel_lines)                                                                     \
     X(test_patterns_bounded)                                                                       \
