@@ -33,6 +33,7 @@
 #define LINE_MAX_RAS 256   /* a line of the handshake */
 #define HOST_MAX 64        /* a host name or address in the answer */
 #define OPS_MAX 32         /* collective kinds counted per rank */
+#define RAS_DIAL_TRIES 16  /* connections made until one is answered by the process asked */
 
 struct listener {
     struct sockaddr_storage addr; /* loopback for a wildcard */
@@ -89,16 +90,22 @@ static int ras_port(pid_t pid, int *ret_port, struct errbuf *err)
     return r;
 }
 
-/* One line of /proc/PID/net/tcp or tcp6 as a listener on @port; false if it is not one. */
-static bool parse_listener(const char *line, bool v6, int port, struct listener *l)
+#define TCP_ESTABLISHED_STATE 0x01 /* the kernel's TCP_ESTABLISHED, as net/tcp prints it */
+#define TCP_LISTEN_STATE 0x0A
+
+/* One line of /proc/PID/net/tcp or tcp6 as a socket in @state whose own port is @port and, with
+ * @peer_port above 0, whose peer's is that: its address (loopback for a wildcard) and inode. */
+static bool parse_socket(const char *line, bool v6, unsigned state, int port, int peer_port,
+                         struct listener *l)
 {
     char hex[33];
-    unsigned lport, state;
+    unsigned lport, rport, st;
     unsigned long inode;
 
-    if (sscanf(line, " %*u: %32[0-9A-Fa-f]:%x %*s %x %*s %*s %*s %*u %*d %lu", hex, &lport, &state,
-               &inode) != 4 ||
-        state != 0x0A /* TCP_LISTEN */ || (int)lport != port || strlen(hex) != (v6 ? 32u : 8u))
+    if (sscanf(line, " %*u: %32[0-9A-Fa-f]:%x %*[0-9A-Fa-f]:%x %x %*s %*s %*s %*u %*d %lu", hex,
+               &lport, &rport, &st, &inode) != 5 ||
+        st != state || (int)lport != port || (peer_port > 0 && (int)rport != peer_port) ||
+        strlen(hex) != (v6 ? 32u : 8u))
         return false;
     memset(l, 0, sizeof(*l));
     l->inode = inode;
@@ -130,8 +137,9 @@ static bool parse_listener(const char *line, bool v6, int port, struct listener 
     return true;
 }
 
-/* The sockets listening on @port in @pid's network namespace. */
-static int listeners_on(pid_t pid, int port, struct listener *out, int max)
+/* The sockets in @state on @port (and @peer_port, above 0) in @pid's network namespace. */
+static int sockets_on(pid_t pid, unsigned state, int port, int peer_port, struct listener *out,
+                      int max)
 {
     int n = 0;
 
@@ -144,7 +152,7 @@ static int listeners_on(pid_t pid, int port, struct listener *out, int max)
         if (!(f = fopen(path, "re")))
             continue; /* no IPv6 in the kernel: no tcp6 */
         while (n < max && getline(&line, &cap, f) > 0)
-            if (parse_listener(line, v6, port, &out[n]))
+            if (parse_socket(line, v6, state, port, peer_port, &out[n]))
                 n++;
         free(line);
         fclose(f);
@@ -363,9 +371,27 @@ static const char *printable(const char *s, char *buf, size_t size)
     return buf;
 }
 
+/* Whether the end of connection @fd that answered is a socket @pid holds (its RAS thread
+ * accepted it before answering the handshake): the listener was checked before connecting,
+ * this closes the moment between (the process let its port go and another bound it). */
+static int answered_by(int fd, pid_t pid, int port)
+{
+    struct sockaddr_storage ours;
+    socklen_t len = sizeof(ours);
+    struct listener accepted[LISTENERS_MAX];
+    int our_port, n;
+
+    if (getsockname(fd, (struct sockaddr *)&ours, &len) < 0)
+        return -errno;
+    our_port = ntohs(ours.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ours)->sin6_port
+                                                : ((struct sockaddr_in *)&ours)->sin_port);
+    n = sockets_on(pid, TCP_ESTABLISHED_STATE, port, our_port, accepted, LISTENERS_MAX);
+    return n > 0 && held_by(pid, accepted, n) >= 0 ? 0 : -EPERM;
+}
+
 /* The handshake, the JSON format, and the status: NCCL's document (*ret_json), or the text
  * report of an NCCL that has no JSON format. */
-static int converse(int fd, pid_t pid, const char *where, char **ret, size_t *ret_len,
+static int converse(int fd, pid_t pid, int port, const char *where, char **ret, size_t *ret_len,
                     bool *ret_json, int64_t deadline, struct errbuf *err)
 {
     char line[LINE_MAX_RAS], shown[80];
@@ -377,6 +403,11 @@ static int converse(int fd, pid_t pid, const char *where, char **ret, size_t *re
     if (strncasecmp(line, "SERVER PROTOCOL ", 16) != 0)
         return errbuf_set(err, -EPROTO, "pid %d, %s: not NCCL's RAS (it answered '%s')", (int)pid,
                           where, printable(line, shown, sizeof(shown)));
+    if ((r = answered_by(fd, pid, port)) < 0)
+        return errbuf_set(err, r,
+                          "pid %d, %s: the connection was answered by a socket the process does "
+                          "not hold: asked nothing more",
+                          (int)pid, where);
     if ((r = send_line(fd, "SET FORMAT json\n", deadline)) < 0 ||
         (r = read_line(fd, line, sizeof(line), deadline)) < 0)
         goto failed;
@@ -632,6 +663,35 @@ static int still_same(pid_t pid, int64_t start_time, struct errbuf *err)
     return 0;
 }
 
+/* A connection to @l in @pid's network namespace, and the conversation on it. */
+static int dial(pid_t pid, const struct listener *l, int port, const char *where, char **text,
+                size_t *len, bool *json, int64_t deadline, struct errbuf *err)
+{
+    int fd, r;
+
+    if ((fd = socket_in(pid, l->addr.ss_family, err)) < 0)
+        return fd;
+    if (connect(fd, (const struct sockaddr *)&l->addr, l->len) < 0 && errno != EINPROGRESS) {
+        r = errbuf_set(err, -errno, "pid %d: connecting to its RAS at %s: %s", (int)pid, where,
+                       strerror(errno));
+        close(fd);
+        return r;
+    }
+    if ((r = wait_for(fd, POLLOUT, deadline)) == 0) {
+        int so = 0;
+        socklen_t sl = sizeof(so);
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &so, &sl);
+        r = -so;
+    }
+    if (r < 0)
+        errbuf_set(err, r, "pid %d: connecting to its RAS at %s: %s", (int)pid, where,
+                   strerror(-r));
+    else
+        r = converse(fd, pid, port, where, text, len, json, deadline, err);
+    close(fd);
+    return r;
+}
+
 int ras_ask(pid_t pid, int64_t start_time, json_t **ret, struct errbuf *err)
 {
     struct listener ls[LISTENERS_MAX];
@@ -642,11 +702,11 @@ int ras_ask(pid_t pid, int64_t start_time, json_t **ret, struct errbuf *err)
     json_t *doc;
     json_error_t jerr;
     bool json = false;
-    int port, n, which, fd, r;
+    int port, n, which, r;
 
     if ((r = still_same(pid, start_time, err)) < 0 || (r = ras_port(pid, &port, err)) < 0)
         return r;
-    n = listeners_on(pid, port, ls, LISTENERS_MAX);
+    n = sockets_on(pid, TCP_LISTEN_STATE, port, 0, ls, LISTENERS_MAX);
     which = n > 0 ? held_by(pid, ls, n) : -1;
     if (which < 0)
         return errbuf_set(err, -ENOENT,
@@ -661,29 +721,13 @@ int ras_ask(pid_t pid, int64_t start_time, json_t **ret, struct errbuf *err)
                   sizeof(host));
     snprintf(where, sizeof(where), ls[which].addr.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", host,
              port);
-    if ((fd = socket_in(pid, ls[which].addr.ss_family, err)) < 0)
-        return fd;
-    if (connect(fd, (struct sockaddr *)&ls[which].addr, ls[which].len) < 0 &&
-        errno != EINPROGRESS) {
-        r = errbuf_set(err, -errno, "pid %d: connecting to its RAS at %s: %s", (int)pid, where,
-                       strerror(errno));
-        close(fd);
-        return r;
-    }
-    if ((r = wait_for(fd, POLLOUT, deadline)) == 0) {
-        int so = 0;
-        socklen_t sl = sizeof(so);
-        getsockopt(fd, SOL_SOCKET, SO_ERROR, &so, &sl);
-        r = -so;
-    }
-    if (r < 0) {
-        errbuf_set(err, r, "pid %d: connecting to its RAS at %s: %s", (int)pid, where,
-                   strerror(-r));
-        close(fd);
-        return r;
-    }
-    r = converse(fd, pid, where, &text, &len, &json, deadline, err);
-    close(fd);
+    /* two jobs of one user on a node share RAS's port (NCCL binds it with SO_REUSEPORT) and
+     * the kernel spreads connections among them: one answered by the other job's is dropped
+     * after the handshake, and a new one, from another port, may fall on this one's */
+    for (int tries = 0;
+         (r = dial(pid, &ls[which], port, where, &text, &len, &json, deadline, err)) == -EPERM &&
+         ++tries < RAS_DIAL_TRIES;)
+        ;
     if (r == 0)
         r = still_same(pid, start_time, err); /* what was read was that process's job's */
     if (r < 0) {

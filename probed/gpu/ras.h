@@ -11,9 +11,11 @@
  * One process is asked (ras_ask): its RAS address is NCCL_RAS_ADDR in its environment, or
  * localhost:28028, in its own network namespace (a container's). The daemon connects only to
  * a listening socket the process itself holds (/proc/PID/net/tcp{,6} against its descriptors),
- * at the address that socket has: a port another process holds is never asked and its answer
- * never shown (NCCL sets SO_REUSEPORT, with which the kernel shares a port only among sockets
- * of one user). The answer is NCCL's JSON (2.28.7 and later: SET FORMAT json), kept field by
+ * at the address that socket has: a port another process holds is never asked. The end that
+ * answers the handshake must be a socket the process holds too, or nothing more is asked on
+ * it: two jobs of one user on a node share the port (NCCL sets SO_REUSEPORT, with which the
+ * kernel shares a port among one user's sockets only, spreading connections among them), so a
+ * connection the other job answered is dropped and another made, up to RAS_DIAL_TRIES. The answer is NCCL's JSON (2.28.7 and later: SET FORMAT json), kept field by
  * field; an older NCCL's text report is passed on as text, for a person to read.
  *
  * Bounds: the whole exchange within RAS_DEADLINE_MS (NCCL's own gathering gives up after

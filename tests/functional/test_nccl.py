@@ -318,8 +318,8 @@ def kept(r, pid):
 
 
 def ras_job(tmp, mode='json', doc=RAS_DOC, port=28555, wrap=(), log=None):
-    path = os.path.join(tmp, 'ras-%s-%d.json' % (mode, port))
-    with open(path, 'w') as f:
+    fd, path = tempfile.mkstemp(suffix='.json', dir=tmp)
+    with os.fdopen(fd, 'w') as f:
         f.write(json.dumps(doc).replace('"{pid}"', '{pid}'))
     env = dict(os.environ, RAS_MODE=mode, RAS_DOC=path, RAS_LOG=log or os.path.join(tmp, 'log'))
     if port:
@@ -418,6 +418,20 @@ def test_nccl_ras_of_an_older_nccl_a_container_and_what_is_refused(tmp_path):
         r = d.ctl('nccl', os.getpid())
         assert r.returncode == 1 and 'holds no socket listening on port 28028: no NCCL RAS' in \
             r.stderr, r.stderr
+
+        # two jobs of one user on a node share the port (SO_REUSEPORT) and the kernel spreads
+        # connections among them: one the other job answers is dropped after the handshake,
+        # and every answer shown is the asked process's own job's
+        sibling_doc = dict(RAS_DOC, nccl_version='9.9.9-the-other-job')
+        asked = ras_job(tmp, port=28562)
+        sibling_log = os.path.join(tmp, 'sibling')
+        procs += [asked, ras_job(tmp, doc=sibling_doc, port=28562, log=sibling_log)]
+        for _ in range(20):
+            status, body = d.api('GET', '/v1/nccl?pid=%d' % asked.pid)
+            assert status == 200 and body['nccl_version'] == '2.28.9+cuda12.9', body
+        with open(sibling_log) as f:  # reached, and left after the handshake
+            lines = f.read().splitlines()
+        assert lines and set(lines) == {'CLIENT PROTOCOL 2'}, lines
 
         outsider_log = os.path.join(tmp, 'outsider')
         outsider = ras_job(tmp, port=28557, log=outsider_log,
