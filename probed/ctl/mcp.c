@@ -500,6 +500,17 @@ static void tool_hang(struct mcp *m, json_t *args, struct answer *a)
     run_self(m, argv, NULL, a);
 }
 
+static void tool_nccl(struct mcp *m, json_t *args, struct answer *a)
+{
+    long pid;
+    char p[24];
+
+    if (!arg_int(args, "pid", -1, 1, 1L << 22, &pid, a))
+        return;
+    snprintf(p, sizeof(p), "%ld", pid);
+    run_self(m, (const char *const[]){"probectl", "nccl", p, "--json", NULL}, NULL, a);
+}
+
 static void tool_crashes(struct mcp *m, json_t *args, struct answer *a)
 {
     long pid;
@@ -621,6 +632,12 @@ static const struct tool {
      "{\"hosts\": {\"type\": \"string\", \"description\": \"comma-separated nodes (their daemons"
      " are reached as probectl -H reaches them)\"}, \"native\": {\"type\": \"boolean\"}}",
      "[]", tool_hang, false},
+    {"nccl", "NCCL's own account",
+     "A job's NCCL communicators as NCCL's RAS tells them (NCCL 2.24+), asked of one of its "
+     "processes with nothing loaded into it: every rank on every node, its count of each "
+     "collective, and findings: the rank behind (the collective the others wait in), ranks that "
+     "did not answer, ranks in error or aborted.",
+     "{" PID_PROP "}", "[\"pid\"]", tool_nccl, false},
     {"crashes", "How processes ended",
      "Exit status, signal, OOM kill, caught exceptions and fatal signals of attached processes, "
      "with their last stacks.",

@@ -18,7 +18,7 @@ from conftest import TARGETS, wait_for
 HERE = os.path.dirname(os.path.abspath(__file__))
 CLIENT_SRC = os.path.join(HERE, '..', 'mcp')
 READ_TOOLS = {'list_targets', 'backtrace', 'query', 'hot_functions', 'flamegraph', 'memory',
-              'torch_summary', 'collectives', 'hang', 'crashes'}
+              'torch_summary', 'collectives', 'hang', 'nccl', 'crashes'}
 ACTION_TOOLS = {'attach', 'detach', 'eval'}
 
 
@@ -97,7 +97,8 @@ def test_a_session_with_the_sdk_client(daemon, client_dir, target_factory):
              ('backtrace', {'pid': 'not a pid'}),
              ('backtrace', {'pid': t.pid, 'depth': 3}),
              ('query', {'sql': 'DELETE FROM samples'}),
-             ('no_such_tool', {})]
+             ('no_such_tool', {}),
+             ('nccl', {'pid': t.pid})]
     out = session(daemon, client_dir, calls,
                   resources=['probed://schema', 'probed://docs/query.md', 'probed://nothing'])
     daemon.ctl('detach', t.pid, check=True)
@@ -142,6 +143,8 @@ def test_a_session_with_the_sdk_client(daemon, client_dir, target_factory):
     assert "unknown argument 'depth'" in text_of(result_of(out, 13))
     assert result_of(out, 14)['isError'] and 'may not be modified' in text_of(result_of(out, 14))
     assert 'error' in out['calls'][15] and 'unknown tool' in out['calls'][15]['error']
+    nccl = result_of(out, 16)  # a process without NCCL: said why (test_nccl.py asks a RAS)
+    assert nccl['isError'] and 'no NCCL RAS in it' in text_of(nccl), nccl
 
     assert {r['uri'] for r in out['resources']} == {'probed://schema', 'probed://docs/query.md'}
     schema = {x['name']: x for x in json.loads(out['read']['probed://schema'][0]['text'])}
