@@ -50,6 +50,14 @@ struct {
     __type(value, __u32);
 } per_pid SEC(".maps");
 
+/* Each user's communicators in comms: at most NCCL_COMMS_PER_USER. */
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, NCCL_USERS_MAX);
+    __type(key, __u32); /* uid */
+    __type(value, __u32);
+} per_uid SEC(".maps");
+
 /* A communicator being made, from the entry of its making to its return, per thread. */
 struct pending {
     __u64 out; /* where the new ncclComm_t will be written */
@@ -81,22 +89,35 @@ static void count_lost(__u32 why)
         *n += 1;
 }
 
-/* Adds @c as @k's communicator, within its process's share of the table; 0, or -1 (counted
- * lost unless it is there already). */
-static int add_comm(struct nccl_comm_key *k, struct nccl_comm *c)
+/* @key's counter in @map (per_pid, per_uid), made at 0 if it is not there; NULL: no room. */
+static __u32 *counter(void *map, __u32 *key)
 {
-    __u32 zero = 0, *n = bpf_map_lookup_elem(&per_pid, &k->pid);
+    __u32 zero = 0, *n = bpf_map_lookup_elem(map, key);
 
     if (!n) {
-        bpf_map_update_elem(&per_pid, &k->pid, &zero, BPF_NOEXIST);
-        n = bpf_map_lookup_elem(&per_pid, &k->pid);
+        bpf_map_update_elem(map, key, &zero, BPF_NOEXIST);
+        n = bpf_map_lookup_elem(map, key);
     }
-    if (!n || *n >= NCCL_COMMS_PER_PROC || bpf_map_update_elem(&comms, k, c, BPF_NOEXIST) < 0) {
+    return n;
+}
+
+/* Adds @c as @k's communicator, within its process's and its user's shares of the table; 0,
+ * or -1 (counted lost unless it is there already). */
+static int add_comm(struct nccl_comm_key *k, struct nccl_comm *c)
+{
+    __u32 *n, *u;
+
+    c->uid = (__u32)bpf_get_current_uid_gid();
+    n = counter(&per_pid, &k->pid);
+    u = counter(&per_uid, &c->uid);
+    if (!n || !u || *n >= NCCL_COMMS_PER_PROC || *u >= NCCL_COMMS_PER_USER ||
+        bpf_map_update_elem(&comms, k, c, BPF_NOEXIST) < 0) {
         if (!bpf_map_lookup_elem(&comms, k))
             count_lost(1);
         return -1;
     }
     __sync_fetch_and_add(n, 1);
+    __sync_fetch_and_add(u, 1);
     return 0;
 }
 
@@ -184,10 +205,17 @@ SEC("uprobe")
 int comm_end(struct pt_regs *ctx)
 {
     struct nccl_comm_key k = {.comm = ctx->di, .pid = bpf_get_current_pid_tgid() >> 32};
-    __u32 *n;
+    struct nccl_comm *c = bpf_map_lookup_elem(&comms, &k);
+    __u32 uid, *n;
 
-    if (bpf_map_delete_elem(&comms, &k) == 0 && (n = bpf_map_lookup_elem(&per_pid, &k.pid)) &&
-        *n > 0)
+    if (!c)
+        return 0;
+    uid = c->uid;
+    if (bpf_map_delete_elem(&comms, &k) < 0)
+        return 0;
+    if ((n = bpf_map_lookup_elem(&per_pid, &k.pid)) && *n > 0)
+        __sync_fetch_and_add(n, -1);
+    if ((n = bpf_map_lookup_elem(&per_uid, &uid)) && *n > 0)
         __sync_fetch_and_add(n, -1);
     return 0;
 }

@@ -10,7 +10,9 @@
 #define NCCL_COMMS_MAX 65536      /* communicators followed, of all watched processes */
 #define NCCL_PENDING_MAX 4096     /* communicators being made, a thread each */
 #define NCCL_COMMS_PER_PROC 1024  /* of them, one process's: a process cannot fill the table */
+#define NCCL_COMMS_PER_USER 16384 /* and one user's: a user's many processes cannot either */
 #define NCCL_PROCS_MAX 4096       /* processes counted */
+#define NCCL_USERS_MAX 4096       /* users counted */
 
 /* The entry points watched, in the order of their programs (nccl.c's table). */
 enum nccl_op {
@@ -32,7 +34,7 @@ struct nccl_comm {
     __s32 nranks;    /* -1: unknown (made by ncclCommSplit) */
     __s32 rank;      /* its rank in it; -1: unknown */
     __u32 from_init; /* 1: counted from its creation (else from the first call seen) */
-    __u32 pad;
+    __u32 uid;       /* its process's (real) user, whose share of the table it takes */
 };
 
 struct nccl_comm_key {

@@ -91,9 +91,25 @@ static int quiet(enum libbpf_print_level level, const char *fmt, va_list ap)
     return 0;
 }
 
+/* Gives back @n of @uid's share of the communicators table (per_uid). Not atomic against the
+ * program's increments: one that falls between this read and write is lost, and that user may
+ * then hold one communicator more than its share (a detach at the instant another process of
+ * theirs makes a communicator). */
+static void give_back_share(struct nccl_watch *w, uint32_t uid, uint32_t n)
+{
+    int fd = bpf_map__fd(w->skel->maps.per_uid);
+    uint32_t held;
+
+    if (bpf_map_lookup_elem(fd, &uid, &held) == 0) {
+        held = held > n ? held - n : 0;
+        bpf_map_update_elem(fd, &uid, &held, BPF_EXIST);
+    }
+}
+
 /* Deletes @pid's communicators and makings in progress from the program's maps, so those of
- * ended processes never fill them (their keys hold the pid). The keys are gathered first: a
- * hash map's walk restarts when the key it stands on is deleted. */
+ * ended processes never fill them (their keys hold the pid), and gives back their user's
+ * share. The keys are gathered first: a hash map's walk restarts when the key it stands on is
+ * deleted. */
 static void forget_pid(struct nccl_watch *w, pid_t pid)
 {
     int comms = bpf_map__fd(w->skel->maps.comms), pending = bpf_map__fd(w->skel->maps.pending);
@@ -107,8 +123,12 @@ static void forget_pid(struct nccl_watch *w, pid_t pid)
             keys[n++] = k;
         at = &k;
     }
-    for (size_t i = 0; i < n; i++)
-        bpf_map_delete_elem(comms, &keys[i]);
+    for (size_t i = 0; i < n; i++) {
+        struct nccl_comm c;
+        if (bpf_map_lookup_elem(comms, &keys[i], &c) == 0 &&
+            bpf_map_delete_elem(comms, &keys[i]) == 0)
+            give_back_share(w, c.uid, 1);
+    }
     at = NULL;
     while (tids && nt < NCCL_PENDING_MAX && bpf_map_get_next_key(pending, at, &t) == 0) {
         if ((pid_t)(t >> 32) == pid)

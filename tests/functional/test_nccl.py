@@ -6,6 +6,7 @@ are in the closing notes). The job calls it through ctypes (tests/targets/nccl_j
 torch's ProcessGroupNCCL does from C++."""
 import json
 import os
+import pwd
 import select
 import shutil
 import signal
@@ -51,6 +52,14 @@ def comms_of_pids(all=False):
     assert r.returncode == 0, r.stderr
     pids = [e['formatted']['key']['pid'] for e in json.loads(r.stdout)]
     return pids if all else set(pids)
+
+
+def shares():
+    """Each user's count of communicators in the program's table (its per_uid map)."""
+    r = subprocess.run(['bpftool', '-j', 'map', 'dump', 'name', 'per_uid'],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 0, r.stderr
+    return {e['formatted']['key']: e['formatted']['value'] for e in json.loads(r.stdout)}
 
 
 def status(d):
@@ -269,6 +278,68 @@ def test_probes_go_on_the_mapped_file_never_the_path():
             reap(p)
         d.close()
         shutil.rmtree(wd, ignore_errors=True)
+
+
+
+def test_one_user_cannot_fill_the_communicators_table():
+    """A process holds at most 1,024 of the probes' 65,536 communicators, and a user at most
+    16,384 (bpf/ncclcalls.h): 16 of root's flooders fill root's share, a 17th of root's gets
+    none (none of its calls is recorded), and another user's flooder still gets its 1,024.
+    Detaching one of root's gives its communicators back."""
+    user = ensure_test_user()
+    wd = tempfile.mkdtemp(prefix='probed-nccl-')
+    os.chmod(wd, 0o777)
+    go, go2 = os.path.join(wd, 'go'), os.path.join(wd, 'go2')
+    d = Daemon('--memory-interval', '200ms')
+    flood = 1100
+    procs = []
+    try:
+        d.ctl('config', 'nccl_calls=on', check=True)
+        env = dict(GO=go, FLOOD=str(flood))
+        procs = [start(0, env) for _ in range(16)]
+        for p in procs:
+            d.ctl('attach', p.pid, check=True)
+        wait_for(lambda: status(d)['processes'] == 16, 30, 'the probes on 16 flooders',
+                 lambda: status(d))
+        open(go, 'w').close()
+        for p in procs:
+            assert p.stdout.readline().startswith(b'FLOODED')
+        wait_for(lambda: len(comms_of_pids(all=True)) == 16 * COMMS_PER_PROC, 20,
+                 "root's share filled", lambda: len(comms_of_pids(all=True)))
+        late = start(0, dict(env, GO=go2))
+        other = subprocess.Popen(['setpriv', '--reuid=' + user, '--regid=' + user,
+                                  '--init-groups', PY, JOB], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE,
+                                 env=dict(os.environ, RANK='0', NCCL_LIB=LIB, GO=go2,
+                                          FLOOD=str(flood)))
+        procs += [late, other]
+        assert other.stdout.readline().startswith(b'READY'), other.stderr.read()
+        for p in (late, other):
+            d.ctl('attach', p.pid, check=True)
+        wait_for(lambda: status(d)['processes'] == 18, 30, 'the probes on both',
+                 lambda: status(d))
+        open(go2, 'w').close()
+        for p in (late, other):
+            assert p.stdout.readline().startswith(b'FLOODED')
+        held = comms_of_pids(all=True)
+        assert held.count(late.pid) == 0 and held.count(other.pid) == COMMS_PER_PROC, \
+            (held.count(late.pid), held.count(other.pid))
+        assert len(held) == 17 * COMMS_PER_PROC
+
+        def stored(p):
+            return d.rows('SELECT count(*) FROM comm_calls c JOIN targets t ON'
+                          ' t.id = c.target_id WHERE t.pid = %d' % p.pid)[0][0]
+        wait_for(lambda: stored(other) > 0, 10, "the other user's calls stored")
+        time.sleep(0.5)  # a pass later
+        assert stored(late) == 0, stored(late)  # its calls never left the program
+        assert shares() == {0: 16 * COMMS_PER_PROC, pwd.getpwnam(user).pw_uid: COMMS_PER_PROC}
+        d.ctl('detach', procs[0].pid, check=True)  # its 1,024 given back to root's share
+        wait_for(lambda: procs[0].pid not in comms_of_pids(), 10, 'its communicators gone')
+        assert shares()[0] == 15 * COMMS_PER_PROC, shares()
+    finally:
+        for p in procs:
+            reap(p)
+        d.close()
 
 
 # ---- NCCL's RAS (probed/gpu/ras.c, `probectl nccl`): the job's own account, asked of a process.
