@@ -44,22 +44,38 @@ def ticked_after(p, ns):
     return False
 
 
-def comms_of_pids(all=False):
-    """The pids whose communicators the loaded NCCL program holds (bpftool reads its map): a
-    set, or (@all) one pid a communicator."""
-    r = subprocess.run(['bpftool', '-j', 'map', 'dump', 'name', 'comms'], stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, text=True)
-    assert r.returncode == 0, r.stderr
-    pids = [e['formatted']['key']['pid'] for e in json.loads(r.stdout)]
+def dump_map(d, name):
+    """The entries of map @name of @d's NCCL program: one the daemon holds a descriptor of (its
+    fdinfo's map_id), as another daemon's maps (another test's) have the same names."""
+    def bpftool(*args):
+        r = subprocess.run(['bpftool', '-j'] + list(args), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+    fds = '/proc/%d/fd' % d.proc.pid
+    for fd in os.listdir(fds):
+        try:
+            if os.readlink(os.path.join(fds, fd)) != 'anon_inode:bpf-map':
+                continue
+            with open('/proc/%d/fdinfo/%s' % (d.proc.pid, fd)) as f:
+                mid = [ln.split()[1] for ln in f if ln.startswith('map_id:')][0]
+        except (OSError, IndexError):
+            continue
+        if bpftool('map', 'show', 'id', mid).get('name') == name:
+            return bpftool('map', 'dump', 'id', mid)
+    raise AssertionError('no map %s held by the daemon' % name)
+
+
+def comms_of_pids(d, all=False):
+    """The pids whose communicators @d's NCCL program holds (bpftool reads its map): a set, or
+    (@all) one pid a communicator."""
+    pids = [e['formatted']['key']['pid'] for e in dump_map(d, 'comms')]
     return pids if all else set(pids)
 
 
-def shares():
-    """Each user's count of communicators in the program's table (its per_uid map)."""
-    r = subprocess.run(['bpftool', '-j', 'map', 'dump', 'name', 'per_uid'],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert r.returncode == 0, r.stderr
-    return {e['formatted']['key']: e['formatted']['value'] for e in json.loads(r.stdout)}
+def shares(d):
+    """Each user's count of communicators in @d's program's table (its per_uid map)."""
+    return {e['formatted']['key']: e['formatted']['value'] for e in dump_map(d, 'per_uid')}
 
 
 def status(d):
@@ -185,7 +201,7 @@ def test_every_nccl_call_recorded_from_outside_the_process():
         flooder = d.rows('SELECT max(bytes), count(DISTINCT group_name) FROM comm_metrics'
                          ' WHERE rank = 3')
         assert flooder == [[(1 << 63) - 1, COMMS_PER_PROC]], flooder
-        assert COMMS_PER_PROC in [len([p for p in comms_of_pids(all=True)
+        assert COMMS_PER_PROC in [len([p for p in comms_of_pids(d, all=True)
                                        if p == procs[3].pid])]
         # the late loader: watched once it mapped libnccl (looked at again every 5 s)
         wait_for(lambda: status(d)['processes'] == 4, 20, 'the late loader watched')
@@ -210,10 +226,10 @@ def test_every_nccl_call_recorded_from_outside_the_process():
         wait_for(lambda: status(d)['processes'] == 4, 20, 'the probes back')
         # a process detached: its probes removed and its communicators forgotten by the
         # program (the table must not fill with those of ended processes)
-        assert procs[1].pid in comms_of_pids()
+        assert procs[1].pid in comms_of_pids(d)
         d.ctl('detach', procs[1].pid, check=True)
         wait_for(lambda: status(d)['processes'] == 3, 10, 'rank 1 let go')
-        assert procs[1].pid not in comms_of_pids() and procs[0].pid in comms_of_pids()
+        assert procs[1].pid not in comms_of_pids(d) and procs[0].pid in comms_of_pids(d)
         # the daemon stopped (every probe removed, nothing leaked), then another killed with
         # its probes attached: they go with its descriptors; the job runs on
         d.kill()
@@ -304,8 +320,8 @@ def test_one_user_cannot_fill_the_communicators_table():
         open(go, 'w').close()
         for p in procs:
             assert p.stdout.readline().startswith(b'FLOODED')
-        wait_for(lambda: len(comms_of_pids(all=True)) == 16 * COMMS_PER_PROC, 20,
-                 "root's share filled", lambda: len(comms_of_pids(all=True)))
+        wait_for(lambda: len(comms_of_pids(d, all=True)) == 16 * COMMS_PER_PROC, 20,
+                 "root's share filled", lambda: len(comms_of_pids(d, all=True)))
         late = start(0, dict(env, GO=go2))
         other = subprocess.Popen(['setpriv', '--reuid=' + user, '--regid=' + user,
                                   '--init-groups', PY, JOB], stdout=subprocess.PIPE,
@@ -321,7 +337,7 @@ def test_one_user_cannot_fill_the_communicators_table():
         open(go2, 'w').close()
         for p in (late, other):
             assert p.stdout.readline().startswith(b'FLOODED')
-        held = comms_of_pids(all=True)
+        held = comms_of_pids(d, all=True)
         assert held.count(late.pid) == 0 and held.count(other.pid) == COMMS_PER_PROC, \
             (held.count(late.pid), held.count(other.pid))
         assert len(held) == 17 * COMMS_PER_PROC
@@ -332,10 +348,10 @@ def test_one_user_cannot_fill_the_communicators_table():
         wait_for(lambda: stored(other) > 0, 10, "the other user's calls stored")
         time.sleep(0.5)  # a pass later
         assert stored(late) == 0, stored(late)  # its calls never left the program
-        assert shares() == {0: 16 * COMMS_PER_PROC, pwd.getpwnam(user).pw_uid: COMMS_PER_PROC}
+        assert shares(d) == {0: 16 * COMMS_PER_PROC, pwd.getpwnam(user).pw_uid: COMMS_PER_PROC}
         d.ctl('detach', procs[0].pid, check=True)  # its 1,024 given back to root's share
-        wait_for(lambda: procs[0].pid not in comms_of_pids(), 10, 'its communicators gone')
-        assert shares()[0] == 15 * COMMS_PER_PROC, shares()
+        wait_for(lambda: procs[0].pid not in comms_of_pids(d), 10, 'its communicators gone')
+        assert shares(d)[0] == 15 * COMMS_PER_PROC, shares(d)
     finally:
         for p in procs:
             reap(p)
