@@ -200,6 +200,19 @@ int init_done(struct pt_regs *ctx)
     return 0;
 }
 
+/* Run by the daemon (BPF_PROG_RUN) as it forgets a process: gives back @a->n of user @a->uid's
+ * share, atomically against the probes' increments, as a read and a write from user space
+ * would not be (a communicator made between them would leave the count one short). */
+SEC("syscall")
+int give_back(struct nccl_give_back *a)
+{
+    __u32 uid = a->uid, *held = bpf_map_lookup_elem(&per_uid, &uid);
+
+    if (held)
+        __sync_fetch_and_add(held, -(__s32)a->n);
+    return 0;
+}
+
 /* ncclCommDestroy(comm), ncclCommAbort(comm): its address may be another's next. */
 SEC("uprobe")
 int comm_end(struct pt_regs *ctx)

@@ -37,6 +37,12 @@ struct nccl_comm {
     __u32 uid;       /* its process's (real) user, whose share of the table it takes */
 };
 
+/* What the daemon gives back of a user's share as it forgets a process (give_back). */
+struct nccl_give_back {
+    __u32 uid;
+    __u32 n;
+};
+
 struct nccl_comm_key {
     __u64 comm; /* the ncclComm_t */
     __u32 pid;

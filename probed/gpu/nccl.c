@@ -91,19 +91,17 @@ static int quiet(enum libbpf_print_level level, const char *fmt, va_list ap)
     return 0;
 }
 
-/* Gives back @n of @uid's share of the communicators table (per_uid). Not atomic against the
- * program's increments: one that falls between this read and write is lost, and that user may
- * then hold one communicator more than its share (a detach at the instant another process of
- * theirs makes a communicator). */
+/* Gives back @n of @uid's share of the communicators table (per_uid), through the program's
+ * give_back: atomically against the probes' increments (another process of that user making
+ * communicators at that instant). */
 static void give_back_share(struct nccl_watch *w, uint32_t uid, uint32_t n)
 {
-    int fd = bpf_map__fd(w->skel->maps.per_uid);
-    uint32_t held;
+    struct nccl_give_back a = {.uid = uid, .n = n};
+    LIBBPF_OPTS(bpf_test_run_opts, run, .ctx_in = &a, .ctx_size_in = sizeof(a));
 
-    if (bpf_map_lookup_elem(fd, &uid, &held) == 0) {
-        held = held > n ? held - n : 0;
-        bpf_map_update_elem(fd, &uid, &held, BPF_EXIST);
-    }
+    if (n && bpf_prog_test_run_opts(bpf_program__fd(w->skel->progs.give_back), &run) < 0)
+        log_msg(LOG_WARN, "nccl: giving back %u communicators of uid %u's share: %s", n, uid,
+                strerror(errno));
 }
 
 /* Deletes @pid's communicators and makings in progress from the program's maps, so those of
@@ -116,6 +114,7 @@ static void forget_pid(struct nccl_watch *w, pid_t pid)
     struct nccl_comm_key *keys = calloc(NCCL_COMMS_MAX, sizeof(*keys)), k;
     __u64 *tids = calloc(NCCL_PENDING_MAX, sizeof(*tids)), t;
     size_t n = 0, nt = 0;
+    uint32_t uid = 0, given = 0;
     void *at = NULL;
 
     while (keys && n < NCCL_COMMS_MAX && bpf_map_get_next_key(comms, at, &k) == 0) {
@@ -123,12 +122,19 @@ static void forget_pid(struct nccl_watch *w, pid_t pid)
             keys[n++] = k;
         at = &k;
     }
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++) { /* a process's are all one user's: given back at once */
         struct nccl_comm c;
         if (bpf_map_lookup_elem(comms, &keys[i], &c) == 0 &&
-            bpf_map_delete_elem(comms, &keys[i]) == 0)
-            give_back_share(w, c.uid, 1);
+            bpf_map_delete_elem(comms, &keys[i]) == 0) {
+            if (given && c.uid != uid) {
+                give_back_share(w, uid, given);
+                given = 0;
+            }
+            uid = c.uid;
+            given++;
+        }
     }
+    give_back_share(w, uid, given);
     at = NULL;
     while (tids && nt < NCCL_PENDING_MAX && bpf_map_get_next_key(pending, at, &t) == 0) {
         if ((pid_t)(t >> 32) == pid)
