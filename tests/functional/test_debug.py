@@ -134,6 +134,13 @@ def going(path, wait=0.5):
     return steps(path) > a
 
 
+def debug_script(d, pid, script):
+    """`probectl debug PID` with @script on its stdin (a pipe, not a terminal)."""
+    return subprocess.run([PROBECTL, 'debug', str(pid)], input=script, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True, timeout=60,
+                          env=dict(os.environ, PROBED_SOCKET=d.socket))
+
+
 def left_behind(d, pid):
     return d.ctl('eval', pid, LEFT_BEHIND, check=True).stdout.split()
 
@@ -199,10 +206,7 @@ def test_a_script_on_stdin_ends_with_its_input(tmp_path):
     try:
         wait_for(lambda: steps(count) > 2, 20, 'the target stepping')
         d.ctl('pause', t.pid, check=True)
-        r = subprocess.run([PROBECTL, 'debug', str(t.pid)], input='where\ncontinue\n',
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           universal_newlines=True, timeout=60,
-                           env=dict(os.environ, PROBED_SOCKET=d.socket))
+        r = debug_script(d, t.pid, 'where\ncontinue\n')
         assert r.returncode == 0, r.stdout + r.stderr
         assert 'main()' in r.stdout, r.stdout
         assert 'the debugger session ended (detached)' in r.stdout, r.stdout
@@ -210,10 +214,7 @@ def test_a_script_on_stdin_ends_with_its_input(tmp_path):
         assert left_behind(d, t.pid) == ['0', '0']
         r = d.ctl('pause', t.pid)
         assert r.returncode == 0, r.stdout + r.stderr
-        r = subprocess.run([PROBECTL, 'debug', str(t.pid)], input='detach\n',
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           universal_newlines=True, timeout=60,
-                           env=dict(os.environ, PROBED_SOCKET=d.socket))
+        r = debug_script(d, t.pid, 'detach\n')
         assert r.returncode == 0 and 'session ended' in r.stdout, r.stdout + r.stderr
     finally:
         close_all(None, t, d)
@@ -231,10 +232,7 @@ def test_a_script_read_while_the_thread_is_still_on_its_way_runs_every_line(tmp_
     try:
         wait_for(lambda: steps(count) > 0, 20, 'the target stepping')
         d.ctl('pause', t.pid, check=True)
-        r = subprocess.run([PROBECTL, 'debug', str(t.pid)], input='where\np STEP_S\ncontinue\n',
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           universal_newlines=True, timeout=60,
-                           env=dict(os.environ, PROBED_SOCKET=d.socket))
+        r = debug_script(d, t.pid, 'where\np STEP_S\ncontinue\n')
         assert r.returncode == 0, r.stdout + r.stderr
         assert re.search(r'debuggee\.py\(\d+\)main\(\)\n-> step\(n\)\n.*\n1\.0\n', r.stdout,
                          re.S), r.stdout
