@@ -18,7 +18,8 @@
 
 /* What @status (GET /v1/nccl's reply) says is wrong: [{"communicator", "kind": "behind" | "missing"
  * | "error" | "aborted", "ranks": "2-3", "pids": [...], "hosts": [...], and by kind "op", "count",
- * "most" | "unresponsive", "dead" | "async_error"}]. */
+ * "most" | "unresponsive", "dead" | "async_error"}]; "behind" names at most 64 counts of an
+ * op, the last of them with "more": how many lower counts it left out. */
 json_t *ncclras_findings(json_t *status);
 
 /* @status and its @findings as text, on stdout. */

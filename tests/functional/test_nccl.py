@@ -559,6 +559,19 @@ def test_nccl_ras_of_an_older_nccl_a_container_and_what_is_refused(tmp_path):
         assert r.returncode == 1 and "communicator 0, rank entry 1: a field of another type" in \
             r.stderr, r.stderr
 
+        # a job of 65,536 ranks whose AllReduce counts all differ (3.3 MB of NCCL's JSON): kept
+        # whole, the 64 highest counts below the top named, the other 65,471 counted
+        huge = {'nccl_version': '2.28.9', 'communicators': [
+            {'hash': '0xbig', 'size': 65536, 'missing_ranks': [],
+             'ranks': [{'rank': i, 'collective_counts': {'AllReduce': i}} for i in range(65536)]}]}
+        p = ras_job(tmp, doc=huge, port=28563)
+        procs.append(p)
+        got = json.loads(d.ctl('nccl', p.pid, '--json', check=True).stdout)
+        behind = got['findings']
+        assert len(got['communicators'][0]['ranks']) == 65536 and len(behind) == 64, len(behind)
+        assert [f['count'] for f in behind] == list(range(65534, 65534 - 64, -1)), behind[:2]
+        assert behind[-1]['more'] == 65535 - 64 and 'more' not in behind[0], behind[-1]
+
         p = ras_job(tmp, 'silent', port=28561)
         procs.append(p)
         t0 = time.monotonic()
