@@ -770,7 +770,7 @@ static void print_groups(const struct round *r, struct group *groups, size_t n, 
         printf("NCCL's RAS, asked of pid %lld on %s:\n",
                (long long)json_integer_value(json_object_get(ras, "pid")),
                json_string_value(json_object_get(ras, "host")));
-        ncclras_print(ras, json_object_get(ras, "findings"));
+        ncclras_print(ras, false);
     }
     json_decref(say_collectives(r, false));
     for (size_t i = 0; i < r->n; i++)

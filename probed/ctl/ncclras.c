@@ -175,6 +175,46 @@ static void behind(json_t *out, const char *hash, json_t *ranks)
     free(c);
 }
 
+#define ERRORS_MAX 16 /* distinct asynchronous errors named a communicator (NCCL has 8) */
+
+/* What is wrong in one communicator @c, appended to @out. */
+static void comm_findings(json_t *out, json_t *c)
+{
+    const char *hash = json_string_value(json_object_get(c, "hash"));
+    json_t *ranks = json_object_get(c, "ranks"), *missing = json_object_get(c, "missing"), *f, *r;
+    long long errors[ERRORS_MAX];
+    size_t k, n_errors = 0;
+
+    behind(out, hash, ranks);
+    for (int u = 1; u >= 0; u--) /* unresponsive first, then those that answered nothing */
+        for (int d = 1; d >= 0; d--) {
+            bool as[2] = {u, d};
+            if ((f = finding(hash, "missing", missing, is_missing_as, as))) {
+                json_object_set_new(f, "unresponsive", json_boolean(u));
+                json_object_set_new(f, "dead", json_boolean(d));
+                json_array_append_new(out, f);
+            }
+        }
+    json_array_foreach(ranks, k, r)
+    { /* the distinct asynchronous errors, in the order first seen */
+        long long e = num(r, "async_error", 0);
+        bool seen = e == 0 || e == 7; /* ncclInProgress: a non-blocking call under way */
+
+        for (size_t m = 0; m < n_errors && !seen; m++)
+            seen = errors[m] == e;
+        if (!seen && n_errors < ERRORS_MAX)
+            errors[n_errors++] = e;
+    }
+    for (size_t m = 0; m < n_errors; m++)
+        if ((f = finding(hash, "error", ranks, has_error, &errors[m]))) {
+            json_object_set_new(f, "async_error", json_integer(errors[m]));
+            json_object_set_new(f, "error", json_string(nccl_result(errors[m])));
+            json_array_append_new(out, f);
+        }
+    if ((f = finding(hash, "aborted", ranks, is_aborted, NULL)))
+        json_array_append_new(out, f);
+}
+
 json_t *ncclras_findings(json_t *status)
 {
     json_t *out = json_array(), *c;
@@ -182,43 +222,7 @@ json_t *ncclras_findings(json_t *status)
 
     json_array_foreach(json_object_get(status, "communicators"), i, c)
     {
-        const char *hash = json_string_value(json_object_get(c, "hash"));
-        json_t *ranks = json_object_get(c, "ranks"), *missing = json_object_get(c, "missing"), *f,
-               *r;
-        size_t k;
-
-        behind(out, hash, ranks);
-        for (int u = 1; u >= 0; u--) /* unresponsive first, then those that answered nothing */
-            for (int d = 1; d >= 0; d--) {
-                bool as[2] = {u, d};
-                if ((f = finding(hash, "missing", missing, is_missing_as, as))) {
-                    json_object_set_new(f, "unresponsive", json_boolean(u));
-                    json_object_set_new(f, "dead", json_boolean(d));
-                    json_array_append_new(out, f);
-                }
-            }
-        json_array_foreach(ranks, k, r)
-        { /* each asynchronous error, once */
-            long long e = num(r, "async_error", 0);
-            bool first = true;
-            json_t *q;
-            size_t m;
-
-            if (e == 0 || e == 7 /* ncclInProgress: a non-blocking call under way */)
-                continue;
-            json_array_foreach(ranks, m, q)
-            {
-                if (m < k && num(q, "async_error", 0) == e)
-                    first = false;
-            }
-            if (first && (f = finding(hash, "error", ranks, has_error, &e))) {
-                json_object_set_new(f, "async_error", json_integer(e));
-                json_object_set_new(f, "error", json_string(nccl_result(e)));
-                json_array_append_new(out, f);
-            }
-        }
-        if ((f = finding(hash, "aborted", ranks, is_aborted, NULL)))
-            json_array_append_new(out, f);
+        comm_findings(out, c);
     }
     return out;
 }
@@ -248,9 +252,10 @@ static void say_ranks(json_t *f)
     printf(")");
 }
 
-void ncclras_print(json_t *status, json_t *findings)
+void ncclras_print(json_t *status, bool all)
 {
     json_t *comms = json_object_get(status, "communicators"), *c, *f;
+    size_t in_step = 0;
     const char *version = json_string_value(json_object_get(status, "nccl_version"));
     json_t *secs = json_object_get(status, "collection_s");
     long long timeouts = num(status, "timeouts", 0);
@@ -269,9 +274,16 @@ void ncclras_print(json_t *status, json_t *findings)
     {
         const char *hash = json_string_value(json_object_get(c, "hash"));
         json_t *first = json_array_get(json_object_get(c, "ranks"), 0), *v;
+        json_t *findings = json_array();
         const char *op;
-        bool any = false, lead = true;
+        bool lead = true;
 
+        comm_findings(findings, c);
+        if (!all && json_array_size(findings) == 0) {
+            in_step++;
+            json_decref(findings);
+            continue;
+        }
         printf("communicator %s: %lld ranks, %zu answered", hash ? hash : "?", num(c, "size", -1),
                json_array_size(json_object_get(c, "ranks")));
         json_object_foreach(json_object_get(first, "counts"), op, v)
@@ -289,9 +301,6 @@ void ncclras_print(json_t *status, json_t *findings)
             const char *kind = json_string_value(json_object_get(f, "kind"));
             const char *ranks = json_string_value(json_object_get(f, "ranks"));
 
-            if (!hash || strcmp(json_string_value(json_object_get(f, "communicator")), hash))
-                continue;
-            any = true;
             printf("  ");
             say_ranks(f);
             if (strcmp(kind, "behind") == 0) {
@@ -315,9 +324,13 @@ void ncclras_print(json_t *status, json_t *findings)
             else
                 printf(" aborted\n");
         }
-        if (!any)
+        if (json_array_size(findings) == 0)
             printf("  every rank answered, in step, no error\n");
+        json_decref(findings);
     }
+    if (in_step)
+        printf("%zu other communicator%s: every rank answered, in step, no error\n", in_step,
+               in_step == 1 ? "" : "s");
 }
 
 int nccl_main(int argc, char **argv)
@@ -367,7 +380,7 @@ int nccl_main(int argc, char **argv)
             json_object_set(status, "findings", findings);
             output_json(status);
         } else {
-            ncclras_print(status, findings);
+            ncclras_print(status, true);
         }
         json_decref(findings);
     }

@@ -15,6 +15,7 @@
 #define PROBED_CTL_NCCLRAS_H
 
 #include <jansson.h>
+#include <stdbool.h>
 
 /* What @status (GET /v1/nccl's reply) says is wrong: [{"communicator", "kind": "behind" | "missing"
  * | "error" | "aborted", "ranks": "2-3", "pids": [...], "hosts": [...], and by kind "op", "count",
@@ -22,8 +23,9 @@
  * op, the last of them with "more": how many lower counts it left out. */
 json_t *ncclras_findings(json_t *status);
 
-/* @status and its @findings as text, on stdout. */
-void ncclras_print(json_t *status, json_t *findings);
+/* @status and what is wrong in it as text, on stdout: every communicator (@all), or those with
+ * something wrong and a count of the others (`hang`, where a job may have thousands). */
+void ncclras_print(json_t *status, bool all);
 
 int nccl_main(int argc, char **argv);
 
