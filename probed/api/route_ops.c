@@ -60,10 +60,7 @@ static json_t *nccl_json(struct meter *m)
                   "lost", (json_int_t)(st.stats.lost + st.dropped), "unknown",
                   (json_int_t)st.stats.unknown);
     if (!st.watching)
-        json_object_set_new(j, "error",
-                            json_string(st.error[0] ? st.error
-                                                    : "not loaded yet (memory_interval 0 reads"
-                                                      " no NCCL call)"));
+        json_object_set_new(j, "error", json_string(st.error[0] ? st.error : "not loaded yet"));
     return j;
 }
 

@@ -14,6 +14,9 @@
 #include "sample/hashid.h"
 
 #define IDLE_CHECK_NS 60000000000LL /* memory_interval 0: a change wakes us; this is a backstop */
+/* memory_interval 0 and nccl_calls on: NCCL's calls are still drained, this often (the ring
+ * buffer holds about 65,000 calls) */
+#define NCCL_ALONE_NS 1000000000LL
 
 #define METER_THREADS_MAX 4096 /* threads read per target */
 
@@ -279,13 +282,19 @@ static void read_nccl(struct meter *m, struct due_list *l)
     nccl_status(m, NULL, np.dropped);
 }
 
+/* The sampled targets, into @l. */
+static void list_targets(struct meter *m, struct due_list *l)
+{
+    l->n = targets__keys(m->reg, &(struct targets_filter){.all_users = true, .sampling_only = true},
+                         l->items, TARGETS_MAX);
+    l->n = l->n < TARGETS_MAX ? l->n : TARGETS_MAX;
+}
+
 static void pass(struct meter *m, struct due_list *l)
 {
     int64_t t0 = mono_ns();
 
-    l->n = targets__keys(m->reg, &(struct targets_filter){.all_users = true, .sampling_only = true},
-                         l->items, TARGETS_MAX);
-    l->n = l->n < TARGETS_MAX ? l->n : TARGETS_MAX;
+    list_targets(m, l);
     for (size_t i = 0; i < l->n; i++)
         read_target(m, l, &l->items[i]);
     read_gpus(m, l);
@@ -293,11 +302,18 @@ static void pass(struct meter *m, struct due_list *l)
     m->last_pass_ns = mono_ns() - t0;
 }
 
+/* memory_interval 0 turns memory and GPU readings off, not NCCL's calls: a pass of those alone
+ * (and one more after nccl_calls is turned off, which removes the probes). */
+static bool nccl_alone(struct meter *m)
+{
+    return config_num(m->cfg, CFG_NCCL_CALLS) != 0 || m->nccl;
+}
+
 static void *meter_main(void *arg)
 {
     struct meter *m = arg;
     struct due_list *l = malloc(sizeof(*l));
-    int64_t due = mono_ns();
+    int64_t due = mono_ns(), nccl_due = due;
 
     if (!l) {
         log_msg(LOG_ERR, "meter: out of memory: no memory timeline");
@@ -315,10 +331,20 @@ static void *meter_main(void *arg)
             due = due + interval > now ? due + interval : now + interval;
             continue;
         }
+        if (interval <= 0 && nccl_alone(m) && now >= nccl_due) {
+            pthread_mutex_unlock(&m->bg.lock);
+            list_targets(m, l);
+            read_nccl(m, l);
+            pthread_mutex_lock(&m->bg.lock);
+            nccl_due = now + NCCL_ALONE_NS;
+            continue;
+        }
         if (interval > 0 && due > now + interval)
             due = now + interval; /* the interval was shortened */
-        /* interval 0: sleep until woken (meter__wake) */
-        bgthread_wait_until(&m->bg, interval > 0 ? due : now + IDLE_CHECK_NS);
+        /* interval 0: sleep until woken (meter__wake), or NCCL's next drain */
+        bgthread_wait_until(&m->bg, interval > 0    ? due
+                                    : nccl_alone(m) ? nccl_due
+                                                    : now + IDLE_CHECK_NS);
     }
     pthread_mutex_unlock(&m->bg.lock);
     free(l);

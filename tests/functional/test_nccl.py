@@ -363,6 +363,33 @@ def test_one_user_cannot_fill_the_communicators_table():
         d.close()
 
 
+
+def test_nccl_calls_recorded_with_memory_readings_off():
+    """memory_interval = 0 turns the memory and GPU readings off, not NCCL's calls: they were
+    never drained (the meter made no pass) and the probes never loaded, silently. They are
+    drained every second on their own; nccl_calls = off still removes the probes."""
+    wd = tempfile.mkdtemp(prefix='probed-nccl-')
+    go = os.path.join(wd, 'go')
+    d = Daemon('--memory-interval', '0')
+    p = None
+    try:
+        d.ctl('config', 'nccl_calls=on', check=True)
+        p = start(0, dict(GO=go, FLOOD='1'))
+        d.ctl('attach', p.pid, check=True)
+        wait_for(lambda: status(d)['processes'] == 1, 20, 'the probes on', lambda: status(d))
+        open(go, 'w').close()
+        assert p.stdout.readline().startswith(b'FLOODED')
+        wait_for(lambda: d.rows('SELECT count(*) FROM comm_calls')[0][0] >= 10, 20,
+                 'its calls stored')
+        assert d.rows('SELECT count(*) FROM memory_usage WHERE pid = %d' % p.pid) == [[0]]
+        d.ctl('config', 'nccl_calls=off', check=True)
+        wait_for(lambda: status(d)['source'] == 'none', 10, 'the probes removed')
+    finally:
+        if p:
+            reap(p)
+        d.close()
+
+
 # ---- NCCL's RAS (probed/gpu/ras.c, `probectl nccl`): the job's own account, asked of a process.
 # The service here is a stand-in (tests/targets/ras_job.py) that speaks RAS's client protocol
 # and writes NCCL's JSON as NCCL's src/ras/client_support.cc does; a real NCCL's is asked where
