@@ -303,10 +303,12 @@ static void pass(struct meter *m, struct due_list *l)
 }
 
 /* memory_interval 0 turns memory and GPU readings off, not NCCL's calls: a pass of those alone
- * (and one more after nccl_calls is turned off, which removes the probes). */
+ * (and one more after nccl_calls is turned off, which removes the probes and says so; the
+ * status is this thread's to write, read here without its lock). */
 static bool nccl_alone(struct meter *m)
 {
-    return config_num(m->cfg, CFG_NCCL_CALLS) != 0 || m->nccl;
+    return config_num(m->cfg, CFG_NCCL_CALLS) != 0 || m->nccl ||
+           (!m->nccl_status.watching && !m->nccl_status.error[0]);
 }
 
 static void *meter_main(void *arg)

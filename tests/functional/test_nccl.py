@@ -373,6 +373,7 @@ def test_nccl_calls_recorded_with_memory_readings_off():
     d = Daemon('--memory-interval', '0')
     p = None
     try:
+        wait_for(lambda: 'turned off' in status(d).get('error', ''), 10, 'off, and said so')
         d.ctl('config', 'nccl_calls=on', check=True)
         p = start(0, dict(GO=go, FLOOD='1'))
         d.ctl('attach', p.pid, check=True)
