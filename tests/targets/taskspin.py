@@ -3,8 +3,10 @@
 Three tasks on one loop, each spinning in a function of its own for SLICE (20 ms) and
 then yielding: "alpha-task" (coroutine alpha, spinning in spin_alpha), "beta-task" (beta,
 spin_beta), and one asyncio names itself (Task-N: coroutine anon, spin_anon); "sleepy" blocks
-the loop in time.sleep for 30 ms (sleepy_block), a task's thread waiting, not on the CPU (a
-turn several ticks long: the tick that spans a switch of task has none, test_tasks.py). A thread of
+the loop in time.sleep for 100 ms (sleepy_block), a task's thread waiting, not on the CPU (a
+turn of 20 ticks at 200 Hz: the tick whose read spans a switch of task has none, so under a
+slow read (ASan, a loaded CI) 30 ms turns of 6 ticks left 7 of 71 untagged, past
+test_tasks.py's 10 %). A thread of
 its own spins outside any task (spin_plain). So a sample's frames say which task ran it.
 READY {"pid": ...} once all run. 3.6 and 3.7 have no task names: a task's label is then its
 coroutine's name.
@@ -46,7 +48,7 @@ def spin_anon():
 
 
 def sleepy_block():
-    time.sleep(0.03)  # MARK:sleepy_block
+    time.sleep(0.1)  # MARK:sleepy_block
 
 
 async def alpha():  # MARK:alpha
