@@ -361,6 +361,7 @@ def test_one_user_cannot_fill_the_communicators_table():
         for p in procs:
             reap(p)
         d.close()
+        shutil.rmtree(wd, ignore_errors=True)
 
 
 
@@ -389,6 +390,7 @@ def test_nccl_calls_recorded_with_memory_readings_off():
         if p:
             reap(p)
         d.close()
+        shutil.rmtree(wd, ignore_errors=True)
 
 
 # ---- NCCL's RAS (probed/gpu/ras.c, `probectl nccl`): the job's own account, asked of a process.
