@@ -1,18 +1,20 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * ncclcalls.bpf.c - uprobes on libnccl's exported C API in the processes the daemon watches
- * (probed/gpu/nccl.c attaches each program to one process's libnccl): every collective and
+ * (probed/gpu/nccl.c attaches them to one process's libnccl): every collective and
  * point-to-point call, whoever issues it (torch.distributed from Python, DDP's Reducer, FSDP,
  * DeepSpeed, a compiled graph: they all end in these functions), with its arguments, into a
  * ring buffer the daemon drains once a second. The call itself only queues work on a CUDA
- * stream: its completion is not seen here.
+ * stream: its completion is not seen here. One program serves every entry point: the cookie
+ * its probe was attached with names the function (enum nccl_fn), and so where its arguments
+ * are.
  *
  * Communicators are followed from their creation where it is seen (ncclCommInitRank,
- * ncclCommInitRankConfig, ncclCommSplit; ncclCommDestroy and ncclCommAbort forget them): the
- * ncclUniqueId all ranks were given makes the communicator's id, the same on every rank, and
- * its collectives are numbered from its first, so one collective has one number on every
- * rank. A communicator made before the watch began gets id 0 and numbers from the watch's
- * first call: those are the process's own count.
+ * ...InitRankConfig, ...InitRankScalable, ncclCommSplit, ncclCommShrink; ncclCommDestroy and
+ * ncclCommAbort forget them): the ncclUniqueId all ranks were given makes the communicator's
+ * id, the same on every rank, and its collectives are numbered from its first, so one
+ * collective has one number on every rank. A communicator made before the watch began gets id
+ * 0 and numbers from the watch's first call: those are the process's own count.
  *
  * x86-64 System V calls: integer arguments in rdi, rsi, rdx, rcx, r8, r9, the 7th and later on
  * the stack above the return address; a struct of more than 16 bytes (ncclUniqueId, 128) is
@@ -121,61 +123,79 @@ static int add_comm(struct nccl_comm_key *k, struct nccl_comm *c)
     return 0;
 }
 
-/* FNV-1a over the ncclUniqueId the caller passed on its stack. */
-static __u64 unique_id_hash(struct pt_regs *ctx)
+#define FNV_OFFSET 14695981039346656037ULL
+#define FNV_PRIME 1099511628211ULL
+
+/* FNV-1a over the ncclUniqueId at @at (the caller's stack, or an array it passed); 0: not
+ * readable. */
+static __u64 unique_id_hash(__u64 at)
 {
     __u8 id[UNIQUE_ID_BYTES];
-    __u64 h = 14695981039346656037ULL;
+    __u64 h = FNV_OFFSET;
 
-    if (bpf_probe_read_user(id, sizeof(id), (void *)(ctx->sp + 8)) < 0)
+    if (bpf_probe_read_user(id, sizeof(id), (void *)at) < 0)
         return 0;
     for (int i = 0; i < UNIQUE_ID_BYTES; i++) {
         h ^= id[i];
-        h *= 1099511628211ULL;
+        h *= FNV_PRIME;
     }
     return h ? h : 1;
 }
 
-static int begin_init(struct pt_regs *ctx, __u64 out, __s32 nranks, __s32 rank, __u64 id)
+/* A communicator's making begins on this thread: the new one's id (0: not comparable across
+ * ranks, numbered from the watch), size and rank, and where its handle will be written. */
+static int begin_init(__u64 out, __s32 nranks, __s32 rank, __u64 id)
 {
     __u64 key = bpf_get_current_pid_tgid();
-    struct pending p = {.out = out, .id = id, .nranks = nranks, .rank = rank, .from_init = 1};
+    struct pending p = {.out = out, .id = id, .nranks = nranks, .rank = rank, .from_init = id != 0};
 
     bpf_map_update_elem(&pending, &key, &p, BPF_ANY);
     return 0;
 }
 
-/* ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank) */
-SEC("uprobe")
-int init_rank(struct pt_regs *ctx)
+/* The parent's entry, where it was followed from its creation (its id is comparable); NULL. */
+static struct nccl_comm *known_parent(__u64 comm)
 {
-    return begin_init(ctx, ctx->di, (__s32)ctx->si, (__s32)ctx->dx, unique_id_hash(ctx));
+    struct nccl_comm_key k = {.comm = comm, .pid = bpf_get_current_pid_tgid() >> 32};
+    struct nccl_comm *parent = bpf_map_lookup_elem(&comms, &k);
+
+    return parent && parent->from_init ? parent : NULL;
 }
 
 /* ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, config): the new
  * communicator's id is its parent's and its color, alike on the ranks that share it. */
-SEC("uprobe")
-int comm_split(struct pt_regs *ctx)
+static int comm_split(struct pt_regs *ctx)
 {
-    struct nccl_comm_key k = {.comm = ctx->di, .pid = bpf_get_current_pid_tgid() >> 32};
-    struct nccl_comm *parent = bpf_map_lookup_elem(&comms, &k);
-    __u64 id = parent && parent->from_init
-                   ? (parent->id ^ ((__u64)(__u32)ctx->si << 32)) * 1099511628211ULL
-                   : 0;
+    struct nccl_comm *parent = known_parent(ctx->di);
+    __u64 id = parent ? (parent->id ^ ((__u64)(__u32)ctx->si << 32)) * FNV_PRIME : 0;
 
-    begin_init(ctx, ctx->cx, -1, -1, id);
-    if (!id) { /* numbered from the watch: not comparable across ranks */
-        __u64 key = bpf_get_current_pid_tgid();
-        struct pending *p = bpf_map_lookup_elem(&pending, &key);
-        if (p)
-            p->from_init = 0;
+    return begin_init(ctx->cx, -1, -1, id);
+}
+
+/* ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
+ * ncclComm_t *newcomm, config, flags): the new communicator's id is its parent's and the ranks
+ * left out (every remaining rank passes them; summed, so their order does not matter), its size
+ * the parent's less them. */
+static int comm_shrink(struct pt_regs *ctx)
+{
+    struct nccl_comm *parent = known_parent(ctx->di);
+    __s32 n = (__s32)ctx->dx, ex[NCCL_SHRINK_RANKS_MAX];
+    __u64 id = 0, sum = 0;
+
+    if (parent && n >= 0) {
+        __u32 take = n < NCCL_SHRINK_RANKS_MAX ? (__u32)n : NCCL_SHRINK_RANKS_MAX;
+        if (take && bpf_probe_read_user(ex, take * sizeof(ex[0]), (void *)ctx->si) < 0)
+            return begin_init(ctx->cx, -1, -1, 0);
+        for (__u32 i = 0; i < NCCL_SHRINK_RANKS_MAX && i < take; i++)
+            sum += ((__u64)(__u32)ex[i] ^ FNV_OFFSET) * FNV_PRIME;
+        id = ((parent->id ^ sum ^ (__u64)(__u32)n) * FNV_PRIME) | 1;
     }
-    return 0;
+    return begin_init(ctx->cx, parent && parent->nranks > n && n >= 0 ? parent->nranks - n : -1, -1,
+                      id);
 }
 
 /* The return of a communicator's making: ncclSuccess (0) and the new ncclComm_t written. */
-SEC("uretprobe")
-int init_done(struct pt_regs *ctx)
+static int made(struct pt_regs *ctx)
 {
     __u64 key = bpf_get_current_pid_tgid();
     struct pending *p = bpf_map_lookup_elem(&pending, &key);
@@ -214,8 +234,7 @@ int give_back(struct nccl_give_back *a)
 }
 
 /* ncclCommDestroy(comm), ncclCommAbort(comm): its address may be another's next. */
-SEC("uprobe")
-int comm_end(struct pt_regs *ctx)
+static int comm_end(struct pt_regs *ctx)
 {
     struct nccl_comm_key k = {.comm = ctx->di, .pid = bpf_get_current_pid_tgid() >> 32};
     struct nccl_comm *c = bpf_map_lookup_elem(&comms, &k);
@@ -282,58 +301,81 @@ static __u64 stack_arg(struct pt_regs *ctx, int n) /* the n-th argument, n >= 7 
     return v;
 }
 
-/* ncclAllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream) */
-SEC("uprobe")
-int all_reduce(struct pt_regs *ctx)
+/* An entry point's arguments, by the function its cookie names. */
+static __always_inline int on_entry(struct pt_regs *ctx)
 {
-    return record(NCCL_OP_ALL_REDUCE, ctx->r9, ctx->dx, (__s32)ctx->cx, -1);
+    switch (bpf_get_attach_cookie(ctx)) {
+    /* ncclAllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream) */
+    case NCCL_FN_ALL_REDUCE:
+        return record(NCCL_OP_ALL_REDUCE, ctx->r9, ctx->dx, (__s32)ctx->cx, -1);
+    /* ncclBroadcast(sendbuff, recvbuff, count, datatype, root, comm, stream) */
+    case NCCL_FN_BROADCAST:
+        return record(NCCL_OP_BROADCAST, ctx->r9, ctx->dx, (__s32)ctx->cx, (__s32)ctx->r8);
+    /* ncclReduce(sendbuff, recvbuff, count, datatype, op, root, comm, stream) */
+    case NCCL_FN_REDUCE:
+        return record(NCCL_OP_REDUCE, stack_arg(ctx, 7), ctx->dx, (__s32)ctx->cx, (__s32)ctx->r9);
+    /* ncclAllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream) */
+    case NCCL_FN_ALL_GATHER:
+        return record(NCCL_OP_ALL_GATHER, ctx->r8, ctx->dx, (__s32)ctx->cx, -1);
+    /* ncclReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream) */
+    case NCCL_FN_REDUCE_SCATTER:
+        return record(NCCL_OP_REDUCE_SCATTER, ctx->r9, ctx->dx, (__s32)ctx->cx, -1);
+    /* ncclSend(sendbuff, count, datatype, peer, comm, stream), ncclRecv(recvbuff, ...) */
+    case NCCL_FN_SEND:
+        return record(NCCL_OP_SEND, ctx->r8, ctx->si, (__s32)ctx->dx, (__s32)ctx->cx);
+    case NCCL_FN_RECV:
+        return record(NCCL_OP_RECV, ctx->r8, ctx->si, (__s32)ctx->dx, (__s32)ctx->cx);
+    /* ncclAlltoAll(sendbuff, recvbuff, count, datatype, comm, stream): count to each rank */
+    case NCCL_FN_ALL_TO_ALL:
+        return record(NCCL_OP_ALL_TO_ALL, ctx->r8, ctx->dx, (__s32)ctx->cx, -1);
+    /* ncclGather(sendbuff, recvbuff, count, datatype, root, comm, stream), ncclScatter(...) */
+    case NCCL_FN_GATHER:
+        return record(NCCL_OP_GATHER, ctx->r9, ctx->dx, (__s32)ctx->cx, (__s32)ctx->r8);
+    case NCCL_FN_SCATTER:
+        return record(NCCL_OP_SCATTER, ctx->r9, ctx->dx, (__s32)ctx->cx, (__s32)ctx->r8);
+    /* ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank), and
+     * ncclCommInitRankConfig(..., config): the id by value, on the stack above the return
+     * address; rank in the third register */
+    case NCCL_FN_INIT_RANK:
+        return begin_init(ctx->di, (__s32)ctx->si, (__s32)ctx->dx, unique_id_hash(ctx->sp + 8));
+    /* ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId,
+     * ncclUniqueId *commIds, config): the ids alike on every rank, in one order */
+    case NCCL_FN_INIT_SCALABLE:
+        return begin_init(ctx->di, (__s32)ctx->si, (__s32)ctx->dx,
+                          (__s32)ctx->cx > 0 ? unique_id_hash(ctx->r8) : 0);
+    case NCCL_FN_SPLIT:
+        return comm_split(ctx);
+    case NCCL_FN_SHRINK:
+        return comm_shrink(ctx);
+    case NCCL_FN_COMM_END:
+        return comm_end(ctx);
+    }
+    return 0;
 }
 
-/* ncclBroadcast(sendbuff, recvbuff, count, datatype, root, comm, stream) */
+/* Each program twice: nccl.c attaches the _multi ones where the kernel has uprobe_multi links
+ * (6.6+: a process's probes one link each way, removed at once), else the others, a perf event
+ * per probe (each removed in a grace period of its own: ~0.1 s). */
 SEC("uprobe")
-int broadcast(struct pt_regs *ctx)
+int entry(struct pt_regs *ctx)
 {
-    return record(NCCL_OP_BROADCAST, ctx->r9, ctx->dx, (__s32)ctx->cx, (__s32)ctx->r8);
+    return on_entry(ctx);
 }
 
-/* ncclBcast(buff, count, datatype, root, comm, stream) */
 SEC("uprobe")
-int bcast(struct pt_regs *ctx)
+int entry_multi(struct pt_regs *ctx)
 {
-    return record(NCCL_OP_BROADCAST, ctx->r8, ctx->si, (__s32)ctx->dx, (__s32)ctx->cx);
+    return on_entry(ctx);
 }
 
-/* ncclReduce(sendbuff, recvbuff, count, datatype, op, root, comm, stream) */
-SEC("uprobe")
-int reduce(struct pt_regs *ctx)
+SEC("uretprobe")
+int made_return(struct pt_regs *ctx)
 {
-    return record(NCCL_OP_REDUCE, stack_arg(ctx, 7), ctx->dx, (__s32)ctx->cx, (__s32)ctx->r9);
+    return made(ctx);
 }
 
-/* ncclAllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream) */
-SEC("uprobe")
-int all_gather(struct pt_regs *ctx)
+SEC("uretprobe")
+int made_return_multi(struct pt_regs *ctx)
 {
-    return record(NCCL_OP_ALL_GATHER, ctx->r8, ctx->dx, (__s32)ctx->cx, -1);
-}
-
-/* ncclReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream) */
-SEC("uprobe")
-int reduce_scatter(struct pt_regs *ctx)
-{
-    return record(NCCL_OP_REDUCE_SCATTER, ctx->r9, ctx->dx, (__s32)ctx->cx, -1);
-}
-
-/* ncclSend(sendbuff, count, datatype, peer, comm, stream) */
-SEC("uprobe")
-int send(struct pt_regs *ctx)
-{
-    return record(NCCL_OP_SEND, ctx->r8, ctx->si, (__s32)ctx->dx, (__s32)ctx->cx);
-}
-
-/* ncclRecv(recvbuff, count, datatype, peer, comm, stream) */
-SEC("uprobe")
-int recv(struct pt_regs *ctx)
-{
-    return record(NCCL_OP_RECV, ctx->r8, ctx->si, (__s32)ctx->dx, (__s32)ctx->cx);
+    return made(ctx);
 }

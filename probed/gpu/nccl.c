@@ -15,45 +15,56 @@
 #ifdef PROBED_BPF
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
 #include <stdarg.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "ncclcalls.h"
 #include "ncclcalls.skel.h"
 
 #define PROCS_MAX 1024 /* processes watched (the registry's targets are fewer) */
 
-/* Each entry point and its program. A symbol the library lacks (an older NCCL) is skipped; a
- * library with none of the calls' is not NCCL's. */
-struct probe {
+/* Each entry point and the function its probe's cookie names. A symbol the library lacks (an
+ * older NCCL) is skipped; a library with none of the calls' is not NCCL's. ncclBcast is not
+ * probed: NCCL's calls ncclBroadcast, whose probe sees it (a probe on both counts it twice). */
+static const struct probe {
     const char *func;
-    size_t prog; /* offset of the program's pointer in the skeleton's progs */
-    bool ret;    /* a uretprobe */
-    bool call;   /* a call's (else a communicator's) */
-};
-
-#define PROG(name) offsetof(struct ncclcalls_bpf, progs.name)
-static const struct probe PROBES[] = {
-    {"ncclAllReduce", PROG(all_reduce), false, true},
-    {"ncclBroadcast", PROG(broadcast), false, true},
-    {"ncclBcast", PROG(bcast), false, true},
-    {"ncclReduce", PROG(reduce), false, true},
-    {"ncclAllGather", PROG(all_gather), false, true},
-    {"ncclReduceScatter", PROG(reduce_scatter), false, true},
-    {"ncclSend", PROG(send), false, true},
-    {"ncclRecv", PROG(recv), false, true},
-    {"ncclCommInitRank", PROG(init_rank), false, false},
-    {"ncclCommInitRank", PROG(init_done), true, false},
-    {"ncclCommInitRankConfig", PROG(init_rank), false, false},
-    {"ncclCommInitRankConfig", PROG(init_done), true, false},
-    {"ncclCommSplit", PROG(comm_split), false, false},
-    {"ncclCommSplit", PROG(init_done), true, false},
-    {"ncclCommDestroy", PROG(comm_end), false, false},
-    {"ncclCommAbort", PROG(comm_end), false, false},
+    enum nccl_fn fn;
+} PROBES[] = {
+    {"ncclAllReduce", NCCL_FN_ALL_REDUCE},
+    {"ncclBroadcast", NCCL_FN_BROADCAST},
+    {"ncclReduce", NCCL_FN_REDUCE},
+    {"ncclAllGather", NCCL_FN_ALL_GATHER},
+    {"ncclReduceScatter", NCCL_FN_REDUCE_SCATTER},
+    {"ncclSend", NCCL_FN_SEND},
+    {"ncclRecv", NCCL_FN_RECV},
+    {"ncclAlltoAll", NCCL_FN_ALL_TO_ALL},
+    {"ncclGather", NCCL_FN_GATHER},
+    {"ncclScatter", NCCL_FN_SCATTER},
+    {"ncclCommInitRank", NCCL_FN_INIT_RANK},
+    {"ncclCommInitRankConfig", NCCL_FN_INIT_RANK},
+    {"ncclCommInitRankScalable", NCCL_FN_INIT_SCALABLE},
+    {"ncclCommSplit", NCCL_FN_SPLIT},
+    {"ncclCommShrink", NCCL_FN_SHRINK},
+    {"ncclCommDestroy", NCCL_FN_COMM_END},
+    {"ncclCommAbort", NCCL_FN_COMM_END},
 };
 #define N_PROBES (sizeof(PROBES) / sizeof(PROBES[0]))
 
+/* A communicator's making: its return is probed too (the new handle is written then). */
+static bool makes_comm(enum nccl_fn fn)
+{
+    return fn == NCCL_FN_INIT_RANK || fn == NCCL_FN_INIT_SCALABLE || fn == NCCL_FN_SPLIT ||
+           fn == NCCL_FN_SHRINK;
+}
+
 static const char *const OPS[NCCL_OP_N] = {"all_reduce",     "broadcast", "reduce", "all_gather",
-                                           "reduce_scatter", "send",      "recv"};
+                                           "reduce_scatter", "send",      "recv",   "all_to_all",
+                                           "gather",         "scatter"};
 
 /* ncclDataType_t: torch's name and its size in bytes */
 static const struct {
@@ -66,8 +77,10 @@ static const struct {
 
 struct proc {
     struct nccl_target t;
-    struct bpf_link *links[N_PROBES];
+    struct bpf_link *links[2 * N_PROBES]; /* perf-event probes, where there is no uprobe_multi */
     size_t n_links;
+    int multi[2];      /* else the uprobe_multi links' descriptors: entries, returns; -1 none */
+    size_t n_probes;   /* attached; 0: not watched */
     char library[256]; /* the mapped file's path, "" none found */
     int64_t next_look_ns;
     bool given; /* in this pass's targets */
@@ -83,6 +96,7 @@ struct nccl_watch {
     void *ctx;
     size_t drained;
     uint64_t calls, unknown;
+    bool multi; /* the kernel has uprobe_multi links (entry_multi, made_return_multi loaded) */
 };
 
 static int quiet(enum libbpf_print_level level, const char *fmt, va_list ap)
@@ -152,9 +166,14 @@ static void unwatch(struct nccl_watch *w, struct proc *p)
 {
     for (size_t i = 0; i < p->n_links; i++)
         bpf_link__destroy(p->links[i]);
-    if (p->n_links)
+    for (int i = 0; i < 2; i++)
+        if (p->multi[i] >= 0)
+            close(p->multi[i]);
+    if (p->n_probes)
         forget_pid(w, p->t.pid);
     p->n_links = 0;
+    p->multi[0] = p->multi[1] = -1;
+    p->n_probes = 0;
 }
 
 /* The first mapping of a libnccl.so* file (offset 0), from /proc/PID/maps: its map_files link
@@ -191,39 +210,207 @@ static bool find_library(struct proc *p, char *link, size_t size)
     return found;
 }
 
+/* The file offset of link-time address @vaddr, in an executable segment: where the kernel
+ * places a uprobe. */
+static bool code_offset(Elf *elf, uint64_t vaddr, uint64_t *ret)
+{
+    size_t n;
+
+    if (elf_getphdrnum(elf, &n) != 0)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        GElf_Phdr ph;
+        if (gelf_getphdr(elf, (int)i, &ph) && ph.p_type == PT_LOAD && (ph.p_flags & PF_X) &&
+            vaddr >= ph.p_vaddr && vaddr - ph.p_vaddr < ph.p_filesz) {
+            *ret = vaddr - ph.p_vaddr + ph.p_offset;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Each entry point's file offset (0: the library lacks it) in @offs, from the library's
+ * dynamic symbols (the exported API; a weak definition counts), read through @link, the very
+ * file mapped. The file is the target's: every name is bounds-checked by libelf, and every
+ * address must fall in code. How many were found. */
+static size_t resolve(const char *link, uint64_t offs[N_PROBES])
+{
+    int fd = open(link, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    Elf_Scn *scn = NULL;
+    size_t found = 0;
+    struct stat st;
+    Elf *elf;
+
+    memset(offs, 0, N_PROBES * sizeof(*offs));
+    if (fd < 0)
+        return 0;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || elf_version(EV_CURRENT) == EV_NONE ||
+        !(elf = elf_begin(fd, ELF_C_READ_MMAP, NULL))) {
+        close(fd);
+        return 0;
+    }
+    while ((scn = elf_nextscn(elf, scn)) != NULL) {
+        GElf_Shdr sh;
+        Elf_Data *data;
+        if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_DYNSYM || sh.sh_entsize == 0 ||
+            !(data = elf_getdata(scn, NULL)))
+            continue;
+        for (size_t i = 0; i < sh.sh_size / sh.sh_entsize; i++) {
+            GElf_Sym sym;
+            const char *name;
+            if (!gelf_getsym(data, (int)i, &sym) || sym.st_shndx == SHN_UNDEF ||
+                GELF_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_value == 0 ||
+                !(name = elf_strptr(elf, sh.sh_link, sym.st_name)) || strncmp(name, "nccl", 4))
+                continue;
+            for (size_t k = 0; k < N_PROBES; k++)
+                if (!offs[k] && strcmp(name, PROBES[k].func) == 0 &&
+                    code_offset(elf, sym.st_value, &offs[k]))
+                    found++;
+        }
+    }
+    elf_end(elf);
+    close(fd);
+    return found;
+}
+
+/* BPF_LINK_CREATE of a uprobe_multi link (kernel 6.6+), its attribute laid out as the kernel's
+ * union bpf_attr has it: libbpf 1.1 (Debian 12's) predates the link. One link holds all of a
+ * process's entry probes (or return probes), and its removal waits for one grace period where
+ * a perf-event probe each waits for its own. */
+struct uprobe_multi_attr {
+    uint32_t prog_fd, target_fd, attach_type, flags;
+    uint64_t path, offsets, ref_ctr_offsets, cookies;
+    uint32_t cnt, multi_flags, pid;
+};
+#define ATTACH_UPROBE_MULTI 48 /* BPF_TRACE_UPROBE_MULTI */
+#define UPROBE_MULTI_RETURN 1u /* BPF_F_UPROBE_MULTI_RETURN */
+
+static int uprobe_multi(int prog_fd, const char *path, const uint64_t *offs,
+                        const uint64_t *cookies, uint32_t n, uint32_t flags, uint32_t pid)
+{
+    struct uprobe_multi_attr a = {.prog_fd = (uint32_t)prog_fd,
+                                  .attach_type = ATTACH_UPROBE_MULTI,
+                                  .path = (uint64_t)(uintptr_t)path,
+                                  .offsets = (uint64_t)(uintptr_t)offs,
+                                  .cookies = (uint64_t)(uintptr_t)cookies,
+                                  .cnt = n,
+                                  .multi_flags = flags,
+                                  .pid = pid};
+    int fd = (int)syscall(__NR_bpf, BPF_LINK_CREATE, &a, sizeof(a));
+
+    return fd < 0 ? -errno : fd;
+}
+
+/* Whether the kernel has uprobe_multi links that filter by process: libbpf 1.2+'s test. A
+ * link into "/" (a directory) fails with EBADF where the link exists; with pid -1 it fails
+ * with EINVAL only where the pid filter is the process's (6.6 to 6.8 filtered by thread, and
+ * would miss the calls of every thread but the main one: DDP's Reducer issues its buckets'
+ * from autograd's). PROBED_UPROBE_MULTI=0 in the daemon's environment says no (the tests try
+ * the perf-event probes so). */
+static bool kernel_has_uprobe_multi(void)
+{
+    const struct bpf_insn ret0[] = {{.code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0},
+                                    {.code = BPF_JMP | BPF_EXIT}};
+    LIBBPF_OPTS(bpf_prog_load_opts, opts,
+                .expected_attach_type = (enum bpf_attach_type)ATTACH_UPROBE_MULTI);
+    const char *env = getenv("PROBED_UPROBE_MULTI");
+    uint64_t off = 0;
+    int prog, r1, r2;
+
+    if (env && strcmp(env, "0") == 0)
+        return false;
+    prog = bpf_prog_load(BPF_PROG_TYPE_KPROBE, NULL, "GPL", ret0, 2, &opts);
+    if (prog < 0)
+        return false;
+    r1 = uprobe_multi(prog, "/", &off, NULL, 1, 0, 0);
+    r2 = r1 == -EBADF ? uprobe_multi(prog, "/", &off, NULL, 1, 0, (uint32_t)-1) : 0;
+    if (r1 >= 0)
+        close(r1);
+    if (r2 >= 0)
+        close(r2);
+    close(prog);
+    return r1 == -EBADF && r2 == -EINVAL;
+}
+
+/* Attaches the probes at @offs to @p's library (@link): two uprobe_multi links, else a
+ * perf-event probe each. 0, or -errno (with what was attached left for unwatch()). */
+static int attach(struct nccl_watch *w, struct proc *p, const char *link,
+                  const uint64_t offs[N_PROBES])
+{
+    uint64_t at[2][N_PROBES], cookie[2][N_PROBES];
+    uint32_t n[2] = {0, 0};
+    int err = 0;
+
+    for (size_t k = 0; k < N_PROBES; k++) { /* a symbol twice (aliased): probed once */
+        bool dup = false;
+        for (size_t j = 0; j < k; j++)
+            dup |= offs[j] == offs[k];
+        if (!offs[k] || dup)
+            continue;
+        for (int ret = 0; ret < 1 + makes_comm(PROBES[k].fn); ret++) {
+            at[ret][n[ret]] = offs[k];
+            cookie[ret][n[ret]++] = PROBES[k].fn;
+        }
+    }
+    if (w->multi) {
+        int entry = bpf_program__fd(w->skel->progs.entry_multi);
+        int made = bpf_program__fd(w->skel->progs.made_return_multi);
+        for (int ret = 0; ret < 2 && n[ret] && !err; ret++) {
+            int fd = uprobe_multi(ret ? made : entry, link, at[ret], cookie[ret], n[ret],
+                                  ret ? UPROBE_MULTI_RETURN : 0, (uint32_t)p->t.pid);
+            if (fd < 0)
+                err = fd;
+            else
+                p->multi[ret] = fd, p->n_probes += n[ret];
+        }
+        return err;
+    }
+    for (int ret = 0; ret < 2; ret++)
+        for (uint32_t i = 0; i < n[ret] && !err; i++) {
+            LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = cookie[ret][i], .retprobe = ret);
+            struct bpf_link *l = bpf_program__attach_uprobe_opts(
+                ret ? w->skel->progs.made_return : w->skel->progs.entry, p->t.pid, link,
+                (size_t)at[ret][i], &opts);
+            if (!l)
+                err = -errno;
+            else
+                p->links[p->n_links++] = l, p->n_probes++;
+        }
+    return err;
+}
+
 /* Attaches the probes to @p's libnccl, if it maps one and is still the process given. */
 static void look(struct nccl_watch *w, struct proc *p)
 {
+    uint64_t offs[N_PROBES];
     char link[96];
     int64_t start = 0;
     size_t calls = 0;
-    int err = 0;
+    int err;
 
     p->next_look_ns = mono_ns() + NCCL_RESCAN_NS;
     if (procfs_start_time(p->t.pid, &start) < 0 || start != p->t.start_time ||
         !find_library(p, link, sizeof(link)))
         return;
-    for (size_t i = 0; i < N_PROBES; i++) {
-        struct bpf_program *prog = *(struct bpf_program **)((char *)w->skel + PROBES[i].prog);
-        LIBBPF_OPTS(bpf_uprobe_opts, opts, .func_name = PROBES[i].func, .retprobe = PROBES[i].ret);
-        struct bpf_link *l = bpf_program__attach_uprobe_opts(prog, p->t.pid, link, 0, &opts);
-        if (!l) {
-            err = err ? err : errno;
-            continue; /* a symbol this version lacks */
-        }
-        p->links[p->n_links++] = l;
-        calls += PROBES[i].call;
+    resolve(link, offs);
+    for (size_t k = 0; k < N_PROBES; k++)
+        calls += offs[k] && PROBES[k].fn < NCCL_FN_CALLS;
+    if (calls == 0) {
+        log_msg(LOG_WARN, "NCCL calls of pid %d: %s exports none of NCCL's calls", (int)p->t.pid,
+                p->library);
+        return;
     }
+    err = attach(w, p, link, offs);
     /* the pid may have been reused meanwhile: then the probes are another process's */
-    if (procfs_start_time(p->t.pid, &start) < 0 || start != p->t.start_time || calls == 0) {
-        if (calls == 0)
-            log_msg(LOG_WARN, "NCCL calls of pid %d: no probe attached to %s (%s)", (int)p->t.pid,
-                    p->library, strerror(err ? err : ENOENT));
+    if (err < 0 || procfs_start_time(p->t.pid, &start) < 0 || start != p->t.start_time) {
+        if (err < 0)
+            log_msg(LOG_WARN, "NCCL calls of pid %d: attaching the probes to %s: %s", (int)p->t.pid,
+                    p->library, strerror(-err));
         unwatch(w, p);
         return;
     }
-    log_msg(LOG_INFO, "NCCL calls of pid %d: %zu probes on %s", (int)p->t.pid, p->n_links,
-            p->library);
+    log_msg(LOG_INFO, "NCCL calls of pid %d: %zu probes on %s (%s)", (int)p->t.pid, p->n_probes,
+            p->library, w->multi ? "uprobe_multi" : "perf events");
 }
 
 void nccl__watch(struct nccl_watch *w, const struct nccl_target *targets, size_t n)
@@ -240,11 +427,12 @@ void nccl__watch(struct nccl_watch *w, const struct nccl_target *targets, size_t
         if (k == w->n) {
             if (w->n == PROCS_MAX)
                 continue;
-            w->procs[w->n++] = (struct proc){.t = targets[i], .next_look_ns = now};
+            w->procs[w->n++] =
+                (struct proc){.t = targets[i], .next_look_ns = now, .multi = {-1, -1}};
         }
         w->procs[k].t.id = targets[i].id;
         w->procs[k].given = true;
-        if (w->procs[k].n_links == 0 && now >= w->procs[k].next_look_ns)
+        if (w->procs[k].n_probes == 0 && now >= w->procs[k].next_look_ns)
             look(w, &w->procs[k]);
     }
     for (size_t k = 0; k < w->n;) /* the others: detached, or ended */
@@ -283,7 +471,8 @@ static int on_event(void *ctx, void *data, size_t size)
             (int64_t)e->count,
             (int64_t)(e->dtype >= 0 && (size_t)e->dtype < N_DTYPES ? DTYPES[e->dtype].size : 1),
             &bytes) ||
-        (e->op == NCCL_OP_REDUCE_SCATTER && e->nranks > 0 && /* its count: each rank's share */
+        /* their counts are each rank's share: the bytes are the input's, as torch's */
+        ((e->op == NCCL_OP_REDUCE_SCATTER || e->op == NCCL_OP_ALL_TO_ALL) && e->nranks > 0 &&
          __builtin_mul_overflow(bytes, (int64_t)e->nranks, &bytes)))
         bytes = INT64_MAX;
     c.bytes = bytes;
@@ -318,7 +507,7 @@ void nccl__stats(struct nccl_watch *w, struct nccl_stats *ret)
 
     *ret = (struct nccl_stats){.calls = w->calls, .unknown = w->unknown};
     for (size_t k = 0; k < w->n; k++)
-        ret->processes += w->procs[k].n_links > 0;
+        ret->processes += w->procs[k].n_probes > 0;
     if (ncpu > 0) {
         uint64_t *per = calloc((size_t)ncpu, sizeof(*per));
         for (uint32_t key = 0; per && key < 2; key++)
@@ -333,7 +522,7 @@ void nccl__stats(struct nccl_watch *w, struct nccl_stats *ret)
 const char *nccl__library(struct nccl_watch *w, pid_t pid)
 {
     for (size_t k = 0; k < w->n; k++)
-        if (w->procs[k].t.pid == pid && w->procs[k].n_links)
+        if (w->procs[k].t.pid == pid && w->procs[k].n_probes)
             return w->procs[k].library;
     return "";
 }
@@ -353,7 +542,25 @@ int nccl_open(struct nccl_watch **ret, struct errbuf *err)
         return errbuf_set(err, -ENOMEM, "out of memory");
     }
     libbpf_set_print(quiet);
-    w->skel = ncclcalls_bpf__open_and_load();
+    w->multi = kernel_has_uprobe_multi();
+    w->skel = ncclcalls_bpf__open();
+    if (w->skel) { /* one pair of programs loaded: uprobe_multi's, or the perf events' */
+        struct bpf_program *entry = w->skel->progs.entry, *made = w->skel->progs.made_return;
+        struct bpf_program *entry_multi = w->skel->progs.entry_multi;
+        struct bpf_program *made_multi = w->skel->progs.made_return_multi;
+        bpf_program__set_autoload(w->multi ? entry : entry_multi, false);
+        bpf_program__set_autoload(w->multi ? made : made_multi, false);
+        bpf_program__set_expected_attach_type(entry_multi,
+                                              (enum bpf_attach_type)ATTACH_UPROBE_MULTI);
+        bpf_program__set_expected_attach_type(made_multi,
+                                              (enum bpf_attach_type)ATTACH_UPROBE_MULTI);
+        if (ncclcalls_bpf__load(w->skel) < 0) {
+            r = errno;
+            ncclcalls_bpf__destroy(w->skel);
+            w->skel = NULL;
+            errno = r;
+        }
+    }
     if (!w->skel) {
         r = -errno;
         nccl_free(w);

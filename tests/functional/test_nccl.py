@@ -282,7 +282,8 @@ def test_probes_go_on_the_mapped_file_never_the_path():
         for p in procs:
             d.ctl('attach', p.pid, check=True)
         # (the junk now has the library's name, the library's own file is " (deleted)")
-        wait_for(lambda: 'pid %d: no probe attached to' % procs[0].pid in d.read_log(), 20,
+        wait_for(lambda: ('pid %d: %s exports none of NCCL' % (procs[0].pid, lib)) in d.read_log(),
+                 20,
                  'the junk refused', d.read_log)
         wait_for(lambda: d.rows('SELECT count(*) FROM comm_calls c JOIN targets t ON'
                                 ' t.id = c.target_id WHERE t.pid = %d' % procs[1].pid)[0][0] > 3,
