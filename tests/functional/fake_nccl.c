@@ -39,9 +39,9 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
     return CALL(0);
 }
 
-NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqueId commId,
-         int rank);
-ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)
+/* Each way of making a communicator ends here, as NCCL's end in ncclCommInitRankDev: none
+ * calls another entry point, whose probe would see the making twice. */
+static ncclResult_t make_comm(ncclComm_t *comm, int nranks, const ncclUniqueId *commId, int rank)
 {
     struct ncclComm *c = calloc(1, sizeof(*c));
 
@@ -49,9 +49,16 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId,
         return 1;
     c->nranks = nranks;
     c->rank = rank;
-    c->id = commId;
+    c->id = *commId;
     *comm = c;
     return CALL(0);
+}
+
+NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqueId commId,
+         int rank);
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)
+{
+    return make_comm(comm, nranks, &commId, rank);
 }
 
 NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
@@ -141,4 +148,78 @@ NCCL_API(ncclResult_t, ncclGroupEnd, void);
 ncclResult_t ncclGroupEnd(void)
 {
     return CALL(0);
+}
+
+/* NCCL's own ncclBcast calls ncclBroadcast (collectives.cc): so does this one, through the
+ * exported symbol, so that a probe on both would count it twice. */
+NCCL_API(ncclResult_t, ncclBcast, void *buff, size_t count, int datatype, int root, ncclComm_t comm,
+         cudaStream_t stream);
+ncclResult_t ncclBcast(void *buff, size_t count, int datatype, int root, ncclComm_t comm,
+                       cudaStream_t stream)
+{
+    return ncclBroadcast(buff, buff, count, datatype, root, comm, stream);
+}
+
+NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks, ncclUniqueId commId,
+         int rank, void *config);
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
+                                    void *config)
+{
+    return make_comm(comm, nranks, &commId, rank) + (config == NULL);
+}
+
+NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t *newcomm, int nranks, int myrank,
+         int nId, ncclUniqueId *commIds, void *config);
+ncclResult_t ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId,
+                                      ncclUniqueId *commIds, void *config)
+{
+    if (nId < 1)
+        return 4; /* ncclInvalidArgument */
+    return make_comm(newcomm, nranks, &commIds[nId - 1], myrank) + (config != NULL);
+}
+
+NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList,
+         int excludeRanksCount, ncclComm_t *newcomm, void *config, int shrinkFlags);
+ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
+                            ncclComm_t *newcomm, void *config, int shrinkFlags)
+{
+    struct ncclComm *c = calloc(1, sizeof(*c));
+
+    if (!c)
+        return 1;
+    c->nranks = comm->nranks - excludeRanksCount;
+    c->rank = comm->rank;
+    *newcomm = c;
+    return CALL(excludeRanksList[0] + (config != NULL) + shrinkFlags);
+}
+
+NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm);
+ncclResult_t ncclCommAbort(ncclComm_t comm)
+{
+    free(comm);
+    return CALL(0);
+}
+
+NCCL_API(ncclResult_t, ncclAlltoAll, const void *sendbuff, void *recvbuff, size_t count,
+         int datatype, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count, int datatype,
+                          ncclComm_t comm, cudaStream_t stream)
+{
+    return CALL(sendbuff != recvbuff && count + datatype && comm && stream);
+}
+
+NCCL_API(ncclResult_t, ncclGather, const void *sendbuff, void *recvbuff, size_t count, int datatype,
+         int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count, int datatype, int root,
+                        ncclComm_t comm, cudaStream_t stream)
+{
+    return CALL(sendbuff != recvbuff && count + datatype + root && comm && stream);
+}
+
+NCCL_API(ncclResult_t, ncclScatter, const void *sendbuff, void *recvbuff, size_t count,
+         int datatype, int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count, int datatype, int root,
+                         ncclComm_t comm, cudaStream_t stream)
+{
+    return CALL(sendbuff != recvbuff && count + datatype + root && comm && stream);
 }

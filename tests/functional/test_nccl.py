@@ -109,6 +109,9 @@ def test_every_nccl_call_recorded_from_outside_the_process():
         st = wait_for(lambda: (lambda s: s if s['processes'] == 3 else None)(status(d)), 20,
                       'the probes on both ranks and the flooder', lambda: status(d))
         assert st['source'] == 'uprobes' and 'error' not in st, st
+        # two uprobe_multi links a process (this kernel has them): 17 entry points, 5 returns
+        assert all('NCCL calls of pid %d: 22 probes on %s (uprobe_multi)' % (p.pid, LIB)
+                   in d.read_log() for p in procs[:2]), d.read_log()
         t0 = time.time_ns()
         open(go, 'w').close()
         for p in procs[:2] + [outsider]:
@@ -247,6 +250,70 @@ def test_every_nccl_call_recorded_from_outside_the_process():
         for p in procs[:3]:
             after = wait_for(lambda: ticked_after(p, killed), 10, 'calls after the kill')
             assert after and p.poll() is None
+    finally:
+        for p in procs:
+            reap(p)
+        d.close()
+        shutil.rmtree(wd, ignore_errors=True)
+
+
+def test_the_api_of_newer_nccls_on_perf_event_probes():
+    """NCCL 2.23 to 2.28's entry points, on the kernels without uprobe_multi links (a perf-event
+    probe each; PROBED_UPROBE_MULTI=0 says so): communicators made by ncclCommInitRankConfig,
+    ncclCommInitRankScalable and ncclCommShrink are one group on both ranks, with their sizes;
+    ncclBcast is one broadcast (NCCL's calls ncclBroadcast), all_to_all, gather and scatter
+    rows have their bytes as torch's trace counts them and their roots; a communicator aborted
+    and another made (at its address, likely) numbers from 1 again."""
+    wd = tempfile.mkdtemp(prefix='probed-nccl-')
+    go = os.path.join(wd, 'go')
+    d = Daemon('--memory-interval', '200ms', env={'PROBED_UPROBE_MULTI': '0'})
+    procs = []
+    try:
+        d.ctl('config', 'nccl_calls=on', check=True)
+        env = dict(GO=go, NCCL_ID='newer-job', ITER=str(ITER), NEWER='1')
+        procs = [start(0, env), start(1, env)]
+        for p in procs:
+            d.ctl('attach', p.pid, check=True)
+        wait_for(lambda: status(d)['processes'] == 2, 20, 'the probes on both ranks',
+                 lambda: status(d))
+        # the perf events' way: 17 entry points, 5 of them makings probed at their return too
+        assert all('NCCL calls of pid %d: 22 probes on %s (perf events)' % (p.pid, LIB)
+                   in d.read_log() for p in procs), d.read_log()
+        open(go, 'w').close()
+        for p in procs:
+            assert p.stdout.readline().decode().startswith('NEWER')
+        per_rank = ITER * 6 + 1
+        wait_for(lambda: d.rows("SELECT count(*) FROM comm_metrics WHERE group_name LIKE"
+                                " 'nccl:%%' GROUP BY rank") == [[per_rank], [per_rank]], 20,
+                 'every call stored', lambda: d.rows("SELECT rank, count(*) FROM comm_metrics"
+                                                      " GROUP BY rank"))
+        rows = d.rows("SELECT group_name, rank, group_size, seq, seq_source, op, bytes, dtype,"
+                      " src_rank, dst_rank FROM comm_metrics WHERE group_name LIKE 'nccl:%'"
+                      " ORDER BY ts_ns")
+        by_group = {}
+        for g, rank, size, seq, source, *call in rows:
+            assert source == 'nccl', rows[:3]
+            by_group.setdefault(g, {}).setdefault(rank, []).append([size, seq] + call)
+        assert len(by_group) == 4 and all(sorted(r) == [0, 1] for r in by_group.values()), \
+            by_group.keys()
+        cfg = [g for g, r in by_group.items() if len(r[0]) == ITER * 4]
+        wide = [g for g, r in by_group.items() if r[0][0][0] == 8]
+        shrunk = [g for g, r in by_group.items() if r[0][0][0] == 6]
+        again = [g for g, r in by_group.items() if len(r[0]) == 1]
+        assert len(cfg) == len(wide) == len(shrunk) == len(again) == 1, by_group
+        for rank in (0, 1):
+            want = []
+            for k in range(ITER):
+                want += [[2, 4 * k + 1, 'broadcast', 512, 'bfloat16', 0, None],
+                         [2, 4 * k + 2, 'all_to_all', 256, 'float32', rank, None],
+                         [2, 4 * k + 3, 'gather', 64, 'int32', rank, 1],
+                         [2, 4 * k + 4, 'scatter', 64, 'float64', 0, None]]
+            assert by_group[cfg[0]][rank] == want, (rank, by_group[cfg[0]][rank][:4])
+            assert by_group[wide[0]][rank] == [[8, k + 1, 'all_reduce', 16, 'float32', rank, None]
+                                               for k in range(ITER)]
+            assert by_group[shrunk[0]][rank] == [[6, k + 1, 'all_reduce', 8, 'float32', rank,
+                                                  None] for k in range(ITER)]
+            assert by_group[again[0]][rank] == [[2, 1, 'all_reduce', 4, 'float32', rank, None]]
     finally:
         for p in procs:
             reap(p)

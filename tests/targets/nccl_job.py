@@ -14,13 +14,19 @@ With FLOOD=N, once GO exists: an all_reduce of 2^62 float64s on early (its bytes
 then N all_reduces each on a communicator address never made (a process filling the probes'
 table), FLOODED, and the loop.
 With LATE=1: libnccl is loaded only once GO exists (a job that imports torch after the attach),
-and only early's all_reduces are made (LATE, then the loop)."""
+and only early's all_reduces are made (LATE, then the loop).
+With NEWER=1, once GO exists, the API of the NCCLs jobs run now (2.23 to 2.28): "cfg" made by
+ncclCommInitRankConfig, "wide" (8 ranks) by ncclCommInitRankScalable from two ids, "shrunk"
+by ncclCommShrink of wide without ranks 5 and 7 (each rank lists them in its own order); ITER
+rounds of, on cfg, ncclBcast (root 0), an all_to_all, a gather (root 1) and a scatter (root 0),
+then an all_reduce each on wide and shrunk; cfg aborted (ncclCommAbort) and "again" made in its
+place (its address likely cfg's), an all_reduce on it; NEWER, then the loop."""
 import ctypes
 import os
 import sys
 import time
 
-INT8, UINT8, INT64, FLOAT16, FLOAT32, FLOAT64, BFLOAT16 = 0, 1, 4, 6, 7, 8, 9
+INT8, UINT8, INT32, INT64, FLOAT16, FLOAT32, FLOAT64, BFLOAT16 = 0, 1, 2, 4, 6, 7, 8, 9
 SUM = 0
 
 
@@ -54,6 +60,18 @@ def main():
     nccl.ncclReduceScatter.argtypes = [vp, vp, sz, i, i, comm_t, vp]
     nccl.ncclSend.argtypes = [vp, sz, i, i, comm_t, vp]
     nccl.ncclRecv.argtypes = [vp, sz, i, i, comm_t, vp]
+    nccl.ncclCommInitRankConfig.argtypes = [ctypes.POINTER(comm_t), ctypes.c_int, UniqueId,
+                                            ctypes.c_int, ctypes.c_void_p]
+    nccl.ncclCommInitRankScalable.argtypes = [ctypes.POINTER(comm_t), ctypes.c_int, ctypes.c_int,
+                                              ctypes.c_int, ctypes.POINTER(UniqueId),
+                                              ctypes.c_void_p]
+    nccl.ncclCommShrink.argtypes = [comm_t, ctypes.POINTER(ctypes.c_int), ctypes.c_int,
+                                    ctypes.POINTER(comm_t), ctypes.c_void_p, ctypes.c_int]
+    nccl.ncclCommAbort.argtypes = [comm_t]
+    nccl.ncclBcast.argtypes = [vp, sz, i, i, comm_t, vp]
+    nccl.ncclAlltoAll.argtypes = [vp, vp, sz, i, comm_t, vp]
+    nccl.ncclGather.argtypes = [vp, vp, sz, i, i, comm_t, vp]
+    nccl.ncclScatter.argtypes = [vp, vp, sz, i, i, comm_t, vp]
     buf = ctypes.create_string_buffer(1 << 16)
     src, dst = ctypes.cast(buf, vp), ctypes.c_void_p(ctypes.addressof(buf) + 4096)
 
@@ -68,7 +86,31 @@ def main():
         print('READY', flush=True)
         while not os.path.exists(go):
             time.sleep(0.02)
-    if flood:
+    newer = os.environ.get('NEWER') == '1'
+    if newer:
+        cfg, wide, shrunk, again = comm_t(), comm_t(), comm_t(), comm_t()
+        config = ctypes.create_string_buffer(64)
+        assert nccl.ncclCommInitRankConfig(ctypes.byref(cfg), 2, unique_id(os.environ['NCCL_ID']),
+                                           rank, config) == 0
+        ids = (UniqueId * 2)(unique_id(os.environ['NCCL_ID'] + '-a'),
+                             unique_id(os.environ['NCCL_ID'] + '-b'))
+        assert nccl.ncclCommInitRankScalable(ctypes.byref(wide), 8, rank, 2, ids, None) == 0
+        left_out = (ctypes.c_int * 2)(*((5, 7) if rank == 0 else (7, 5)))
+        assert nccl.ncclCommShrink(wide, left_out, 2, ctypes.byref(shrunk), None, 0) == 0
+        for k in range(int(os.environ.get('ITER', '20'))):
+            nccl.ncclBcast(src, 256, BFLOAT16, 0, cfg, stream)
+            nccl.ncclAlltoAll(src, dst, 32, FLOAT32, cfg, stream)
+            nccl.ncclGather(src, dst, 16, INT32, 1, cfg, stream)
+            nccl.ncclScatter(src, dst, 8, FLOAT64, 0, cfg, stream)
+            nccl.ncclAllReduce(src, dst, 4, FLOAT32, SUM, wide, stream)
+            nccl.ncclAllReduce(src, dst, 2, FLOAT32, SUM, shrunk, stream)
+            time.sleep(0.005)
+        assert nccl.ncclCommAbort(cfg) == 0
+        assert nccl.ncclCommInitRankConfig(ctypes.byref(again), 2,
+                                           unique_id(os.environ['NCCL_ID'] + '-again'), rank,
+                                           config) == 0
+        nccl.ncclAllReduce(src, dst, 1, FLOAT32, SUM, again, stream)
+    elif flood:
         nccl.ncclAllReduce(src, dst, 1 << 62, FLOAT64, SUM, early, stream)
         for k in range(flood):
             nccl.ncclAllReduce(src, dst, 1, FLOAT32, SUM, comm_t(0x100000 + 64 * k), stream)
@@ -91,7 +133,7 @@ def main():
             time.sleep(0.005)
         desync = int(os.environ.get('DESYNC_RANK', '-1')) == rank
         nccl.ncclAllReduce(src, dst, 512 if desync else 1024, FLOAT32, SUM, comm, stream)
-    print('LATE' if late else 'FLOODED' if flood else 'DONE', flush=True)
+    print('LATE' if late else 'NEWER' if newer else 'FLOODED' if flood else 'DONE', flush=True)
     n = 0
     while True:
         nccl.ncclAllReduce(src, dst, 4, FLOAT32, SUM, early, stream)
