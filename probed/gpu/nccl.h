@@ -8,19 +8,20 @@
  * A call is seen as it is queued on its CUDA stream: op, count and dtype (its bytes), root or
  * peer, communicator, thread and time. Its completion on the GPU is not. Communicators are
  * followed from their creation where the watch saw it (ncclCommInitRank, ...InitRankConfig,
- * ...InitRankScalable, ncclCommSplit, ncclCommShrink): their id (from the ncclUniqueId, the same on every rank), size, and the
- * number of each collective on them, counted from their first: one collective has one number
- * on every rank. A communicator made before the watch began is known by its address and its
- * calls are numbered from the first one seen: the process's own count.
+ * ...InitRankScalable, ncclCommSplit, ncclCommShrink): their id (from the ncclUniqueId, the same on
+ * every rank), size, and the number of each collective on them, counted from their first: one
+ * collective has one number on every rank. A communicator made before the watch began is known by
+ * its address and its calls are numbered from the first one seen: the process's own count.
  *
  * nccl__watch() is given the processes to watch at each pass (the sampled targets); one that
  * maps a libnccl gets the probes, attached to the mapped file itself
  * (/proc/PID/map_files/START-END: the inode the process runs, whatever its path now names),
  * filtered to that process (two uprobe_multi links where the kernel has them, 6.6+: removed
  * in 0.2 s; else a perf event a probe, removed in 0.1 s each), and keeps them until it is no
- * longer given (or ends: the kernel drops the probes with the process). One that maps none is looked at again every
- * NCCL_RESCAN_NS (a job imports torch, and so loads NCCL, after it was attached). The probes
- * go with the daemon: the kernel removes them when its descriptors close, at any exit.
+ * longer given (or ends: the kernel drops the probes with the process). One that maps none is
+ * looked at again every NCCL_RESCAN_NS (a job imports torch, and so loads NCCL, after it was
+ * attached). The probes go with the daemon: the kernel removes them when its descriptors close, at
+ * any exit.
  *
  * Pids are the kernel's global ones: the watch refuses to start outside the initial pid
  * namespace. x86-64 only (the programs read the System V argument registers).
