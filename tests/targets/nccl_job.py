@@ -6,8 +6,9 @@ as text), GO (a file), ITER, DESYNC_RANK, SUB_SKIP_RANK, LATE.
 At once (before any attach): a communicator "early" (never seen made), then READY. Once GO
 exists: "comm" made from NCCL_ID, "sub" split from it (color 3), then ITER rounds of, on comm,
 all_reduce, broadcast (root 0), all_gather, reduce_scatter, reduce (root 1), a send to and a
-receive from the other rank; an all_reduce on sub (not in the last round on SUB_SKIP_RANK: it
-falls one behind on sub) and one on early. Then a last all_reduce on
+receive from the other rank; an all_reduce on sub, from a thread of its own as DDP's Reducer
+issues its buckets' from autograd's (not in the last round on SUB_SKIP_RANK: it falls one
+behind on sub), and one on early. Then a last all_reduce on
 comm, of half the elements on DESYNC_RANK (a desync: NCCL would hang or reduce garbage), DONE,
 and an all_reduce on early every 20 ms for ever, TICK N NOW_NS every 20 of them.
 With FLOOD=N, once GO exists: an all_reduce of 2^62 float64s on early (its bytes past int64),
@@ -19,11 +20,12 @@ With NEWER=1, once GO exists, the API of the NCCLs jobs run now (2.23 to 2.28): 
 ncclCommInitRankConfig, "wide" (8 ranks) by ncclCommInitRankScalable from two ids, "shrunk"
 by ncclCommShrink of wide without ranks 5 and 7 (each rank lists them in its own order); ITER
 rounds of, on cfg, ncclBcast (root 0), an all_to_all, a gather (root 1) and a scatter (root 0),
-then an all_reduce each on wide and shrunk; cfg aborted (ncclCommAbort) and "again" made in its
+then an all_reduce each on wide (from a thread of its own) and shrunk; cfg aborted (ncclCommAbort) and "again" made in its
 place (its address likely cfg's), an all_reduce on it; NEWER, then the loop."""
 import ctypes
 import os
 import sys
+import threading
 import time
 
 INT8, UINT8, INT32, INT64, FLOAT16, FLOAT32, FLOAT64, BFLOAT16 = 0, 1, 2, 4, 6, 7, 8, 9
@@ -102,7 +104,10 @@ def main():
             nccl.ncclAlltoAll(src, dst, 32, FLOAT32, cfg, stream)
             nccl.ncclGather(src, dst, 16, INT32, 1, cfg, stream)
             nccl.ncclScatter(src, dst, 8, FLOAT64, 0, cfg, stream)
-            nccl.ncclAllReduce(src, dst, 4, FLOAT32, SUM, wide, stream)
+            t = threading.Thread(target=nccl.ncclAllReduce,
+                                 args=(src, dst, 4, FLOAT32, SUM, wide, stream))
+            t.start()
+            t.join()
             nccl.ncclAllReduce(src, dst, 2, FLOAT32, SUM, shrunk, stream)
             time.sleep(0.005)
         assert nccl.ncclCommAbort(cfg) == 0
@@ -127,8 +132,11 @@ def main():
             nccl.ncclReduce(src, dst, 8, INT64, SUM, 1, comm, stream)
             nccl.ncclSend(src, 16, UINT8, other, comm, stream)
             nccl.ncclRecv(dst, 16, UINT8, other, comm, stream)
-            if not (skip_sub and k == n_iter - 1):
-                nccl.ncclAllReduce(src, dst, 2, FLOAT64, SUM, sub, stream)
+            if not (skip_sub and k == n_iter - 1):  # from another thread, as DDP's buckets
+                t = threading.Thread(target=nccl.ncclAllReduce,
+                                     args=(src, dst, 2, FLOAT64, SUM, sub, stream))
+                t.start()
+                t.join()
             nccl.ncclAllReduce(src, dst, 4, FLOAT32, SUM, early, stream)
             time.sleep(0.005)
         desync = int(os.environ.get('DESYNC_RANK', '-1')) == rank
