@@ -30,7 +30,9 @@
 
 /* Each entry point and the function its probe's cookie names. A symbol the library lacks (an
  * older NCCL) is skipped; a library with none of the calls' is not NCCL's. ncclBcast is not
- * probed: NCCL's calls ncclBroadcast, whose probe sees it (a probe on both counts it twice). */
+ * probed: NCCL's calls ncclBroadcast, whose probe sees it (a probe on both counts it twice);
+ * NCCL's plain calls and their Config variants share an inner function, never calling one
+ * another. */
 static const struct probe {
     const char *func;
     enum nccl_fn fn;
@@ -45,6 +47,15 @@ static const struct probe {
     {"ncclAlltoAll", NCCL_FN_ALL_TO_ALL},
     {"ncclGather", NCCL_FN_GATHER},
     {"ncclScatter", NCCL_FN_SCATTER},
+    /* the per-call config variants (NCCL 2.29+): the same arguments, then the config */
+    {"ncclAllReduceConfig", NCCL_FN_ALL_REDUCE},
+    {"ncclBroadcastConfig", NCCL_FN_BROADCAST},
+    {"ncclReduceConfig", NCCL_FN_REDUCE},
+    {"ncclAllGatherConfig", NCCL_FN_ALL_GATHER},
+    {"ncclReduceScatterConfig", NCCL_FN_REDUCE_SCATTER},
+    {"ncclAlltoAllConfig", NCCL_FN_ALL_TO_ALL},
+    {"ncclGatherConfig", NCCL_FN_GATHER},
+    {"ncclScatterConfig", NCCL_FN_SCATTER},
     {"ncclCommInitRank", NCCL_FN_INIT_RANK},
     {"ncclCommInitRankConfig", NCCL_FN_INIT_RANK},
     {"ncclCommInitRankScalable", NCCL_FN_INIT_SCALABLE},

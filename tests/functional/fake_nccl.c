@@ -223,3 +223,13 @@ ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count, int
 {
     return CALL(sendbuff != recvbuff && count + datatype + root && comm && stream);
 }
+
+/* NCCL 2.29+'s per-call config variant (the others alike): the plain call's arguments, then a
+ * ncclCollConfig_t; NCCL's and this one's share no entry point with the plain call. */
+NCCL_API(ncclResult_t, ncclAllReduceConfig, const void *sendbuff, void *recvbuff, size_t count,
+         int datatype, int op, ncclComm_t comm, cudaStream_t stream, const void *config);
+ncclResult_t ncclAllReduceConfig(const void *sendbuff, void *recvbuff, size_t count, int datatype,
+                                 int op, ncclComm_t comm, cudaStream_t stream, const void *config)
+{
+    return CALL(sendbuff != recvbuff && count + datatype + op && comm && stream && !config);
+}

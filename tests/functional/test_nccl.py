@@ -109,8 +109,8 @@ def test_every_nccl_call_recorded_from_outside_the_process():
         st = wait_for(lambda: (lambda s: s if s['processes'] == 3 else None)(status(d)), 20,
                       'the probes on both ranks and the flooder', lambda: status(d))
         assert st['source'] == 'uprobes' and 'error' not in st, st
-        # two uprobe_multi links a process (this kernel has them): 17 entry points, 5 returns
-        assert all('NCCL calls of pid %d: 22 probes on %s (uprobe_multi)' % (p.pid, LIB)
+        # two uprobe_multi links a process (this kernel has them): 18 entry points, 5 returns
+        assert all('NCCL calls of pid %d: 23 probes on %s (uprobe_multi)' % (p.pid, LIB)
                    in d.read_log() for p in procs[:2]), d.read_log()
         t0 = time.time_ns()
         open(go, 'w').close()
@@ -261,7 +261,8 @@ def test_the_api_of_newer_nccls_on_perf_event_probes():
     """NCCL 2.23 to 2.28's entry points, on the kernels without uprobe_multi links (a perf-event
     probe each; PROBED_UPROBE_MULTI=0 says so): communicators made by ncclCommInitRankConfig,
     ncclCommInitRankScalable and ncclCommShrink are one group on both ranks, with their sizes;
-    ncclBcast is one broadcast (NCCL's calls ncclBroadcast), all_to_all, gather and scatter
+    ncclBcast is one broadcast (NCCL's calls ncclBroadcast), ncclAllReduceConfig (2.29) an
+    all_reduce, all_to_all, gather and scatter
     rows have their bytes as torch's trace counts them and their roots; a communicator aborted
     and another made (at its address, likely) numbers from 1 again."""
     wd = tempfile.mkdtemp(prefix='probed-nccl-')
@@ -276,8 +277,8 @@ def test_the_api_of_newer_nccls_on_perf_event_probes():
             d.ctl('attach', p.pid, check=True)
         wait_for(lambda: status(d)['processes'] == 2, 20, 'the probes on both ranks',
                  lambda: status(d))
-        # the perf events' way: 17 entry points, 5 of them makings probed at their return too
-        assert all('NCCL calls of pid %d: 22 probes on %s (perf events)' % (p.pid, LIB)
+        # the perf events' way: 18 entry points, 5 of them makings probed at their return too
+        assert all('NCCL calls of pid %d: 23 probes on %s (perf events)' % (p.pid, LIB)
                    in d.read_log() for p in procs), d.read_log()
         open(go, 'w').close()
         for p in procs:

@@ -20,7 +20,8 @@ With NEWER=1, once GO exists, the API of the NCCLs jobs run now (2.23 to 2.28): 
 ncclCommInitRankConfig, "wide" (8 ranks) by ncclCommInitRankScalable from two ids, "shrunk"
 by ncclCommShrink of wide without ranks 5 and 7 (each rank lists them in its own order); ITER
 rounds of, on cfg, ncclBcast (root 0), an all_to_all, a gather (root 1) and a scatter (root 0),
-then an all_reduce each on wide (from a thread of its own) and shrunk; cfg aborted (ncclCommAbort) and "again" made in its
+then an all_reduce each on wide (from a thread of its own) and shrunk (by
+ncclAllReduceConfig, 2.29's); cfg aborted (ncclCommAbort) and "again" made in its
 place (its address likely cfg's), an all_reduce on it; NEWER, then the loop."""
 import ctypes
 import os
@@ -71,6 +72,7 @@ def main():
                                     ctypes.POINTER(comm_t), ctypes.c_void_p, ctypes.c_int]
     nccl.ncclCommAbort.argtypes = [comm_t]
     nccl.ncclBcast.argtypes = [vp, sz, i, i, comm_t, vp]
+    nccl.ncclAllReduceConfig.argtypes = [vp, vp, sz, i, i, comm_t, vp, vp]
     nccl.ncclAlltoAll.argtypes = [vp, vp, sz, i, comm_t, vp]
     nccl.ncclGather.argtypes = [vp, vp, sz, i, i, comm_t, vp]
     nccl.ncclScatter.argtypes = [vp, vp, sz, i, i, comm_t, vp]
@@ -108,7 +110,7 @@ def main():
                                  args=(src, dst, 4, FLOAT32, SUM, wide, stream))
             t.start()
             t.join()
-            nccl.ncclAllReduce(src, dst, 2, FLOAT32, SUM, shrunk, stream)
+            nccl.ncclAllReduceConfig(src, dst, 2, FLOAT32, SUM, shrunk, stream, None)
             time.sleep(0.005)
         assert nccl.ncclCommAbort(cfg) == 0
         assert nccl.ncclCommInitRankConfig(ctypes.byref(again), 2,
