@@ -47,7 +47,8 @@ static const struct probe {
     {"ncclAlltoAll", NCCL_FN_ALL_TO_ALL},
     {"ncclGather", NCCL_FN_GATHER},
     {"ncclScatter", NCCL_FN_SCATTER},
-    /* the per-call config variants (NCCL 2.29+): the same arguments, then the config */
+    /* the per-call config variants (NCCLs after 2.28, ncclCollConfig_t): the same arguments, then
+       the config */
     {"ncclAllReduceConfig", NCCL_FN_ALL_REDUCE},
     {"ncclBroadcastConfig", NCCL_FN_BROADCAST},
     {"ncclReduceConfig", NCCL_FN_REDUCE},

@@ -224,8 +224,8 @@ ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count, int
     return CALL(sendbuff != recvbuff && count + datatype + root && comm && stream);
 }
 
-/* NCCL 2.29+'s per-call config variant (the others alike): the plain call's arguments, then a
- * ncclCollConfig_t; NCCL's and this one's share no entry point with the plain call. */
+/* The per-call config variant of NCCLs after 2.28 (the others alike): the plain call's arguments,
+ * then a ncclCollConfig_t; NCCL's and this one's share no entry point with the plain call. */
 NCCL_API(ncclResult_t, ncclAllReduceConfig, const void *sendbuff, void *recvbuff, size_t count,
          int datatype, int op, ncclComm_t comm, cudaStream_t stream, const void *config);
 ncclResult_t ncclAllReduceConfig(const void *sendbuff, void *recvbuff, size_t count, int datatype,

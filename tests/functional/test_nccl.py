@@ -261,7 +261,7 @@ def test_the_api_of_newer_nccls_on_perf_event_probes():
     """NCCL 2.23 to 2.28's entry points, on the kernels without uprobe_multi links (a perf-event
     probe each; PROBED_UPROBE_MULTI=0 says so): communicators made by ncclCommInitRankConfig,
     ncclCommInitRankScalable and ncclCommShrink are one group on both ranks, with their sizes;
-    ncclBcast is one broadcast (NCCL's calls ncclBroadcast), ncclAllReduceConfig (2.29) an
+    ncclBcast is one broadcast (NCCL's calls ncclBroadcast), ncclAllReduceConfig (NCCLs after 2.28) an
     all_reduce, all_to_all, gather and scatter
     rows have their bytes as torch's trace counts them and their roots; a communicator aborted
     and another made (at its address, likely) numbers from 1 again."""

@@ -21,7 +21,7 @@ ncclCommInitRankConfig, "wide" (8 ranks) by ncclCommInitRankScalable from two id
 by ncclCommShrink of wide without ranks 5 and 7 (each rank lists them in its own order); ITER
 rounds of, on cfg, ncclBcast (root 0), an all_to_all, a gather (root 1) and a scatter (root 0),
 then an all_reduce each on wide (from a thread of its own) and shrunk (by
-ncclAllReduceConfig, 2.29's); cfg aborted (ncclCommAbort) and "again" made in its
+ncclAllReduceConfig, of NCCLs after 2.28); cfg aborted (ncclCommAbort) and "again" made in its
 place (its address likely cfg's), an all_reduce on it; NEWER, then the loop."""
 import ctypes
 import os
