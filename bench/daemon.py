@@ -61,7 +61,7 @@ import time
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..'))
 sys.path.insert(0, os.path.join(ROOT, 'tests', 'functional'))
 os.environ.setdefault('PROBED_BUILD', os.path.join(ROOT, 'build'))
-from daemon import Daemon, daemon_without  # noqa: E402
+from daemon import AS_OF_SCHEMA_11, Daemon, daemon_without  # noqa: E402
 from procstat import cpu_seconds, rss_mib, thread_cpu_seconds, thread_syscr  # noqa: E402
 from run import interpreters  # noqa: E402  bench/run.py
 
@@ -207,11 +207,7 @@ def synth_db(path, n_samples):
     d.close()
     db = sqlite3.connect(path)
     # back to schema 11 (a row per sample): the daemon counts and packs them as it opens it
-    db.executescript('DROP TABLE stack_counts; DROP TABLE sample_blocks;'
-                     ' CREATE TABLE samples (target_id INTEGER NOT NULL, ts_ns INTEGER NOT NULL,'
-                     ' tid INTEGER NOT NULL, stack_id INTEGER NOT NULL, state INTEGER NOT NULL,'
-                     ' PRIMARY KEY (target_id, ts_ns, tid)) WITHOUT ROWID;'
-                     ' PRAGMA user_version = 11;')
+    db.executescript(AS_OF_SCHEMA_11)
     rnd = random.Random(1)
     db.execute("INSERT INTO targets(id, pid, start_time, uid, cmdline, py_version, rate_hz,"
                " attached_ns) VALUES (1, 999999, 0, 0, 'synthetic', '3.12.0', 100, 0)")

@@ -80,8 +80,8 @@ static const struct key_def keys[CFG_N] = {
     [CFG_NCCL_CALLS] = {"nccl_calls", K_CHOICE, true, "off", 0, 0, false,
                         "each target's calls into NCCL (collectives, sends, receives), recorded"
                         " in comm_calls through uprobes on its libnccl, whoever issues them:"
-                        " on, or off (no probe; each costs a call about 10 us on this test VM:"
-                        " bench/nccl.py)"},
+                        " on, or off (no probe but on processes attached --nccl; each costs a"
+                        " call about 10 us on this test VM: bench/nccl.py)"},
 };
 
 void config_init(struct config *c)

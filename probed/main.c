@@ -223,7 +223,8 @@ static void resume_one(int64_t id, int32_t pid, int64_t start_time, int32_t rate
                             .allocation_tracking = flags & STORE_ALLOCATION_TRACKING,
                             .torch_tracing = flags & STORE_TORCH_TRACING,
                             .catching = flags & STORE_CATCHING,
-                            .native = flags & STORE_NATIVE};
+                            .native = flags & STORE_NATIVE,
+                            .nccl = flags & STORE_NCCL};
     struct pyf_err e = {0};
     int64_t now_start = -1;
     struct ob_half *h;

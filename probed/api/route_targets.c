@@ -107,6 +107,8 @@ static json_t *target_json(const struct target_info *t)
         json_object_set_new(j, "native", native_json(t));
     if (t->native_wanted && t->native_error[0])
         json_object_set_new(j, "native_error", json_string(t->native_error));
+    if (t->nccl_wanted)
+        json_object_set_new(j, "nccl", json_true());
     if (t->torch.on) /* the torch trace's totals (torchtrace.h) */
         json_object_set_new(j, "torch", torch_json(&t->torch));
     if (t->gpu_bytes >= 0) /* on every GPU at the meter's latest reading (NVML) */
@@ -210,7 +212,9 @@ struct attach_job {
     pid_t pid;
     struct attach_opts opts;
     bool children_of_any; /* --children: a process that is not Python is followed */
-    bool switch_mode;     /* "switch": one attached already takes this request's native mode */
+    bool switch_mode;     /* "switch": one attached already takes this request's modes: */
+    bool switch_native;   /* its native mode ("native" given, or neither it nor "nccl") */
+    bool switch_nccl;     /* whether its NCCL calls are recorded ("nccl" given) */
     struct target_info info;
 };
 
@@ -240,17 +244,27 @@ static void watch(struct attach_job *aj, const char *why)
                            "python", false, "cmdline", w.cmdline, "message", why);
 }
 
-/* attach --native (or --python) of a process attached already: its mode changes in place,
- * its timeline goes on (targets__set_native). */
+/* attach --native (or --python), --nccl or --no-nccl of a process attached already: its mode
+ * changes in place, its timeline goes on (targets__set_native, targets__set_nccl). */
 static void switch_mode(struct attach_job *aj)
 {
+    struct targets *reg = job_api(&aj->j)->parts.reg;
     struct pyf_err e = {0};
-    int r = targets__set_native(job_api(&aj->j)->parts.reg, aj->pid, &aj->opts, &aj->info, &e);
+    int r = aj->switch_native ? targets__set_native(reg, aj->pid, &aj->opts, &aj->info, &e) : 1;
+    int r_nccl = 1;
     char msg[256];
 
-    if (r == 1) {
-        snprintf(msg, sizeof(msg), "pid %d is attached already, and its stacks are %s already",
-                 (int)aj->pid, aj->info.mode);
+    if (r >= 0 && aj->switch_nccl &&
+        (r_nccl = targets__set_nccl(reg, aj->pid, aj->opts.nccl, &aj->info)) == -ENOENT) {
+        r = -ENOENT;
+        snprintf(e.msg, sizeof(e.msg), "pid %d is not attached", (int)aj->pid);
+    }
+    if (r == 1 && r_nccl == 1) {
+        snprintf(msg, sizeof(msg), "pid %d is attached already, and its stacks are %s%s already",
+                 (int)aj->pid, aj->info.mode,
+                 !aj->switch_nccl       ? ""
+                 : aj->info.nccl_wanted ? ", its NCCL calls recorded,"
+                                        : ", its NCCL calls not recorded,");
         fail(&aj->j, 409, msg);
         return;
     }
@@ -258,8 +272,10 @@ static void switch_mode(struct attach_job *aj)
         fail(&aj->j, r == -ENOENT ? 404 : 400, e.msg);
         return;
     }
-    log_msg(LOG_INFO, "pid %d: now %s, for uid %u", (int)aj->pid, aj->info.mode,
-            (unsigned)aj->j.scope.uid);
+    if (r_nccl == 0) /* its probes now, where memory_interval 0 lets the meter sleep */
+        meter__wake(job_api(&aj->j)->parts.meter);
+    log_msg(LOG_INFO, "pid %d: now %s%s, for uid %u", (int)aj->pid, aj->info.mode,
+            aj->info.nccl_wanted ? ", its NCCL calls" : "", (unsigned)aj->j.scope.uid);
     aj->j.status = 200;
     aj->j.body = target_json(&aj->info);
     json_object_set_new(aj->j.body, "switched", json_true());
@@ -297,8 +313,11 @@ static void run_attach(struct job *j)
         fail(j, e.sys == EEXIST ? 409 : e.sys == ENOSPC ? 503 : http_status(0, &e), e.msg);
         return;
     }
-    log_msg(LOG_INFO, "attached pid %d (Python %s) at %d Hz, %s, for uid %u", (int)aj->pid,
-            aj->info.py_version, (int)aj->info.rate_hz, aj->info.mode, (unsigned)j->scope.uid);
+    log_msg(LOG_INFO, "attached pid %d (Python %s) at %d Hz, %s%s, for uid %u", (int)aj->pid,
+            aj->info.py_version, (int)aj->info.rate_hz, aj->info.mode,
+            aj->opts.nccl ? ", its NCCL calls" : "", (unsigned)j->scope.uid);
+    if (aj->opts.nccl) /* its probes now, where memory_interval 0 lets the meter sleep */
+        meter__wake(job_api(j)->parts.meter);
     j->status = 200;
     j->body = target_json(&aj->info);
 }
@@ -431,7 +450,7 @@ static void run_match_attach(struct job *j)
                         "truncated", n > FINDPROC_MAX || cut);
 }
 
-/* POST /v1/targets {"match" | "job", "rate", "duration", "native"}: every process of the
+/* POST /v1/targets {"match" | "job", "rate", "duration", "native", "nccl"}: every process of the
  * caller's that the pattern or the job picks, attached --children. */
 static struct job *targets_attach_matching(struct api *a, const struct request *rq,
                                            const struct attach_opts *o)
@@ -453,14 +472,16 @@ static struct job *targets_attach_matching(struct api *a, const struct request *
 }
 
 /* POST /v1/targets {"pid", "rate", "duration", "children", "native": true|false|"perf",
- * "switch"}, or {"match": PATTERN} / {"job": NAME} instead of "pid". "switch": true changes the
- * native mode of a pid attached already, in place (its rate and timeline stay). */
+ * "nccl", "switch"}, or {"match": PATTERN} / {"job": NAME} instead of "pid". "switch": true changes
+ * the native mode of a pid attached already, in place (its rate and timeline stay). */
 struct job *targets_attach(struct api *a, const struct request *rq)
 {
     json_t *jpid = json_object_get(rq->body, "pid"), *jrate = json_object_get(rq->body, "rate");
     json_t *jdur = json_object_get(rq->body, "duration");
     /* "native": true (the eBPF sampler, else perf), "perf" (perf alone), false */
     json_t *jnative = json_object_get(rq->body, "native");
+    /* "nccl": true, the process's NCCL calls recorded whatever nccl_calls says (gpu/nccl.h) */
+    json_t *jnccl = json_object_get(rq->body, "nccl");
     bool perf_only = json_is_string(jnative) && strcmp(json_string_value(jnative), "perf") == 0;
     bool native = json_is_true(jnative) || perf_only;
     bool native_ok = !jnative || json_is_boolean(jnative) || perf_only;
@@ -497,6 +518,10 @@ struct job *targets_attach(struct api *a, const struct request *rq)
         reply_error(rq->req, 400, "\"native\" must be true, false or \"perf\"");
         return NULL;
     }
+    if (jnccl && !json_is_boolean(jnccl)) {
+        reply_error(rq->req, 400, "\"nccl\" must be true or false");
+        return NULL;
+    }
     if (native && rate > CONFIG_NATIVE_RATE_MAX_HZ) {
         reply_error(rq->req, 400,
                     "with native stacks the rate is at most %d Hz: the kernel copies a stack at "
@@ -513,6 +538,7 @@ struct job *targets_attach(struct api *a, const struct request *rq)
                             .follow_children = json_is_true(json_object_get(rq->body, "children")),
                             .native = native,
                             .native_perf_only = perf_only,
+                            .nccl = json_is_true(jnccl),
                             .duration_ns = dur_ns};
     if (matching)
         return targets_attach_matching(a, rq, &o);
@@ -522,6 +548,8 @@ struct job *targets_attach(struct api *a, const struct request *rq)
     aj->pid = pid;
     aj->children_of_any = o.follow_children;
     aj->switch_mode = json_is_true(json_object_get(rq->body, "switch"));
+    aj->switch_native = jnative || !jnccl;
+    aj->switch_nccl = jnccl != NULL;
     aj->opts = o;
     return &aj->j;
 }

@@ -69,6 +69,8 @@ int attach_main(int argc, char **argv)
                                              {"children", no_argument, NULL, 'c'},
                                              {"native", optional_argument, NULL, 'n'},
                                              {"no-native", no_argument, NULL, 'N'},
+                                             {"nccl", no_argument, NULL, 'C'},
+                                             {"no-nccl", no_argument, NULL, 'D'},
                                              {"json", no_argument, NULL, 'j'},
                                              COMMON_LONGOPTS,
                                              {NULL, 0, NULL, 0}};
@@ -76,6 +78,7 @@ int attach_main(int argc, char **argv)
     int64_t duration_ns = 0;
     json_t *body, *reply;
     bool as_json = false, children = false, native = false, no_native = false;
+    int nccl = -1; /* --nccl 1, --no-nccl 0, neither -1 */
     long rate = 0;
     int c, pid;
 
@@ -105,12 +108,20 @@ int attach_main(int argc, char **argv)
         case 'N':
             no_native = true;
             break;
+        case 'C':
+        case 'D':
+            if (nccl == (c == 'D')) {
+                fprintf(stderr, "probectl attach: --nccl or --no-nccl, not both\n");
+                return 2;
+            }
+            nccl = c == 'C';
+            break;
         case 'S':
             socket = optarg;
             break;
         case 'h':
             printf("usage: probectl attach <pid> [--rate HZ] [--duration DUR] [--children]"
-                   " [--native[=perf] | --no-native] [--json]\n"
+                   " [--native[=perf] | --no-native] [--nccl | --no-nccl] [--json]\n"
                    "  Starts sampling the process's Python stacks into the daemon's database.\n"
                    "  --rate HZ        samples per second (default: the daemon's, 100)\n"
                    "  --duration DUR   stop after this long (30s, 5m, 2h)\n"
@@ -121,9 +132,13 @@ int attach_main(int argc, char **argv)
                    "                   sampler copies native and Python frames in one instant;\n"
                    "                   where it cannot load (no CAP_BPF), perf samples them\n"
                    "  --native=perf    perf alone, even where eBPF could be used\n"
+                   "  --nccl           its calls into NCCL recorded too (comm_calls: every\n"
+                   "                   collective, send and receive, whoever issues them), by\n"
+                   "                   uprobes on its libnccl, where nccl_calls is off for the\n"
+                   "                   others; each call costs ~10 us more (bench/nccl.py)\n"
                    "  On a process attached already, --native, --native=perf and --no-native\n"
-                   "  (Python frames alone) change how it is sampled, in place: its rate and\n"
-                   "  timeline stay.\n");
+                   "  (Python frames alone), --nccl and --no-nccl change how it is sampled, in\n"
+                   "  place: its rate and timeline stay.\n");
             return 0;
         default:
             return 2;
@@ -148,7 +163,11 @@ int attach_main(int argc, char **argv)
         json_object_set_new(body, "children", json_true());
     if (native)
         json_object_set_new(body, "native", native_backend ? json_string("perf") : json_true());
-    if (native || no_native) /* one attached already changes its mode */
+    if (no_native)
+        json_object_set_new(body, "native", json_false());
+    if (nccl >= 0)
+        json_object_set_new(body, "nccl", json_boolean(nccl));
+    if (native || no_native || nccl >= 0) /* one attached already changes its mode */
         json_object_set_new(body, "switch", json_true());
     reply = client_request(socket, "POST", "/v1/targets", body);
     json_decref(body);
@@ -170,6 +189,9 @@ int attach_main(int argc, char **argv)
                pid, json_string_value(json_object_get(reply, "python_version")),
                (long long)json_integer_value(json_object_get(reply, "rate_hz")),
                json_string_value(json_object_get(reply, "mode")));
+        if (json_is_true(json_object_get(reply, "nccl")))
+            printf("its calls into NCCL are recorded (uprobes on its libnccl, once it maps"
+                   " one)\n");
         if (why)
             printf("native stacks unavailable, Python frames only: %s\n", why);
         if (no_ebpf)

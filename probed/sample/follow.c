@@ -194,7 +194,8 @@ static void pass(struct follower *f)
                                                  .opts = {.rate_hz = k->rate_hz,
                                                           .follow_children = true,
                                                           .native = k->native_wanted,
-                                                          .native_perf_only = k->native_perf_only}};
+                                                          .native_perf_only = k->native_perf_only,
+                                                          .nccl = k->nccl_wanted}};
     }
     n_targets = n;
     n = prune_and_copy_watches(f, n);

@@ -249,18 +249,24 @@ static void on_nccl_call(void *ctx, const struct nccl_call *c)
 }
 
 /* The targets' NCCL calls since the last pass, into the outbox; new targets with a libnccl
- * watched (nccl.h). */
+ * watched (nccl.h): every target with nccl_calls on, else those attached --nccl. */
 static void read_nccl(struct meter *m, struct due_list *l)
 {
     struct nccl_target targets[TARGETS_MAX];
+    bool all = config_num(m->cfg, CFG_NCCL_CALLS) != 0;
     struct nccl_pass np = {0};
     struct errbuf err;
+    size_t n = 0;
 
-    if (config_num(m->cfg, CFG_NCCL_CALLS) == 0) {
+    for (size_t i = 0; i < l->n; i++)
+        if (all || l->items[i].nccl_wanted)
+            targets[n++] = (struct nccl_target){
+                .id = l->items[i].id, .start_time = l->items[i].start_time, .pid = l->items[i].pid};
+    if (n == 0 && !all) {
         nccl_free(m->nccl); /* every probe removed */
         m->nccl = NULL;
         m->nccl_retry_ns = 0; /* turned on again: loaded at once */
-        nccl_status(m, "turned off (nccl_calls = off)", 0);
+        nccl_status(m, "turned off (nccl_calls = off, and no target attached --nccl)", 0);
         return;
     }
     if (!m->nccl) {
@@ -272,10 +278,7 @@ static void read_nccl(struct meter *m, struct due_list *l)
             return;
         }
     }
-    for (size_t i = 0; i < l->n; i++)
-        targets[i] = (struct nccl_target){
-            .id = l->items[i].id, .start_time = l->items[i].start_time, .pid = l->items[i].pid};
-    nccl__watch(m->nccl, targets, l->n);
+    nccl__watch(m->nccl, targets, n);
     np.h = outbox__lock(m->ob);
     nccl__drain(m->nccl, on_nccl_call, &np);
     outbox__unlock(m->ob);
@@ -303,12 +306,18 @@ static void pass(struct meter *m, struct due_list *l)
 }
 
 /* memory_interval 0 turns memory and GPU readings off, not NCCL's calls: a pass of those alone
- * (and one more after nccl_calls is turned off, which removes the probes and says so; the
- * status is this thread's to write, read here without its lock). */
+ * (and one more after the last of them is turned off, which removes the probes and says so;
+ * the status is this thread's to write, read here without its lock). */
 static bool nccl_alone(struct meter *m)
 {
+    struct target_key k;
+
     return config_num(m->cfg, CFG_NCCL_CALLS) != 0 || m->nccl ||
-           (!m->nccl_status.watching && !m->nccl_status.error[0]);
+           (!m->nccl_status.watching && !m->nccl_status.error[0]) ||
+           targets__keys(m->reg,
+                         &(struct targets_filter){
+                             .all_users = true, .sampling_only = true, .nccl_only = true},
+                         &k, 1) > 0;
 }
 
 static void *meter_main(void *arg)

@@ -51,7 +51,7 @@ struct ob_def {
 struct ob_target {
     int64_t id, start_time, attached_ns;
     int32_t pid, uid, rate_hz, rank, local_rank, world_size; /* rank etc.: -1 unknown */
-    int32_t follow_children, native;
+    int32_t follow_children, native, nccl;
     char cmdline[512], py_version[32];
 };
 

@@ -82,6 +82,7 @@ struct target {
     bool torch_tracing;       /* resumed with the torch trace on (torchtrace.h) */
     bool catching;            /* resumed with `catch` on (intarget/catch.h) */
     bool native_wanted;       /* attach --native: native frames in the stacks (native.h) */
+    bool nccl_wanted;         /* attach --nccl: its NCCL calls recorded (gpu/nccl.h) */
     bool native_perf_only;    /* attach --native=perf: not the eBPF sampler */
     pid_t pid;
     uid_t uid;

@@ -103,7 +103,7 @@ static bool selected(const struct target *t, const struct targets_filter *f)
 {
     return (f->all_users || t->uid == f->uid) && (!f->pid || t->pid == f->pid) &&
            (!f->sampling_only || t->state == TARGET_SAMPLING) &&
-           (!f->following_only || t->follow_children);
+           (!f->following_only || t->follow_children) && (!f->nccl_only || t->nccl_wanted);
 }
 
 static void info_of(const struct target *t, struct target_info *i)
@@ -120,6 +120,7 @@ static void info_of(const struct target *t, struct target_info *i)
         .follow_children = t->follow_children,
         .native_wanted = t->native_wanted,
         .native_perf_only = t->native_perf_only,
+        .nccl_wanted = t->nccl_wanted,
         .allocation_tracking = t->allocation_tracking,
         .torch_tracing = t->torch_tracing,
         .catching = t->catching,
@@ -162,7 +163,8 @@ static void key_of(const struct target *t, struct target_key *k)
                              .rate_hz = t->rate_hz,
                              .follow_children = t->follow_children,
                              .native_wanted = t->native_wanted,
-                             .native_perf_only = t->native_perf_only};
+                             .native_perf_only = t->native_perf_only,
+                             .nccl_wanted = t->nccl_wanted};
 }
 
 /* Fills @out[i] (@size bytes each, at most @cap) with @fill of each target @f selects; returns
@@ -238,6 +240,7 @@ static void record_attach(struct targets *reg, const struct target *t)
         .world_size = t->world_size,
         .follow_children = t->follow_children,
         .native = t->native_wanted,
+        .nccl = t->nccl_wanted,
     };
     struct ob_half *h;
 
@@ -328,6 +331,7 @@ int targets__attach(struct targets *reg, pid_t pid, const struct attach_opts *o,
     t->rate_is_default = o->rate_is_default;
     t->native_wanted = o->native || o->native_perf_only;
     t->native_perf_only = o->native_perf_only;
+    t->nccl_wanted = o->nccl;
     t->allocation_tracking = o->allocation_tracking;
     t->torch_tracing = o->torch_tracing;
     t->catching = o->catching;
@@ -409,6 +413,27 @@ gone:
     *reterr = (struct pyf_err){.kind = PYF_INVALID, .sys = ENOENT};
     snprintf(reterr->msg, sizeof(reterr->msg), "pid %d is not attached", (int)pid);
     return -ENOENT;
+}
+
+int targets__set_nccl(struct targets *reg, pid_t pid, bool want, struct target_info *ret_info)
+{
+    struct target *t;
+    int r = 1;
+
+    targets__lock(reg);
+    t = sampled(reg, pid);
+    if (!t) {
+        targets__unlock(reg);
+        return -ENOENT;
+    }
+    if (t->nccl_wanted != want) {
+        t->nccl_wanted = want;
+        record_attach(reg, t); /* the same row, its nccl column rewritten */
+        r = 0;
+    }
+    info_of(t, ret_info);
+    targets__unlock(reg);
+    return r;
 }
 
 int targets__detach(struct targets *reg, pid_t pid, const struct targets_filter *f,

@@ -51,6 +51,7 @@ struct attach_opts {
     bool follow_children;  /* attach --children */
     bool native;           /* attach --native: the eBPF sampler, else perf */
     bool native_perf_only; /* attach --native=perf */
+    bool nccl;             /* attach --nccl: its NCCL calls recorded whatever nccl_calls says */
     int64_t duration_ns;   /* detached after this long; 0: never */
     /* a daemon restart picking up a target the store lists as sampled: its row and id exist */
     int64_t resume_id;                                 /* 0: a new attach */
@@ -67,7 +68,7 @@ struct target_info {
     char py_version[32];
     int rank, local_rank, world_size; /* -1: not set */
     uint32_t rate_hz;
-    bool follow_children, native_wanted, native_perf_only;
+    bool follow_children, native_wanted, native_perf_only, nccl_wanted;
     bool allocation_tracking, torch_tracing, catching; /* resumed with these on */
     int64_t attached_ns;                               /* CLOCK_REALTIME */
     int64_t ended_ns;                                  /* CLOCK_REALTIME; 0 while sampled */
@@ -99,6 +100,7 @@ struct target_key {
     int64_t ended_ns; /* CLOCK_REALTIME it ended; 0 while sampling */
     uint32_t rate_hz;
     bool follow_children, native_wanted, native_perf_only;
+    bool nccl_wanted; /* attach --nccl */
 };
 
 /* Which targets a copy holds. */
@@ -108,6 +110,7 @@ struct targets_filter {
     pid_t pid;           /* 0: any */
     bool sampling_only;  /* only those being sampled now */
     bool following_only; /* only those attached --children */
+    bool nccl_only;      /* only those attached --nccl */
 };
 
 /* What the torch trace's drain of a target adds to its totals (torchtrace.h). */
@@ -145,6 +148,10 @@ int targets__add(struct targets *reg, struct target *t, const struct attach_opts
  * is freed outside it. 0: switched (a native open that failed leaves Python frames, its
  * native_error says why); 1: it was in that mode already; -ENOENT: not sampled (or it ended
  * meanwhile); -EINVAL: its rate is above what native stacks allow. *ret_info: the target. */
+/* Turns the recording of the sampled @pid's NCCL calls (attach --nccl, --no-nccl) to @want,
+ * its targets row rewritten (a restart resumes it). 0: changed; 1: it was so already;
+ * -ENOENT: not sampled. *ret_info: the target. */
+int targets__set_nccl(struct targets *reg, pid_t pid, bool want, struct target_info *ret_info);
 int targets__set_native(struct targets *reg, pid_t pid, const struct attach_opts *o,
                         struct target_info *ret_info, struct pyf_err *reterr);
 /* Stops sampling @pid, if @f lets its caller see it, and forgets it; *ret_info: what it was.

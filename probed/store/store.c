@@ -40,8 +40,8 @@ enum stmt_id {
 
 static const char *const stmt_sql[N_STMTS] = {
     [INS_TARGET] = "INSERT OR REPLACE INTO targets(id, pid, start_time, uid, cmdline, py_version,"
-                   " rate_hz, rank, local_rank, world_size, attached_ns, follow_children, native)"
-                   " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   " rate_hz, rank, local_rank, world_size, attached_ns, follow_children, native,"
+                   " nccl) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     [END_TARGET] = "UPDATE targets SET ended_ns = ?, end_reason = ? WHERE id = ?",
     [INS_THREAD] = "INSERT OR REPLACE INTO threads(target_id, tid, name, os_name) VALUES (?, ?, ?,"
                    " ?)",
@@ -327,10 +327,10 @@ static int write_defs(struct store *st, const struct ob_half *h)
 
     for (size_t i = 0; r == 0 && i < h->n_targets; i++) {
         const struct ob_target *t = &h->targets[i];
-        r = run(st, INS_TARGET, "iiiittinnniii", t->id, (int64_t)t->pid, t->start_time,
+        r = run(st, INS_TARGET, "iiiittinnniiii", t->id, (int64_t)t->pid, t->start_time,
                 (int64_t)t->uid, t->cmdline, -1, t->py_version, -1, (int64_t)t->rate_hz,
                 (int64_t)t->rank, (int64_t)t->local_rank, (int64_t)t->world_size, t->attached_ns,
-                (int64_t)t->follow_children, (int64_t)t->native);
+                (int64_t)t->follow_children, (int64_t)t->native, (int64_t)t->nccl);
     }
     for (size_t i = 0; r == 0 && i < h->n_threads; i++) {
         const struct ob_def *d = &h->threads[i];
@@ -594,7 +594,8 @@ int store__live_targets(struct store *st, store_target_fn fn, void *ctx, struct 
                            " ((id IN (SELECT target_id FROM allocation_tracking)) << 1) |"
                            " ((id IN (SELECT target_id FROM torch_tracing)) << 2) |"
                            " ((native <> 0) << 3) |"
-                           " ((id IN (SELECT target_id FROM catching)) << 4)"
+                           " ((id IN (SELECT target_id FROM catching)) << 4) |"
+                           " ((nccl <> 0) << 5)"
                            " FROM targets WHERE ended_ns IS NULL",
                            -1, &q, NULL) != SQLITE_OK)
         return errbuf_set(err, -EIO, "reading targets: %s", sqlite3_errmsg(st->db));

@@ -43,6 +43,7 @@ int store__next_target_id(struct store *st, int64_t *ret, struct errbuf *err);
 #define STORE_TORCH_TRACING 4u       /* the torch trace was on */
 #define STORE_NATIVE 8u              /* attach --native */
 #define STORE_CATCHING 16u           /* `probectl catch` was on */
+#define STORE_NCCL 32u               /* attach --nccl */
 typedef void (*store_target_fn)(int64_t id, int32_t pid, int64_t start_time, int32_t rate_hz,
                                 unsigned flags, void *ctx);
 int store__live_targets(struct store *st, store_target_fn fn, void *ctx, struct errbuf *err);

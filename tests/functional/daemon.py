@@ -146,3 +146,19 @@ def ensure_test_user():
         subprocess.run(['useradd', '--no-create-home', '--shell', '/usr/sbin/nologin', TEST_USER],
                        check=True)
     return TEST_USER
+
+
+# A fresh database taken back to schema 11: a row per sample, no counts (the migrations to
+# 12 and 13 count and pack what it holds when a daemon opens it).
+AS_OF_SCHEMA_11 = (  # the tables of 0012 and later go too
+    'DROP TABLE stack_counts; DROP TABLE sample_blocks; DROP TABLE torch_profiles;'
+    ' DROP TABLE torch_profile_events; DROP TABLE torch_profile_steps; DROP TABLE gpu_memory;'
+    ' DROP TABLE gpus; DROP TABLE gpu_readings; DROP TABLE gpu_process_readings;'
+    ' DROP TABLE gpu_xids; DROP TABLE ddp_steps; DROP TABLE stack_tasks;'
+    ' ALTER TABLE comm_calls DROP COLUMN state;'
+    ' ALTER TABLE torch_records DROP COLUMN device_ns;'
+    ' ALTER TABLE torch_records DROP COLUMN session; ALTER TABLE targets DROP COLUMN nccl;'
+    ' CREATE TABLE samples (target_id INTEGER NOT NULL, ts_ns INTEGER NOT NULL,'
+    ' tid INTEGER NOT NULL, stack_id INTEGER NOT NULL, state INTEGER NOT NULL,'
+    ' PRIMARY KEY (target_id, ts_ns, tid)) WITHOUT ROWID;'
+    ' PRAGMA user_version = 11;')

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from conftest import BUILD, INTERPRETERS, PROBECTL, interpreter_params, require, Target, TARGETS, wait_for
-from daemon import Daemon, daemon_without, ensure_test_user
+from daemon import AS_OF_SCHEMA_11, Daemon, daemon_without, ensure_test_user
 
 
 @pytest.fixture
@@ -367,20 +367,6 @@ def counts_mismatch(tids=None):
     return 'SELECT count(*) FROM (%s)' % ' UNION ALL '.join(parts)
 
 
-# A fresh database taken back to schema 11: a row per sample, no counts (the migrations to
-# 12 and 13 count and pack what it holds when a daemon opens it).
-AS_OF_SCHEMA_11 = (  # the tables of 0012 and later go too
-    'DROP TABLE stack_counts; DROP TABLE sample_blocks; DROP TABLE torch_profiles;'
-    ' DROP TABLE torch_profile_events; DROP TABLE torch_profile_steps; DROP TABLE gpu_memory;'
-    ' DROP TABLE gpus; DROP TABLE gpu_readings; DROP TABLE gpu_process_readings;'
-    ' DROP TABLE gpu_xids; DROP TABLE ddp_steps; DROP TABLE stack_tasks;'
-    ' ALTER TABLE comm_calls DROP COLUMN state;'
-    ' ALTER TABLE torch_records DROP COLUMN device_ns;'
-    ' ALTER TABLE torch_records DROP COLUMN session;'
-    ' CREATE TABLE samples (target_id INTEGER NOT NULL, ts_ns INTEGER NOT NULL,'
-    ' tid INTEGER NOT NULL, stack_id INTEGER NOT NULL, state INTEGER NOT NULL,'
-    ' PRIMARY KEY (target_id, ts_ns, tid)) WITHOUT ROWID;'
-    ' PRAGMA user_version = 11;')
 
 
 def test_flamegraph_sums_the_counts_and_equals_counting_samples(tmp_path):

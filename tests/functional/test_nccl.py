@@ -434,6 +434,78 @@ def test_one_user_cannot_fill_the_communicators_table():
 
 
 
+def test_a_user_records_the_nccl_calls_of_their_own_job():
+    """nccl_calls is root's switch, for every target; `attach --nccl` is a user's, for their
+    own process. With nccl_calls off and memory_interval 0 (the meter asleep), a user's rank
+    attached --nccl gets the probes at once and its calls recorded; root's rank, attached
+    without it, none. --no-nccl on the attached process removes them in place (the same
+    target), --nccl brings them back, and a restarted daemon resumes the process so."""
+    user = ensure_test_user()
+    wd = tempfile.mkdtemp(prefix='probed-nccl-')
+    os.chmod(wd, 0o777)
+    go = os.path.join(wd, 'go')
+    d = Daemon('--memory-interval', '0')
+    os.chmod(d.socket, 0o666)  # the group rule is packaging's; here SO_PEERCRED decides
+    procs = []
+
+    def stored(p):
+        return d.rows('SELECT count(*) FROM comm_calls c JOIN targets t ON'
+                      ' t.id = c.target_id WHERE t.pid = %d' % p.pid)[0][0]
+    try:
+        env = dict(GO=go, NCCL_ID='own-job', ITER='2')
+        mine = subprocess.Popen(['setpriv', '--reuid=' + user, '--regid=' + user,
+                                 '--init-groups', PY, JOB], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE,
+                                env=dict(os.environ, RANK='0', NCCL_LIB=LIB, **env))
+        procs.append(mine)
+        assert mine.stdout.readline().startswith(b'READY'), mine.stderr.read()
+        roots = start(1, env)
+        procs.append(roots)
+        d.ctl('attach', roots.pid, check=True)
+        r = d.ctl('attach', mine.pid, '--nccl', user=user, check=True)
+        assert 'its calls into NCCL are recorded' in r.stdout, r.stdout
+        wait_for(lambda: status(d)['processes'] == 1, 10, 'the probes on the user\'s rank alone',
+                 lambda: status(d))
+        targets = {t['pid']: t for t in
+                   json.loads(d.ctl('list', '--json', check=True).stdout)['targets']}
+        assert targets[mine.pid].get('nccl') is True and 'nccl' not in targets[roots.pid]
+        open(go, 'w').close()
+        for p in procs:
+            assert p.stdout.readline().startswith(b'DONE')
+        wait_for(lambda: stored(mine) >= 2 * 9 + 1, 10, "the user's calls stored")
+        assert stored(roots) == 0
+        target_id = targets[mine.pid]['id']
+
+        r = d.ctl('attach', mine.pid, '--no-nccl', user=user, check=True)
+        assert 'now sampling' in r.stdout and 'NCCL' not in r.stdout, r.stdout
+        wait_for(lambda: status(d)['processes'] == 0, 10, 'the probes removed')
+        assert status(d)['error'] == ('turned off (nccl_calls = off, and no target attached'
+                                      ' --nccl)'), status(d)
+        r = d.ctl('attach', mine.pid, '--no-nccl', user=user)
+        assert r.returncode != 0 and 'its NCCL calls not recorded, already' in r.stderr, r.stderr
+        d.ctl('attach', mine.pid, '--nccl', user=user, check=True)
+        wait_for(lambda: status(d)['processes'] == 1, 10, 'the probes back')
+        n = stored(mine)
+        wait_for(lambda: stored(mine) > n, 10, 'its calls recorded again')
+
+        d.kill()  # a restart: the process resumed with its calls recorded, root's without
+        d.start()
+        os.chmod(d.socket, 0o666)
+        wait_for(lambda: status(d).get('processes') == 1, 20, 'resumed with the probes',
+                 lambda: status(d))
+        resumed = {t['pid']: t for t in
+                   json.loads(d.ctl('list', '--json', check=True).stdout)['targets']}
+        assert resumed[mine.pid]['id'] == target_id and resumed[mine.pid].get('nccl') is True
+        n = stored(mine)
+        wait_for(lambda: stored(mine) > n, 10, 'its calls recorded after the restart')
+        assert stored(roots) == 0
+    finally:
+        for p in procs:
+            reap(p)
+        d.close()
+        shutil.rmtree(wd, ignore_errors=True)
+
+
 def test_nccl_calls_recorded_with_memory_readings_off():
     """memory_interval = 0 turns the memory and GPU readings off, not NCCL's calls: they were
     never drained (the meter made no pass) and the probes never loaded, silently. They are
