@@ -279,6 +279,8 @@ static void tool_list_targets(struct mcp *m, json_t *args, struct answer *a)
 
         if (o && json_object_get(t, "rank"))
             json_object_set(o, "rank", json_object_get(t, "rank"));
+        if (o && json_is_true(json_object_get(t, "nccl"))) /* attach --nccl */
+            json_object_set(o, "nccl", json_true());
         if (o)
             json_array_append_new(out, o);
     }
@@ -526,17 +528,22 @@ static void tool_crashes(struct mcp *m, json_t *args, struct answer *a)
 static void tool_attach(struct mcp *m, json_t *args, struct answer *a)
 {
     long pid, rate;
-    bool native;
+    bool native, nccl;
     char p[24], r[24];
 
     if (!arg_int(args, "pid", -1, 1, 1L << 22, &pid, a) ||
-        !arg_int(args, "rate_hz", 100, 1, 10000, &rate, a) || !arg_bool(args, "native", &native, a))
+        !arg_int(args, "rate_hz", 100, 1, 10000, &rate, a) ||
+        !arg_bool(args, "native", &native, a) || !arg_bool(args, "nccl", &nccl, a))
         return;
     snprintf(p, sizeof(p), "%ld", pid);
     snprintf(r, sizeof(r), "%ld", rate);
+    /* an option given after a NULL is not read: the one set comes first */
     run_self(m,
-             (const char *const[]){"probectl", "attach", p, "--rate", r, native ? "--native" : NULL,
-                                   NULL},
+             (const char *const[]){"probectl", "attach", p, "--rate", r,
+                                   native ? "--native"
+                                   : nccl ? "--nccl"
+                                          : NULL,
+                                   native && nccl ? "--nccl" : NULL, NULL},
              NULL, a);
 }
 
@@ -644,7 +651,7 @@ static const struct tool {
      "{\"pid\": {\"type\": \"integer\", \"minimum\": 1}}", "[]", tool_crashes, false},
     {"attach", "Attach", "Start sampling a process (changes what probed does, not the process).",
      "{" PID_PROP ", \"rate_hz\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 10000},"
-     " \"native\": {\"type\": \"boolean\"}}",
+     " \"native\": {\"type\": \"boolean\"}, \"nccl\": {\"type\": \"boolean\"}}",
      "[\"pid\"]", tool_attach, true},
     {"detach", "Detach", "Stop sampling a process.", "{" PID_PROP "}", "[\"pid\"]", tool_detach,
      true},

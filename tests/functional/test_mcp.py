@@ -157,14 +157,15 @@ def test_a_session_with_the_sdk_client(daemon, client_dir, target_factory):
 def test_actions_need_allow_actions(daemon, client_dir, target_factory):
     t = target_factory('/usr/bin/python3', 'taskspin.py')
     out = session(daemon, client_dir,
-                  [('attach', {'pid': t.pid, 'rate_hz': 50}), ('list_targets', {}),
+                  [('attach', {'pid': t.pid, 'rate_hz': 50, 'nccl': True}), ('list_targets', {}),
                    ('eval', {'pid': t.pid, 'code': '6 * 7'}), ('detach', {'pid': t.pid})],
                   actions=True)
     tools = {x['name']: x for x in out['tools']}
     assert set(tools) == READ_TOOLS | ACTION_TOOLS
     assert tools['eval']['annotations']['readOnlyHint'] is False
     assert not result_of(out, 0)['isError'], result_of(out, 0)
-    assert t.pid in [x['pid'] for x in result_of(out, 1)['structuredContent']['targets']]
+    listed = {x['pid']: x for x in result_of(out, 1)['structuredContent']['targets']}
+    assert listed[t.pid].get('nccl') is True, listed  # its NCCL calls asked for too
     ev = result_of(out, 2)
     assert not ev['isError'] and '42' in text_of(ev), ev
     assert not result_of(out, 3)['isError'], result_of(out, 3)
