@@ -15,7 +15,7 @@
 
 #include "ctl/client.h"
 
-#define PAGE_ROWS 100000 /* rows a query of the copy asks for */
+#define PAGE_ROWS 100000 /* rows a query of the copy asks for, by default */
 
 /* What is copied: all of the caller's, or the targets of some pids, from a time on. */
 struct export
@@ -26,6 +26,7 @@ struct export
     char *pids_cond;    /* the same on targets' pid ("1") */
     int64_t since_ns;   /* 0: from the first row */
     long long rows;     /* copied so far */
+    int page_rows;      /* rows a query of the copy asks for */
 };
 
 /* The rows of @sql through the daemon (the caller's scope), or NULL after saying why; *@keep
@@ -132,38 +133,208 @@ static char *where_of(const struct export *ex, const char *name, json_t *cols)
     return w;
 }
 
-/* Copies table @name (created already) page by page. */
+/* The order a table is copied in: its primary key (@unique), else (target_id, ts_ns) or ts_ns,
+ * from its local copy's columns; as an SQL list of quoted names, and each one's place in the
+ * daemon's SELECT * (@cols). 0 columns: none (the pages then go by OFFSET). */
+struct order {
+    char list[256];
+    int at[8];
+    int n;
+    bool unique;
+};
+
+static void order_of(const struct export *ex, const char *name, json_t *cols, struct order *o)
+{
+    char *names[8] = {0}, *sql;
+    sqlite3_stmt *st = NULL;
+    bool target = false, ts = false, ok = true;
+    int n = 0, key_cols = 0;
+    json_t *c;
+    size_t i;
+
+    memset(o, 0, sizeof(*o));
+    if ((sql = sqlite3_mprintf("SELECT name, pk FROM pragma_table_info(%Q) ORDER BY pk", name)) &&
+        sqlite3_prepare_v2(ex->db, sql, -1, &st, NULL) == SQLITE_OK)
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            const char *col = (const char *)sqlite3_column_text(st, 0);
+            if (!col)
+                continue;
+            if (sqlite3_column_int(st, 1) > 0 && ++key_cols <= 8)
+                names[n++] = strdup(col);
+            target |= strcmp(col, "target_id") == 0;
+            ts |= strcmp(col, "ts_ns") == 0;
+        }
+    sqlite3_finalize(st);
+    sqlite3_free(sql);
+    /* more than 8 key columns: the first 8 order it, as the time orders a table without one */
+    o->unique = key_cols > 0 && key_cols <= 8;
+    if (n == 0 && ts) { /* no key: the time (the rows of one instant in one page) */
+        if (target)
+            names[n++] = strdup("target_id");
+        names[n++] = strdup("ts_ns");
+    }
+    for (int k = 0; k < n; k++) {
+        size_t len = strlen(o->list);
+        char *quoted = names[k] ? sqlite3_mprintf("%s\"%w\"", k ? ", " : "", names[k]) : NULL;
+
+        o->at[k] = -1;
+        json_array_foreach(cols, i, c)
+        {
+            if (names[k] && strcmp(json_string_value(c) ?: "", names[k]) == 0)
+                o->at[k] = (int)i;
+        }
+        /* a column the daemon's rows lack, or no room: no order (OFFSET) */
+        ok &= o->at[k] >= 0 && quoted && len + strlen(quoted) < sizeof(o->list);
+        if (ok)
+            memcpy(o->list + len, quoted, strlen(quoted) + 1);
+        sqlite3_free(quoted);
+        free(names[k]);
+    }
+    o->n = ok ? n : 0;
+}
+
+/* Row @row's values of the order's columns as an SQL row value, "(1, 'a')"; NULL where one is
+ * NULL (no row compares with it) or memory ran out. */
+static char *key_of(const struct order *o, json_t *row)
+{
+    char *out = sqlite3_mprintf("(");
+
+    for (int k = 0; out && k < o->n; k++) {
+        json_t *v = json_array_get(row, (size_t)o->at[k]);
+        char *next;
+        if (json_is_integer(v))
+            next =
+                sqlite3_mprintf("%s%s%lld", out, k ? ", " : "", (long long)json_integer_value(v));
+        else if (json_is_real(v))
+            next = sqlite3_mprintf("%s%s%!.17g", out, k ? ", " : "", json_real_value(v));
+        else if (json_is_string(v))
+            next = sqlite3_mprintf("%s%s%Q", out, k ? ", " : "", json_string_value(v));
+        else
+            next = NULL;
+        sqlite3_free(out);
+        out = next;
+    }
+    if (out) {
+        char *closed = sqlite3_mprintf("%s)", out);
+        sqlite3_free(out);
+        out = closed;
+    }
+    return out;
+}
+
+/* Whether rows @a and @b have the same order values. */
+static bool same_key(const struct order *o, json_t *a, json_t *b)
+{
+    for (int k = 0; k < o->n; k++)
+        if (!json_equal(json_array_get(a, (size_t)o->at[k]), json_array_get(b, (size_t)o->at[k])))
+            return false;
+    return true;
+}
+
+/* One page of @name: rows @cond (and @where) in the table's order, @offset on. */
+static json_t *page(struct export *ex, const char *name, const char *where, const struct order *o,
+                    const char *cond, long long offset, json_t **keep)
+{
+    char *sql = NULL;
+    json_t *rows = NULL;
+
+    if (asprintf(&sql, "SELECT * FROM \"%s\"%s%s%s%s%s LIMIT %d OFFSET %lld", name, where,
+                 cond ? " AND " : "", cond ? cond : "", o->n ? " ORDER BY " : "",
+                 o->n ? o->list : "", ex->page_rows, offset) >= 0)
+        rows = remote_rows(ex, sql, keep);
+    free(sql);
+    return rows;
+}
+
+/* Inserts the first @take of @rows. */
+static int insert_first(struct export *ex, const char *name, json_t *rows, size_t take)
+{
+    json_t *part;
+    int r;
+
+    if (take == json_array_size(rows))
+        return insert_rows(ex, name, rows);
+    part = json_array();
+    for (size_t i = 0; i < take; i++)
+        json_array_append(part, json_array_get(rows, i));
+    r = insert_rows(ex, name, part);
+    json_decref(part);
+    return r;
+}
+
+/* Copies table @name (created already) page by page: each page begins past the last row of the
+ * one before in the table's order (its key, or its time), so rows the daemon adds or deletes
+ * meanwhile (retention) move no row of the copy out of reach or into it twice, and no page
+ * rescans those before it as an OFFSET would. In a table without a key the rows of the page's
+ * last instant wait for the next page (one instant filling a page: the rest of it by OFFSET
+ * within it); a NULL in the order, or no order, leaves OFFSET for the rest. */
 static int copy_table(struct export *ex, const char *name)
 {
     json_t *keep = NULL, *rows;
-    char *sql = NULL, *where = NULL;
+    char *sql = NULL, *where = NULL, *cond = NULL, *key = NULL;
     long long offset = 0;
+    bool by_offset;
+    struct order o;
     int r = -1;
 
     if (asprintf(&sql, "SELECT * FROM \"%s\" LIMIT 0", name) < 0)
         return -1;
-    if (!remote_rows(ex, sql, &keep))
+    if (!remote_rows(ex, sql, &keep) ||
+        !(where = where_of(ex, name, json_object_get(keep, "columns"))))
         goto out;
-    where = where_of(ex, name, json_object_get(keep, "columns"));
-    json_decref(keep);
-    keep = NULL;
+    order_of(ex, name, json_object_get(keep, "columns"), &o);
+    by_offset = o.n == 0;
     for (;;) {
-        free(sql);
-        sql = NULL;
-        if (!where || asprintf(&sql, "SELECT * FROM \"%s\"%s LIMIT %d OFFSET %lld", name, where,
-                               PAGE_ROWS, offset) < 0)
-            goto out;
-        if (!(rows = remote_rows(ex, sql, &keep)) || insert_rows(ex, name, rows) < 0)
-            goto out;
-        offset += (long long)json_array_size(rows);
-        if (json_array_size(rows) < PAGE_ROWS)
-            break;
+        size_t n, take;
+        json_t *last;
+
         json_decref(keep);
         keep = NULL;
+        if (!(rows = page(ex, name, where, &o, cond, offset, &keep)))
+            goto out;
+        n = json_array_size(rows);
+        last = json_array_get(rows, n - 1);
+        sqlite3_free(key);
+        key = n == (size_t)ex->page_rows && !by_offset ? key_of(&o, last) : NULL;
+        if (n < (size_t)ex->page_rows || by_offset || !key) { /* the end, or OFFSET on */
+            if (insert_rows(ex, name, rows) < 0)
+                goto out;
+            if (n < (size_t)ex->page_rows)
+                break;
+            by_offset = true;
+            offset += (long long)n;
+            continue;
+        }
+        take = n;
+        while (!o.unique && take > 0 && same_key(&o, json_array_get(rows, take - 1), last))
+            take--;
+        if (insert_first(ex, name, rows, take ? take : n) < 0)
+            goto out;
+        sqlite3_free(cond);
+        cond = NULL;
+        if (take == 0) { /* one instant filled the page: the rest of it, then past it */
+            long long within = (long long)n;
+            if (!(cond = sqlite3_mprintf("(%s) = %s", o.list, key)))
+                goto out;
+            for (size_t got = n; got == (size_t)ex->page_rows; within += (long long)got) {
+                json_decref(keep);
+                keep = NULL;
+                if (!(rows = page(ex, name, where, &o, cond, within, &keep)) ||
+                    insert_rows(ex, name, rows) < 0)
+                    goto out;
+                got = json_array_size(rows);
+            }
+            sqlite3_free(cond);
+        }
+        cond = sqlite3_mprintf("(%s) %s %s", o.list, o.unique || take == 0 ? ">" : ">=", key);
+        if (!cond)
+            goto out;
     }
     r = 0;
 out:
     json_decref(keep);
+    sqlite3_free(cond);
+    sqlite3_free(key);
     free(where);
     free(sql);
     return r;
@@ -173,7 +344,7 @@ out:
  * by target in time order: each page starts after the last row of the one before. */
 static int copy_samples(struct export *ex)
 {
-    json_t *keep = NULL, *ids, *id, *rows;
+    json_t *keep = NULL, *ids, *id, *rows, *last;
     char *sql = NULL;
     size_t i;
     int r = -1;
@@ -197,16 +368,17 @@ static int copy_samples(struct export *ex)
                          "SELECT target_id, ts_ns, tid, stack_id, state FROM samples"
                          " WHERE target_id = %lld AND ts_ns >= %lld AND (ts_ns > %lld OR"
                          " tid > %lld) ORDER BY ts_ns, tid LIMIT %d",
-                         target, last_ts, last_ts, last_tid, PAGE_ROWS) < 0) {
+                         target, last_ts, last_ts, last_tid, ex->page_rows) < 0) {
                 sql = NULL;
                 goto out;
             }
             if (!(rows = remote_rows(ex, sql, &keep)) || insert_rows(ex, "samples", rows) < 0)
                 goto out;
-            if (json_array_size(rows) < PAGE_ROWS)
+            if (json_array_size(rows) < (size_t)ex->page_rows)
                 break;
-            last_ts = json_integer_value(json_array_get(json_array_get(rows, PAGE_ROWS - 1), 1));
-            last_tid = json_integer_value(json_array_get(json_array_get(rows, PAGE_ROWS - 1), 2));
+            last = json_array_get(rows, json_array_size(rows) - 1);
+            last_ts = json_integer_value(json_array_get(last, 1));
+            last_tid = json_integer_value(json_array_get(last, 2));
             json_decref(keep);
             keep = NULL;
         }
@@ -358,11 +530,14 @@ out:
 
 int export_main(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"db", required_argument, NULL, 'd'},    {"pid", required_argument, NULL, 'p'},
-        {"since", required_argument, NULL, 's'}, {"socket", required_argument, NULL, 'S'},
-        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0}};
-    struct export ex = {0};
+    static const struct option longopts[] = {{"db", required_argument, NULL, 'd'},
+                                             {"pid", required_argument, NULL, 'p'},
+                                             {"since", required_argument, NULL, 's'},
+                                             {"socket", required_argument, NULL, 'S'},
+                                             {"page-rows", required_argument, NULL, 'P'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
+    struct export ex = {.page_rows = PAGE_ROWS};
     const char *path = NULL, *since = NULL;
     char pids[1024] = "";
     size_t n_tables = 0, n_skipped = 0, n_views = 0, n_left = 0;
@@ -392,8 +567,20 @@ int export_main(int argc, char **argv)
         case 'S':
             ex.socket = optarg;
             break;
+        case 'P': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+
+            if (*end || v < 1 || v > PAGE_ROWS) {
+                fprintf(stderr, "probectl export: --page-rows takes 1 to %d, not '%s'\n", PAGE_ROWS,
+                        optarg);
+                return 2;
+            }
+            ex.page_rows = (int)v;
+            break;
+        }
         case 'h':
-            printf("usage: probectl export --db FILE [--pid P]... [--since T]\n"
+            printf("usage: probectl export --db FILE [--pid P]... [--since T] [--page-rows N]\n"
                    "  A self-contained SQLite copy of what you may read of the daemon's\n"
                    "  database, for sqlite3, DuckDB or pandas: every table, the samples as\n"
                    "  rows (samples), and the documented views as real views (stacks,\n"
@@ -401,7 +588,11 @@ int export_main(int argc, char **argv)
                    "  the daemon's functions (ago(): compare ts_ns with a number instead).\n"
                    "  --pid P    only these processes' rows (repeat it for more)\n"
                    "  --since T  only rows from T on: how long ago (1h) or when (14:05)\n"
-                   "  FILE must not exist.\n");
+                   "  --page-rows N  rows a request asks the daemon for (default %d): each\n"
+                   "             page starts past the last (no row missed or taken twice as\n"
+                   "             the daemon writes and deletes meanwhile)\n"
+                   "  FILE must not exist.\n",
+                   PAGE_ROWS);
             return 0;
         default:
             return 2;

@@ -505,6 +505,65 @@ def test_usage_completion_and_man_page_agree(daemon):
     assert sorted(r.stdout.split()) == ['--thread', '--threads'], r.stdout
 
 
+def test_export_pages_miss_no_row_as_the_daemon_deletes(tmp_path):
+    """export pages through each table past the last row it copied (its key, or for a table
+    without one its time), never by OFFSET: rows the daemon deletes meanwhile (retention, from
+    the oldest) move no row out of reach or into the copy twice. 3,000 rows in a keyed table
+    (memory) and 3,000 in one without a key (torch_values, 3 rows an instant) are copied 20 rows
+    a page while the oldest 1,000 of each are deleted: every row never deleted is in the copy,
+    once (OFFSET pages skipped up to the 1,000 deleted)."""
+    import sqlite3
+    import threading
+    from daemon import Daemon
+    work = str(tmp_path)
+    d = Daemon(workdir=work)
+    try:
+        db = sqlite3.connect(d.db, timeout=30)
+        base = time.time_ns()  # within the retention: only the deleter deletes
+        db.execute("INSERT INTO targets(id, pid, start_time, uid, cmdline, py_version, rate_hz,"
+                   " attached_ns) VALUES (999, 999999, 0, 0, 'synthetic', '3.12.0', 100, 0)")
+        db.executemany('INSERT INTO memory VALUES (999, ?, 1, 1, 1, 0, 0, 1)',
+                       [(base + i,) for i in range(3000)])
+        db.executemany("INSERT INTO torch_values VALUES (999, 0, ?, 'f', ?, ?)",
+                       [(base + i // 3, 'v%d' % (i % 3), i) for i in range(3000)])
+        db.commit()
+        done = threading.Event()
+
+        def delete_oldest():  # 20 rows of each table every 5 ms, up to the oldest 1,000
+            conn = sqlite3.connect(d.db, timeout=30)
+            for k in range(50):
+                if done.is_set():
+                    break
+                conn.execute('DELETE FROM memory WHERE target_id = 999 AND ts_ns < ?',
+                             (base + 20 * (k + 1),))
+                conn.execute('DELETE FROM torch_values WHERE target_id = 999 AND value < ?',
+                             (20 * (k + 1),))
+                conn.commit()
+                time.sleep(0.005)
+            conn.close()
+        deleter = threading.Thread(target=delete_oldest)
+        deleter.start()
+        path = os.path.join(work, 'copy.db')
+        r = d.ctl('export', '--db', path, '--page-rows', '20')
+        done.set()
+        deleter.join()
+        assert r.returncode == 0, r.stderr
+        copy = sqlite3.connect(path)
+        mem = [t for (t,) in copy.execute('SELECT ts_ns - ? FROM memory WHERE target_id = 999'
+                                          ' ORDER BY ts_ns', (base,))]
+        assert set(range(1000, 3000)) <= set(mem) and len(mem) == len(set(mem)), \
+            (len(mem), sorted(set(range(1000, 3000)) - set(mem))[:5])
+        vals = [v for (v,) in copy.execute('SELECT value FROM torch_values WHERE target_id = 999'
+                                           ' ORDER BY value')]
+        assert set(range(1002, 3000)) <= set(vals) and len(vals) == len(set(vals)), \
+            (len(vals), sorted(set(range(1002, 3000)) - set(vals))[:5])
+        copy.close()
+        r = d.ctl('export', '--db', os.path.join(work, 'x.db'), '--page-rows', '0')
+        assert r.returncode == 2 and '--page-rows takes 1 to 100000' in r.stderr, r.stderr
+    finally:
+        d.close()
+
+
 def test_export_a_self_contained_database(daemon, target_factory, tmp_path):
     """export --db: a file sqlite3 reads alone, with the samples as rows (those the daemon held
     when it began, and no more than it held after), the documented views as real views that
