@@ -326,8 +326,8 @@ static json_t *target_row(json_t *t, bool gpu, bool table)
     bool torch = json_is_true(json_object_get(json_object_get(t, "torch"), "tracing"));
     char mode[32], size[16];
 
-    snprintf(mode, sizeof(mode), "%s%s", json_string_value(json_object_get(t, "mode")) ?: "",
-             torch ? "+torch" : "");
+    snprintf(mode, sizeof(mode), "%s%s%s", json_string_value(json_object_get(t, "mode")) ?: "",
+             torch ? "+torch" : "", json_is_true(json_object_get(t, "nccl")) ? "+nccl" : "");
     row = json_pack("[O, O, O, O, O, O]", json_object_get(t, "pid"), json_object_get(t, "state"),
                     json_object_get(t, "rate_hz"), json_object_get(t, "python_version"),
                     json_object_get(st, "samples"), json_object_get(st, "torn"));

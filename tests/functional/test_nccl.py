@@ -469,6 +469,9 @@ def test_a_user_records_the_nccl_calls_of_their_own_job():
         targets = {t['pid']: t for t in
                    json.loads(d.ctl('list', '--json', check=True).stdout)['targets']}
         assert targets[mine.pid].get('nccl') is True and 'nccl' not in targets[roots.pid]
+        listed = d.ctl('list', check=True).stdout  # MODE: python+nccl
+        assert any(line.split()[0] == str(mine.pid) and 'python+nccl' in line
+                   for line in listed.splitlines()[1:]), listed
         open(go, 'w').close()
         for p in procs:
             assert p.stdout.readline().startswith(b'DONE')
