@@ -1,5 +1,9 @@
 /* route_ops.c - /v1/status and /v1/config: the daemon's own state and settings. */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +68,43 @@ static json_t *nccl_json(struct meter *m)
     return j;
 }
 
+#define ADDRESSES_MAX 64 /* of the node's addresses in the status */
+
+/* The node's addresses but loopback's (getifaddrs), each once: NCCL's RAS names a rank's
+ * host by the address its job uses, which `probectl hang` joins to the node's name. */
+static json_t *addresses_json(void)
+{
+    json_t *out = json_array();
+    struct ifaddrs *ifs = NULL;
+
+    if (getifaddrs(&ifs) < 0)
+        return out;
+    for (struct ifaddrs *i = ifs; i && json_array_size(out) < ADDRESSES_MAX; i = i->ifa_next) {
+        char text[INET6_ADDRSTRLEN] = "";
+        const void *at;
+        bool seen = false;
+        json_t *a;
+        size_t k;
+
+        if (!i->ifa_addr || (i->ifa_flags & IFF_LOOPBACK) ||
+            (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6))
+            continue;
+        at = i->ifa_addr->sa_family == AF_INET
+                 ? (const void *)&((const struct sockaddr_in *)i->ifa_addr)->sin_addr
+                 : (const void *)&((const struct sockaddr_in6 *)i->ifa_addr)->sin6_addr;
+        if (!inet_ntop(i->ifa_addr->sa_family, at, text, sizeof(text)))
+            continue;
+        json_array_foreach(out, k, a)
+        {
+            seen |= strcmp(json_string_value(a), text) == 0;
+        }
+        if (!seen)
+            json_array_append_new(out, json_string(text));
+    }
+    freeifaddrs(ifs);
+    return out;
+}
+
 int status_get(struct api *a, const struct request *rq)
 {
     struct writer *w = a->parts.writer;
@@ -100,6 +141,7 @@ int status_get(struct api *a, const struct request *rq)
     /* which node answered: the web view's targets, a transport's far end */
     if (gethostname(host, sizeof(host) - 1) == 0)
         json_object_set_new(body, "host", json_string(host));
+    json_object_set_new(body, "addresses", addresses_json());
     return reply_json(rq->req, 200, body);
 }
 

@@ -381,6 +381,44 @@ static json_t *get_of(struct fanout *fo, const char *host, const char *path, lon
     return NULL;
 }
 
+/* Each node's addresses ({address: its name here}, from GET /v1/status), for NCCL's RAS, which
+ * names a rank's host by address: one question of every node that answered the round, at
+ * once (this node's daemon's, named as it names itself, when @fo is NULL). A node that does
+ * not answer it is no failure of the node's (say_failures() reads the last outcome). */
+static json_t *node_names(struct fanout *fo)
+{
+    json_t *names = json_object(), *reply;
+    long status;
+
+    if (!fo) {
+        if ((reply = get_of(NULL, NULL, "/v1/status", &status))) {
+            ncclras_add_names(names, reply, json_string_value(json_object_get(reply, "host")));
+            json_decref(reply);
+        }
+        return names;
+    }
+    for (size_t k = 0; k < fo->n; k++) {
+        struct fan_node *node = &fo->nodes[k];
+        node->method = node_ok(node) ? "GET" : NULL;
+        node->body = NULL;
+        snprintf(node->path, sizeof(node->path), "/v1/status");
+    }
+    fanout_run(fo);
+    for (size_t k = 0; k < fo->n; k++) {
+        struct fan_node *node = &fo->nodes[k];
+        if (!node->method)
+            continue;
+        if (node->rc == 0 && node->status == 200) {
+            ncclras_add_names(names, node->reply, node->host);
+        } else {
+            node->rc = 0;
+            node->status = 200;
+            node->err[0] = '\0';
+        }
+    }
+    return names;
+}
+
 /* NCCL's own account of the job (GET /v1/nccl: NCCL's RAS, gpu/ras.h), asked of the first
  * process read that has one: one answers for the whole job. A process without it answers 404
  * at once; any other failure (a RAS that does not answer) ends the asking. NULL: none. */
@@ -398,12 +436,16 @@ static json_t *ask_ras(const struct round *r, struct fanout *fo)
         tries++;
         snprintf(path, sizeof(path), "/v1/nccl?pid=%lld", r->reads[i].pid);
         if ((reply = get_of(fo, r->reads[i].host, path, &status))) {
-            if (json_is_string(json_object_get(reply, "text")))
+            if (json_is_string(json_object_get(reply, "text"))) {
                 json_object_set_new(reply, "text",
                                     json_string("(NCCL before 2.28.7: its text "
                                                 "report, by probectl nccl PID)"));
-            else
+            } else { /* its hosts by the names of the nodes, where they are theirs */
+                json_t *names = node_names(fo);
+                ncclras_name_hosts(reply, names);
+                json_decref(names);
                 json_object_set_new(reply, "findings", ncclras_findings(reply));
+            }
             json_object_set_new(reply, "pid", json_integer(r->reads[i].pid));
             json_object_set_new(reply, "host", json_string(r->reads[i].host));
             return reply;

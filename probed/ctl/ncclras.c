@@ -44,22 +44,29 @@ static json_t *finding_of(const char *hash, const char *kind, json_t *list, cons
                           size_t n)
 {
     int *ranks = malloc((n ? n : 1) * sizeof(*ranks));
-    json_t *pids = json_array(), *hosts = json_array(), *out = NULL;
+    json_t *pids = json_array(), *hosts = json_array(), *nodes = json_array(), *out = NULL;
     char text[RANKS_TEXT];
+    bool named = false;
 
     for (size_t k = 0; ranks && k < n; k++) {
         json_t *r = json_array_get(list, idx[k]), *host = json_object_get(r, "host");
+        json_t *node = json_object_get(r, "node");
         ranks[k] = (int)num(r, "rank", -1);
         json_array_append_new(pids, json_integer(num(r, "pid", -1)));
         json_array_append_new(hosts, json_is_string(host) ? json_incref(host) : json_string("?"));
+        json_array_append_new(nodes, json_is_string(node) ? json_incref(node) : json_null());
+        named |= json_is_string(node);
     }
     if (ranks && n) {
         ranks_format(ranks, n, text, sizeof(text));
         out = json_pack("{s:s, s:s, s:s, s:O, s:O}", "communicator", hash ? hash : "?", "kind",
                         kind, "ranks", text, "pids", pids, "hosts", hosts);
+        if (out && named) /* the nodes' names where an address is one of theirs */
+            json_object_set(out, "nodes", nodes);
     }
     json_decref(pids);
     json_decref(hosts);
+    json_decref(nodes);
     free(ranks);
     return out;
 }
@@ -232,24 +239,59 @@ static const char *plural(const char *ranks)
     return strpbrk(ranks, ",-") ? "s" : "";
 }
 
-/* "ranks 2-3 (10.0.0.2 pid 5151, 10.0.0.2 pid 5252)" */
+/* "ranks 2-3 (10.0.0.2 pid 5151, gpu-7 (10.0.0.3) pid 5252)" */
 static void say_ranks(json_t *f)
 {
     const char *ranks = json_string_value(json_object_get(f, "ranks"));
-    json_t *p, *hosts = json_object_get(f, "hosts");
+    json_t *p, *hosts = json_object_get(f, "hosts"), *nodes = json_object_get(f, "nodes");
     size_t i;
 
     printf("rank%s %s (", plural(ranks), ranks);
     json_array_foreach(json_object_get(f, "pids"), i, p)
     {
+        const char *node = json_string_value(json_array_get(nodes, i));
         if (i == 8) {
             printf(", ...");
             break;
         }
-        printf("%s%s pid %lld", i ? ", " : "", json_string_value(json_array_get(hosts, i)),
-               (long long)json_integer_value(p));
+        if (node)
+            printf("%s%s (%s) pid %lld", i ? ", " : "", node,
+                   json_string_value(json_array_get(hosts, i)), (long long)json_integer_value(p));
+        else
+            printf("%s%s pid %lld", i ? ", " : "", json_string_value(json_array_get(hosts, i)),
+                   (long long)json_integer_value(p));
     }
     printf(")");
+}
+
+void ncclras_add_names(json_t *names, json_t *status, const char *name)
+{
+    json_t *a;
+    size_t i;
+
+    json_array_foreach(json_object_get(status, "addresses"), i, a)
+    {
+        if (json_is_string(a) && name)
+            json_object_set_new(names, json_string_value(a), json_string(name));
+    }
+}
+
+void ncclras_name_hosts(json_t *status, json_t *names)
+{
+    json_t *c, *r;
+    size_t i, k;
+
+    json_array_foreach(json_object_get(status, "communicators"), i, c)
+    {
+        for (int list = 0; list < 2; list++)
+            json_array_foreach(json_object_get(c, list ? "missing" : "ranks"), k, r)
+            {
+                json_t *name =
+                    json_object_get(names, json_string_value(json_object_get(r, "host")) ?: "");
+                if (json_is_string(name))
+                    json_object_set(r, "node", name);
+            }
+    }
 }
 
 void ncclras_print(json_t *status, bool all)
@@ -375,7 +417,15 @@ int nccl_main(int argc, char **argv)
         else
             printf("%s", json_string_value(json_object_get(status, "text")));
     } else {
-        json_t *findings = ncclras_findings(status);
+        json_t *findings, *here = client_request(socket, "GET", "/v1/status", NULL);
+        json_t *names = json_object();
+
+        /* the hosts that are this node's addresses, by its name */
+        ncclras_add_names(names, here, json_string_value(json_object_get(here, "host")));
+        json_decref(here);
+        ncclras_name_hosts(status, names);
+        json_decref(names);
+        findings = ncclras_findings(status);
         if (as_json) {
             json_object_set(status, "findings", findings);
             output_json(status);

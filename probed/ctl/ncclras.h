@@ -18,10 +18,19 @@
 #include <stdbool.h>
 
 /* What @status (GET /v1/nccl's reply) says is wrong: [{"communicator", "kind": "behind" | "missing"
- * | "error" | "aborted", "ranks": "2-3", "pids": [...], "hosts": [...], and by kind "op", "count",
- * "most" | "unresponsive", "dead" | "async_error"}]; "behind" names at most 64 counts of an
- * op, the last of them with "more": how many lower counts it left out. */
+ * | "error" | "aborted", "ranks": "2-3", "pids": [...], "hosts": [...], "nodes": [name or null,
+ * ...] where a host was named (ncclras_name_hosts), and by kind "op", "count", "most" |
+ * "unresponsive", "dead" | "async_error"}]; "behind" names at most 64 counts of an op, the last of
+ * them with "more": how many lower counts it left out. */
 json_t *ncclras_findings(json_t *status);
+
+/* Adds each address of a daemon's status reply @status (GET /v1/status: "addresses") to
+ * @names as {address: @name} (none when @name is NULL). */
+void ncclras_add_names(json_t *names, json_t *status, const char *name);
+
+/* Gives each rank of @status whose host is a key of @names ({address: node name}) a "node":
+ * NCCL's RAS names hosts by address, the user knows them by name. */
+void ncclras_name_hosts(json_t *status, json_t *names);
 
 /* @status and what is wrong in it as text, on stdout: every communicator (@all), or those with
  * something wrong and a count of the others (`hang`, where a job may have thousands). */

@@ -658,6 +658,37 @@ def test_nccl_ras_names_the_rank_behind_the_one_gone_and_the_one_in_error(tmp_pa
         d.close()
 
 
+def test_nccl_ras_hosts_named_by_their_nodes(tmp_path):
+    """NCCL's RAS names a rank's host by address; the daemon's status lists its node's
+    addresses (loopback's left out), and `probectl nccl` and `hang` name each rank whose host
+    is one of them by the node's name, in the JSON ("node", and a finding's "nodes") and the
+    text; a host of another node stays its address."""
+    d = Daemon()
+    st = d.api('GET', '/v1/status')[1]
+    here = [a for a in st['addresses'] if ':' not in a]  # this VM's eth0 (an IPv4 address)
+    assert here and not {'127.0.0.1', '::1'} & set(st['addresses']), st['addresses']
+    doc = json.loads(json.dumps(RAS_DOC))
+    doc['communicators'][0]['ranks'][2]['host'] = here[0]  # rank 2, behind, on this node
+    p = ras_job(str(tmp_path), doc=doc, port=28557)
+    try:
+        got = json.loads(d.ctl('nccl', p.pid, '--json', check=True).stdout)
+        ranks = got['communicators'][0]['ranks']
+        assert [r.get('node') for r in ranks] == [None, None, st['host']], ranks
+        assert 'node' not in got['communicators'][0]['missing'][0]
+        behind, missing, error = got['findings']
+        assert behind['nodes'] == [st['host']] and behind['hosts'] == [here[0]], behind
+        assert 'nodes' not in missing and 'nodes' not in error, got['findings']
+        text = d.ctl('nccl', p.pid, check=True).stdout
+        assert ('  rank 2 (%s (%s) pid 5151) behind on AllReduce' % (st['host'], here[0])
+                in text and '  rank 3 (10.0.0.2 pid 5252) did not answer' in text), text
+        d.ctl('attach', p.pid, check=True)
+        h = json.loads(d.ctl('hang', '--json', check=True).stdout)
+        assert h['nccl_ras']['findings'] == got['findings'], h['nccl_ras']
+    finally:
+        reap(p)
+        d.close()
+
+
 def test_nccl_ras_of_an_older_nccl_a_container_and_what_is_refused(tmp_path):
     """An NCCL before 2.28.7 has no JSON: its text report is shown as `ncclras` prints it. A job
     in its own network namespace (a container) at the default port 28028 is asked there. No
