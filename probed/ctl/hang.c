@@ -397,16 +397,20 @@ static json_t *node_names(struct fanout *fo)
         }
         return names;
     }
-    for (size_t k = 0; k < fo->n; k++) {
+    bool *asked = calloc(fo->n ? fo->n : 1, sizeof(*asked));
+
+    for (size_t k = 0; asked && k < fo->n; k++) {
         struct fan_node *node = &fo->nodes[k];
-        node->method = node_ok(node) ? "GET" : NULL;
+        asked[k] = node_ok(node);
+        node->method = asked[k] ? "GET" : NULL;
         node->body = NULL;
         snprintf(node->path, sizeof(node->path), "/v1/status");
     }
-    fanout_run(fo);
-    for (size_t k = 0; k < fo->n; k++) {
+    if (asked)
+        fanout_run(fo);
+    for (size_t k = 0; asked && k < fo->n; k++) {
         struct fan_node *node = &fo->nodes[k];
-        if (!node->method)
+        if (!asked[k]) /* (fanout_run() clears the methods) */
             continue;
         if (node->rc == 0 && node->status == 200) {
             ncclras_add_names(names, node->reply, node->host);
@@ -416,6 +420,7 @@ static json_t *node_names(struct fanout *fo)
             node->err[0] = '\0';
         }
     }
+    free(asked);
     return names;
 }
 

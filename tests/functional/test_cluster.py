@@ -308,6 +308,45 @@ def test_hang_lists_the_launcher_apart():
         d.close()
 
 
+def test_hang_names_the_nodes_of_nccls_ras_hosts():
+    """NCCL's RAS names a rank's host by address; `hang --hosts` gives each one that is a node's
+    address the node's name: two nodes on a network of their own, the job's RAS asked through
+    its process on a, names a rank behind on b ("b (10.77.0.y)") and one in error on a; a rank
+    missing at an address of no node asked stays its address."""
+    from test_nccl import RAS_DOC, RAS_JOB
+    wd = workdir()
+    nodes = []
+    try:
+        nodes = [Node(name, i, wd, network=True) for i, name in enumerate(('a', 'b'))]
+        doc = json.loads(json.dumps(RAS_DOC))
+        ranks = doc['communicators'][0]['ranks']
+        ranks[0]['host'], ranks[1]['host'], ranks[2]['host'] = nodes[0].ip, nodes[0].ip, nodes[1].ip
+        path = os.path.join(wd, 'ras.json')
+        with open(path, 'w') as f:
+            f.write(json.dumps(doc).replace('"{pid}"', '{pid}'))
+        env = dict(os.environ, RAS_MODE='json', RAS_DOC=path, NCCL_RAS_ADDR='127.0.0.1:28558')
+        Node.wait_ready([nodes[0].spawn([PY, RAS_JOB], env=env, ready=True)])
+        t = local_transport(wd, nodes)
+        r = cluster(t, 'attach', '--match', r'ras_job\.py', hosts='a')
+        assert r.returncode == 0, r.stdout + r.stderr
+        r = ctl('hang', '--hosts', 'a,b', '--transport', t, '--json')
+        assert r.returncode == 0, r.stderr
+        ras = json.loads(r.stdout)['nccl_ras']
+        assert ras['host'] == 'a', ras
+        behind, missing, error = ras['findings']
+        assert (behind['kind'], behind['nodes'], behind['hosts']) == \
+            ('behind', ['b'], [nodes[1].ip]), behind
+        assert (error['kind'], error['nodes']) == ('error', ['a']), error
+        assert missing['kind'] == 'missing' and 'nodes' not in missing, missing
+        out = ctl('hang', '--hosts', 'a,b', '--transport', t).stdout
+        assert '  rank 2 (b (%s) pid 5151) behind on AllReduce' % nodes[1].ip in out, out
+        assert '  rank 3 (10.0.0.2 pid 5252) did not answer' in out, out
+    finally:
+        for n in nodes:
+            n.close()
+        shutil.rmtree(wd, ignore_errors=True)
+
+
 def test_a_hundred_nodes_are_asked_64_at_a_time(tmp_path):
     """The fan-out's window: 100 nodes whose transport answers a canned reply after 0.3 s
     (no daemon needed), each logging when it ran: every node's row comes back with its host,
