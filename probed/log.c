@@ -39,3 +39,8 @@ int log_errno(enum log_level level, int neg_errno, const char *fmt, ...)
     va_end(ap);
     return neg_errno;
 }
+
+void log_warning(const char *msg)
+{
+    log_msg(LOG_WARN, "%s", msg);
+}

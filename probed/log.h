@@ -11,6 +11,9 @@ enum log_level { LOG_ERR, LOG_WARN, LOG_INFO, LOG_DEBUG };
 
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Logs @msg as a warning: the callback of a library that says what it did (connlimit.h). */
+void log_warning(const char *msg);
+
 /* Logs "@fmt: strerror(-@neg_errno)" and returns @neg_errno, for `return log_errno(...)`. */
 int log_errno(enum log_level level, int neg_errno, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -126,7 +126,8 @@ int api_new(struct event_base *base, const struct api_config *cfg, int gid,
                                                        .max_conns = API_CONNS_MAX,
                                                        .request_s = REQUEST_S,
                                                        .per_user_max = USER_CONNS_MAX,
-                                                       .root_reserve = ROOT_CONNS},
+                                                       .root_reserve = ROOT_CONNS,
+                                                       .warn = log_warning},
                             &a->clients);
         if (r < 0)
             log_errno(LOG_ERR, r, "serving on %s", cfg->socket_path);

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "errbuf.h"
-#include "api/connlimit.h"
+#include "common/connlimit.h"
 #include "clock.h"
 #include "log.h"
 #include "native/native.h"
@@ -847,8 +847,7 @@ void metrics_free(struct metrics *m)
 static int listen_tcp(const char *address, int *ret_fd, struct errbuf *err)
 {
     char host[CONFIG_VALUE_MAX], *colon;
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai;
-    int fd, rc, one_ = 1;
+    int rc;
 
     snprintf(host, sizeof(host), "%s", address);
     colon = strrchr(host, ':');
@@ -859,23 +858,11 @@ static int listen_tcp(const char *address, int *ret_fd, struct errbuf *err)
         colon[-1] = '\0';
         memmove(host, host + 1, strlen(host));
     }
-    rc = getaddrinfo(host, colon + 1, &hints, &ai);
-    if (rc != 0)
-        return errbuf_set(err, -EINVAL, "metrics_address: %s: %s", address, gai_strerror(rc));
-    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
-    /* TCP_NODELAY (inherited by accepted sockets): a reply in several segments is not held
-     * back waiting for the client's delayed ACK (40 ms each). */
-    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one_, sizeof(one_)) < 0 ||
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one_, sizeof(one_)) < 0 ||
-        bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 64) < 0) {
-        rc = -errno;
-        if (fd >= 0)
-            close(fd);
-        freeaddrinfo(ai);
+    rc = connlimit_listen_tcp(host, colon + 1, ret_fd);
+    if (rc == -EADDRNOTAVAIL)
+        return errbuf_set(err, -EINVAL, "metrics_address: %s: no such host", address);
+    if (rc < 0)
         return errbuf_set(err, rc, "metrics_address: listening on %s: %s", address, strerror(-rc));
-    }
-    freeaddrinfo(ai);
-    *ret_fd = fd;
     return 0;
 }
 
@@ -895,7 +882,8 @@ int metrics__listen(struct metrics *m, const char *address, struct errbuf *err)
         r = http ? connlimit_serve(m->base, http, fd,
                                    &(struct connlimit_config){.what = "/metrics",
                                                               .max_conns = METRICS_CONNS_MAX,
-                                                              .request_s = 10},
+                                                              .request_s = 10,
+                                                              .warn = log_warning},
                                    &clients)
                  : -ENOMEM;
         if (r < 0) {

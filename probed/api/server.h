@@ -13,7 +13,7 @@
 #include <stdbool.h>
 
 #include "api/api.h"
-#include "api/connlimit.h"
+#include "common/connlimit.h"
 #include "api/http.h"
 #include "api/jobs.h"
 #include "api/metrics.h"

@@ -24,6 +24,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/connlimit.h"
 #include "ctl/client.h"
 #include "ctl/mcp.h"
 
@@ -55,8 +56,9 @@ struct web {
     char bind[64];
     int port;
     struct event_base *base;
-    struct mcp *mcp;    /* /mcp's server */
-    atomic_int working; /* workers running */
+    struct mcp *mcp;         /* /mcp's server */
+    struct connlimit *conns; /* its connections, bounded */
+    atomic_int working;      /* workers running */
 };
 
 /* One /v1 call or MCP message, answered by a worker thread and sent by the loop. */
@@ -163,6 +165,11 @@ static void reply_text(struct evhttp_request *req, int status, const char *type,
     evbuffer_add(b, text, len);
     evhttp_send_reply(req, status, status == 200 ? "OK" : "Error", b);
     evbuffer_free(b);
+}
+
+static void say_warning(const char *msg)
+{
+    fprintf(stderr, "probectl web: %s\n", msg);
 }
 
 static void reply_error(struct evhttp_request *req, int status, const char *why)
@@ -375,6 +382,11 @@ static void handle(struct evhttp_request *req, void *arg)
         reply_error(req, 405, "GET, POST or DELETE");
         return;
     }
+    if (!connlimit__request(w->conns, req)) {
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+        reply_error(req, 503, "too many connections; try again");
+        return;
+    }
     if (!uri || strlen(uri) >= sizeof(path)) {
         reply_error(req, 414, "URI too long");
         return;
@@ -432,7 +444,8 @@ int web_main(int argc, char **argv)
     bool allow_actions = false;
     char err[512];
     unsigned char raw[TOKEN_BYTES];
-    struct evhttp_bound_socket *bound;
+    char port_text[16];
+    int fd = -1, r;
     struct sockaddr_storage ss;
     socklen_t sl = sizeof(ss);
     struct event_base *base;
@@ -513,13 +526,21 @@ int web_main(int argc, char **argv)
     evhttp_set_max_headers_size(http, 64 * 1024);
     evhttp_set_timeout(http, 60);
     evhttp_set_gencb(http, handle, &w);
-    bound = evhttp_bind_socket_with_handle(http, w.bind, (ev_uint16_t)w.port);
-    if (!bound) {
+    snprintf(port_text, sizeof(port_text), "%d", w.port);
+    /* its connections bounded (connlimit.h): any local user can connect to the port, and
+     * 1,100 idle ones took every descriptor, a request with the token then never answered */
+    if ((r = connlimit_listen_tcp(w.bind, port_text, &fd)) < 0 ||
+        (r = connlimit_serve(base, http, fd,
+                             &(struct connlimit_config){.what = "probectl web",
+                                                        .max_conns = WEB_CONNS_MAX,
+                                                        .request_s = 10,
+                                                        .warn = say_warning},
+                             &w.conns)) < 0) {
         fprintf(stderr, "probectl web: cannot listen on %s:%d: %s (another --port?)\n", w.bind,
-                w.port, strerror(errno));
+                w.port, strerror(-r));
         return 1;
     }
-    if (getsockname(evhttp_bound_socket_get_fd(bound), (struct sockaddr *)&ss, &sl) == 0)
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
         w.port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                                 : ((struct sockaddr_in *)&ss)->sin_port);
     printf("probed web: http://%s%s%s:%d/?token=%s\n", strchr(w.bind, ':') ? "[" : "", w.bind,
@@ -545,6 +566,7 @@ int web_main(int argc, char **argv)
     event_free(sigint);
     event_free(sigterm);
     evhttp_free(http);
+    connlimit_free(w.conns);
     event_base_free(base);
     mcp_free(w.mcp);
     return 0;

@@ -27,6 +27,9 @@
 #define WEB_DEFAULT_PORT 7450
 #define WEB_BODY_MAX (1 << 20)
 #define WEB_WORKERS 16 /* /v1 calls and MCP messages being answered at once */
+#define WEB_CONNS_MAX                                                                              \
+    128 /* connections open (connlimit.h): past it 503, at twice it none taken                     \
+         */
 
 int web_main(int argc, char **argv);
 

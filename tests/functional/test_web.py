@@ -291,6 +291,38 @@ def test_without_the_token_or_from_elsewhere_refused(daemon):
         w.close()
 
 
+def test_a_flood_of_idle_connections_is_bounded(daemon):
+    """Any local user can connect to the port (the token is checked per request): 1,100 idle
+    connections took every descriptor of probectl web (1,024 its limit) and a request with the
+    token was never answered. Now it holds at most 2 x 128 (past 128 a request is answered
+    503, at 256 it takes none until one closes), cuts a connection whose first request has not
+    come within 10 s, and answers the token's request once the flood's are cut."""
+    import resource
+    import socket
+    w = Web(daemon)
+    conns = []
+    try:
+        port = int(w.base.rsplit(':', 1)[1])
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+        for _ in range(400):  # the 257th on wait in the backlog, then time out
+            try:
+                conns.append(socket.create_connection(('127.0.0.1', port), timeout=3))
+            except OSError:
+                break
+        time.sleep(0.5)
+        fds = len(os.listdir('/proc/%d/fd' % w.proc.pid))
+        assert fds <= 2 * 128 + 16, fds  # (and its own: the listener, the loop, stdio)
+        assert 256 <= len(conns) < 400, len(conns)
+        wait_for(lambda: w.curl('/v1/status', 'Authorization: Bearer ' + w.token)[0] == 200, 30,
+                 "the token's request answered once the idle ones were cut")
+    finally:
+        for c in conns:
+            c.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        w.close()
+
+
 def test_another_users_server_shows_nothing_of_roots(daemon, target_factory):
     from daemon import ensure_test_user
     user = ensure_test_user()

@@ -1,21 +1,32 @@
 /* connlimit.c - bounds on one listener's clients; see connlimit.h. */
 #define _GNU_SOURCE
-#include "api/connlimit.h"
+#include "common/connlimit.h"
 
 #include <errno.h>
 #include <event2/bufferevent.h>
 #include <event2/listener.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "log.h"
+#include <stdarg.h>
+#include <stdio.h>
 
 #define ACCEPT_PAUSE_MS 200
 #define LOG_EVERY_S 60
+
+static int64_t now_ms(void) /* CLOCK_MONOTONIC */
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 #define SWEEP_MS 100 /* how often closed connections are counted out and slow ones cut */
 
 /* One connection: its bufferevent, held by a reference of ours so that evhttp freeing it is
@@ -80,7 +91,7 @@ static struct bufferevent *make_bev(struct event_base *base, void *arg)
     if (!bev || cl->n_conns == 2 * cl->cfg.max_conns)
         return bev; /* (never: accepting pauses before) unbounded, but served */
     bufferevent_incref(bev);
-    cl->conns[cl->n_conns++] = (struct conn){.bev = bev, .accepted_ms = (int64_t)mono_ms()};
+    cl->conns[cl->n_conns++] = (struct conn){.bev = bev, .accepted_ms = now_ms()};
     if (cl->cfg.per_user_max)
         event_active(cl->classify, 0, 0);
     if (cl->n_conns == 2 * cl->cfg.max_conns && !cl->paused_full) {
@@ -143,7 +154,7 @@ static void classify_new(evutil_socket_t fd, short what, void *arg)
 static void on_sweep(evutil_socket_t fd, short what, void *arg)
 {
     struct connlimit *cl = arg;
-    int64_t now = (int64_t)mono_ms();
+    int64_t now = now_ms();
 
     (void)fd, (void)what;
     for (int i = 0; i < cl->n_conns;) {
@@ -185,12 +196,14 @@ static void on_accept_error(struct evconnlistener *l, void *arg)
     if (!cl)
         return;
     cl->stats.accept_errors++;
-    if (now - cl->logged_at >= LOG_EVERY_S) {
-        log_msg(LOG_WARN,
-                "%s: accept: %s (%llu times in all); pausing accepts for "
-                "%d ms each time",
-                cl->cfg.what, strerror(e), (unsigned long long)cl->stats.accept_errors,
-                ACCEPT_PAUSE_MS);
+    if (now - cl->logged_at >= LOG_EVERY_S && cl->cfg.warn) {
+        char msg[512];
+        snprintf(msg, sizeof(msg),
+                 "%s: accept: %s (%llu times in all); pausing accepts for %d ms"
+                 " each time",
+                 cl->cfg.what, strerror(e), (unsigned long long)cl->stats.accept_errors,
+                 ACCEPT_PAUSE_MS);
+        cl->cfg.warn(msg);
         cl->logged_at = now;
     }
     evconnlistener_disable(l);
@@ -288,4 +301,28 @@ bool connlimit__request(struct connlimit *cl, struct evhttp_request *req)
         return true;
     cl->stats.refused_over++;
     return false;
+}
+
+int connlimit_listen_tcp(const char *host, const char *port, int *ret_fd)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai;
+    int fd, rc, one = 1;
+
+    if ((rc = getaddrinfo(host, port, &hints, &ai)) != 0)
+        return rc == EAI_SYSTEM ? -errno : -EADDRNOTAVAIL;
+    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+    /* TCP_NODELAY (inherited by accepted sockets): a reply in several segments is not held
+     * back waiting for the client's delayed ACK (40 ms each). */
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0 ||
+        bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 64) < 0) {
+        rc = -errno;
+        if (fd >= 0)
+            close(fd);
+        freeaddrinfo(ai);
+        return rc;
+    }
+    freeaddrinfo(ai);
+    *ret_fd = fd;
+    return 0;
 }

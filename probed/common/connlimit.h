@@ -1,9 +1,9 @@
 /*
  * connlimit.h - bounds what the clients of one HTTP listener (the API's Unix socket, the
- * Prometheus port) can hold: connections, time to send a first request, and what an accept()
- * that fails costs. Before, 1100 idle connections under the usual 1024-fd limit made accept()
- * fail in a loop (57 % CPU, 370 MB of log in 30 s) and live targets were taken for exited
- * (sampler.c now tells a failed open from a gone process).
+ * Prometheus port, `probectl web`'s port) can hold: connections, time to send a first request, and
+ * what an accept() that fails costs. Before, 1100 idle connections under the usual 1024-fd limit
+ * made accept() fail in a loop (57 % CPU, 370 MB of log in 30 s) and live targets were taken for
+ * exited (sampler.c now tells a failed open from a gone process).
  *
  * The listener is ours (an evconnlistener bound to the evhttp), and so is each connection's
  * bufferevent (evhttp_set_bevcb), held by a reference of ours: evhttp freeing it is seen in a
@@ -35,9 +35,14 @@ struct connlimit_config {
     int request_s;    /* a connection's first request must arrive whole within this */
     int per_user_max; /* a Unix socket's: connections one user who is not root holds; 0: any */
     int root_reserve; /* ... and what all of them leave to root */
+    void (*warn)(const char *msg); /* what is said of accept() failing; NULL: nothing */
 };
 
 struct connlimit;
+
+/* A listening TCP socket on @host (a name or an address) and @port ("0": any free one), for
+ * connlimit_serve(): 0, or -errno (-EADDRNOTAVAIL: @host names no address). */
+int connlimit_listen_tcp(const char *host, const char *port, int *ret_fd);
 
 /* Serves listening socket @fd with @http. Takes @fd: @http closes it in evhttp_free(), or
  * this call does when it fails. Free @cl after evhttp_free(@http). */
