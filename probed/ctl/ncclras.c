@@ -271,8 +271,14 @@ void ncclras_add_names(json_t *names, json_t *status, const char *name)
 
     json_array_foreach(json_object_get(status, "addresses"), i, a)
     {
-        if (json_is_string(a) && name)
-            json_object_set_new(names, json_string_value(a), json_string(name));
+        json_t *had = json_is_string(a) ? json_object_get(names, json_string_value(a)) : NULL;
+        if (!json_is_string(a) || !name)
+            continue;
+        /* an address two nodes claim (nodes in one network namespace) names neither */
+        json_object_set_new(names, json_string_value(a),
+                            had && (!json_is_string(had) || strcmp(json_string_value(had), name))
+                                ? json_null()
+                                : json_string(name));
     }
 }
 

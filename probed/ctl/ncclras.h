@@ -25,7 +25,7 @@
 json_t *ncclras_findings(json_t *status);
 
 /* Adds each address of a daemon's status reply @status (GET /v1/status: "addresses") to
- * @names as {address: @name} (none when @name is NULL). */
+ * @names as {address: @name} (none when @name is NULL); one another node has: null, no name. */
 void ncclras_add_names(json_t *names, json_t *status, const char *name);
 
 /* Gives each rank of @status whose host is a key of @names ({address: node name}) a "node":
