@@ -394,12 +394,17 @@ static int answered_by(int fd, pid_t pid, int port)
 static int converse(int fd, pid_t pid, int port, const char *where, char **ret, size_t *ret_len,
                     bool *ret_json, int64_t deadline, struct errbuf *err)
 {
+    /* the handshake is answered by RAS's own thread at once, gathering or not: one not
+     * answered in seconds is a process stopped (a debugger's pause, SIGSTOP) or a RAS stuck,
+     * and `hang` asking it should not wait the gathering's 15 s for it */
+    int64_t shake =
+        mono_ms() + RAS_HANDSHAKE_MS < deadline ? mono_ms() + RAS_HANDSHAKE_MS : deadline;
     char line[LINE_MAX_RAS], shown[80];
     int r;
 
-    if ((r = send_line(fd, "CLIENT PROTOCOL 2\n", deadline)) < 0 ||
-        (r = read_line(fd, line, sizeof(line), deadline)) < 0)
-        goto failed;
+    if ((r = send_line(fd, "CLIENT PROTOCOL 2\n", shake)) < 0 ||
+        (r = read_line(fd, line, sizeof(line), shake)) < 0)
+        goto shaking;
     if (strncasecmp(line, "SERVER PROTOCOL ", 16) != 0)
         return errbuf_set(err, -EPROTO, "pid %d, %s: not NCCL's RAS (it answered '%s')", (int)pid,
                           where, printable(line, shown, sizeof(shown)));
@@ -408,14 +413,20 @@ static int converse(int fd, pid_t pid, int port, const char *where, char **ret, 
                           "pid %d, %s: the connection was answered by a socket the process does "
                           "not hold: asked nothing more",
                           (int)pid, where);
-    if ((r = send_line(fd, "SET FORMAT json\n", deadline)) < 0 ||
-        (r = read_line(fd, line, sizeof(line), deadline)) < 0)
-        goto failed;
+    if ((r = send_line(fd, "SET FORMAT json\n", shake)) < 0 ||
+        (r = read_line(fd, line, sizeof(line), shake)) < 0)
+        goto shaking;
     *ret_json = strcasecmp(line, "OK") == 0; /* else NCCL before 2.28.7: its text report */
     if ((r = send_line(fd, "STATUS\n", deadline)) < 0 ||
         (r = read_to_end(fd, ret, ret_len, deadline)) < 0)
         goto failed;
     return 0;
+shaking:
+    if (r == -ETIMEDOUT)
+        return errbuf_set(err, r,
+                          "pid %d, %s: NCCL's RAS did not answer its handshake within %d s (the "
+                          "process stopped, or its RAS thread stuck)",
+                          (int)pid, where, RAS_HANDSHAKE_MS / 1000);
 failed:
     if (r == -ETIMEDOUT)
         return errbuf_set(err, r, "pid %d, %s: NCCL's RAS did not answer within %d s", (int)pid,

@@ -41,6 +41,7 @@
 #define RAS_DEFAULT_PORT 28028
 #define RAS_PROTOCOL 2
 #define RAS_DEADLINE_MS 15000    /* NCCL's leg timeout (5 s) + its extra (5 s) + margin */
+#define RAS_HANDSHAKE_MS 3000    /* of it, the handshake's: RAS's thread answers it at once */
 #define RAS_REPLY_MAX (4u << 20) /* bytes of the answer */
 #define RAS_COMMS_MAX 4096       /* communicators kept */
 #define RAS_RANKS_MAX 65536      /* ranks kept, in all communicators together */

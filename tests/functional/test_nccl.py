@@ -653,6 +653,16 @@ def test_nccl_ras_names_the_rank_behind_the_one_gone_and_the_one_in_error(tmp_pa
         assert 'NCCL\'s RAS, asked of pid %d on ' % p.pid in out and \
             '\n'.join(text.splitlines()[:5]) + \
             '\n1 other communicator: every rank answered, in step, no error\n' in out, out
+        # a job stopped (a debugger's pause, SIGSTOP): its RAS does not answer the handshake,
+        # and `hang` waits 3 s for it, not the gathering's 15
+        os.kill(p.pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            h = json.loads(d.ctl('hang', '--json', check=True).stdout)
+            took = time.monotonic() - t0
+        finally:
+            os.kill(p.pid, signal.SIGCONT)
+        assert h['nccl_ras'] is None and 2.5 < took < 8, (took, h['nccl_ras'])
     finally:
         reap(p)
         d.close()
@@ -694,8 +704,8 @@ def test_nccl_ras_of_an_older_nccl_a_container_and_what_is_refused(tmp_path):
     in its own network namespace (a container) at the default port 28028 is asked there. No
     RAS listening in the process: said why. A port the process names but another user's process
     holds is never connected to; a user asks only of their own processes. An answer that is
-    not RAS's, past 4 MiB, or not NCCL's JSON is refused with why; one that never comes ends
-    at the daemon's 15 s."""
+    not RAS's, past 4 MiB, or not NCCL's JSON is refused with why; a status that never comes
+    ends at the daemon's 15 s, a handshake never answered at 3 s."""
     user = ensure_test_user()
     d = Daemon()
     tmp = str(tmp_path)
@@ -778,13 +788,24 @@ def test_nccl_ras_of_an_older_nccl_a_container_and_what_is_refused(tmp_path):
         assert [f['count'] for f in behind] == list(range(65534, 65534 - 64, -1)), behind[:2]
         assert behind[-1]['more'] == 65535 - 64 and 'more' not in behind[0], behind[-1]
 
-        p = ras_job(tmp, 'silent', port=28561)
+        # a RAS that answers its handshake but not the status: the gathering's 15 s; one that
+        # does not even answer the handshake (a stopped process, a stuck RAS thread): 3 s
+        p = ras_job(tmp, 'mute', port=28561)
         procs.append(p)
         t0 = time.monotonic()
         r = d.ctl('nccl', p.pid)
         took = time.monotonic() - t0
         assert r.returncode == 1 and "NCCL's RAS did not answer within 15 s" in r.stderr, r.stderr
         assert 14 < took < 20, took
+        p = ras_job(tmp, 'silent', port=28564)
+        procs.append(p)
+        t0 = time.monotonic()
+        r = d.ctl('nccl', p.pid)
+        took = time.monotonic() - t0
+        assert r.returncode == 1 and ("NCCL's RAS did not answer its handshake within 3 s (the"
+                                      " process stopped, or its RAS thread stuck)") in r.stderr, \
+            r.stderr
+        assert 2.5 < took < 6, took
         assert d.api('GET', '/v1/status')[0] == 200  # the daemon answers on
     finally:
         for p in procs:

@@ -6,7 +6,8 @@ src/ras/client_support.cc does: "CLIENT PROTOCOL n" -> "SERVER PROTOCOL 2", "TIM
 
 RAS_MODE: json (the document in the file RAS_DOC, "{pid}" in it replaced by this pid), text (an
 NCCL before 2.28.7: no JSON format, "ERROR: Unknown command ..."), flood (a report without end),
-silent (never answers), junk (answers the handshake with something else). RAS_LOG: a file each
+silent (never answers), mute (answers the handshake, never the status), junk (answers the
+handshake with something else). RAS_LOG: a file each
 connection's commands are appended to, one line each. Prints READY once listening."""
 import os
 import socket
@@ -45,9 +46,9 @@ def serve(conn):
                 line, buf = buf.split(b'\n', 1)
                 cmd = line.decode('ascii', 'replace').strip()
                 log(cmd)
-                if MODE == 'silent':
-                    continue
                 up = cmd.upper()
+                if MODE == 'silent' or (MODE == 'mute' and up in ('STATUS', 'VERBOSE STATUS')):
+                    continue
                 if MODE == 'junk':
                     conn.sendall(b'HTTP/1.1 400 Bad Request\r\n')
                 elif up.startswith('CLIENT PROTOCOL '):
