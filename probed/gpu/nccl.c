@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,38 +189,69 @@ static void unwatch(struct nccl_watch *w, struct proc *p)
     p->n_probes = 0;
 }
 
-/* The first mapping of a libnccl.so* file (offset 0), from /proc/PID/maps: its map_files link
- * into @link. */
-static bool find_library(struct proc *p, char *link, size_t size)
+/* Opens the first libnccl.so* file @p maps (offset 0, from /proc/PID/maps): the very file it
+ * runs, through its map_files link where the daemon may follow those (CAP_SYS_ADMIN or
+ * CAP_CHECKPOINT_RESTORE: not the packaged unit's), else by its path in the process's mount
+ * namespace, taken only while that is still the inode mapped (a library replaced or deleted
+ * since is then not probed: its path names another file). The probes go on the file opened,
+ * through /proc/self/fd/N: no path is looked up twice. -errno with @err, or the fd. */
+static int open_library(struct proc *p, struct errbuf *err)
 {
-    char name[32], *line = NULL;
+    char name[PATH_MAX + 64], *line = NULL;
+    unsigned long long start = 0, end = 0, inode = 0;
     size_t cap = 0;
     bool found = false;
+    struct stat st;
     FILE *f;
+    int fd;
 
     snprintf(name, sizeof(name), "/proc/%d/maps", (int)p->t.pid);
     if (!(f = fopen(name, "re")))
-        return false;
+        return errbuf_set(err, -errno, "%s: %s", name, strerror(errno));
     while (!found && getline(&line, &cap, f) > 0) {
-        unsigned long long start, end, offset;
-        const char *path, *base;
+        unsigned long long offset;
+        const char *base;
         int at = 0;
 
-        if (sscanf(line, "%llx-%llx %*4s %llx %*s %*[0-9] %n", &start, &end, &offset, &at) != 3 ||
+        if (sscanf(line, "%llx-%llx %*4s %llx %*s %llu %n", &start, &end, &offset, &inode, &at) !=
+                4 ||
             at == 0)
             continue;
-        path = line + at;
-        base = strrchr(path, '/');
-        if (offset != 0 || !base || strncmp(base + 1, "libnccl.so", 10) != 0)
-            continue;
         line[strcspn(line, "\n")] = '\0';
-        snprintf(link, size, "/proc/%d/map_files/%llx-%llx", (int)p->t.pid, start, end);
-        snprintf(p->library, sizeof(p->library), "%s", path);
+        base = strrchr(line + at, '/');
+        if (offset != 0 || line[at] != '/' || !base || strncmp(base + 1, "libnccl.so", 10) != 0)
+            continue;
+        snprintf(p->library, sizeof(p->library), "%s", line + at);
         found = true;
     }
     free(line);
     fclose(f);
-    return found;
+    if (!found)
+        return -ENOENT;
+    snprintf(name, sizeof(name), "/proc/%d/map_files/%llx-%llx", (int)p->t.pid, start, end);
+    fd = open(name, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0 && (errno == EPERM || errno == EACCES)) {
+        size_t len = strlen(p->library);
+        /* a file deleted since is named with this suffix; its path may name another now */
+        if (len > 10 && strcmp(p->library + len - 10, " (deleted)") == 0)
+            len -= 10;
+        snprintf(name, sizeof(name), "/proc/%d/root%.*s", (int)p->t.pid, (int)len, p->library);
+        fd = open(name, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+        if (fd >= 0 && (fstat(fd, &st) < 0 || (uint64_t)st.st_ino != inode)) {
+            close(fd);
+            return errbuf_set(err, -ESTALE,
+                              "%s is not the file it maps (replaced or deleted since; its "
+                              "map_files need CAP_CHECKPOINT_RESTORE)",
+                              p->library);
+        }
+    }
+    if (fd < 0)
+        return errbuf_set(err, -errno, "opening %s: %s", name, strerror(errno));
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return errbuf_set(err, -EINVAL, "%s: not a regular file", p->library);
+    }
+    return fd;
 }
 
 /* The file offset of link-time address @vaddr, in an executable segment: where the kernel
@@ -241,26 +273,19 @@ static bool code_offset(Elf *elf, uint64_t vaddr, uint64_t *ret)
     return false;
 }
 
-/* Each entry point's file offset (0: the library lacks it) in @offs, from the library's
- * dynamic symbols (the exported API; a weak definition counts), read through @link, the very
- * file mapped. The file is the target's: every name is bounds-checked by libelf, and every
- * address must fall in code. How many were found. */
-static size_t resolve(const char *link, uint64_t offs[N_PROBES])
+/* Each entry point's file offset (0: the library lacks it) in @offs, from the dynamic symbols
+ * (the exported API; a weak definition counts) of the library open at @fd. The file is the
+ * target's: every name is bounds-checked by libelf, and every address must fall in code. How
+ * many were found. */
+static size_t resolve(int fd, uint64_t offs[N_PROBES])
 {
-    int fd = open(link, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     Elf_Scn *scn = NULL;
     size_t found = 0;
-    struct stat st;
     Elf *elf;
 
     memset(offs, 0, N_PROBES * sizeof(*offs));
-    if (fd < 0)
+    if (elf_version(EV_CURRENT) == EV_NONE || !(elf = elf_begin(fd, ELF_C_READ_MMAP, NULL)))
         return 0;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || elf_version(EV_CURRENT) == EV_NONE ||
-        !(elf = elf_begin(fd, ELF_C_READ_MMAP, NULL))) {
-        close(fd);
-        return 0;
-    }
     while ((scn = elf_nextscn(elf, scn)) != NULL) {
         GElf_Shdr sh;
         Elf_Data *data;
@@ -281,7 +306,6 @@ static size_t resolve(const char *link, uint64_t offs[N_PROBES])
         }
     }
     elf_end(elf);
-    close(fd);
     return found;
 }
 
@@ -395,24 +419,33 @@ static int attach(struct nccl_watch *w, struct proc *p, const char *link,
 static void look(struct nccl_watch *w, struct proc *p)
 {
     uint64_t offs[N_PROBES];
-    char link[96];
+    char link[32];
     int64_t start = 0;
+    struct errbuf e = {{0}};
     size_t calls = 0;
-    int err;
+    int fd, err;
 
     p->next_look_ns = mono_ns() + NCCL_RESCAN_NS;
-    if (procfs_start_time(p->t.pid, &start) < 0 || start != p->t.start_time ||
-        !find_library(p, link, sizeof(link)))
+    if (procfs_start_time(p->t.pid, &start) < 0 || start != p->t.start_time)
         return;
-    resolve(link, offs);
+    if ((fd = open_library(p, &e)) < 0) {
+        if (fd != -ENOENT) /* it maps one: say why it is not probed, once a look */
+            log_msg(LOG_WARN, "NCCL calls of pid %d: %s", (int)p->t.pid, e.msg);
+        return;
+    }
+    resolve(fd, offs);
     for (size_t k = 0; k < N_PROBES; k++)
         calls += offs[k] && PROBES[k].fn < NCCL_FN_CALLS;
     if (calls == 0) {
         log_msg(LOG_WARN, "NCCL calls of pid %d: %s exports none of NCCL's calls", (int)p->t.pid,
                 p->library);
+        close(fd);
         return;
     }
+    /* the file opened, for the kernel: it takes its inode (uprobes hold it) as it links */
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
     err = attach(w, p, link, offs);
+    close(fd);
     /* the pid may have been reused meanwhile: then the probes are another process's */
     if (err < 0 || procfs_start_time(p->t.pid, &start) < 0 || start != p->t.start_time) {
         if (err < 0)

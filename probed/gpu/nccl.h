@@ -15,7 +15,9 @@
  *
  * nccl__watch() is given the processes to watch at each pass (the sampled targets); one that
  * maps a libnccl gets the probes, attached to the mapped file itself
- * (/proc/PID/map_files/START-END: the inode the process runs, whatever its path now names),
+ * (/proc/PID/map_files/START-END: the inode the process runs, whatever its path now names;
+ * without the capability those links need, its path in the process's mount namespace while
+ * that is the inode mapped), opened once and probed through /proc/self/fd/N,
  * filtered to that process (two uprobe_multi links where the kernel has them, 6.6+: removed
  * in 0.2 s; else a perf event a probe, removed in 0.1 s each), and keeps them until it is no
  * longer given (or ends: the kernel drops the probes with the process). One that maps none is

@@ -235,6 +235,12 @@ static int socket_in(pid_t pid, int family, struct errbuf *err)
     pthread_join(t, NULL);
     if (d.nsfd >= 0)
         close(d.nsfd);
+    if (d.fd < 0 && d.err == EPERM && d.nsfd >= 0) /* setns: the packaged unit's case */
+        return errbuf_set(err, -EPERM,
+                          "pid %d runs in a network namespace of its own (a container's), where "
+                          "its RAS listens: joining it needs CAP_SYS_ADMIN, which the packaged "
+                          "unit does not give probed (a drop-in may add it: docs/cluster.md)",
+                          (int)pid);
     if (d.fd < 0)
         return errbuf_set(err, -d.err, "a socket in pid %d's network namespace: %s", (int)pid,
                           strerror(d.err));

@@ -7,6 +7,7 @@ torch's ProcessGroupNCCL does from C++."""
 import json
 import os
 import pwd
+import re
 import select
 import shutil
 import signal
@@ -364,6 +365,66 @@ def test_probes_go_on_the_mapped_file_never_the_path():
         d.close()
         shutil.rmtree(wd, ignore_errors=True)
 
+
+
+def test_under_the_packaged_units_capabilities():
+    """The packaged unit gives the daemon neither CAP_SYS_ADMIN nor CAP_CHECKPOINT_RESTORE, so a
+    process's /proc/PID/map_files are closed to it, and no probe was ever attached under it
+    ("exports none of NCCL's calls"). It now opens the library by its path in the process's
+    mount namespace while that is the inode mapped, and probes the file opened: a rank's calls
+    are recorded; a rank whose library was replaced since is refused, saying why. NCCL's RAS
+    is asked in the daemon's network namespace; of a job in one of its own (a container's) the
+    refusal says it needs CAP_SYS_ADMIN."""
+    unit = open(os.path.join(os.path.dirname(__file__), '..', '..', 'packaging',
+                             'probed.service')).read()
+    caps = re.search(r'^CapabilityBoundingSet=(.*)$', unit, re.M).group(1).split()
+    assert 'CAP_SYS_ADMIN' not in caps and 'CAP_CHECKPOINT_RESTORE' not in caps, caps
+    bounding = '-all,' + ','.join('+' + c.lower().replace('cap_', '') for c in caps)
+    wd = tempfile.mkdtemp(prefix='probed-nccl-')
+    go = os.path.join(wd, 'go')
+    d = Daemon('--memory-interval', '200ms',
+               wrapper=['setpriv', '--bounding-set=' + bounding, '--no-new-privs'])
+    procs = []
+    try:
+        d.ctl('config', 'nccl_calls=on', check=True)
+        lib = os.path.join(wd, 'libnccl.so.2')
+        shutil.copy(LIB, lib)
+        procs = [start(0, dict(GO=go, NCCL_ID='unit', ITER='2')),
+                 start(1, dict(GO=go, NCCL_ID='unit', ITER='2', NCCL_LIB=lib))]
+        shutil.copy(LIB, lib + '.new')
+        os.rename(lib + '.new', lib)  # an upgrade: the path names another file of the same bytes
+        for p in procs:
+            d.ctl('attach', p.pid, check=True)
+        wait_for(lambda: ('pid %d: %s (deleted) is not the file it maps (replaced or deleted'
+                          ' since' % (procs[1].pid, lib)) in d.read_log(), 20,
+                 'the replaced library refused', d.read_log)
+        assert ('NCCL calls of pid %d: 23 probes on %s' % (procs[0].pid, LIB)) in d.read_log()
+        open(go, 'w').close()
+        for p in procs:
+            assert p.stdout.readline().decode().startswith('DONE')
+
+        def stored(p):
+            return d.rows('SELECT count(*) FROM comm_calls c JOIN targets t ON'
+                          ' t.id = c.target_id WHERE t.pid = %d' % p.pid)[0][0]
+        wait_for(lambda: stored(procs[0]) >= 2 * 9 + 1, 20, "the rank's calls recorded")
+        assert stored(procs[1]) == 0 and status(d)['processes'] == 1, status(d)
+
+        # NCCL's RAS: asked in the daemon's network namespace; a job in one of its own (a
+        # container's) needs CAP_SYS_ADMIN to join, which the unit does not give: said so
+        procs.append(ras_job(wd, port=28571))
+        got = json.loads(d.ctl('nccl', procs[-1].pid, '--json', check=True).stdout)
+        assert got['nccl_version'] == '2.28.9+cuda12.9', got
+        procs.append(ras_job(wd, port=0, wrap=['unshare', '-n', 'sh', '-c',
+                                               'ip link set lo up && exec "$@"', 'netns']))
+        r = d.ctl('nccl', procs[-1].pid)
+        assert r.returncode == 1 and ('pid %d runs in a network namespace of its own (a'
+                                      " container's), where its RAS listens: joining it needs"
+                                      ' CAP_SYS_ADMIN' % procs[-1].pid) in r.stderr, r.stderr
+    finally:
+        for p in procs:
+            reap(p)
+        d.close()
+        shutil.rmtree(wd, ignore_errors=True)
 
 
 def test_one_user_cannot_fill_the_communicators_table():
