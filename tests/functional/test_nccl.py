@@ -408,6 +408,9 @@ def test_under_the_packaged_units_capabilities():
                           ' t.id = c.target_id WHERE t.pid = %d' % p.pid)[0][0]
         wait_for(lambda: stored(procs[0]) >= 2 * 9 + 1, 20, "the rank's calls recorded")
         assert stored(procs[1]) == 0 and status(d)['processes'] == 1, status(d)
+        d.ctl('detach', procs[0].pid, check=True)  # its share given back (BPF_PROG_RUN)
+        wait_for(lambda: status(d)['processes'] == 0, 10, 'the probes removed')
+        assert 'giving back' not in d.read_log(), d.read_log()
 
         # NCCL's RAS: asked in the daemon's network namespace; a job in one of its own (a
         # container's) needs CAP_SYS_ADMIN to join, which the unit does not give: said so
