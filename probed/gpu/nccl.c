@@ -203,7 +203,7 @@ static int open_library(struct proc *p, struct errbuf *err)
     bool found = false;
     struct stat st;
     FILE *f;
-    int fd;
+    int fd, opened, r;
 
     snprintf(name, sizeof(name), "/proc/%d/maps", (int)p->t.pid);
     if (!(f = fopen(name, "re")))
@@ -228,15 +228,17 @@ static int open_library(struct proc *p, struct errbuf *err)
     fclose(f);
     if (!found)
         return -ENOENT;
+    /* looked up without opening (O_PATH), so that no device or FIFO a user put at a name is
+     * ever opened as root; opened for reading only once it is the regular file mapped */
     snprintf(name, sizeof(name), "/proc/%d/map_files/%llx-%llx", (int)p->t.pid, start, end);
-    fd = open(name, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    fd = open(name, O_PATH | O_CLOEXEC);
     if (fd < 0 && (errno == EPERM || errno == EACCES)) {
         size_t len = strlen(p->library);
         /* a file deleted since is named with this suffix; its path may name another now */
         if (len > 10 && strcmp(p->library + len - 10, " (deleted)") == 0)
             len -= 10;
         snprintf(name, sizeof(name), "/proc/%d/root%.*s", (int)p->t.pid, (int)len, p->library);
-        fd = open(name, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+        fd = open(name, O_PATH | O_CLOEXEC);
         if (fd >= 0 && (fstat(fd, &st) < 0 || (uint64_t)st.st_ino != inode)) {
             close(fd);
             return errbuf_set(err, -ESTALE,
@@ -251,7 +253,13 @@ static int open_library(struct proc *p, struct errbuf *err)
         close(fd);
         return errbuf_set(err, -EINVAL, "%s: not a regular file", p->library);
     }
-    return fd;
+    snprintf(name, sizeof(name), "/proc/self/fd/%d", fd);
+    opened = open(name, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    r = -errno;
+    close(fd);
+    if (opened < 0)
+        return errbuf_set(err, r, "opening %s: %s", p->library, strerror(-r));
+    return opened;
 }
 
 /* The file offset of link-time address @vaddr, in an executable segment: where the kernel
