@@ -45,7 +45,8 @@ int elfimg_open(const char *path, uint64_t inode, struct elfimg **ret_img, struc
     img = calloc(1, sizeof(*img));
     if (!img)
         return pyf_fail(reterr, PYF_INVALID, ENOMEM, 0, "elfimg");
-    img->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    /* looked up, not opened (O_PATH): a device or FIFO at the name is never opened */
+    img->fd = open(path, O_PATH | O_CLOEXEC);
     if (img->fd >= 0 && (fstat(img->fd, &st) < 0 || !S_ISREG(st.st_mode) ||
                          (inode && (uint64_t)st.st_ino != inode && !on_overlay(img->fd)))) {
         close(img->fd);
@@ -53,6 +54,16 @@ int elfimg_open(const char *path, uint64_t inode, struct elfimg **ret_img, struc
         return pyf_fail(reterr, PYF_DENIED, EPERM, 0,
                         "%s is not the file mapped (inode %llu): swapped since, refused", path,
                         (unsigned long long)inode);
+    }
+    if (img->fd >= 0) { /* the regular file looked up, opened for reading */
+        char self[32];
+        int looked = img->fd;
+
+        snprintf(self, sizeof(self), "/proc/self/fd/%d", looked);
+        img->fd = open(self, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        r = errno;
+        close(looked);
+        errno = r;
     }
     if (img->fd < 0) {
         r = errno;
