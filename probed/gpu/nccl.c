@@ -21,6 +21,7 @@
 #include <libelf.h>
 #include <stdarg.h>
 #include <sys/stat.h>
+#include <linux/openat2.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -189,6 +190,29 @@ static void unwatch(struct nccl_watch *w, struct proc *p)
     p->n_probes = 0;
 }
 
+/* @path's first @len bytes (absolute, as the process names it) looked up (O_PATH) inside the
+ * process's root: symlinks resolve in that root, never into the daemon's (openat2
+ * RESOLVE_IN_ROOT). @name: what was looked up, for a message. */
+static int open_in_root(pid_t pid, const char *path, size_t len, char *name, size_t size)
+{
+    struct open_how how = {.flags = O_PATH | O_CLOEXEC,
+                           .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
+    char root[32];
+    int dir, fd, e;
+
+    while (len && *path == '/')
+        path++, len--;
+    snprintf(root, sizeof(root), "/proc/%d/root", (int)pid);
+    snprintf(name, size, "%s/%.*s", root, (int)len, path);
+    if ((dir = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+        return -1;
+    fd = (int)syscall(SYS_openat2, dir, name + strlen(root) + 1, &how, sizeof(how));
+    e = errno;
+    close(dir);
+    errno = e;
+    return fd;
+}
+
 /* Opens the first libnccl.so* file @p maps (offset 0, from /proc/PID/maps): the very file it
  * runs, through its map_files link where the daemon may follow those (CAP_SYS_ADMIN or
  * CAP_CHECKPOINT_RESTORE: not the packaged unit's), else by its path in the process's mount
@@ -237,8 +261,7 @@ static int open_library(struct proc *p, struct errbuf *err)
         /* a file deleted since is named with this suffix; its path may name another now */
         if (len > 10 && strcmp(p->library + len - 10, " (deleted)") == 0)
             len -= 10;
-        snprintf(name, sizeof(name), "/proc/%d/root%.*s", (int)p->t.pid, (int)len, p->library);
-        fd = open(name, O_PATH | O_CLOEXEC);
+        fd = open_in_root(p->t.pid, p->library, len, name, sizeof(name));
         if (fd >= 0 && (fstat(fd, &st) < 0 || (uint64_t)st.st_ino != inode)) {
             close(fd);
             return errbuf_set(err, -ESTALE,
