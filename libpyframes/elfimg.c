@@ -33,6 +33,28 @@ static bool on_overlay(int fd)
     return fstatfs(fd, &sf) == 0 && sf.f_type == 0x794c7630; /* OVERLAYFS_SUPER_MAGIC */
 }
 
+/* A FIFO or a device may block or never end, and opening some has effects of its own (a tape
+ * rewinds): a name a target's user controls is never opened as root unless it is a regular
+ * file. */
+int pyf_open_regular(int path_fd)
+{
+    struct stat st;
+    char self[32];
+    int opened = -1, e = EINVAL;
+
+    if (path_fd < 0)
+        return -1;
+    if (fstat(path_fd, &st) == 0 && S_ISREG(st.st_mode)) {
+        snprintf(self, sizeof(self), "/proc/self/fd/%d", path_fd);
+        opened = open(self, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        e = errno;
+    }
+    close(path_fd);
+    if (opened < 0)
+        errno = e;
+    return opened;
+}
+
 int elfimg_open(const char *path, uint64_t inode, struct elfimg **ret_img, struct pyf_err *reterr)
 {
     struct elfimg *img;
@@ -55,16 +77,8 @@ int elfimg_open(const char *path, uint64_t inode, struct elfimg **ret_img, struc
                         "%s is not the file mapped (inode %llu): swapped since, refused", path,
                         (unsigned long long)inode);
     }
-    if (img->fd >= 0) { /* the regular file looked up, opened for reading */
-        char self[32];
-        int looked = img->fd;
-
-        snprintf(self, sizeof(self), "/proc/self/fd/%d", looked);
-        img->fd = open(self, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-        r = errno;
-        close(looked);
-        errno = r;
-    }
+    if (img->fd >= 0) /* the regular file looked up, opened for reading */
+        img->fd = pyf_open_regular(img->fd);
     if (img->fd < 0) {
         r = errno;
         free(img);

@@ -1,6 +1,7 @@
 /* modfiles.c - see modfiles.h. */
 #define _GNU_SOURCE
 #include "modfiles.h"
+#include "pyframes.h"
 
 #include <elfutils/libdwelf.h>
 #include <gelf.h>
@@ -43,26 +44,6 @@ void modfiles_enter(struct modfiles *m)
     current = m;
 }
 
-/* The regular file @fd (O_PATH: looked up, not opened) names, opened for reading; else -1,
- * @fd closed either way. A FIFO or a device may block or never end, and opening some has
- * effects of its own (a tape rewinds): a name a target's user controls is never opened as
- * root unless it is a regular file. */
-static int regular(int fd)
-{
-    struct stat st;
-    char self[32];
-    int opened = -1;
-
-    if (fd < 0)
-        return -1;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
-        snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
-        opened = open(self, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-    }
-    close(fd);
-    return opened;
-}
-
 /* @path (absolute, as the target names it) inside the target's root: symlinks resolve in that
  * root (@resolve adds to that), never into ours. */
 static int open_in_root(pid_t pid, const char *path, uint64_t resolve)
@@ -70,7 +51,7 @@ static int open_in_root(pid_t pid, const char *path, uint64_t resolve)
     struct open_how how = {.flags = O_PATH | O_CLOEXEC,
                            .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | resolve};
     char root[32];
-    int dir, fd;
+    int dir, fd, e;
 
     snprintf(root, sizeof(root), "/proc/%d/root", (int)pid);
     dir = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -79,8 +60,15 @@ static int open_in_root(pid_t pid, const char *path, uint64_t resolve)
     while (*path == '/')
         path++;
     fd = (int)syscall(SYS_openat2, dir, path, &how, sizeof(how));
+    e = errno;
     close(dir);
-    return regular(fd);
+    errno = e;
+    return pyf_open_regular(fd);
+}
+
+int pyf_open_in_root(pid_t pid, const char *path)
+{
+    return open_in_root(pid, path, 0);
 }
 
 /* The mapped file itself: /proc/PID/map_files/START-END of the module's first mapping. */
@@ -100,7 +88,7 @@ static int open_mapped(struct modfiles *m, const char *path, Dwarf_Addr base)
                 continue;
             snprintf(link, sizeof(link), "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, (int)m->pid,
                      p->start, p->end);
-            return regular(open(link, O_PATH | O_CLOEXEC));
+            return pyf_open_regular(open(link, O_PATH | O_CLOEXEC));
         }
         modfiles_forget_maps(m); /* mapped since the maps were read: once more */
     }
@@ -191,7 +179,7 @@ static int open_debuginfod_cache(const char *hex, char *name, size_t size)
         snprintf(name, size, "%s/.cache/debuginfod_client/%s/debuginfo", home, hex);
     else
         return -1;
-    return regular(open(name, O_PATH | O_CLOEXEC | O_NOFOLLOW));
+    return pyf_open_regular(open(name, O_PATH | O_CLOEXEC | O_NOFOLLOW));
 }
 
 int modfiles_find_debuginfo(Dwfl_Module *mod, void **userdata, const char *module_name,
@@ -215,7 +203,8 @@ int modfiles_find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modul
     snprintf(name, sizeof(name), "/usr/lib/debug/.build-id/%.2s/%s.debug", hex, hex + 2);
     fd = found(open_in_root(m->pid, name, 0), id, id_len, name, debuginfo_file_name);
     if (fd < 0)
-        fd = found(regular(open(name, O_PATH | O_CLOEXEC)), id, id_len, name, debuginfo_file_name);
+        fd = found(pyf_open_regular(open(name, O_PATH | O_CLOEXEC)), id, id_len, name,
+                   debuginfo_file_name);
     /* by .gnu_debuglink: beside the file, in its .debug folder, under /usr/lib/debug; the
      * folder may be the target owner's, so no symlink is followed there */
     const char *main_name = file_name ? file_name : module_name;

@@ -376,4 +376,12 @@ const struct pyf_running_task *pyf_running_task_on(const struct pyf_stack *st,
                                                    const struct pyf_running_task *run, size_t n_run,
                                                    size_t *ret_frame);
 
+/* A target's files, opened for reading only once they are regular files: each name is looked
+ * up first (O_PATH), so no device or FIFO a target's user puts at a name is opened as root.
+ * Both return a descriptor, or -1 with errno (EINVAL: not a regular file). */
+int pyf_open_regular(int path_fd); /* what O_PATH descriptor @path_fd names; it is closed */
+/* @path (absolute, as process @pid names it) inside its root: symlinks resolve in that root,
+ * never into the caller's (openat2 RESOLVE_IN_ROOT). */
+int pyf_open_in_root(pid_t pid, const char *path);
+
 #endif

@@ -12,6 +12,7 @@
 #include "clock.h"
 #include "log.h"
 #include "common/procfs.h"
+#include "pyframes.h"
 
 #ifdef PROBED_BPF
 #include <bpf/bpf.h>
@@ -21,7 +22,6 @@
 #include <libelf.h>
 #include <stdarg.h>
 #include <sys/stat.h>
-#include <linux/openat2.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -190,29 +190,6 @@ static void unwatch(struct nccl_watch *w, struct proc *p)
     p->n_probes = 0;
 }
 
-/* @path's first @len bytes (absolute, as the process names it) looked up (O_PATH) inside the
- * process's root: symlinks resolve in that root, never into the daemon's (openat2
- * RESOLVE_IN_ROOT). @name: what was looked up, for a message. */
-static int open_in_root(pid_t pid, const char *path, size_t len, char *name, size_t size)
-{
-    struct open_how how = {.flags = O_PATH | O_CLOEXEC,
-                           .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
-    char root[32];
-    int dir, fd, e;
-
-    while (len && *path == '/')
-        path++, len--;
-    snprintf(root, sizeof(root), "/proc/%d/root", (int)pid);
-    snprintf(name, size, "%s/%.*s", root, (int)len, path);
-    if ((dir = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
-        return -1;
-    fd = (int)syscall(SYS_openat2, dir, name + strlen(root) + 1, &how, sizeof(how));
-    e = errno;
-    close(dir);
-    errno = e;
-    return fd;
-}
-
 /* Opens the first libnccl.so* file @p maps (offset 0, from /proc/PID/maps): the very file it
  * runs, through its map_files link where the daemon may follow those (CAP_SYS_ADMIN or
  * CAP_CHECKPOINT_RESTORE: not the packaged unit's), else by its path in the process's mount
@@ -227,7 +204,7 @@ static int open_library(struct proc *p, struct errbuf *err)
     bool found = false;
     struct stat st;
     FILE *f;
-    int fd, opened, r;
+    int fd;
 
     snprintf(name, sizeof(name), "/proc/%d/maps", (int)p->t.pid);
     if (!(f = fopen(name, "re")))
@@ -252,16 +229,16 @@ static int open_library(struct proc *p, struct errbuf *err)
     fclose(f);
     if (!found)
         return -ENOENT;
-    /* looked up without opening (O_PATH), so that no device or FIFO a user put at a name is
-     * ever opened as root; opened for reading only once it is the regular file mapped */
+    /* looked up without opening (O_PATH): no device or FIFO a user put at the name is opened */
     snprintf(name, sizeof(name), "/proc/%d/map_files/%llx-%llx", (int)p->t.pid, start, end);
-    fd = open(name, O_PATH | O_CLOEXEC);
+    fd = pyf_open_regular(open(name, O_PATH | O_CLOEXEC));
     if (fd < 0 && (errno == EPERM || errno == EACCES)) {
         size_t len = strlen(p->library);
         /* a file deleted since is named with this suffix; its path may name another now */
         if (len > 10 && strcmp(p->library + len - 10, " (deleted)") == 0)
             len -= 10;
-        fd = open_in_root(p->t.pid, p->library, len, name, sizeof(name));
+        snprintf(name, sizeof(name), "%.*s", (int)len, p->library);
+        fd = pyf_open_in_root(p->t.pid, name);
         if (fd >= 0 && (fstat(fd, &st) < 0 || (uint64_t)st.st_ino != inode)) {
             close(fd);
             return errbuf_set(err, -ESTALE,
@@ -271,18 +248,8 @@ static int open_library(struct proc *p, struct errbuf *err)
         }
     }
     if (fd < 0)
-        return errbuf_set(err, -errno, "opening %s: %s", name, strerror(errno));
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return errbuf_set(err, -EINVAL, "%s: not a regular file", p->library);
-    }
-    snprintf(name, sizeof(name), "/proc/self/fd/%d", fd);
-    opened = open(name, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-    r = -errno;
-    close(fd);
-    if (opened < 0)
-        return errbuf_set(err, r, "opening %s: %s", p->library, strerror(-r));
-    return opened;
+        return errbuf_set(err, -errno, "opening %s: %s", p->library, strerror(errno));
+    return fd;
 }
 
 /* The file offset of link-time address @vaddr, in an executable segment: where the kernel
