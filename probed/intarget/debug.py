@@ -36,12 +36,44 @@ except ValueError:
 
 # Who may connect to a session served on a port (--listen, --dap): loopback is every local
 # user's, and whoever connects runs code as this process, so a connection is taken only from
-# the user who paused it. The kernel says whose a TCP connection is: /proc/net/tcp{,6} lists
-# every socket with its owner, and the peer's end of ours is the one whose local address is
-# our peer's and whose remote address is ours. The same code runs in debugpy's adapter process
-# (a sitecustomize of its own, below), where it guards the adapter's client port.
+# the user who paused it. The kernel says whose a TCP connection is: the peer's end of ours is
+# the socket whose source is our peer's address and whose destination is ours, and sock_diag
+# (netlink, as `ss` asks) looks that one socket up by its addresses and gives its owner. The
+# same code runs in debugpy's adapter process (a sitecustomize of its own, below), where it
+# guards the adapter's client port.
+#
+# It read /proc/net/tcp before: a table of every socket of the namespace, read in pieces that
+# the kernel resumes by position, so a socket going away meanwhile (TIME_WAIT ones expire by
+# thousands on a busy node) moves the rest and a line is skipped. CI's pdb port refused root,
+# the user who paused (51 of 597 lookups missed beside 28,000 expiring sockets). That table
+# is now the fallback where netlink is refused (a sandbox), and a miss there is read again.
 PEER_UID_SRC = r"""
 import socket as _socket, struct as _struct
+
+
+def _peer_uid_diag(family, mine, theirs):
+    # The owner of the TCP socket from @theirs to @mine by one SOCK_DIAG_BY_FAMILY request
+    # (inet_diag_req_v2 with an exact id, no dump): None when there is none.
+    def addr(host):
+        raw = _socket.inet_pton(family, host)
+        return raw + bytes(16 - len(raw))
+    sockid = (_struct.pack('>HH', theirs[1], mine[1]) + addr(theirs[0]) + addr(mine[0]) +
+              _struct.pack('=III', 0, 0xffffffff, 0xffffffff))  # any interface, no cookie
+    req = _struct.pack('=BBBBI', family, _socket.IPPROTO_TCP, 0, 0, 0xffffffff) + sockid
+    msg = _struct.pack('=IHHII', 16 + len(req), 20, 1, 1, 0) + req  # SOCK_DIAG_BY_FAMILY, REQUEST
+    with _socket.socket(_socket.AF_NETLINK, _socket.SOCK_DGRAM, 4) as nl:  # NETLINK_SOCK_DIAG
+        nl.settimeout(2)
+        nl.sendto(msg, (0, 0))
+        data = nl.recv(65536)
+    length, kind = _struct.unpack_from('=IH', data)
+    if kind == 2:  # NLMSG_ERROR: ENOENT when no such socket
+        err = -_struct.unpack_from('=i', data, 16)[0]
+        if err == 2:
+            return None
+        raise OSError(err, 'sock_diag')
+    if kind != 20 or length < 16 + 72:
+        raise OSError(71, 'sock_diag: a reply of type %d, %d bytes' % (kind, length))
+    return _struct.unpack_from('=I', data, 16 + 64)[0]  # inet_diag_msg.idiag_uid
 
 
 def _proc_net_hex(family, host, port):
@@ -50,11 +82,7 @@ def _proc_net_hex(family, host, port):
     return ''.join('%08X' % w for w in words) + ':%04X' % port
 
 
-def peer_uid(conn):
-    # The uid that owns the other end of TCP connection @conn, by the kernel's tables; None
-    # when it is not listed exactly once (not a peer of this network namespace).
-    family = conn.family
-    mine, theirs = conn.getsockname()[:2], conn.getpeername()[:2]
+def _peer_uid_table(family, mine, theirs):
     local = _proc_net_hex(family, theirs[0], theirs[1])
     remote = _proc_net_hex(family, mine[0], mine[1])
     uids = []
@@ -65,6 +93,22 @@ def peer_uid(conn):
             if len(fields) > 7 and fields[1] == local and fields[2] == remote:
                 uids.append(int(fields[7]))
     return uids[0] if len(uids) == 1 else None
+
+
+def peer_uid(conn):
+    # The uid that owns the other end of TCP connection @conn; None when the kernel lists no
+    # such socket (not a peer of this network namespace).
+    family = conn.family
+    mine, theirs = conn.getsockname()[:2], conn.getpeername()[:2]
+    try:
+        return _peer_uid_diag(family, mine, theirs)
+    except OSError:
+        pass
+    for _ in range(3):  # a torn read of the table misses a line now and then: read it again
+        uid = _peer_uid_table(family, mine, theirs)
+        if uid is not None:
+            return uid
+    return None
 """
 exec(PEER_UID_SRC)
 _allowed_uid = None  # the uid of whoever paused (the daemon says): who may connect

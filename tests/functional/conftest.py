@@ -200,3 +200,34 @@ def pytest_report_header(config):
     for name, path in INTERPRETERS:
         lines.append('interpreter %-15s %s' % (name, path or 'NOT INSTALLED (its tests are skipped)'))
     return lines
+
+
+# No case takes a minute (the slowest, ~20 s, under ASan ~40 s), so one that runs past
+# CASE_DEADLINE_S is stuck: it fails with every thread's stack, and the rest of its suite runs.
+# Before this, one stuck case (a loop reading a closed socket) ran out CTest's 900 s for the
+# whole suite, and the log said only which suite.
+CASE_DEADLINE_S = int(os.environ.get('PROBED_CASE_DEADLINE_S', '240'))
+
+
+class CaseDeadline(Exception):
+    pass
+
+
+def _past_deadline(signum, frame):
+    import faulthandler
+    sys.stderr.write('\n=== a case ran past %d s: every thread of the test process ===\n'
+                     % CASE_DEADLINE_S)
+    faulthandler.dump_traceback(all_threads=True)
+    raise CaseDeadline('the case ran past its %d s deadline (stuck)' % CASE_DEADLINE_S)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    import signal
+    old = signal.signal(signal.SIGALRM, _past_deadline)
+    signal.alarm(CASE_DEADLINE_S)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
