@@ -89,6 +89,22 @@ static const struct {
               {"float64", 8}, {"bfloat16", 2}, {"float8_e4m3fn", 1}, {"float8_e5m2", 1}};
 #define N_DTYPES (sizeof(DTYPES) / sizeof(DTYPES[0]))
 
+/* A file: the device and inode /proc/PID/maps names it by. */
+struct file_id {
+    unsigned long long inode;
+    unsigned dev_major, dev_minor;
+};
+
+/* A file a process maps whole from offset 0 that may hold NCCL's calls. */
+struct mapped {
+    char path[PATH_MAX]; /* as the maps name it */
+    unsigned long long start, end;
+    struct file_id id;
+    int kind; /* library_kind() */
+};
+
+#define LIBRARIES_MAX 8 /* files a process maps that may hold NCCL's calls */
+
 struct proc {
     struct nccl_target t;
     struct bpf_link *links[2 * N_PROBES]; /* perf-event probes, where there is no uprobe_multi */
@@ -96,6 +112,8 @@ struct proc {
     int multi[2];      /* else the uprobe_multi links' descriptors: entries, returns; -1 none */
     size_t n_probes;   /* attached; 0: not watched */
     char library[256]; /* the mapped file's path, "" none found */
+    struct file_id without[LIBRARIES_MAX]; /* torch libraries read and found without NCCL */
+    size_t n_without;
     int64_t next_look_ns;
     bool given; /* in this pass's targets */
 };
@@ -190,65 +208,106 @@ static void unwatch(struct nccl_watch *w, struct proc *p)
     p->n_probes = 0;
 }
 
-/* Opens the first libnccl.so* file @p maps (offset 0, from /proc/PID/maps): the very file it
- * runs, through its map_files link where the daemon may follow those (CAP_SYS_ADMIN or
- * CAP_CHECKPOINT_RESTORE: not the packaged unit's), else by its path in the process's mount
- * namespace, taken only while that is still the inode mapped (a library replaced or deleted
- * since is then not probed: its path names another file). The probes go on the file opened,
- * through /proc/self/fd/N: no path is looked up twice. -errno with @err, or the fd. */
-static int open_library(struct proc *p, struct errbuf *err)
+/* Where a process has NCCL's API: a library of its own (libnccl.so*, or ROCm's RCCL,
+ * librccl.so*, which exports the same calls with the same arguments), else linked into one of
+ * torch's (conda's builds and the pytorch/pytorch images link NCCL statically into
+ * libtorch_cuda.so, which exports its calls: the dynamic symbols resolve() reads). 0 a library
+ * of its own, 1 a torch library that may hold it, -1 neither. */
+static int library_kind(const char *base)
 {
-    char name[PATH_MAX + 64], *line = NULL;
-    unsigned long long start = 0, end = 0, inode = 0;
+    if (strncmp(base, "libnccl.so", 10) == 0 || strncmp(base, "librccl.so", 10) == 0)
+        return 0;
+    if (strncmp(base, "libtorch", 8) == 0 && strstr(base, ".so"))
+        return 1;
+    return -1;
+}
+
+static bool same_file(const struct file_id *a, const struct file_id *b)
+{
+    return a->inode == b->inode && a->dev_major == b->dev_major && a->dev_minor == b->dev_minor;
+}
+
+/* The files @p maps that may hold NCCL's calls, its own libraries before torch's: how many
+ * (at most @max), or -errno with @err. */
+static int mapped_libraries(struct proc *p, struct mapped *out, int max, struct errbuf *err)
+{
+    char name[64], *line = NULL;
     size_t cap = 0;
-    bool found = false;
-    struct stat st;
+    int n = 0;
     FILE *f;
-    int fd;
 
     snprintf(name, sizeof(name), "/proc/%d/maps", (int)p->t.pid);
     if (!(f = fopen(name, "re")))
         return errbuf_set(err, -errno, "%s: %s", name, strerror(errno));
-    while (!found && getline(&line, &cap, f) > 0) {
+    while (getline(&line, &cap, f) > 0) {
+        struct mapped m = {0};
         unsigned long long offset;
         const char *base;
+        bool seen = false;
         int at = 0;
 
-        if (sscanf(line, "%llx-%llx %*4s %llx %*s %llu %n", &start, &end, &offset, &inode, &at) !=
-                4 ||
+        if (sscanf(line, "%llx-%llx %*4s %llx %x:%x %llu %n", &m.start, &m.end, &offset,
+                   &m.id.dev_major, &m.id.dev_minor, &m.id.inode, &at) != 6 ||
             at == 0)
             continue;
         line[strcspn(line, "\n")] = '\0';
         base = strrchr(line + at, '/');
-        if (offset != 0 || line[at] != '/' || !base || strncmp(base + 1, "libnccl.so", 10) != 0)
+        if (offset != 0 || line[at] != '/' || !base || (m.kind = library_kind(base + 1)) < 0 ||
+            strlen(line + at) >= sizeof(m.path))
             continue;
-        snprintf(p->library, sizeof(p->library), "%s", line + at);
-        found = true;
+        for (int i = 0; i < n; i++) /* a file is mapped from offset 0 once, but be sure */
+            seen |= same_file(&out[i].id, &m.id);
+        if (seen)
+            continue;
+        memcpy(m.path, line + at, strlen(line + at) + 1);
+        /* its own libraries first: where a process has both, the calls go there; when full, a
+           library of its own takes the place of the last torch one */
+        if (n == max && out[n - 1].kind <= m.kind)
+            continue;
+        int i = n < max ? n++ : n - 1;
+        while (i > 0 && out[i - 1].kind > m.kind) {
+            out[i] = out[i - 1];
+            i--;
+        }
+        out[i] = m;
     }
     free(line);
     fclose(f);
-    if (!found)
-        return -ENOENT;
+    return n;
+}
+
+/* Opens the file @m that @p maps: the very file it runs, through its map_files link where the
+ * daemon may follow those (CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE: not the packaged unit's),
+ * else by its path in the process's mount namespace, taken only while that is still the inode
+ * mapped (a library replaced or deleted since is then not probed: its path names another
+ * file). The probes go on the file opened, through /proc/self/fd/N: no path is looked up
+ * twice. -errno with @err, or the fd. */
+static int open_mapped(struct proc *p, const struct mapped *m, struct errbuf *err)
+{
+    char name[PATH_MAX + 64];
+    struct stat st;
+    int fd;
+
     /* looked up without opening (O_PATH): no device or FIFO a user put at the name is opened */
-    snprintf(name, sizeof(name), "/proc/%d/map_files/%llx-%llx", (int)p->t.pid, start, end);
+    snprintf(name, sizeof(name), "/proc/%d/map_files/%llx-%llx", (int)p->t.pid, m->start, m->end);
     fd = pyf_open_regular(open(name, O_PATH | O_CLOEXEC));
     if (fd < 0 && (errno == EPERM || errno == EACCES)) {
-        size_t len = strlen(p->library);
+        size_t len = strlen(m->path);
         /* a file deleted since is named with this suffix; its path may name another now */
-        if (len > 10 && strcmp(p->library + len - 10, " (deleted)") == 0)
+        if (len > 10 && strcmp(m->path + len - 10, " (deleted)") == 0)
             len -= 10;
-        snprintf(name, sizeof(name), "%.*s", (int)len, p->library);
+        snprintf(name, sizeof(name), "%.*s", (int)len, m->path);
         fd = pyf_open_in_root(p->t.pid, name);
-        if (fd >= 0 && (fstat(fd, &st) < 0 || (uint64_t)st.st_ino != inode)) {
+        if (fd >= 0 && (fstat(fd, &st) < 0 || (uint64_t)st.st_ino != m->id.inode)) {
             close(fd);
             return errbuf_set(err, -ESTALE,
                               "%s is not the file it maps (replaced or deleted since; its "
                               "map_files need CAP_CHECKPOINT_RESTORE)",
-                              p->library);
+                              m->path);
         }
     }
     if (fd < 0)
-        return errbuf_set(err, -errno, "opening %s: %s", p->library, strerror(errno));
+        return errbuf_set(err, -errno, "opening %s: %s", m->path, strerror(errno));
     return fd;
 }
 
@@ -413,33 +472,60 @@ static int attach(struct nccl_watch *w, struct proc *p, const char *link,
     return err;
 }
 
-/* Attaches the probes to @p's libnccl, if it maps one and is still the process given. */
+/* Whether @m is a torch library @p's looks have read already and found without NCCL. */
+static bool known_without(const struct proc *p, const struct mapped *m)
+{
+    for (size_t i = 0; i < p->n_without; i++)
+        if (same_file(&p->without[i], &m->id))
+            return true;
+    return false;
+}
+
+/* Attaches the probes to the first library @p maps that exports NCCL's calls, if it is still
+ * the process given. A torch library without them (libtorch_cpu.so, or libtorch_cuda.so of
+ * builds that load libnccl) is remembered and never read again for this process. */
 static void look(struct nccl_watch *w, struct proc *p)
 {
+    struct mapped libs[LIBRARIES_MAX];
     uint64_t offs[N_PROBES];
     char link[32];
     int64_t start = 0;
     struct errbuf e = {{0}};
-    size_t calls = 0;
-    int fd, err;
+    int fd = -1, n, err;
 
     p->next_look_ns = mono_ns() + NCCL_RESCAN_NS;
     if (procfs_start_time(p->t.pid, &start) < 0 || start != p->t.start_time)
         return;
-    if ((fd = open_library(p, &e)) < 0) {
-        if (fd != -ENOENT) /* it maps one: say why it is not probed, once a look */
+    if ((n = mapped_libraries(p, libs, LIBRARIES_MAX, &e)) < 0) {
+        log_msg(LOG_WARN, "NCCL calls of pid %d: %s", (int)p->t.pid, e.msg);
+        return;
+    }
+    for (int i = 0; i < n && fd < 0; i++) {
+        size_t calls = 0;
+
+        if (libs[i].kind == 1 && known_without(p, &libs[i]))
+            continue;
+        if ((fd = open_mapped(p, &libs[i], &e)) < 0) { /* say why it is not probed, each look */
             log_msg(LOG_WARN, "NCCL calls of pid %d: %s", (int)p->t.pid, e.msg);
-        return;
+            continue;
+        }
+        resolve(fd, offs);
+        for (size_t k = 0; k < N_PROBES; k++)
+            calls += offs[k] && PROBES[k].fn < NCCL_FN_CALLS;
+        if (libs[i].kind == 0 || calls)
+            snprintf(p->library, sizeof(p->library), "%s", libs[i].path);
+        if (calls == 0) {
+            if (libs[i].kind == 0)
+                log_msg(LOG_WARN, "NCCL calls of pid %d: %s exports none of NCCL's calls",
+                        (int)p->t.pid, libs[i].path);
+            else if (p->n_without < LIBRARIES_MAX)
+                p->without[p->n_without++] = libs[i].id;
+            close(fd);
+            fd = -1;
+        }
     }
-    resolve(fd, offs);
-    for (size_t k = 0; k < N_PROBES; k++)
-        calls += offs[k] && PROBES[k].fn < NCCL_FN_CALLS;
-    if (calls == 0) {
-        log_msg(LOG_WARN, "NCCL calls of pid %d: %s exports none of NCCL's calls", (int)p->t.pid,
-                p->library);
-        close(fd);
+    if (fd < 0)
         return;
-    }
     /* the file opened, for the kernel: it takes its inode (uprobes hold it) as it links */
     snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
     err = attach(w, p, link, offs);

@@ -14,7 +14,9 @@
  * its address and its calls are numbered from the first one seen: the process's own count.
  *
  * nccl__watch() is given the processes to watch at each pass (the sampled targets); one that
- * maps a libnccl gets the probes, attached to the mapped file itself
+ * maps a library exporting NCCL's calls (its libnccl.so*, ROCm's librccl.so* with NCCL's API,
+ * else torch's libtorch_cuda.so where NCCL is linked in statically: conda's builds, the
+ * pytorch/pytorch images) gets the probes, attached to the mapped file itself
  * (/proc/PID/map_files/START-END: the inode the process runs, whatever its path now names;
  * without the capability those links need, its path in the process's mount namespace while
  * that is the inode mapped), opened once and probed through /proc/self/fd/N,

@@ -21,6 +21,9 @@ from daemon import Daemon, ensure_test_user
 PY = '/usr/bin/python3'
 JOB = os.path.join(os.path.dirname(__file__), '..', 'targets', 'nccl_job.py')
 LIB = os.path.join(BUILD, 'tests', 'nccl', 'libnccl.so.2')
+IN_TORCH = os.path.join(BUILD, 'tests', 'nccl-static', 'libtorch_cuda.so')  # NCCL linked in
+RCCL = os.path.join(BUILD, 'tests', 'rccl', 'librccl.so.1')
+NOOP = os.path.join(BUILD, 'tests', 'libnoop_lib.so')
 ITER = 20
 FLOOD = 2000
 COMMS_PER_PROC = 1024  # bpf/ncclcalls.h
@@ -365,6 +368,67 @@ def test_probes_go_on_the_mapped_file_never_the_path():
         d.close()
         shutil.rmtree(wd, ignore_errors=True)
 
+
+
+def test_nccl_linked_into_torch_and_rccls_library():
+    """Conda's torch builds and the pytorch/pytorch images link NCCL statically into
+    libtorch_cuda.so: they map no libnccl.so*, and no probe was attached. ROCm's RCCL is
+    librccl.so.1, with NCCL's API. A process's probes now go on the first library it maps
+    that exports NCCL's calls: its own (libnccl, librccl) before torch's, and a torch library
+    without them (libtorch_cpu.so) is passed over, once. Two ranks, one with NCCL in its
+    "libtorch_cuda.so" beside a libtorch_cpu.so, one on RCCL: one communicator of theirs, every
+    call recorded; a process that maps NCCL in torch's library and libnccl gets libnccl's
+    probes; one that maps only a torch library without NCCL gets none, and no warning."""
+    wd = tempfile.mkdtemp(prefix='probed-nccl-')
+    go = os.path.join(wd, 'go')
+    cpu = os.path.join(wd, 'libtorch_cpu.so')
+    shutil.copy(NOOP, cpu)
+    d = Daemon('--memory-interval', '200ms')
+    procs = []
+    try:
+        d.ctl('config', 'nccl_calls=on', check=True)
+        env = dict(GO=go, NCCL_ID='linked', ITER=str(ITER))
+        procs = [start(0, dict(env, NCCL_LIB=IN_TORCH, LD_PRELOAD=cpu)),
+                 start(1, dict(env, NCCL_LIB=RCCL)),
+                 start(0, dict(env, NCCL_ID='both', LD_PRELOAD=IN_TORCH))]
+        procs.append(subprocess.Popen(
+            [PY, '-c', 'import ctypes, sys, time; ctypes.CDLL(sys.argv[1]);'
+             ' print("READY", flush=True); time.sleep(120)', cpu],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        assert procs[3].stdout.readline().startswith(b'READY')
+        for p in procs:
+            d.ctl('attach', p.pid, check=True)
+        wait_for(lambda: status(d)['processes'] == 3, 20, 'the probes on the three',
+                 lambda: (status(d), d.read_log()))
+        log = d.read_log()
+        for p, lib in zip(procs, (IN_TORCH, RCCL, LIB)):
+            assert 'NCCL calls of pid %d: 23 probes on %s (' % (p.pid, lib) in log, log
+        assert 'NCCL calls of pid %d' % procs[3].pid not in log, log  # a torch library without NCCL: quiet
+        open(go, 'w').close()
+        for p in procs[:3]:
+            assert p.stdout.readline().decode().startswith('DONE')
+        per_rank = ITER * 9 + 1
+
+        def stored(p):
+            return d.rows('SELECT count(*) FROM comm_calls c JOIN targets t ON'
+                          ' t.id = c.target_id WHERE t.pid = %d AND c.ts_ns < %d'
+                          % (p.pid, done_ns))[0][0]
+        done_ns = time.time_ns()
+        wait_for(lambda: all(stored(p) >= per_rank for p in procs[:3]), 20, 'every call stored',
+                 lambda: [stored(p) for p in procs[:3]])
+        # the two ranks' communicator made from one id: one group, numbered alike
+        rows = d.rows("SELECT pid, group_name, count(*), max(seq) FROM comm_metrics WHERE"
+                      " group_name LIKE 'nccl:%%' AND group_size = 2 AND seq_source = 'nccl'"
+                      " AND pid IN (%d, %d) GROUP BY 1, 2 ORDER BY 1"
+                      % (procs[0].pid, procs[1].pid))
+        assert len(rows) == 2 and rows[0][1] == rows[1][1] and \
+            rows[0][2:] == rows[1][2:] == [ITER * 5 + 1, ITER * 5 + 1], rows
+        assert status(d)['processes'] == 3 and 'NCCL calls of pid %d' % procs[3].pid not in d.read_log()
+    finally:
+        for p in procs:
+            reap(p)
+        d.close()
+        shutil.rmtree(wd, ignore_errors=True)
 
 
 def test_under_the_packaged_units_capabilities():
