@@ -513,7 +513,8 @@ static void look(struct nccl_watch *w, struct proc *p)
         for (size_t k = 0; k < N_PROBES; k++)
             calls += offs[k] && PROBES[k].fn < NCCL_FN_CALLS;
         if (libs[i].kind == 0 || calls)
-            snprintf(p->library, sizeof(p->library), "%s", libs[i].path);
+            snprintf(p->library, sizeof(p->library), "%.*s", (int)sizeof(p->library) - 1,
+                     libs[i].path); /* shown only: a longer path is cut */
         if (calls == 0) {
             if (libs[i].kind == 0)
                 log_msg(LOG_WARN, "NCCL calls of pid %d: %s exports none of NCCL's calls",
