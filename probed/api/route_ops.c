@@ -7,11 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "push/pyroscope.h"
 #include "api/server.h"
 #include "clock.h"
+#include "common/procfs.h"
 #include "log.h"
 #include "query/sqlmem.h"
 #include "sample/runstate.h"
@@ -69,39 +71,87 @@ static json_t *nccl_json(struct meter *m)
 }
 
 #define ADDRESSES_MAX 64 /* of the node's addresses in the status */
+#define NETNS_MAX 16      /* the targets' own network namespaces read for it */
 
-/* The node's addresses but loopback's (getifaddrs), each once: NCCL's RAS names a rank's
- * host by the address its job uses, which `probectl hang` joins to the node's name. */
-static json_t *addresses_json(void)
+/* @addr (a struct in_addr or in6_addr) as text, added to the array @ctx unless there. */
+static void add_address(int family, const void *addr, void *ctx)
+{
+    json_t *out = ctx, *a;
+    char text[INET6_ADDRSTRLEN];
+    bool seen = false;
+    size_t k;
+
+    if (json_array_size(out) >= ADDRESSES_MAX || !inet_ntop(family, addr, text, sizeof(text)))
+        return;
+    json_array_foreach(out, k, a)
+    {
+        seen |= strcmp(json_string_value(a), text) == 0;
+    }
+    if (!seen)
+        json_array_append_new(out, json_string(text));
+}
+
+/* The addresses of the network namespaces of @p's targets that are not the daemon's: a
+ * container's, a Kubernetes pod's, where NCCL's RAS names a rank by its pod's address. Read
+ * from each one's /proc/PID/net (procfs_net_addresses): no namespace is joined. */
+static void target_addresses(struct api *a, const struct peer *p, json_t *out)
+{
+    struct targets_filter f = peer_filter(p);
+    struct target_info *infos = NULL;
+    ino_t seen[NETNS_MAX + 1];
+    size_t n, n_seen = 0;
+    struct stat st;
+
+    if (stat("/proc/self/ns/net", &st) < 0)
+        return;
+    seen[n_seen++] = st.st_ino; /* the daemon's own: the node's addresses, listed already */
+    for (size_t cap = 16;; cap = n + 16) { /* the count may grow between two copies */
+        struct target_info *more = realloc(infos, cap * sizeof(*infos));
+        if (!more)
+            goto out;
+        infos = more;
+        if ((n = targets__copy(a->parts.reg, &f, infos, cap)) <= cap)
+            break;
+    }
+    for (size_t i = 0; i < n && n_seen <= NETNS_MAX; i++) {
+        char path[64];
+        bool known = false;
+
+        snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)infos[i].pid);
+        if (infos[i].ended_ns || stat(path, &st) < 0)
+            continue;
+        for (size_t k = 0; k < n_seen; k++)
+            known |= seen[k] == st.st_ino;
+        if (known)
+            continue;
+        seen[n_seen++] = st.st_ino;
+        procfs_net_addresses(infos[i].pid, add_address, out);
+    }
+out:
+    free(infos);
+}
+
+/* The node's addresses but loopback's (getifaddrs), then those of its targets' own network
+ * namespaces that @p may see, each once: NCCL's RAS names a rank's host by the address its job
+ * uses, which `probectl hang` joins to the node's name. */
+static json_t *addresses_json(struct api *a, const struct peer *p)
 {
     json_t *out = json_array();
     struct ifaddrs *ifs = NULL;
 
-    if (getifaddrs(&ifs) < 0)
-        return out;
-    for (struct ifaddrs *i = ifs; i && json_array_size(out) < ADDRESSES_MAX; i = i->ifa_next) {
-        char text[INET6_ADDRSTRLEN] = "";
-        const void *at;
-        bool seen = false;
-        json_t *a;
-        size_t k;
-
-        if (!i->ifa_addr || (i->ifa_flags & IFF_LOOPBACK) ||
-            (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6))
-            continue;
-        at = i->ifa_addr->sa_family == AF_INET
-                 ? (const void *)&((const struct sockaddr_in *)i->ifa_addr)->sin_addr
-                 : (const void *)&((const struct sockaddr_in6 *)i->ifa_addr)->sin6_addr;
-        if (!inet_ntop(i->ifa_addr->sa_family, at, text, sizeof(text)))
-            continue;
-        json_array_foreach(out, k, a)
-        {
-            seen |= strcmp(json_string_value(a), text) == 0;
+    if (getifaddrs(&ifs) == 0) {
+        for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+            if (!i->ifa_addr || (i->ifa_flags & IFF_LOOPBACK))
+                continue;
+            if (i->ifa_addr->sa_family == AF_INET)
+                add_address(AF_INET, &((const struct sockaddr_in *)i->ifa_addr)->sin_addr, out);
+            else if (i->ifa_addr->sa_family == AF_INET6)
+                add_address(AF_INET6, &((const struct sockaddr_in6 *)i->ifa_addr)->sin6_addr,
+                            out);
         }
-        if (!seen)
-            json_array_append_new(out, json_string(text));
+        freeifaddrs(ifs);
     }
-    freeifaddrs(ifs);
+    target_addresses(a, p, out);
     return out;
 }
 
@@ -141,7 +191,7 @@ int status_get(struct api *a, const struct request *rq)
     /* which node answered: the web view's targets, a transport's far end */
     if (gethostname(host, sizeof(host) - 1) == 0)
         json_object_set_new(body, "host", json_string(host));
-    json_object_set_new(body, "addresses", addresses_json());
+    json_object_set_new(body, "addresses", addresses_json(a, rq->peer));
     return reply_json(rq->req, 200, body);
 }
 

@@ -3,6 +3,7 @@
 #include "common/procfs.h"
 #include "pyframes.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -282,4 +283,52 @@ bool procfs_in_initial_pidns(void)
     line += strspn(line, " \t");
     line += strspn(line, "0123456789");
     return *line == '\n' || *line == '\0';
+}
+
+int procfs_net_addresses(pid_t pid, procfs_address_fn fn, void *ctx)
+{
+    char path[64], *line = NULL;
+    size_t cap = 0;
+    struct in_addr last = {0};
+    bool have = false;
+    FILE *f;
+
+    /* IPv4: the trie's LOCAL host routes ("|-- 10.1.2.3" then "/32 host LOCAL"), each listed
+       in the main table and the local one: the caller keeps each once */
+    snprintf(path, sizeof(path), "/proc/%d/net/fib_trie", (int)pid);
+    if (!(f = fopen(path, "re")))
+        return -errno;
+    while (getline(&line, &cap, f) > 0) {
+        char text[INET_ADDRSTRLEN];
+        const char *at = strstr(line, "|-- ");
+        if (at) {
+            have = sscanf(at + 4, "%15[0-9.]", text) == 1 && inet_pton(AF_INET, text, &last) == 1;
+        } else if (have && strstr(line, "/32 host LOCAL")) {
+            if ((ntohl(last.s_addr) >> 24) != 127) /* loopback's are every namespace's */
+                fn(AF_INET, &last, ctx);
+            have = false;
+        }
+    }
+    fclose(f);
+    /* IPv6: the addresses of global scope (if_inet6: address, index, prefix, scope, ...) */
+    snprintf(path, sizeof(path), "/proc/%d/net/if_inet6", (int)pid);
+    if ((f = fopen(path, "re"))) {
+        while (getline(&line, &cap, f) > 0) {
+            char hex[33];
+            unsigned scope;
+            struct in6_addr a;
+            if (sscanf(line, "%32[0-9a-fA-F] %*x %*x %x", hex, &scope) != 2 || strlen(hex) != 32 ||
+                scope != 0)
+                continue;
+            for (int i = 0; i < 16; i++) {
+                unsigned byte;
+                sscanf(hex + 2 * i, "%2x", &byte);
+                a.s6_addr[i] = (uint8_t)byte;
+            }
+            fn(AF_INET6, &a, ctx);
+        }
+        fclose(f);
+    }
+    free(line);
+    return 0;
 }

@@ -77,4 +77,11 @@ int procfs_grant_check(const struct proc_grant *g, char *why, size_t why_size);
  * the kernel's global ids, which BPF programs see, are ours. */
 bool procfs_in_initial_pidns(void);
 
+/* The addresses of @pid's network namespace but loopback's, read from its /proc/PID/net
+ * (fib_trie's local IPv4 routes, if_inet6's addresses of global scope): no namespace is
+ * joined, so no capability is needed. @fn gets each (struct in_addr or in6_addr), an IPv4
+ * one twice (the trie's two tables). 0, or -errno where the process is gone. */
+typedef void (*procfs_address_fn)(int family, const void *addr, void *ctx);
+int procfs_net_addresses(pid_t pid, procfs_address_fn fn, void *ctx);
+
 #endif

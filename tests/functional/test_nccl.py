@@ -827,6 +827,54 @@ def test_nccl_ras_hosts_named_by_their_nodes(tmp_path):
         d.close()
 
 
+def test_nccl_ras_ranks_in_a_pods_network_named_by_their_node(tmp_path):
+    """A job in a network namespace of its own (a Kubernetes pod's, a container's) is known to
+    NCCL's RAS by its pod's address, which the node's interfaces do not have: such a rank kept
+    its address only. The status now lists, beside the node's, the addresses of its targets'
+    own network namespaces, read from their /proc/PID/net (no namespace joined): `probectl
+    nccl` names a rank on such an address (IPv4 or IPv6) by the node. Another user's status
+    does not list the namespaces of root's targets."""
+    ns = 'probed-pod-%d' % os.getpid()
+    host_end = 'ppod%d' % (os.getpid() % 100000)
+    subprocess.run(['ip', 'netns', 'add', ns], check=True)
+    d = Daemon()
+    p = None
+    try:
+        for cmd in (['ip', 'link', 'add', host_end, 'type', 'veth', 'peer', 'name', 'eth0',
+                     'netns', ns],
+                    ['ip', '-n', ns, 'addr', 'add', '10.213.0.2/24', 'dev', 'eth0'],
+                    ['ip', '-n', ns, 'addr', 'add', 'fd00:213::2/64', 'dev', 'eth0'],
+                    ['ip', '-n', ns, 'link', 'set', 'eth0', 'up'],
+                    ['ip', '-n', ns, 'link', 'set', 'lo', 'up']):
+            subprocess.run(cmd, check=True)
+        doc = json.loads(json.dumps(RAS_DOC))
+        doc['communicators'][0]['ranks'][0]['host'] = 'fd00:213::2'
+        doc['communicators'][0]['ranks'][2]['host'] = '10.213.0.2'
+        p = ras_job(str(tmp_path), doc=doc, port=28558, wrap=['ip', 'netns', 'exec', ns])
+        st = d.api('GET', '/v1/status')[1]
+        assert '10.213.0.2' not in st['addresses'], st['addresses']  # not a target yet
+        d.ctl('attach', p.pid, check=True)
+        st = d.api('GET', '/v1/status')[1]
+        assert {'10.213.0.2', 'fd00:213::2'} <= set(st['addresses']), st['addresses']
+        assert not {'127.0.0.1', '::1'} & set(st['addresses']), st['addresses']
+        got = json.loads(d.ctl('nccl', p.pid, '--json', check=True).stdout)
+        ranks = got['communicators'][0]['ranks']
+        assert [r.get('node') for r in ranks] == [st['host'], None, st['host']], ranks
+        text = d.ctl('nccl', p.pid, check=True).stdout
+        assert '  rank 2 (%s (10.213.0.2) pid 5151) behind on AllReduce' % st['host'] in text, \
+            text
+        user = ensure_test_user()
+        os.chmod(d.socket, 0o666)
+        theirs = json.loads(d.ctl('status', '--json', user=user, check=True).stdout)
+        assert '10.213.0.2' not in theirs['addresses'] and \
+            set(theirs['addresses']) < set(st['addresses']), theirs['addresses']
+    finally:
+        if p:
+            reap(p)
+        d.close()
+        subprocess.run(['ip', 'netns', 'del', ns])
+
+
 def test_nccl_ras_of_an_older_nccl_a_container_and_what_is_refused(tmp_path):
     """An NCCL before 2.28.7 has no JSON: its text report is shown as `ncclras` prints it. A job
     in its own network namespace (a container) at the default port 28028 is asked there. No
