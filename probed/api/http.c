@@ -15,12 +15,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "common/jsontext.h"
 #include "log.h"
 
 int reply_json(struct evhttp_request *req, int status, json_t *body)
 {
     struct evbuffer *out = evbuffer_new();
-    char *text = json_dumps(body, JSON_COMPACT | JSON_ENSURE_ASCII);
+    char *text = jsontext_dumps(body, JSON_COMPACT | JSON_ENSURE_ASCII);
 
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
     /* probectl -H checks it: a node's daemon of another API version is named, not misread */

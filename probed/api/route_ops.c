@@ -71,7 +71,7 @@ static json_t *nccl_json(struct meter *m)
 }
 
 #define ADDRESSES_MAX 64 /* of the node's addresses in the status */
-#define NETNS_MAX 16      /* the targets' own network namespaces read for it */
+#define NETNS_MAX 16     /* the targets' own network namespaces read for it */
 
 /* @addr (a struct in_addr or in6_addr) as text, added to the array @ctx unless there. */
 static void add_address(int family, const void *addr, void *ctx)
@@ -146,8 +146,7 @@ static json_t *addresses_json(struct api *a, const struct peer *p)
             if (i->ifa_addr->sa_family == AF_INET)
                 add_address(AF_INET, &((const struct sockaddr_in *)i->ifa_addr)->sin_addr, out);
             else if (i->ifa_addr->sa_family == AF_INET6)
-                add_address(AF_INET6, &((const struct sockaddr_in6 *)i->ifa_addr)->sin6_addr,
-                            out);
+                add_address(AF_INET6, &((const struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, out);
         }
         freeifaddrs(ifs);
     }

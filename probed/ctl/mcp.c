@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/jsontext.h"
 #include "common/units.h"
 #include "ctl/client.h"
 
@@ -157,7 +158,7 @@ static void query_answer(struct mcp *m, const char *sql, long pid, long max, str
     a->structured =
         json_pack("{s:O, s:o, s:I, s:b}", "columns", json_object_get(reply, "columns"), "rows",
                   kept, "row_count", (json_int_t)n, "truncated", n > (size_t)max);
-    a->text = json_dumps(a->structured, JSON_COMPACT | JSON_REAL_PRECISION(15));
+    a->text = jsontext_dumps(a->structured, JSON_COMPACT);
     json_decref(reply);
 }
 
@@ -285,7 +286,7 @@ static void tool_list_targets(struct mcp *m, json_t *args, struct answer *a)
             json_array_append_new(out, o);
     }
     a->structured = json_pack("{s:o}", "targets", out);
-    a->text = json_dumps(a->structured, JSON_COMPACT | JSON_REAL_PRECISION(15));
+    a->text = jsontext_dumps(a->structured, JSON_COMPACT);
     json_decref(reply);
 }
 
@@ -310,7 +311,7 @@ static void tool_backtrace(struct mcp *m, json_t *args, struct answer *a)
         snprintf(path + strlen(path), sizeof(path) - strlen(path), "&native=1");
     if (!(a->structured = api(m, "GET", path, NULL, NULL, NULL, a)))
         return;
-    a->text = json_dumps(a->structured, JSON_COMPACT | JSON_REAL_PRECISION(15));
+    a->text = jsontext_dumps(a->structured, JSON_COMPACT);
 }
 
 static void tool_query(struct mcp *m, json_t *args, struct answer *a)
@@ -433,7 +434,7 @@ static void tool_flamegraph(struct mcp *m, json_t *args, struct answer *a)
                                                 (json_int_t)lines[i].n));
     a->structured = json_pack("{s:I, s:I, s:o}", "total_samples", (json_int_t)total,
                               "distinct_stacks", (json_int_t)n, "stacks", stacks);
-    a->text = json_dumps(a->structured, JSON_COMPACT | JSON_REAL_PRECISION(15));
+    a->text = jsontext_dumps(a->structured, JSON_COMPACT);
     free(lines);
     free(raw);
 }

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/jsontext.h"
+
 int output_format_of(const char *s, const char *cmd, enum output_format *ret)
 {
     if (strcmp(s, "table") == 0)
@@ -34,13 +36,7 @@ int output_option(int c, const char *arg, const char *cmd, enum output_format *r
 
 void output_real_text(double v, char *buf, size_t len)
 {
-    /* the fewest digits that read back as the same double (Python's repr): 20.9, not
-     * 20.899999999999999, and all 17 where a value needs them */
-    for (int digits = 1; digits <= 17; digits++) {
-        snprintf(buf, len, "%.*g", digits, v);
-        if (strtod(buf, NULL) == v)
-            break;
-    }
+    jsontext_real(v, buf, len); /* 20.9, not 20.899999999999999 */
 }
 
 char *output_cell_text(json_t *v, const char *null)
@@ -66,38 +62,10 @@ char *output_cell_text(json_t *v, const char *null)
 
 void output_json(json_t *doc)
 {
-    /* jansson writes reals at 17 digits: each is written again here, outside strings, as the
-     * fewest digits that read back the same */
-    char *text = json_dumps(doc, JSON_INDENT(2) | JSON_ENSURE_ASCII);
-    bool in_string = false;
+    char *text = jsontext_dumps(doc, JSON_INDENT(2) | JSON_ENSURE_ASCII);
 
-    for (const char *p = text; p && *p;) {
-        if (in_string || *p == '"') {
-            if (in_string && *p == '\\' && p[1])
-                putchar(*p++);
-            else if (*p == '"')
-                in_string = !in_string;
-            putchar(*p++);
-        } else if (*p == '-' || isdigit((unsigned char)*p)) {
-            const char *start = p;
-            bool real = false;
-            char buf[40];
-
-            for (; *p && strchr("+-0123456789.eE", *p); p++)
-                real |= *p == '.' || *p == 'e' || *p == 'E';
-            if (!real) {
-                fwrite(start, 1, (size_t)(p - start), stdout);
-                continue;
-            }
-            output_real_text(strtod(start, NULL), buf, sizeof(buf));
-            fputs(buf, stdout);
-            if (!strpbrk(buf, ".eEn")) /* still a real: 2.0, not 2 */
-                fputs(".0", stdout);
-        } else {
-            putchar(*p++);
-        }
-    }
-    putchar('\n');
+    if (text)
+        puts(text);
     free(text);
 }
 

@@ -3,11 +3,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+#include <stdint.h>
+
 #include "codecache.h"
 #include "elfimg.h"
 #include "frameptr.h"
 #include "layout.h"
 #include "procmaps.h"
+#include "common/jsontext.h"
 #include "unit.h"
 
 int test_codecache_pins_entries_of_the_walk(void);
@@ -248,5 +252,35 @@ int test_schedstat_line(void)
     CHECK(!procmaps_schedstat("1 -2 3", v));
     CHECK(!procmaps_schedstat("1 x 3", v));
     CHECK(!procmaps_schedstat("18446744073709551616 0 1", v)); /* past 64 bits */
+    return 0;
+}
+
+/* The daemon's replies and probectl's JSON: each real in the fewest digits that read back the
+ * same (jansson alone writes 0.04 as 0.040000000000000001), still a real, strings untouched,
+ * and every double read back exactly. */
+int test_jsontext_shortest_reals(void)
+{
+    json_t *doc =
+        json_pack("{s:f, s:f, s:f, s:f, s:f, s:I, s:s, s:[f, f]}", "cpu_seconds", 0.04, "third",
+                  1.0 / 3, "two", 2.0, "big", 1e300, "neg", -58.96, "n", (json_int_t)-17, "s",
+                  "0.040000000000000001 \"2.0\"", "list", 5e-324, 0.1 + 0.2);
+    char *text = jsontext_dumps(doc, JSON_COMPACT), buf[40];
+
+    CHECK(text);
+    CHECK_STR(text, "{\"cpu_seconds\":0.04,\"third\":0.3333333333333333,\"two\":2.0,"
+                    "\"big\":1e+300,\"neg\":-58.96,\"n\":-17,"
+                    "\"s\":\"0.040000000000000001 \\\"2.0\\\"\",\"list\":[5e-324,"
+                    "0.30000000000000004]}");
+    free(text);
+    json_decref(doc);
+    for (int i = 0; i < 100000; i++) { /* any double: the text reads back as it */
+        uint64_t bits = ((uint64_t)rand() << 33) ^ ((uint64_t)rand() << 11) ^ (uint64_t)rand();
+        double v;
+        memcpy(&v, &bits, sizeof(v));
+        if (v != v || v - v != 0) /* NaN and infinities: not JSON */
+            continue;
+        jsontext_real(v, buf, sizeof(buf));
+        CHECK(strtod(buf, NULL) == v);
+    }
     return 0;
 }

@@ -46,7 +46,8 @@
     X(test_findproc_job_names)                                                                     \
     X(test_exits_kernel_lines)                                                                     \
     X(test_patterns_bounded)                                                                       \
-    X(test_timeline_renders_threads_in_time_order)
+    X(test_timeline_renders_threads_in_time_order)                                                 \
+    X(test_jsontext_shortest_reals)
 
 #define DECLARE(name) int name(void);
 CASES(DECLARE)
