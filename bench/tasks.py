@@ -3,7 +3,7 @@
 
 usage: bench/tasks.py [--rounds 7] [--python /usr/bin/python3] [--build build]
 
-tests/targets/tasks.py is started with 100, 1,000 and 10,000 idle tasks (plus its nine in
+tests/targets/tasks.py is started with 100, 1,000 and 10,000 idle tasks (plus its ten in
 known states). For each, interleaved round by round: `probectl backtrace --direct --json` (the
 baseline: every thread's stack, the same process, same run) and `probectl backtrace --tasks
 --direct --json` (every task: its state, its coroutine chain read twice, who awaits it). Each

@@ -373,14 +373,17 @@ static int read_coroutine(struct walk *w, uint64_t gen, bool is_coro, struct cha
             yield_from = state > l->gen_suspended_lo; /* 3.13+ says so of a generator */
         if (!suspended && !running && !created)
             return 0; /* finished */
-        if (l->fr_stack_index >= 0 && suspended) {
+        /* the stack is read only where the generator waits in an await or yield from: one
+           suspended at a bare yield may have an empty stack and no locals (asyncio's
+           __sleep0, which `await asyncio.sleep(0)` suspends in: every such task read torn) */
+        if (l->fr_stack_index >= 0 && suspended && yield_from) {
             int32_t idx = field_i32(buf + l->gen_iframe, l->fr_stack_index);
 
             if (idx < 1 || idx > (1 << 16))
                 return pyf_fail(e, PYF_TORN, EFAULT, frame, "pid %d: coroutine stack depth %d",
                                 w->t->info.pid, idx);
             top = frame + (uint64_t)l->fr_localsplus + (uint64_t)(idx - 1) * 8;
-        } else if (l->fr_stackpointer >= 0 && suspended) {
+        } else if (l->fr_stackpointer >= 0 && suspended && yield_from) {
             uint64_t sp = field_u64(buf + l->gen_iframe, l->fr_stackpointer);
 
             uint64_t depth = (uint64_t)l->gen_yf_depth * 8;
@@ -419,10 +422,10 @@ static int read_coroutine(struct walk *w, uint64_t gen, bool is_coro, struct cha
 
             created = state == l->fr_created;
             suspended = state == l->fr_suspended;
-            if (suspended && (depth < 1 || depth > (1 << 16)))
+            if (suspended && yield_from && (depth < 1 || depth > (1 << 16)))
                 return pyf_fail(e, PYF_TORN, EFAULT, frame, "pid %d: coroutine stack depth %d",
                                 w->t->info.pid, depth);
-            if (suspended)
+            if (suspended && yield_from)
                 top = field_u64(fb, l->fr_valuestack) + (uint64_t)(depth - 1) * 8;
         }
         /* a generator on 3.6-3.10 does not say whether it suspended in yield from */

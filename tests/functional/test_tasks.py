@@ -1,7 +1,8 @@
 """probectl backtrace --tasks: asyncio tasks read from outside, on every interpreter.
 
 tests/targets/tasks.py makes tasks in known states (a gather, a task awaiting a task, a
-Queue, a TaskGroup on 3.11+, a thousand idle sleepers, one running, one never started) and
+Queue, a TaskGroup on 3.11+, a thousand idle sleepers, one in `await asyncio.sleep(0)`, one
+running, one never started) and
 says what CPython itself links (each coroutine's cr_await) before freezing its loop; the
 daemon's answer must be the same, frame for frame, with the await edges asyncio's own
 print_call_graph() draws from 3.14.
@@ -57,7 +58,7 @@ def check_tasks(python, mode, target_factory, daemon):
     doc = tasks_of(daemon, t.pid)
     got = {x['id']: x for x in doc['tasks']}
     assert doc['pid'] == t.pid and doc['torn'] == 0
-    assert doc['total'] == len(got) == len(truth) + 1 == N_IDLE + 9
+    assert doc['total'] == len(got) == len(truth) + 1 == N_IDLE + 10
 
     # every task but the running one: CPython's own frames and state
     for tid, want in truth.items():
@@ -73,7 +74,7 @@ def check_tasks(python, mode, target_factory, daemon):
     # names where the version has them (3.8+); 3.6 and 3.7 have none
     assert all(x['name'] == '' for x in doc['tasks']) == (version_of(python) < (3, 8))
     if version_of(python) >= (3, 8):
-        for name in ('child-a', 'awaited', 'queue-waiter', 'late', 'idle-999'):
+        for name in ('child-a', 'awaited', 'queue-waiter', 'late', 'idle-999', 'yielder'):
             assert got['0x%x' % ids[name]]['name'] == name
 
     # who awaits whom: gather, a task awaited directly, the TaskGroup (or gather) of main
@@ -87,7 +88,8 @@ def check_tasks(python, mode, target_factory, daemon):
     for name in ('gather-parent', 'direct-parent', 'queue-waiter') + (
             ('busy',) if mode != 'eager' else ()):
         assert awaiters(name) == ref('main'), name
-    for name in ('main', 'late', 'idle-0', 'idle-999') + (('busy',) if mode == 'eager' else ()):
+    for name in ('main', 'late', 'idle-0', 'idle-999', 'yielder') + (
+            ('busy',) if mode == 'eager' else ()):
         assert awaiters(name) == [], name
     waits = got['0x%x' % ids['direct-parent']]['waits_for']
     assert waits['id'] == '0x%x' % ids['awaited'] and waits['type'] == '_asyncio.Task'
@@ -103,7 +105,7 @@ def check_tasks(python, mode, target_factory, daemon):
 
     # the text: the await tree, main's children under it
     text = daemon.ctl('backtrace', t.pid, '--tasks', check=True).stdout
-    assert re.search(r'%d asyncio tasks' % (N_IDLE + 9), text)
+    assert re.search(r'%d asyncio tasks' % (N_IDLE + 10), text)
     assert re.search(r'\n(    └── )?Task "[^"]+" \(running on thread %d\)\n\s+busy \(%s:%d\)'
                      % (t.pid, re.escape(TASKS), M['busy']), text), text[:3000]
 
@@ -155,7 +157,7 @@ def test_another_users_tasks_are_refused(target_factory, daemon):
     os.chmod(daemon.socket, 0o666)
     t = target_factory('/usr/bin/python3', 'tasks.py', '5')
     daemon.ctl('attach', t.pid, check=True)  # in the daemon's live targets: root's, not theirs
-    assert daemon.rows('SELECT count(DISTINCT task) FROM python.tasks') == [[14]]
+    assert daemon.rows('SELECT count(DISTINCT task) FROM python.tasks') == [[15]]
     r = daemon.ctl('backtrace', t.pid, '--tasks', '--json', user=user)
     assert r.returncode != 0 and 'idle' not in r.stdout, (r.stdout, r.stderr)
     r = daemon.ctl('query', 'SELECT name, func FROM python.tasks WHERE pid = %d' % t.pid,

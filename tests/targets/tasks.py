@@ -2,7 +2,8 @@
 
 The main task awaits its children (a TaskGroup on 3.11+, else gather): a task awaiting a
 gather of two, a task awaiting another task, a task blocked on a Queue, a thousand idle
-sleepers; then "busy" runs forever (never awaiting, so every other task stays as it is) after
+sleepers, "yielder" (in `await asyncio.sleep(0)`: suspended at the bare yield of asyncio's
+__sleep0, a generator with no locals and an empty stack); then "busy" runs forever (never awaiting, so every other task stays as it is) after
 creating "late", which therefore never starts. READY {...} once busy runs.
 
 usage: tasks.py [N_IDLE] [plain|eager|uvloop] (N_IDLE: else $TASKS_IDLE, else 1000): eager, tasks made by asyncio.eager_task_factory
@@ -94,6 +95,11 @@ async def idle():
     await asyncio.sleep(3600)  # MARK:idle
 
 
+async def yielder():
+    while True:
+        await asyncio.sleep(0)  # MARK:yielder
+
+
 async def busy():
     spawn(leaf(), 'late')
     IDS['busy'] = id(current_task())
@@ -125,6 +131,7 @@ async def main():
             IDS['queue-waiter'] = id(tg.create_task(queue_waiter(q), name='queue-waiter'))
             for i in range(N_IDLE):
                 spawn(idle(), 'idle-%d' % i)
+            spawn(yielder(), 'yielder')
             await asyncio.sleep(0.2)
             start_busy(tg)
     else:
@@ -132,6 +139,7 @@ async def main():
                     spawn(queue_waiter(q), 'queue-waiter')]
         for i in range(N_IDLE):
             spawn(idle(), 'idle-%d' % i)
+        spawn(yielder(), 'yielder')
         await asyncio.sleep(0.2)
         children.append(start_busy())
         await asyncio.gather(*children)  # MARK:main_gather
