@@ -116,9 +116,12 @@ static void target_addresses(struct api *a, const struct peer *p, json_t *out)
     for (size_t i = 0; i < n && n_seen <= NETNS_MAX; i++) {
         char path[64];
         bool known = false;
+        int64_t start = 0;
 
         snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)infos[i].pid);
-        if (infos[i].ended_ns || stat(path, &st) < 0)
+        /* still that target, not a later process of the pid (another user's namespace) */
+        if (infos[i].ended_ns || stat(path, &st) < 0 ||
+            procfs_start_time(infos[i].pid, &start) < 0 || start != infos[i].start_time)
             continue;
         for (size_t k = 0; k < n_seen; k++)
             known |= seen[k] == st.st_ino;

@@ -112,7 +112,7 @@ struct proc {
     int multi[2];      /* else the uprobe_multi links' descriptors: entries, returns; -1 none */
     size_t n_probes;   /* attached; 0: not watched */
     char library[256]; /* the mapped file's path, "" none found */
-    struct file_id without[LIBRARIES_MAX]; /* torch libraries read and found without NCCL */
+    struct file_id without[LIBRARIES_MAX]; /* torch libraries found without NCCL (or closed) */
     size_t n_without;
     int64_t next_look_ns;
     bool given; /* in this pass's targets */
@@ -472,7 +472,7 @@ static int attach(struct nccl_watch *w, struct proc *p, const char *link,
     return err;
 }
 
-/* Whether @m is a torch library @p's looks have read already and found without NCCL. */
+/* Whether @m is a torch library @p's looks have found without NCCL, or could not open. */
 static bool known_without(const struct proc *p, const struct mapped *m)
 {
     for (size_t i = 0; i < p->n_without; i++)
@@ -505,8 +505,12 @@ static void look(struct nccl_watch *w, struct proc *p)
 
         if (libs[i].kind == 1 && known_without(p, &libs[i]))
             continue;
-        if ((fd = open_mapped(p, &libs[i], &e)) < 0) { /* say why it is not probed, each look */
+        if ((fd = open_mapped(p, &libs[i], &e)) < 0) {
+            /* say why it is not probed: each look for a library of NCCL's, once for a torch
+               one (most hold no NCCL: an upgraded environment would say so every 5 s) */
             log_msg(LOG_WARN, "NCCL calls of pid %d: %s", (int)p->t.pid, e.msg);
+            if (libs[i].kind == 1 && p->n_without < LIBRARIES_MAX)
+                p->without[p->n_without++] = libs[i].id;
             continue;
         }
         resolve(fd, offs);

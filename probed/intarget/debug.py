@@ -64,8 +64,10 @@ def _peer_uid_diag(family, mine, theirs):
     with _socket.socket(_socket.AF_NETLINK, _socket.SOCK_DGRAM, 4) as nl:  # NETLINK_SOCK_DIAG
         nl.settimeout(2)
         nl.sendto(msg, (0, 0))
-        data = nl.recv(65536)
-    length, kind = _struct.unpack_from('=IH', data)
+        data, (sender, _) = nl.recvfrom(65536)
+    length, kind, _, seq = _struct.unpack_from('=IHHI', data)
+    if sender != 0 or seq != 1:  # the kernel's answer to this request, nothing else
+        raise OSError(71, 'sock_diag: a message from port %d' % sender)
     if kind == 2:  # NLMSG_ERROR: ENOENT when no such socket
         err = -_struct.unpack_from('=i', data, 16)[0]
         if err == 2:
