@@ -23,6 +23,9 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
 
 #include "common/procfs.h"
 #include "gpu/ras.h"
@@ -193,7 +196,7 @@ static int held_by(pid_t pid, const struct listener *ls, int n)
 /* A socket made in the network namespace @nsfd names (-1: ours), by a thread of its own: setns
  * changes the namespace of the calling thread only, and that thread is then thrown away. */
 struct dial {
-    int nsfd, family;
+    int nsfd, family, type, protocol;
     int fd, err;
 };
 
@@ -205,14 +208,14 @@ static void *dial_run(void *arg)
         d->err = errno;
         return NULL;
     }
-    if ((d->fd = socket(d->family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) < 0)
+    if ((d->fd = socket(d->family, d->type | SOCK_CLOEXEC | SOCK_NONBLOCK, d->protocol)) < 0)
         d->err = errno;
     return NULL;
 }
 
-static int socket_in(pid_t pid, int family, struct errbuf *err)
+static int socket_in(pid_t pid, int family, int type, int protocol, struct errbuf *err)
 {
-    struct dial d = {.nsfd = -1, .family = family, .fd = -1};
+    struct dial d = {.nsfd = -1, .family = family, .type = type, .protocol = protocol, .fd = -1};
     struct stat ours, theirs;
     char path[64];
     pthread_t t;
@@ -377,18 +380,93 @@ static const char *printable(const char *s, char *buf, size_t size)
     return buf;
 }
 
+/* The inode of the TCP socket whose own end is @from and whose peer is @to, in the network
+ * namespace of netlink socket @nl: one sock_diag lookup (an exact inet_diag_req_v2, as `ss`
+ * asks), answered by the kernel alone. 0: no such socket; -errno. */
+static int64_t diag_inode(int nl, const struct sockaddr_storage *from,
+                          const struct sockaddr_storage *to, int64_t deadline)
+{
+    struct {
+        struct nlmsghdr nh;
+        struct inet_diag_req_v2 r;
+    } req = {.nh = {.nlmsg_len = sizeof(req),
+                    .nlmsg_type = SOCK_DIAG_BY_FAMILY,
+                    .nlmsg_flags = NLM_F_REQUEST,
+                    .nlmsg_seq = 1},
+             .r = {.sdiag_family = (uint8_t)from->ss_family,
+                   .sdiag_protocol = IPPROTO_TCP,
+                   .idiag_states = ~0u,
+                   .id.idiag_cookie = {INET_DIAG_NOCOOKIE, INET_DIAG_NOCOOKIE}}};
+    union {
+        struct nlmsghdr nh;
+        char bytes[1024];
+    } reply;
+    struct sockaddr_nl kernel = {.nl_family = AF_NETLINK}, sender;
+    socklen_t len = sizeof(sender);
+    ssize_t n;
+    int r;
+
+    if (from->ss_family == AF_INET) {
+        const struct sockaddr_in *f = (const void *)from, *t = (const void *)to;
+        req.r.id.idiag_sport = f->sin_port;
+        req.r.id.idiag_dport = t->sin_port;
+        memcpy(req.r.id.idiag_src, &f->sin_addr, sizeof(f->sin_addr));
+        memcpy(req.r.id.idiag_dst, &t->sin_addr, sizeof(t->sin_addr));
+    } else {
+        const struct sockaddr_in6 *f = (const void *)from, *t = (const void *)to;
+        req.r.id.idiag_sport = f->sin6_port;
+        req.r.id.idiag_dport = t->sin6_port;
+        memcpy(req.r.id.idiag_src, &f->sin6_addr, sizeof(f->sin6_addr));
+        memcpy(req.r.id.idiag_dst, &t->sin6_addr, sizeof(t->sin6_addr));
+    }
+    if (sendto(nl, &req, sizeof(req), 0, (struct sockaddr *)&kernel, sizeof(kernel)) < 0)
+        return -errno;
+    if ((r = wait_for(nl, POLLIN, deadline)) < 0)
+        return r;
+    if ((n = recvfrom(nl, &reply, sizeof(reply), 0, (struct sockaddr *)&sender, &len)) < 0)
+        return -errno;
+    /* the kernel's answer to this request (port 0, its sequence), nothing else */
+    if (!NLMSG_OK(&reply.nh, (size_t)n) || sender.nl_pid != 0 || reply.nh.nlmsg_seq != 1)
+        return -EPROTO;
+    if (reply.nh.nlmsg_type == NLMSG_ERROR) {
+        const struct nlmsgerr *e = NLMSG_DATA(&reply.nh);
+        if (reply.nh.nlmsg_len < NLMSG_LENGTH(sizeof(*e)))
+            return -EPROTO;
+        return e->error == -ENOENT ? 0 : (e->error < 0 ? e->error : -EPROTO);
+    }
+    if (reply.nh.nlmsg_type != SOCK_DIAG_BY_FAMILY ||
+        reply.nh.nlmsg_len < NLMSG_LENGTH(sizeof(struct inet_diag_msg)))
+        return -EPROTO;
+    return ((const struct inet_diag_msg *)NLMSG_DATA(&reply.nh))->idiag_inode;
+}
+
 /* Whether the end of connection @fd that answered is a socket @pid holds (its RAS thread
  * accepted it before answering the handshake): the listener was checked before connecting,
- * this closes the moment between (the process let its port go and another bound it). */
-static int answered_by(int fd, pid_t pid, int port)
+ * this closes the moment between (the process let its port go and another bound it). The
+ * answering socket is looked up by sock_diag, in the namespace the connection is in; where
+ * netlink is refused, in /proc/PID/net/tcp, a table read in pieces the kernel resumes by
+ * position, where a socket going away meanwhile can hide the line (the debugger's peer check
+ * was refused so in CI): a miss there costs a connection made again (ras_ask). */
+static int answered_by(int fd, pid_t pid, int port, int64_t deadline)
 {
-    struct sockaddr_storage ours;
-    socklen_t len = sizeof(ours);
+    struct sockaddr_storage ours, theirs;
+    socklen_t len = sizeof(ours), tlen = sizeof(theirs);
     struct listener accepted[LISTENERS_MAX];
-    int our_port, n;
+    struct errbuf ignored = {{0}};
+    int our_port, n, nl;
 
-    if (getsockname(fd, (struct sockaddr *)&ours, &len) < 0)
+    if (getsockname(fd, (struct sockaddr *)&ours, &len) < 0 ||
+        getpeername(fd, (struct sockaddr *)&theirs, &tlen) < 0)
         return -errno;
+    if ((nl = socket_in(pid, AF_NETLINK, SOCK_DGRAM, NETLINK_SOCK_DIAG, &ignored)) >= 0) {
+        int64_t inode = diag_inode(nl, &theirs, &ours, deadline);
+
+        close(nl);
+        if (inode >= 0) {
+            accepted[0] = (struct listener){.inode = (unsigned long)inode};
+            return inode > 0 && held_by(pid, accepted, 1) == 0 ? 0 : -EPERM;
+        }
+    }
     our_port = ntohs(ours.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ours)->sin6_port
                                                 : ((struct sockaddr_in *)&ours)->sin_port);
     n = sockets_on(pid, TCP_ESTABLISHED_STATE, port, our_port, accepted, LISTENERS_MAX);
@@ -414,7 +492,7 @@ static int converse(int fd, pid_t pid, int port, const char *where, char **ret, 
     if (strncasecmp(line, "SERVER PROTOCOL ", 16) != 0)
         return errbuf_set(err, -EPROTO, "pid %d, %s: not NCCL's RAS (it answered '%s')", (int)pid,
                           where, printable(line, shown, sizeof(shown)));
-    if ((r = answered_by(fd, pid, port)) < 0)
+    if ((r = answered_by(fd, pid, port, shake)) < 0)
         return errbuf_set(err, r,
                           "pid %d, %s: the connection was answered by a socket the process does "
                           "not hold: asked nothing more",
@@ -686,7 +764,7 @@ static int dial(pid_t pid, const struct listener *l, int port, const char *where
 {
     int fd, r;
 
-    if ((fd = socket_in(pid, l->addr.ss_family, err)) < 0)
+    if ((fd = socket_in(pid, l->addr.ss_family, SOCK_STREAM, 0, err)) < 0)
         return fd;
     if (connect(fd, (const struct sockaddr *)&l->addr, l->len) < 0 && errno != EINPROGRESS) {
         r = errbuf_set(err, -errno, "pid %d: connecting to its RAS at %s: %s", (int)pid, where,
@@ -719,12 +797,15 @@ int ras_ask(pid_t pid, int64_t start_time, json_t **ret, struct errbuf *err)
     json_t *doc;
     json_error_t jerr;
     bool json = false;
-    int port, n, which, r;
+    int port, n = 0, which = -1, r;
 
     if ((r = still_same(pid, start_time, err)) < 0 || (r = ras_port(pid, &port, err)) < 0)
         return r;
-    n = sockets_on(pid, TCP_LISTEN_STATE, port, 0, ls, LISTENERS_MAX);
-    which = n > 0 ? held_by(pid, ls, n) : -1;
+    /* the table read in pieces may skip a line as sockets go away meanwhile: read again */
+    for (int reads = 0; reads < 3 && (reads == 0 || which < 0); reads++) {
+        n = sockets_on(pid, TCP_LISTEN_STATE, port, 0, ls, LISTENERS_MAX);
+        which = n > 0 ? held_by(pid, ls, n) : -1;
+    }
     if (which < 0)
         return errbuf_set(err, -ENOENT,
                           "pid %d holds no socket listening on port %d: no NCCL RAS in it "

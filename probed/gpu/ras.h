@@ -12,8 +12,8 @@
  * localhost:28028, in its own network namespace (a container's). The daemon connects only to
  * a listening socket the process itself holds (/proc/PID/net/tcp{,6} against its descriptors),
  * at the address that socket has: a port another process holds is never asked. The end that
- * answers the handshake must be a socket the process holds too, or nothing more is asked on
- * it: two jobs of one user on a node share the port (NCCL sets SO_REUSEPORT, with which the
+ * answers the handshake must be a socket the process holds too (looked up by sock_diag, in the
+ * namespace the connection is in), or nothing more is asked on it: two jobs of one user on a node share the port (NCCL sets SO_REUSEPORT, with which the
  * kernel shares a port among one user's sockets only, spreading connections among them), so a
  * connection the other job answered is dropped and another made, up to RAS_DIAL_TRIES. The answer
  * is NCCL's JSON (2.28.7 and later: SET FORMAT json), kept field by field; an older NCCL's text
