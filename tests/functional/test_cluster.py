@@ -312,15 +312,19 @@ def test_hang_names_the_nodes_of_nccls_ras_hosts():
     """NCCL's RAS names a rank's host by address; `hang --hosts` gives each one that is a node's
     address the node's name: two nodes on a network of their own, the job's RAS asked through
     its process on a, names a rank behind on b ("b (10.77.0.y)") and one in error on a; a rank
-    missing at an address of no node asked stays its address."""
+    missing at an address of no node asked stays its address; one at an address both nodes
+    have (as two containers on two nodes' default bridges have one) is named by neither."""
     from test_nccl import RAS_DOC, RAS_JOB
     wd = workdir()
     nodes = []
     try:
         nodes = [Node(name, i, wd, network=True) for i, name in enumerate(('a', 'b'))]
+        for n in nodes:  # an address each node has
+            subprocess.run(['ip', 'netns', 'exec', n.netns, 'ip', 'addr', 'add', '172.17.0.2/32',
+                            'dev', 'pn' + n.name], check=True)
         doc = json.loads(json.dumps(RAS_DOC))
         ranks = doc['communicators'][0]['ranks']
-        ranks[0]['host'], ranks[1]['host'], ranks[2]['host'] = nodes[0].ip, nodes[0].ip, nodes[1].ip
+        ranks[0]['host'], ranks[1]['host'], ranks[2]['host'] = '172.17.0.2', nodes[0].ip, nodes[1].ip
         path = os.path.join(wd, 'ras.json')
         with open(path, 'w') as f:
             f.write(json.dumps(doc).replace('"{pid}"', '{pid}'))
@@ -338,6 +342,10 @@ def test_hang_names_the_nodes_of_nccls_ras_hosts():
             ('behind', ['b'], [nodes[1].ip]), behind
         assert (error['kind'], error['nodes']) == ('error', ['a']), error
         assert missing['kind'] == 'missing' and 'nodes' not in missing, missing
+        first = ras['communicators'][0]['ranks']
+        assert all('172.17.0.2' in n.daemon.api('GET', '/v1/status')[1]['addresses']
+                   for n in nodes)
+        assert [r.get('node') for r in first] == [None, 'a', 'b'], first  # 172.17.0.2: both's
         out = ctl('hang', '--hosts', 'a,b', '--transport', t).stdout
         assert '  rank 2 (b (%s) pid 5151) behind on AllReduce' % nodes[1].ip in out, out
         assert '  rank 3 (10.0.0.2 pid 5252) did not answer' in out, out
