@@ -802,7 +802,7 @@ int ras_ask(pid_t pid, int64_t start_time, json_t **ret, struct errbuf *err)
     if ((r = still_same(pid, start_time, err)) < 0 || (r = ras_port(pid, &port, err)) < 0)
         return r;
     /* the table read in pieces may skip a line as sockets go away meanwhile: read again */
-    for (int reads = 0; reads < 3 && (reads == 0 || which < 0); reads++) {
+    for (int reads = 0; reads < 3 && which < 0; reads++) {
         n = sockets_on(pid, TCP_LISTEN_STATE, port, 0, ls, LISTENERS_MAX);
         which = n > 0 ? held_by(pid, ls, n) : -1;
     }
