@@ -13,11 +13,12 @@
  * a listening socket the process itself holds (/proc/PID/net/tcp{,6} against its descriptors),
  * at the address that socket has: a port another process holds is never asked. The end that
  * answers the handshake must be a socket the process holds too (looked up by sock_diag, in the
- * namespace the connection is in), or nothing more is asked on it: two jobs of one user on a node share the port (NCCL sets SO_REUSEPORT, with which the
- * kernel shares a port among one user's sockets only, spreading connections among them), so a
- * connection the other job answered is dropped and another made, up to RAS_DIAL_TRIES. The answer
- * is NCCL's JSON (2.28.7 and later: SET FORMAT json), kept field by field; an older NCCL's text
- * report is passed on as text, for a person to read.
+ * namespace the connection is in), or nothing more is asked on it: two jobs of one user on a node
+ * share the port (NCCL sets SO_REUSEPORT, with which the kernel shares a port among one user's
+ * sockets only, spreading connections among them), so a connection the other job answered is
+ * dropped and another made, up to RAS_DIAL_TRIES. The answer is NCCL's JSON (2.28.7 and later: SET
+ * FORMAT json), kept field by field; an older NCCL's text report is passed on as text, for a person
+ * to read.
  *
  * Bounds: the whole exchange within RAS_DEADLINE_MS (NCCL's own gathering gives up after
  * 10 s), an answer of at most RAS_REPLY_MAX bytes, and of it only the fields named in ras.c
