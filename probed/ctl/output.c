@@ -34,11 +34,6 @@ int output_option(int c, const char *arg, const char *cmd, enum output_format *r
     return output_format_of(arg, cmd, ret);
 }
 
-void output_real_text(double v, char *buf, size_t len)
-{
-    jsontext_real(v, buf, len); /* 20.9, not 20.899999999999999 */
-}
-
 char *output_cell_text(json_t *v, const char *null)
 {
     char *s = NULL;
@@ -52,7 +47,7 @@ char *output_cell_text(json_t *v, const char *null)
     if (json_is_real(v)) {
         char buf[40];
 
-        output_real_text(json_real_value(v), buf, sizeof(buf));
+        jsontext_real(json_real_value(v), buf, sizeof(buf)); /* 20.9, not 20.899999999999999 */
         return strdup(buf);
     }
     if (json_is_boolean(v))

@@ -35,7 +35,8 @@ int output_option(int c, const char *arg, const char *cmd, enum output_format *r
 void output_rows(enum output_format f, json_t *cols, json_t *rows);
 /* The same as a psql-like table ("(N rows)" under it), for query results. */
 void output_sql_table(json_t *cols, json_t *rows);
-/* @doc as JSON (reals as output_real_text) and a newline, to stdout. */
+/* @doc as JSON (reals in the fewest digits that read back the same: jsontext.h) and a newline,
+ * to stdout. */
 void output_json(json_t *doc);
 
 /* A report of several tables (memory, torch summary) as JSON or CSV: doc[@name] becomes
@@ -44,10 +45,7 @@ void output_section(json_t *doc, const char *name, json_t *reply);
 /* @doc as @f: JSON whole; CSV its section @main alone (CSV holds one table). */
 void output_report(enum output_format f, json_t *doc, const char *main);
 
-/* A cell as text: strings as they are, reals as output_real_text, NULL as @null. malloc'd. */
+/* A cell as text: strings as they are, reals as jsontext_real, NULL as @null. malloc'd. */
 char *output_cell_text(json_t *v, const char *null);
-
-/* @v as the fewest digits that read back as the same double, into @buf. */
-void output_real_text(double v, char *buf, size_t len);
 
 #endif
