@@ -4,6 +4,7 @@ NCCL's real signatures whose calls do nothing: the probes, the ABI they read and
 path are the real ones; a real NCCL on a GPU is checked where a GPU machine is lent (its figures
 are in the closing notes). The job calls it through ctypes (tests/targets/nccl_job.py), as
 torch's ProcessGroupNCCL does from C++."""
+import glob
 import json
 import os
 import pwd
@@ -14,6 +15,8 @@ import signal
 import subprocess
 import tempfile
 import time
+
+import pytest
 
 from conftest import BUILD, PROBECTL, reap, wait_for
 from daemon import Daemon, ensure_test_user
@@ -426,6 +429,88 @@ def test_nccl_linked_into_torch_and_rccls_library():
         assert status(d)['processes'] == 3 and 'NCCL calls of pid %d' % procs[3].pid not in d.read_log()
     finally:
         for p in procs:
+            reap(p)
+        d.close()
+        shutil.rmtree(wd, ignore_errors=True)
+
+
+def real_nccl():
+    """NVIDIA's own libnccl.so.2 on this machine (a CUDA toolkit's, pip's nvidia-nccl wheel's), or
+    PROBED_REAL_NCCL; None."""
+    found = [os.environ.get('PROBED_REAL_NCCL', '')]
+    found += sorted(glob.glob('/usr/local/cuda*/lib*/libnccl.so.2'))
+    found += sorted(glob.glob('/usr/lib/python3/dist-packages/nvidia/nccl/lib/libnccl.so.2'))
+    found += sorted(glob.glob('/usr/local/lib/python3*/*-packages/nvidia/nccl/lib/libnccl.so.2'))
+    return next((f for f in found if f and os.path.isfile(f)), None)
+
+
+def test_the_probes_on_nvidias_own_nccl():
+    """The stand-in has NCCL's signatures; this is NCCL itself (2.28.9 here, from the CUDA 13
+    toolkit's wheel), on a machine without a GPU: its real exports (weak symbols, NCCL's
+    profiling interface's pncclX beside them, at one address), its real code at each entry and
+    its real calls among themselves (ncclBcast calls ncclBroadcast through its PLT: one row, not
+    two). No communicator can be made without a GPU: ncclCommInitRank fails, and no
+    communicator is taken for made (its return probe reads NCCL's result). A collective on a
+    communicator NCCL did not make is refused by NCCL at once (ncclInvalidArgument) but seen at
+    its entry, as on a GPU: each call a row, with its op, bytes, dtype and root or peer; the
+    job is unharmed."""
+    lib = real_nccl()
+    if not lib:
+        pytest.skip('not run: no NVIDIA libnccl.so.2 on this machine (a CUDA toolkit\'s, or pip\'s'
+                    ' nvidia-nccl wheel; PROBED_REAL_NCCL names one)')
+    exports = set(subprocess.run(['nm', '-D', '--defined-only', lib], stdout=subprocess.PIPE,
+                                 text=True, check=True).stdout.split())
+    makers = ('ncclCommInitRank', 'ncclCommInitRankConfig', 'ncclCommInitRankScalable',
+              'ncclCommSplit', 'ncclCommShrink')
+    entries = [f for f in ('ncclAllReduce', 'ncclBroadcast', 'ncclReduce', 'ncclAllGather',
+                           'ncclReduceScatter', 'ncclSend', 'ncclRecv', 'ncclAlltoAll',
+                           'ncclGather', 'ncclScatter', 'ncclAllReduceConfig',
+                           'ncclBroadcastConfig', 'ncclReduceConfig', 'ncclAllGatherConfig',
+                           'ncclReduceScatterConfig', 'ncclAlltoAllConfig', 'ncclGatherConfig',
+                           'ncclScatterConfig', 'ncclCommDestroy', 'ncclCommAbort') + makers
+               if f in exports]
+    n_probes = len(entries) + len([f for f in makers if f in exports])
+    wd = tempfile.mkdtemp(prefix='probed-nccl-')
+    go = os.path.join(wd, 'go')
+    d = Daemon('--memory-interval', '200ms')
+    p = None
+    try:
+        d.ctl('config', 'nccl_calls=on', check=True)
+        p = subprocess.Popen([PY, os.path.join(os.path.dirname(JOB), 'nccl_real.py')],
+                             env=dict(os.environ, NCCL_LIB=lib, GO=go, RANK='0', WORLD_SIZE='2'),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert p.stdout.readline() == b'READY\n', p.stderr.read()
+        d.ctl('attach', p.pid, check=True)
+        wait_for(lambda: status(d)['processes'] == 1, 20, 'the probes on NCCL',
+                 lambda: (status(d), d.read_log()))
+        log = d.read_log()
+        assert 'NCCL calls of pid %d: %d probes on %s (' % (p.pid, n_probes, lib) in log, log
+        open(go, 'w').close()
+        out = [p.stdout.readline().decode().split() for _ in range(14)]
+        assert out[0] == ['INIT', '1'], out  # ncclUnhandledCudaError: no GPU
+        fake = int(out[1][1])
+        assert out[-1] == ['DONE'] and all(r[1] == '4' for r in out[2:-1]), out
+        want = [('all_reduce', 4096, 'float32', 0, None), ('broadcast', 512, 'bfloat16', 1, None),
+                ('broadcast', 100, 'int8', 0, None), ('reduce', 64, 'int64', 0, 1),
+                ('all_gather', 256, 'float16', 0, None), ('reduce_scatter', 256, 'float32', 0, None),
+                ('send', 16, 'uint8', 0, 1), ('recv', 24, 'uint8', 1, 0),
+                ('all_to_all', 128, 'float32', 0, None), ('gather', 48, 'int32', 0, 1),
+                ('scatter', 48, 'float64', 0, None)]
+        sql = ("SELECT op, bytes, dtype, src_rank, dst_rank, group_name, group_size, seq,"
+               " seq_source FROM comm_metrics WHERE pid = %d ORDER BY ts_ns" % p.pid)
+        wait_for(lambda: len(d.rows(sql)) >= len(want), 20, 'the calls stored',
+                 lambda: d.rows(sql))
+        time.sleep(0.5)  # (none more comes)
+        rows = d.rows(sql)
+        assert [tuple(r[:5]) for r in rows] == want, rows
+        # on the communicator NCCL never made: known by its address, numbered from the watch
+        assert {(r[5], r[6], r[8]) for r in rows} == {('nccl@%x' % fake, None, 'trace')}, rows
+        assert [r[7] for r in rows if r[0] not in ('send', 'recv')] == list(range(1, 10)), rows
+        assert [r[7] for r in rows if r[0] in ('send', 'recv')] == [1, 2], rows
+        assert comms_of_pids(d, all=True) == [p.pid], 'a failed init was taken for made'
+        assert p.poll() is None
+    finally:
+        if p:
             reap(p)
         d.close()
         shutil.rmtree(wd, ignore_errors=True)
