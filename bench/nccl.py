@@ -4,8 +4,13 @@
 usage: bench/nccl.py [--build DIR] [--lib libnccl.so.2] [--window S] [--rounds N]
 
 bench/targets/nccl_loop.py calls ncclAllReduce through ctypes as fast as it can (the library:
---lib, by default the tests' stand-in, whose call does nothing: the probe's cost is the same
-whatever the function does, and stands out most against a call that costs nothing). A real
+--lib, by default NVIDIA's own where the machine has one (conftest.real_nccl), else the tests'
+stand-in, whose call does nothing). The probe's cost is the same whatever the function does,
+and stands out most against a call that costs little: without a GPU NVIDIA's NCCL refuses each
+call at its first check of the communicator, after the probe. What the probe costs depends on
+the entry's first instruction: the kernel emulates a push (NCCL's entries begin with one, past
+an endbr64 where CET built them) and steps most others out of line, as it does the stand-in's
+(a function that calls none). A real
 probed attaches it; windows of S seconds alternate (ABAB): nccl_calls = off (no probe) and on
 (every call a uprobe and a ring buffer event, drained by the meter every 200 ms). Printed:
 the call's time in each phase (median of 0.1 s slices, first 0.5 s of a window left out), the
@@ -50,7 +55,8 @@ def main():
     import daemon
     daemon.PROBED = os.path.join(conftest.BUILD, 'probed', 'probed')
     daemon.PROBECTL = os.path.join(conftest.BUILD, 'probed', 'probectl')
-    lib = args.lib or os.path.join(conftest.BUILD, 'tests', 'nccl', 'libnccl.so.2')
+    lib = args.lib or conftest.real_nccl() or os.path.join(conftest.BUILD, 'tests', 'nccl',
+                                                            'libnccl.so.2')
     d = daemon.Daemon('--memory-interval', '200ms')
     tmp = tempfile.mkdtemp(prefix='probed-bench-nccl-')
     log = os.path.join(tmp, 'calls.log')
@@ -58,7 +64,9 @@ def main():
                          env=dict(os.environ, NCCL_LIB=lib, LOG=log), stdout=subprocess.PIPE,
                          universal_newlines=True)
     try:
-        p.stdout.readline()
+        refused = p.stdout.readline().startswith('REFUSED')  # NVIDIA's NCCL, no GPU
+        if refused:
+            p.stdout.readline()
         d.ctl('attach', p.pid, check=True)
         phases = {'off': [], 'on': []}
         halves = ([], [])
@@ -79,6 +87,9 @@ def main():
                  if halves[0] and halves[1] else float('nan'))
         print('ncclAllReduce through ctypes, %s (noise floor: off vs off %.3f; calls recorded %d,'
               ' lost %d)' % (lib, noise, st['calls'], st['lost']))
+        if refused:
+            print('  (no GPU: NCCL refused each call at its check of the communicator, after its'
+                  ' entry probe ran)')
         print('  off  %.3f us a call' % off)
         print('  on   %.3f us a call  (+%.3f us, ratio %.3f)' % (on, on - off, on / off))
     finally:

@@ -147,6 +147,16 @@ def daemon():
     d.close()
 
 
+def real_nccl():
+    """NVIDIA's own libnccl.so.2 on this machine (a CUDA toolkit's, pip's nvidia-nccl wheel's), or
+    PROBED_REAL_NCCL's; None."""
+    found = [os.environ.get('PROBED_REAL_NCCL', '')]
+    found += sorted(glob.glob('/usr/local/cuda*/lib*/libnccl.so.2'))
+    found += sorted(glob.glob('/usr/lib/python3/dist-packages/nvidia/nccl/lib/libnccl.so.2'))
+    found += sorted(glob.glob('/usr/local/lib/python3*/*-packages/nvidia/nccl/lib/libnccl.so.2'))
+    return next((f for f in found if f and os.path.isfile(f)), None)
+
+
 def wait_for(pred, timeout=20, what='condition', explain=None):
     """@pred's first true value, polled every 0.2 s; fails after @timeout seconds (saying what
     @explain() returns then, when given: the state that did not come right)."""

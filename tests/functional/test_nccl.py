@@ -4,7 +4,6 @@ NCCL's real signatures whose calls do nothing: the probes, the ABI they read and
 path are the real ones; a real NCCL on a GPU is checked where a GPU machine is lent (its figures
 are in the closing notes). The job calls it through ctypes (tests/targets/nccl_job.py), as
 torch's ProcessGroupNCCL does from C++."""
-import glob
 import json
 import os
 import pwd
@@ -18,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, PROBECTL, reap, wait_for
+from conftest import BUILD, PROBECTL, real_nccl, reap, wait_for
 from daemon import Daemon, ensure_test_user
 
 PY = '/usr/bin/python3'
@@ -116,8 +115,10 @@ def test_every_nccl_call_recorded_from_outside_the_process():
         st = wait_for(lambda: (lambda s: s if s['processes'] == 3 else None)(status(d)), 20,
                       'the probes on both ranks and the flooder', lambda: status(d))
         assert st['source'] == 'uprobes' and 'error' not in st, st
-        # two uprobe_multi links a process (this kernel has them): 18 entry points, 5 returns
-        assert all('NCCL calls of pid %d: 23 probes on %s (uprobe_multi)' % (p.pid, LIB)
+        # two uprobe_multi links a process (this kernel has them): 18 entry points, 5 returns,
+        # each past the endbr64 the stand-in's functions begin with (built with CET)
+        assert all("NCCL calls of pid %d: 23 probes on %s (uprobe_multi, past CET's endbr64)"
+                   % (p.pid, LIB)
                    in d.read_log() for p in procs[:2]), d.read_log()
         t0 = time.time_ns()
         open(go, 'w').close()
@@ -285,7 +286,8 @@ def test_the_api_of_newer_nccls_on_perf_event_probes():
         wait_for(lambda: status(d)['processes'] == 2, 20, 'the probes on both ranks',
                  lambda: status(d))
         # the perf events' way: 18 entry points, 5 of them makings probed at their return too
-        assert all('NCCL calls of pid %d: 23 probes on %s (perf events)' % (p.pid, LIB)
+        assert all("NCCL calls of pid %d: 23 probes on %s (perf events, past CET's endbr64)"
+                   % (p.pid, LIB)
                    in d.read_log() for p in procs), d.read_log()
         open(go, 'w').close()
         for p in procs:
@@ -404,8 +406,9 @@ def test_nccl_linked_into_torch_and_rccls_library():
         wait_for(lambda: status(d)['processes'] == 3, 20, 'the probes on the three',
                  lambda: (status(d), d.read_log()))
         log = d.read_log()
-        for p, lib in zip(procs, (IN_TORCH, RCCL, LIB)):
-            assert 'NCCL calls of pid %d: 23 probes on %s (' % (p.pid, lib) in log, log
+        for p, lib in zip(procs, (IN_TORCH, RCCL, LIB)):  # RCCL's built without CET
+            assert ('NCCL calls of pid %d: 23 probes on %s (uprobe_multi%s)\n'
+                    % (p.pid, lib, '' if lib == RCCL else ", past CET's endbr64")) in log, log
         assert 'NCCL calls of pid %d' % procs[3].pid not in log, log  # a torch library without NCCL: quiet
         open(go, 'w').close()
         for p in procs[:3]:
@@ -432,16 +435,6 @@ def test_nccl_linked_into_torch_and_rccls_library():
             reap(p)
         d.close()
         shutil.rmtree(wd, ignore_errors=True)
-
-
-def real_nccl():
-    """NVIDIA's own libnccl.so.2 on this machine (a CUDA toolkit's, pip's nvidia-nccl wheel's), or
-    PROBED_REAL_NCCL; None."""
-    found = [os.environ.get('PROBED_REAL_NCCL', '')]
-    found += sorted(glob.glob('/usr/local/cuda*/lib*/libnccl.so.2'))
-    found += sorted(glob.glob('/usr/lib/python3/dist-packages/nvidia/nccl/lib/libnccl.so.2'))
-    found += sorted(glob.glob('/usr/local/lib/python3*/*-packages/nvidia/nccl/lib/libnccl.so.2'))
-    return next((f for f in found if f and os.path.isfile(f)), None)
 
 
 def test_the_probes_on_nvidias_own_nccl():
