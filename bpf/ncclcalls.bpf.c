@@ -62,10 +62,11 @@ struct {
 
 /* A communicator being made, from the entry of its making to its return, per thread. */
 struct pending {
-    __u64 out; /* where the new ncclComm_t will be written */
+    __u64 out; /* where the new ncclComm_t will be written (ncclCommInitAll: an array of them) */
     __u64 id;
     __s32 nranks, rank;
-    __u32 from_init, pad;
+    __u32 from_init;
+    __u32 all; /* ncclCommInitAll: its communicators' count (rank i's at out[i]); else 0 */
 };
 
 struct {
@@ -194,27 +195,55 @@ static int comm_shrink(struct pt_regs *ctx)
                       id);
 }
 
-/* The return of a communicator's making: ncclSuccess (0) and the new ncclComm_t written. */
+/* ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist): one process's
+ * communicator of ndev ranks, rank i on a GPU each, made at once from an id NCCL makes inside
+ * (no other process shares it): its id is this making's, the same for its ranks. */
+static int init_all(struct pt_regs *ctx)
+{
+    __u64 key = bpf_get_current_pid_tgid();
+    __s32 ndev = (__s32)ctx->si;
+    struct pending p = {.out = ctx->di, .nranks = ndev, .rank = 0, .from_init = 1};
+
+    if (ndev < 1)
+        return 0;
+    p.all = ndev < NCCL_INIT_ALL_MAX ? (__u32)ndev : NCCL_INIT_ALL_MAX;
+    p.id = (((key >> 32) ^ FNV_OFFSET) * FNV_PRIME ^ bpf_ktime_get_ns()) * FNV_PRIME | 1;
+    bpf_map_update_elem(&pending, &key, &p, BPF_ANY);
+    return 0;
+}
+
+/* The communicator whose handle is at @out, made as @p says, rank @rank of it. */
+static void made_one(struct pending *p, __u64 out, __s32 rank)
+{
+    struct nccl_comm_key k = {.pid = bpf_get_current_pid_tgid() >> 32};
+    struct nccl_comm c = {
+        .id = p->id, .nranks = p->nranks, .rank = rank, .from_init = p->from_init};
+    struct nccl_comm *old;
+
+    if (bpf_probe_read_user(&k.comm, sizeof(k.comm), (void *)out) < 0 || !k.comm)
+        return;
+    old = bpf_map_lookup_elem(&comms, &k);
+    if (old) /* an address seen before its making: another's, ended unseen */
+        *old = c;
+    else
+        add_comm(&k, &c);
+}
+
+/* The return of a communicator's making: the new ncclComm_t written, and ncclSuccess (0), or
+ * ncclInProgress (7): a nonblocking communicator (ncclConfig_t's blocking = 0) returns as its
+ * making goes on in the background, its handle already the one its calls will name. */
 static int made(struct pt_regs *ctx)
 {
     __u64 key = bpf_get_current_pid_tgid();
     struct pending *p = bpf_map_lookup_elem(&pending, &key);
-    struct nccl_comm_key k = {.pid = key >> 32};
-    struct nccl_comm c = {0};
 
     if (!p)
         return 0;
-    if (ctx->ax == 0 && bpf_probe_read_user(&k.comm, sizeof(k.comm), (void *)p->out) == 0 &&
-        k.comm) {
-        struct nccl_comm *old = bpf_map_lookup_elem(&comms, &k);
-        c.id = p->id;
-        c.nranks = p->nranks;
-        c.rank = p->rank;
-        c.from_init = p->from_init;
-        if (old) /* an address seen before its making: another's, ended unseen */
-            *old = c;
-        else
-            add_comm(&k, &c);
+    if (ctx->ax == 0 || ctx->ax == 7) {
+        if (!p->all)
+            made_one(p, p->out, p->rank);
+        for (__u32 i = 0; i < NCCL_INIT_ALL_MAX && i < p->all; i++)
+            made_one(p, p->out + i * sizeof(__u64), (__s32)i);
     }
     bpf_map_delete_elem(&pending, &key);
     return 0;
@@ -347,6 +376,8 @@ static __always_inline int on_entry(struct pt_regs *ctx)
         return comm_split(ctx);
     case NCCL_FN_SHRINK:
         return comm_shrink(ctx);
+    case NCCL_FN_INIT_ALL:
+        return init_all(ctx);
     case NCCL_FN_COMM_END:
         return comm_end(ctx);
     }

@@ -15,6 +15,7 @@
 #define NCCL_USERS_MAX 4096       /* users counted */
 
 #define NCCL_SHRINK_RANKS_MAX 64 /* of ncclCommShrink's excluded ranks, those its id is made of */
+#define NCCL_INIT_ALL_MAX 16 /* of ncclCommInitAll's communicators (one a GPU), those followed */
 
 /* The kinds of call recorded (an event's op). */
 enum nccl_op {
@@ -50,6 +51,7 @@ enum nccl_fn {
     NCCL_FN_INIT_SCALABLE,             /* ncclCommInitRankScalable (2.23) */
     NCCL_FN_SPLIT,                     /* ncclCommSplit */
     NCCL_FN_SHRINK,                    /* ncclCommShrink (2.27) */
+    NCCL_FN_INIT_ALL,                  /* ncclCommInitAll: one a GPU of the process, at once */
     NCCL_FN_COMM_END,                  /* ncclCommDestroy, ncclCommAbort */
 };
 

@@ -64,6 +64,7 @@ static const struct probe {
     {"ncclCommInitRankScalable", NCCL_FN_INIT_SCALABLE},
     {"ncclCommSplit", NCCL_FN_SPLIT},
     {"ncclCommShrink", NCCL_FN_SHRINK},
+    {"ncclCommInitAll", NCCL_FN_INIT_ALL},
     {"ncclCommDestroy", NCCL_FN_COMM_END},
     {"ncclCommAbort", NCCL_FN_COMM_END},
 };
@@ -73,7 +74,7 @@ static const struct probe {
 static bool makes_comm(enum nccl_fn fn)
 {
     return fn == NCCL_FN_INIT_RANK || fn == NCCL_FN_INIT_SCALABLE || fn == NCCL_FN_SPLIT ||
-           fn == NCCL_FN_SHRINK;
+           fn == NCCL_FN_SHRINK || fn == NCCL_FN_INIT_ALL;
 }
 
 static const char *const OPS[NCCL_OP_N] = {"all_reduce",     "broadcast", "reduce", "all_gather",

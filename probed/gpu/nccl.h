@@ -8,8 +8,9 @@
  * A call is seen as it is queued on its CUDA stream: op, count and dtype (its bytes), root or
  * peer, communicator, thread and time. Its completion on the GPU is not. Communicators are
  * followed from their creation where the watch saw it (ncclCommInitRank, ...InitRankConfig,
- * ...InitRankScalable, ncclCommSplit, ncclCommShrink): their id (from the ncclUniqueId, the same on
- * every rank), size, and the number of each collective on them, counted from their first: one
+ * ...InitRankScalable, ncclCommSplit, ncclCommShrink, and
+ * ncclCommInitAll's communicator of one process's GPUs): their id (from the ncclUniqueId, the same
+ * on every rank), size, and the number of each collective on them, counted from their first: one
  * collective has one number on every rank. A communicator made before the watch began is known by
  * its address and its calls are numbered from the first one seen: the process's own count.
  *

@@ -160,12 +160,43 @@ ncclResult_t ncclBcast(void *buff, size_t count, int datatype, int root, ncclCom
     return ncclBroadcast(buff, buff, count, datatype, root, comm, stream);
 }
 
+/* ncclConfig_t's head (nccl.h): NCCL_CONFIG_INITIALIZER's magic, and blocking = 0 for a
+ * nonblocking communicator, whose making returns ncclInProgress with its handle written */
+struct config_head {
+    size_t size;
+    unsigned magic, version;
+    int blocking;
+};
+
 NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks, ncclUniqueId commId,
          int rank, void *config);
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
                                     void *config)
 {
-    return make_comm(comm, nranks, &commId, rank) + (config == NULL);
+    const struct config_head *h = config;
+
+    if (!config)
+        return 4; /* ncclInvalidArgument */
+    if (make_comm(comm, nranks, &commId, rank))
+        return 1;
+    return h->magic == 0xcafebeef && h->blocking == 0 ? 7 /* ncclInProgress */ : 0;
+}
+
+/* A communicator of this process's ndev GPUs, rank i on devlist[i], from an id of its own
+ * (NCCL makes one inside, and calls no other entry point of its API to make them). */
+NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comms, int ndev, const int *devlist);
+ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist)
+{
+    ncclUniqueId id;
+
+    if (ndev < 1)
+        return 4;
+    (void)devlist; /* no GPU here: device i is rank i's */
+    memset(&id, 0, sizeof(id));
+    for (int i = 0; i < ndev; i++)
+        if (make_comm(&comms[i], ndev, &id, i))
+            return 1;
+    return 0;
 }
 
 NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t *newcomm, int nranks, int myrank,

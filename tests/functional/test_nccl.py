@@ -115,9 +115,9 @@ def test_every_nccl_call_recorded_from_outside_the_process():
         st = wait_for(lambda: (lambda s: s if s['processes'] == 3 else None)(status(d)), 20,
                       'the probes on both ranks and the flooder', lambda: status(d))
         assert st['source'] == 'uprobes' and 'error' not in st, st
-        # two uprobe_multi links a process (this kernel has them): 18 entry points, 5 returns,
+        # two uprobe_multi links a process (this kernel has them): 19 entry points, 6 returns,
         # each past the endbr64 the stand-in's functions begin with (built with CET)
-        assert all("NCCL calls of pid %d: 23 probes on %s (uprobe_multi, past CET's endbr64)"
+        assert all("NCCL calls of pid %d: 25 probes on %s (uprobe_multi, past CET's endbr64)"
                    % (p.pid, LIB)
                    in d.read_log() for p in procs[:2]), d.read_log()
         t0 = time.time_ns()
@@ -267,8 +267,11 @@ def test_every_nccl_call_recorded_from_outside_the_process():
 
 def test_the_api_of_newer_nccls_on_perf_event_probes():
     """NCCL 2.23 to 2.28's entry points, on the kernels without uprobe_multi links (a perf-event
-    probe each; PROBED_UPROBE_MULTI=0 says so): communicators made by ncclCommInitRankConfig,
+    probe each; PROBED_UPROBE_MULTI=0 says so): communicators made by ncclCommInitRankConfig
+    (nonblocking: its making returns ncclInProgress, its handle written),
     ncclCommInitRankScalable and ncclCommShrink are one group on both ranks, with their sizes;
+    ncclCommInitAll's of a process's 4 GPUs one group of size 4, numbered from its making on each
+    GPU (a group of each process's: its id made inside NCCL);
     ncclBcast is one broadcast (NCCL's calls ncclBroadcast), ncclAllReduceConfig (NCCLs after 2.28) an
     all_reduce, all_to_all, gather and scatter
     rows have their bytes as torch's trace counts them and their roots; a communicator aborted
@@ -285,14 +288,14 @@ def test_the_api_of_newer_nccls_on_perf_event_probes():
             d.ctl('attach', p.pid, check=True)
         wait_for(lambda: status(d)['processes'] == 2, 20, 'the probes on both ranks',
                  lambda: status(d))
-        # the perf events' way: 18 entry points, 5 of them makings probed at their return too
-        assert all("NCCL calls of pid %d: 23 probes on %s (perf events, past CET's endbr64)"
+        # the perf events' way: 19 entry points, 6 of them makings probed at their return too
+        assert all("NCCL calls of pid %d: 25 probes on %s (perf events, past CET's endbr64)"
                    % (p.pid, LIB)
                    in d.read_log() for p in procs), d.read_log()
         open(go, 'w').close()
         for p in procs:
             assert p.stdout.readline().decode().startswith('NEWER')
-        per_rank = ITER * 6 + 1
+        per_rank = ITER * 6 + 1 + 8
         wait_for(lambda: d.rows("SELECT count(*) FROM comm_metrics WHERE group_name LIKE"
                                 " 'nccl:%%' GROUP BY rank") == [[per_rank], [per_rank]], 20,
                  'every call stored', lambda: d.rows("SELECT rank, count(*) FROM comm_metrics"
@@ -304,6 +307,14 @@ def test_the_api_of_newer_nccls_on_perf_event_probes():
         for g, rank, size, seq, source, *call in rows:
             assert source == 'nccl', rows[:3]
             by_group.setdefault(g, {}).setdefault(rank, []).append([size, seq] + call)
+        # ncclCommInitAll's: each process's own, its 4 GPUs' calls numbered from its making
+        local = {g: r for g, r in by_group.items() if r[min(r)][0][0] == 4}
+        assert sorted(rank for r in local.values() for rank in r) == [0, 1], local
+        for g, r in local.items():
+            (calls,) = r.values()
+            assert calls == [[4, 1 + k // 4, 'all_reduce', 12, 'float32', min(r), None]
+                             for k in range(8)], calls
+            del by_group[g]
         assert len(by_group) == 4 and all(sorted(r) == [0, 1] for r in by_group.values()), \
             by_group.keys()
         cfg = [g for g, r in by_group.items() if len(r[0]) == ITER * 4]
@@ -407,7 +418,7 @@ def test_nccl_linked_into_torch_and_rccls_library():
                  lambda: (status(d), d.read_log()))
         log = d.read_log()
         for p, lib in zip(procs, (IN_TORCH, RCCL, LIB)):  # RCCL's built without CET
-            assert ('NCCL calls of pid %d: 23 probes on %s (uprobe_multi%s)\n'
+            assert ('NCCL calls of pid %d: 25 probes on %s (uprobe_multi%s)\n'
                     % (p.pid, lib, '' if lib == RCCL else ", past CET's endbr64")) in log, log
         assert 'NCCL calls of pid %d' % procs[3].pid not in log, log  # a torch library without NCCL: quiet
         open(go, 'w').close()
@@ -442,8 +453,8 @@ def test_the_probes_on_nvidias_own_nccl():
     toolkit's wheel), on a machine without a GPU: its real exports (weak symbols, NCCL's
     profiling interface's pncclX beside them, at one address), its real code at each entry and
     its real calls among themselves (ncclBcast calls ncclBroadcast through its PLT: one row, not
-    two). No communicator can be made without a GPU: ncclCommInitRank fails, and no
-    communicator is taken for made (its return probe reads NCCL's result). A collective on a
+    two). No communicator can be made without a GPU: ncclCommInitRank and ncclCommInitAll fail,
+    and no communicator is taken for made (their return probes read NCCL's result). A collective on a
     communicator NCCL did not make is refused by NCCL at once (ncclInvalidArgument) but seen at
     its entry, as on a GPU: each call a row, with its op, bytes, dtype and root or peer; the
     job is unharmed."""
@@ -454,7 +465,7 @@ def test_the_probes_on_nvidias_own_nccl():
     exports = set(subprocess.run(['nm', '-D', '--defined-only', lib], stdout=subprocess.PIPE,
                                  text=True, check=True).stdout.split())
     makers = ('ncclCommInitRank', 'ncclCommInitRankConfig', 'ncclCommInitRankScalable',
-              'ncclCommSplit', 'ncclCommShrink')
+              'ncclCommSplit', 'ncclCommShrink', 'ncclCommInitAll')
     entries = [f for f in ('ncclAllReduce', 'ncclBroadcast', 'ncclReduce', 'ncclAllGather',
                            'ncclReduceScatter', 'ncclSend', 'ncclRecv', 'ncclAlltoAll',
                            'ncclGather', 'ncclScatter', 'ncclAllReduceConfig',
@@ -479,10 +490,11 @@ def test_the_probes_on_nvidias_own_nccl():
         log = d.read_log()
         assert 'NCCL calls of pid %d: %d probes on %s (' % (p.pid, n_probes, lib) in log, log
         open(go, 'w').close()
-        out = [p.stdout.readline().decode().split() for _ in range(14)]
-        assert out[0] == ['INIT', '1'], out  # ncclUnhandledCudaError: no GPU
-        fake = int(out[1][1])
-        assert out[-1] == ['DONE'] and all(r[1] == '4' for r in out[2:-1]), out
+        out = [p.stdout.readline().decode().split() for _ in range(15)]
+        # ncclUnhandledCudaError: no GPU
+        assert out[0] == ['INIT', '1'] and out[1][0] == 'ALL' and out[1][1] != '0', out
+        fake = int(out[2][1])
+        assert out[-1] == ['DONE'] and all(r[1] == '4' for r in out[3:-1]), out
         want = [('all_reduce', 4096, 'float32', 0, None), ('broadcast', 512, 'bfloat16', 1, None),
                 ('broadcast', 100, 'int8', 0, None), ('reduce', 64, 'int64', 0, 1),
                 ('all_gather', 256, 'float16', 0, None), ('reduce_scatter', 256, 'float32', 0, None),
@@ -540,7 +552,7 @@ def test_under_the_packaged_units_capabilities():
         wait_for(lambda: ('pid %d: %s (deleted) is not the file it maps (replaced or deleted'
                           ' since' % (procs[1].pid, lib)) in d.read_log(), 20,
                  'the replaced library refused', d.read_log)
-        assert ('NCCL calls of pid %d: 23 probes on %s' % (procs[0].pid, LIB)) in d.read_log()
+        assert ('NCCL calls of pid %d: 25 probes on %s' % (procs[0].pid, LIB)) in d.read_log()
         open(go, 'w').close()
         for p in procs:
             assert p.stdout.readline().decode().startswith('DONE')

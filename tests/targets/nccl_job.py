@@ -17,14 +17,17 @@ table), FLOODED, and the loop.
 With LATE=1: libnccl is loaded only once GO exists (a job that imports torch after the attach),
 and only early's all_reduces are made (LATE, then the loop).
 With NEWER=1, once GO exists, the API of the NCCLs jobs run now (2.23 to 2.28): "cfg" made by
-ncclCommInitRankConfig, "wide" (8 ranks) by ncclCommInitRankScalable from two ids, "shrunk"
-by ncclCommShrink of wide without ranks 5 and 7 (each rank lists them in its own order); ITER
-rounds of, on cfg, ncclBcast (root 0), an all_to_all, a gather (root 1) and a scatter (root 0),
-then an all_reduce each on wide (from a thread of its own) and shrunk (by
-ncclAllReduceConfig, of NCCLs after 2.28); cfg aborted (ncclCommAbort) and "again" made in its
-place (its address likely cfg's), an all_reduce on it; NEWER, then the loop."""
+ncclCommInitRankConfig, nonblocking (its making returns ncclInProgress), "wide" (8 ranks) by
+ncclCommInitRankScalable from two ids, "shrunk" by ncclCommShrink of wide without ranks 5 and 7
+(each rank lists them in its own order); ITER rounds of, on cfg, ncclBcast (root 0), an
+all_to_all, a gather (root 1) and a scatter (root 0), then an all_reduce each on wide (from a
+thread of its own) and shrunk (by ncclAllReduceConfig, of NCCLs after 2.28); cfg aborted
+(ncclCommAbort) and "again" made in its place (its address likely cfg's), an all_reduce on it;
+"local" made by ncclCommInitAll of 4 GPUs (torch.cuda.nccl's, nn.DataParallel's way), and 2
+rounds of an all_reduce (3 float32s) on each of its 4; NEWER, then the loop."""
 import ctypes
 import os
+import struct
 import sys
 import threading
 import time
@@ -71,6 +74,7 @@ def main():
     nccl.ncclCommShrink.argtypes = [comm_t, ctypes.POINTER(ctypes.c_int), ctypes.c_int,
                                     ctypes.POINTER(comm_t), ctypes.c_void_p, ctypes.c_int]
     nccl.ncclCommAbort.argtypes = [comm_t]
+    nccl.ncclCommInitAll.argtypes = [ctypes.POINTER(comm_t), ctypes.c_int, ctypes.c_void_p]
     nccl.ncclBcast.argtypes = [vp, sz, i, i, comm_t, vp]
     nccl.ncclAllReduceConfig.argtypes = [vp, vp, sz, i, i, comm_t, vp, vp]
     nccl.ncclAlltoAll.argtypes = [vp, vp, sz, i, comm_t, vp]
@@ -94,8 +98,11 @@ def main():
     if newer:
         cfg, wide, shrunk, again = comm_t(), comm_t(), comm_t(), comm_t()
         config = ctypes.create_string_buffer(64)
+        # ncclConfig_t: size, NCCL_CONFIG_INITIALIZER's magic, version, blocking = 0
+        nonblocking = ctypes.create_string_buffer(
+            struct.pack('=QIIi', 64, 0xcafebeef, 22809, 0), 64)
         assert nccl.ncclCommInitRankConfig(ctypes.byref(cfg), 2, unique_id(os.environ['NCCL_ID']),
-                                           rank, config) == 0
+                                           rank, nonblocking) == 7  # ncclInProgress
         ids = (UniqueId * 2)(unique_id(os.environ['NCCL_ID'] + '-a'),
                              unique_id(os.environ['NCCL_ID'] + '-b'))
         assert nccl.ncclCommInitRankScalable(ctypes.byref(wide), 8, rank, 2, ids, None) == 0
@@ -117,6 +124,11 @@ def main():
                                            unique_id(os.environ['NCCL_ID'] + '-again'), rank,
                                            config) == 0
         nccl.ncclAllReduce(src, dst, 1, FLOAT32, SUM, again, stream)
+        local = (comm_t * 4)()
+        assert nccl.ncclCommInitAll(local, 4, None) == 0
+        for k in range(2):
+            for dev in range(4):
+                nccl.ncclAllReduce(src, dst, 3, FLOAT32, SUM, local[dev], stream)
     elif flood:
         nccl.ncclAllReduce(src, dst, 1 << 62, FLOAT64, SUM, early, stream)
         for k in range(flood):

@@ -7,7 +7,7 @@ numbers) before anything else: ncclInvalidArgument (4). The probes see each call
 all the same, as they see it on a GPU.
 
 READY at once; once the file GO exists: ncclGetUniqueId, ncclCommInitRank of 2 ranks from it
-(printed: INIT <result>), then on a zeroed buffer NCCL takes for no communicator of its ("fake",
+(printed: INIT <result>), ncclCommInitAll of 2 GPUs (ALL <result>), then on a zeroed buffer NCCL takes for no communicator of its ("fake",
 printed: FAKE <address>) one call each of CALLS below, in that order, each printed
 "<name> <result>", then DONE, then sleeps."""
 import ctypes
@@ -43,6 +43,7 @@ def main():
     vp, sz, i = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
     nccl.ncclGetUniqueId.argtypes = [ctypes.POINTER(UniqueId)]
     nccl.ncclCommInitRank.argtypes = [ctypes.POINTER(vp), i, UniqueId, i]
+    nccl.ncclCommInitAll.argtypes = [ctypes.POINTER(vp), i, vp]
     sig = {'ncclAllReduce': [vp, vp, sz, i, i], 'ncclBroadcast': [vp, vp, sz, i, i],
            'ncclBcast': [vp, sz, i, i], 'ncclReduce': [vp, vp, sz, i, i, i],
            'ncclAllGather': [vp, vp, sz, i], 'ncclReduceScatter': [vp, vp, sz, i, i],
@@ -58,6 +59,8 @@ def main():
     uid, comm = UniqueId(), vp()
     assert nccl.ncclGetUniqueId(ctypes.byref(uid)) == 0
     print('INIT %d' % nccl.ncclCommInitRank(ctypes.byref(comm), 2, uid, 0), flush=True)
+    local = (vp * 2)()
+    print('ALL %d' % nccl.ncclCommInitAll(local, 2, None), flush=True)
     fake = ctypes.create_string_buffer(1 << 20)  # NCCL reads its magic numbers: zeros
     buf = ctypes.create_string_buffer(1 << 16)
     src, dst = ctypes.cast(buf, vp), vp(ctypes.addressof(buf) + 4096)
