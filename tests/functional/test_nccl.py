@@ -757,8 +757,9 @@ def test_nccl_calls_recorded_with_memory_readings_off():
 
 # ---- NCCL's RAS (probed/gpu/ras.c, `probectl nccl`): the job's own account, asked of a process.
 # The service here is a stand-in (tests/targets/ras_job.py) that speaks RAS's client protocol
-# and writes NCCL's JSON as NCCL's src/ras/client_support.cc does; a real NCCL's is asked where
-# a GPU machine is lent.
+# and writes NCCL's JSON as NCCL's src/ras/client_support.cc does, its fields checked against
+# NVIDIA's own library's templates; a real NCCL's RAS is asked where a GPU machine is lent (its
+# thread starts with a communicator, which needs a GPU).
 RAS_JOB = os.path.join(os.path.dirname(__file__), '..', 'targets', 'ras_job.py')
 
 
@@ -790,6 +791,46 @@ RAS_DOC = {
          'missing_ranks_count': 0, 'ranks': [ras_rank(0, '{pid}', 40), ras_rank(1, 4242, 40)],
          'missing_ranks': []}],
     'ras': {'collection_time_sec': 0.004, 'timeouts_count': 1}}
+
+
+def test_the_ras_stand_in_writes_what_nccl_itself_writes():
+    """The RAS tests' stand-in answers with RAS_DOC, taken here for NCCL 2.28.9's document.
+    NVIDIA's own libnccl 2.28.9 (where the machine has one) writes that document from templates
+    in its text, a line a field, indented by its depth: every field of RAS_DOC is one of them,
+    at its depth, and each collective count's name one of NCCL's; the commands probed's client
+    sends are in its server's command table (matched without case), and its default address
+    and variable are NCCL's."""
+    lib = real_nccl()
+    if not lib:
+        pytest.skip('not run: no NVIDIA libnccl.so.2 on this machine (a CUDA toolkit\'s, or pip\'s'
+                    ' nvidia-nccl wheel; PROBED_REAL_NCCL names one)')
+    with open(lib, 'rb') as f:
+        text = f.read()
+    version = RAS_DOC['nccl_version'].split('+')[0]
+    if b'\0' + version.encode() + b'\0' not in text:
+        pytest.skip('not run: the libnccl here (%s) is not NCCL %s' % (lib, version))
+    absent = []
+
+    def walk(obj, indent, path):
+        for key, value in obj.items():
+            if key == 'injected':  # the stand-in's own: a field NCCL never writes
+                continue
+            if (' ' * indent + '"%s": ' % key).encode() not in text:
+                absent.append('%s%s at %d spaces' % (path, key, indent))
+            if key == 'collective_counts':
+                # (ended by its NUL only: the linker shares "Recv" with "SendRecv")
+                absent.extend('the count name %s' % op for op in value
+                              if op.encode() + b'\0' not in text)
+            elif isinstance(value, dict):
+                walk(value, indent + 2, path + key + '.')
+            elif isinstance(value, list):
+                for item in value:
+                    walk(item, indent + 4, path + key + '[].')
+    walk(RAS_DOC, 2, '')
+    assert not absent, absent
+    for command in (b'client protocol ', b'set format ', b'json', b'status'):
+        assert command in text, command  # what gpu/ras.c sends, lower-cased
+    assert b'\0localhost:%d\0' % 28028 in text and b'\0NCCL_RAS_ADDR\0' in text
 
 
 def kept(r, pid):
