@@ -7,9 +7,9 @@ numbers) before anything else: ncclInvalidArgument (4). The probes see each call
 all the same, as they see it on a GPU.
 
 READY at once; once the file GO exists: ncclGetUniqueId, ncclCommInitRank of 2 ranks from it
-(printed: INIT <result>), ncclCommInitAll of 2 GPUs (ALL <result>), then on a zeroed buffer NCCL takes for no communicator of its ("fake",
-printed: FAKE <address>) one call each of CALLS below, in that order, each printed
-"<name> <result>", then DONE, then sleeps."""
+(printed: INIT <result>), ncclCommInitAll of 2 GPUs (ALL <result>), then, on a zeroed buffer
+that NCCL takes for no communicator of its own ("fake", printed: FAKE <address>), one call
+each of CALLS below, in that order, each printed "<name> <result>"; then DONE, and it sleeps."""
 import ctypes
 import os
 import sys
