@@ -448,7 +448,8 @@ def test_nccl_linked_into_torch_and_rccls_library():
         shutil.rmtree(wd, ignore_errors=True)
 
 
-def test_the_probes_on_nvidias_own_nccl():
+@pytest.mark.parametrize('links', ['uprobe_multi', 'perf events'])
+def test_the_probes_on_nvidias_own_nccl(links):
     """The stand-in has NCCL's signatures; this is NCCL itself (2.28.9 here, from the CUDA 13
     toolkit's wheel), on a machine without a GPU: its real exports (weak symbols, NCCL's
     profiling interface's pncclX beside them, at one address), its real code at each entry and
@@ -457,7 +458,8 @@ def test_the_probes_on_nvidias_own_nccl():
     and no communicator is taken for made (their return probes read NCCL's result). A collective on a
     communicator NCCL did not make is refused by NCCL at once (ncclInvalidArgument) but seen at
     its entry, as on a GPU: each call a row, with its op, bytes, dtype and root or peer; the
-    job is unharmed."""
+    job is unharmed. On uprobe_multi links, and on a perf event a probe (kernels before 6.6,
+    Debian 12's 6.1)."""
     lib = real_nccl()
     if not lib:
         pytest.skip('not run: no NVIDIA libnccl.so.2 on this machine (a CUDA toolkit\'s, or pip\'s'
@@ -476,7 +478,8 @@ def test_the_probes_on_nvidias_own_nccl():
     n_probes = len(entries) + len([f for f in makers if f in exports])
     wd = tempfile.mkdtemp(prefix='probed-nccl-')
     go = os.path.join(wd, 'go')
-    d = Daemon('--memory-interval', '200ms')
+    d = Daemon('--memory-interval', '200ms',
+               env={'PROBED_UPROBE_MULTI': '1' if links == 'uprobe_multi' else '0'})
     p = None
     try:
         d.ctl('config', 'nccl_calls=on', check=True)
@@ -488,7 +491,7 @@ def test_the_probes_on_nvidias_own_nccl():
         wait_for(lambda: status(d)['processes'] == 1, 20, 'the probes on NCCL',
                  lambda: (status(d), d.read_log()))
         log = d.read_log()
-        assert 'NCCL calls of pid %d: %d probes on %s (' % (p.pid, n_probes, lib) in log, log
+        assert 'NCCL calls of pid %d: %d probes on %s (%s' % (p.pid, n_probes, lib, links) in log, log
         open(go, 'w').close()
         out = [p.stdout.readline().decode().split() for _ in range(15)]
         # ncclUnhandledCudaError: no GPU
