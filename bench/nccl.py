@@ -5,17 +5,17 @@ usage: bench/nccl.py [--build DIR] [--lib libnccl.so.2] [--window S] [--rounds N
 
 bench/targets/nccl_loop.py calls ncclAllReduce through ctypes as fast as it can (the library:
 --lib, by default NVIDIA's own where the machine has one (conftest.real_nccl), else the tests'
-stand-in, whose call does nothing). The probe's cost is the same whatever the function does,
-and stands out most against a call that costs little: without a GPU NVIDIA's NCCL refuses each
-call at its first check of the communicator, after the probe. What the probe costs depends on
+stand-in, whose call does nothing). The probe's cost does not depend on what the function does
+after its entry, and stands out most against a call that costs little: without a GPU NVIDIA's
+NCCL refuses each call at its first check of the communicator, after the probe. It depends on
 the entry's first instruction: the kernel emulates a push (NCCL's entries begin with one, past
 an endbr64 where CET built them) and steps most others out of line, as it does the stand-in's
-(a function that calls none). A real
-probed attaches it; windows of S seconds alternate (ABAB): nccl_calls = off (no probe) and on
-(every call a uprobe and a ring buffer event, drained by the meter every 200 ms). Printed:
-the call's time in each phase (median of 0.1 s slices, first 0.5 s of a window left out), the
-difference (the probe's cost per call, in microseconds) and the ratio; the noise floor is the
-ratio of the off windows of the first half of the rounds to those of the second.
+first (a function that calls none). A real probed attaches it; windows of S seconds alternate
+(ABAB): nccl_calls = off (no probe) and on (every call a uprobe and a ring buffer event,
+drained by the meter every 200 ms). Printed: the call's time in each phase (median of 0.1 s
+slices, first 0.5 s of a window left out), the difference (the probe's cost per call, in
+microseconds) and the ratio; the noise floor is the ratio of the off windows of the first half
+of the rounds to those of the second.
 """
 import argparse
 import os

@@ -183,7 +183,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId c
 }
 
 /* A communicator of this process's ndev GPUs, rank i on devlist[i], from an id of its own
- * (NCCL makes one inside, and calls no other entry point of its API to make them). */
+ * (NCCL makes one inside, and makes them through no entry point that the probes watch). */
 NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comms, int ndev, const int *devlist);
 ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist)
 {
