@@ -455,10 +455,10 @@ def test_the_probes_on_nvidias_own_nccl(links):
     profiling interface's pncclX beside them, at one address), its real code at each entry and
     its real calls among themselves (ncclBcast calls ncclBroadcast through its PLT: one row, not
     two). No communicator can be made without a GPU: ncclCommInitRank and ncclCommInitAll fail,
-    and no communicator is taken for made (their return probes read NCCL's result). A collective on a
-    communicator NCCL did not make is refused by NCCL at once (ncclInvalidArgument) but seen at
-    its entry, as on a GPU: each call a row, with its op, bytes, dtype and root or peer; the
-    job is unharmed. On uprobe_multi links, and on a perf event a probe (kernels before 6.6,
+    and no communicator is taken for made (their return probes read NCCL's result). A
+    collective on a communicator NCCL did not make is refused by NCCL at once
+    (ncclInvalidArgument) but seen at its entry, as on a GPU: each call a row, with its op,
+    bytes, dtype and root or peer; the job is unharmed. On uprobe_multi links, and on a perf event a probe (kernels before 6.6,
     Debian 12's 6.1)."""
     lib = real_nccl()
     if not lib:
@@ -491,7 +491,8 @@ def test_the_probes_on_nvidias_own_nccl(links):
         wait_for(lambda: status(d)['processes'] == 1, 20, 'the probes on NCCL',
                  lambda: (status(d), d.read_log()))
         log = d.read_log()
-        assert 'NCCL calls of pid %d: %d probes on %s (%s' % (p.pid, n_probes, lib, links) in log, log
+        assert ('NCCL calls of pid %d: %d probes on %s (%s' % (p.pid, n_probes, lib, links)
+                in log), log
         open(go, 'w').close()
         out = [p.stdout.readline().decode().split() for _ in range(15)]
         # ncclUnhandledCudaError: no GPU
@@ -500,7 +501,8 @@ def test_the_probes_on_nvidias_own_nccl(links):
         assert out[-1] == ['DONE'] and all(r[1] == '4' for r in out[3:-1]), out
         want = [('all_reduce', 4096, 'float32', 0, None), ('broadcast', 512, 'bfloat16', 1, None),
                 ('broadcast', 100, 'int8', 0, None), ('reduce', 64, 'int64', 0, 1),
-                ('all_gather', 256, 'float16', 0, None), ('reduce_scatter', 256, 'float32', 0, None),
+                ('all_gather', 256, 'float16', 0, None),
+                ('reduce_scatter', 256, 'float32', 0, None),
                 ('send', 16, 'uint8', 0, 1), ('recv', 24, 'uint8', 1, 0),
                 ('all_to_all', 128, 'float32', 0, None), ('gather', 48, 'int32', 0, 1),
                 ('scatter', 48, 'float64', 0, None)]
