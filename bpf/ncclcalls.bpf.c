@@ -202,7 +202,7 @@ static int init_all(struct pt_regs *ctx)
 {
     __u64 key = bpf_get_current_pid_tgid();
     __s32 ndev = (__s32)ctx->si;
-    struct pending p = {.out = ctx->di, .nranks = ndev, .rank = 0, .from_init = 1};
+    struct pending p = {.out = ctx->di, .nranks = ndev, .from_init = 1};
 
     if (ndev < 1)
         return 0;

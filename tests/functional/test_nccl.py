@@ -448,6 +448,15 @@ def test_nccl_linked_into_torch_and_rccls_library():
         shutil.rmtree(wd, ignore_errors=True)
 
 
+def nvidias_nccl():
+    """NVIDIA's own libnccl.so.2 here (conftest.real_nccl), or the test is said not run."""
+    lib = real_nccl()
+    if not lib:
+        pytest.skip('not run: no NVIDIA libnccl.so.2 on this machine (a CUDA toolkit\'s, or pip\'s'
+                    ' nvidia-nccl wheel; PROBED_REAL_NCCL names one)')
+    return lib
+
+
 @pytest.mark.parametrize('links', ['uprobe_multi', 'perf events'])
 def test_the_probes_on_nvidias_own_nccl(links):
     """The stand-in has NCCL's signatures; this is NCCL itself (2.28.9 here, from the CUDA 13
@@ -460,10 +469,7 @@ def test_the_probes_on_nvidias_own_nccl(links):
     (ncclInvalidArgument) but seen at its entry, as on a GPU: each call a row, with its op,
     bytes, dtype and root or peer; the job is unharmed. On uprobe_multi links, and on a perf event a probe (kernels before 6.6,
     Debian 12's 6.1)."""
-    lib = real_nccl()
-    if not lib:
-        pytest.skip('not run: no NVIDIA libnccl.so.2 on this machine (a CUDA toolkit\'s, or pip\'s'
-                    ' nvidia-nccl wheel; PROBED_REAL_NCCL names one)')
+    lib = nvidias_nccl()
     exports = set(subprocess.run(['nm', '-D', '--defined-only', lib], stdout=subprocess.PIPE,
                                  text=True, check=True).stdout.split())
     makers = ('ncclCommInitRank', 'ncclCommInitRankConfig', 'ncclCommInitRankScalable',
@@ -805,10 +811,7 @@ def test_the_ras_stand_in_writes_what_nccl_itself_writes():
     at its depth, and each collective count's name one of NCCL's; the commands probed's client
     sends are in its server's command table (matched without case), and its default address
     and variable are NCCL's."""
-    lib = real_nccl()
-    if not lib:
-        pytest.skip('not run: no NVIDIA libnccl.so.2 on this machine (a CUDA toolkit\'s, or pip\'s'
-                    ' nvidia-nccl wheel; PROBED_REAL_NCCL names one)')
+    lib = nvidias_nccl()
     with open(lib, 'rb') as f:
         text = f.read()
     version = RAS_DOC['nccl_version'].split('+')[0]
